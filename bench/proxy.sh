@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Benchmark: `roundtrip proxy` against direct loopback and against socat (the plain relay it must not be slower
+# than), and the accuracy of 20 ms each way.
+#
+#   RTT:        roundtrip ping (TCP, 64 B) median and p99, direct / via roundtrip proxy / via socat
+#   throughput: iperf3 (one TCP stream), direct / via roundtrip proxy / via socat
+#   accuracy:   roundtrip ping through `roundtrip proxy --delay 20ms` (both directions): median and p99
+#
+# Interleaved: every round runs every peer once, in turn; the figures are medians over the rounds.
+# Usage: bench/proxy.sh [ROUNDS (default 5)] [SECONDS per run (default 3)]
+set -euo pipefail
+
+ROUNDS=${1:-5}
+SECS=${2:-3}
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+RT=$PWD/target/release/roundtrip
+for t in iperf3 socat python3; do
+    command -v "$t" >/dev/null || { echo "bench/proxy.sh: $t is not installed (apt-get install $t)" >&2; exit 1; }
+done
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+S=$(free_port); I=$(free_port); P_S=$(free_port); P_I=$(free_port); X_S=$(free_port); X_I=$(free_port); D_S=$(free_port)
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$RT" server --bind 127.0.0.1 --port "$S" >/dev/null 2>&1 & PIDS+=($!)
+iperf3 -s -B 127.0.0.1 -p "$I" >/dev/null 2>&1 & PIDS+=($!)
+"$RT" proxy --listen 127.0.0.1:"$P_S" --upstream 127.0.0.1:"$S" >/dev/null 2>&1 & PIDS+=($!)
+"$RT" proxy --listen 127.0.0.1:"$P_I" --upstream 127.0.0.1:"$I" >/dev/null 2>&1 & PIDS+=($!)
+socat TCP-LISTEN:"$X_S",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$S" & PIDS+=($!)
+socat TCP-LISTEN:"$X_I",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$I" & PIDS+=($!)
+"$RT" proxy --listen 127.0.0.1:"$D_S" --upstream 127.0.0.1:"$S" --delay 20ms >/dev/null 2>&1 & PIDS+=($!)
+sleep 1
+
+ping_json() { "$RT" ping 127.0.0.1:"$1" -t "${2}s" --warmup 500ms --json > "$3"; }
+iperf_json() { iperf3 -c 127.0.0.1 -p "$1" -t "$SECS" -J > "$2"; }
+
+echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) (shared with other jobs), kernel $(uname -r)"
+for r in $(seq 1 "$ROUNDS"); do
+    for peer in direct:$S roundtrip:$P_S socat:$X_S; do
+        ping_json "${peer#*:}" "$SECS" "$WORK/ping.${peer%%:*}.$r.json"
+    done
+    for peer in direct:$I roundtrip:$P_I socat:$X_I; do
+        iperf_json "${peer#*:}" "$WORK/iperf.${peer%%:*}.$r.json"
+    done
+    ping_json "$D_S" $((SECS + 2)) "$WORK/ping.delay20.$r.json"
+    echo "round $r/$ROUNDS done" >&2
+done
+
+python3 - "$WORK" "$ROUNDS" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+def load(kind, peer):
+    return [json.load(open(f"{work}/{kind}.{peer}.{r}.json")) for r in range(1, rounds + 1)]
+def ping(peer):
+    docs = load("ping", peer)
+    return (statistics.median(d["summary"]["rtt"]["p50_ns"] for d in docs),
+            statistics.median(d["summary"]["rtt"]["p99_ns"] for d in docs),
+            [d["summary"]["rtt"]["p50_ns"] for d in docs])
+def iperf(peer):
+    docs = load("iperf", peer)
+    v = [d["end"]["sum_received"]["bits_per_second"] for d in docs]
+    return statistics.median(v), v
+print(f"\n{rounds} interleaved rounds, medians over rounds\n")
+d50, d99, dl = ping("direct")
+print(f"{'TCP 64 B RTT':28} {'p50':>10} {'p99':>10} {'p50 added':>10}   per-round p50 (us)")
+for peer in ["direct", "roundtrip", "socat"]:
+    p50, p99, l = ping(peer)
+    print(f"{peer:28} {p50/1e3:8.1f}us {p99/1e3:8.1f}us {(p50-d50)/1e3:8.1f}us   {[round(x/1e3,1) for x in l]}")
+dt, _ = iperf("direct")
+print(f"\n{'iperf3 1 stream':28} {'Gbit/s':>10} {'x direct':>10}   per-round Gbit/s")
+for peer in ["direct", "roundtrip", "socat"]:
+    t, l = iperf(peer)
+    print(f"{peer:28} {t/1e9:10.2f} {t/dt:10.2f}   {[round(x/1e9,2) for x in l]}")
+p50, p99, l = ping("delay20")
+print(f"\nroundtrip proxy --delay 20ms (40 ms RTT): p50 {p50/1e6:.3f} ms, p99 {p99/1e6:.3f} ms "
+      f"(ideal 40 ms + direct {d50/1e3:.1f} us = {(40e6+d50)/1e6:.3f} ms); per-round p50 ms {[round(x/1e6,3) for x in l]}")
+PY

@@ -1,0 +1,1488 @@
+//! TCP connection tracking at the capture point.
+//!
+//! For every connection: handshake RTT, RTT samples from a data segment to the ACK that covers it (as seen
+//! where the capture was taken), bytes in flight, the advertised window (scaled), whether the sender was held
+//! back by that window (receiver-limited) or stayed below it while sending full segments
+//! (sender/congestion-limited), segments per ACK, retransmissions, duplicate ACKs and zero windows.
+//!
+//! The rules for retransmission, out-of-order, duplicate ACK, zero window and bytes in flight follow
+//! Wireshark's TCP analysis so the counts can be checked against `tshark` (see the tests).
+//!
+//! Memory: state is kept for open connections only. A connection is finished (turned into a compact
+//! [`FlowSummary`]) after RST or FIN from both sides plus [`TrackerConfig::closed_linger`] of silence, after
+//! [`TrackerConfig::idle_timeout`] of silence, or when a new SYN reuses its four-tuple. RTT and in-flight
+//! histograms are created only for directions that carry data.
+//!
+//! Issue 7 builds on [`FlowTracker::process_with`]: a [`StreamSink`] receives each direction's payload in
+//! sequence order (retransmitted bytes removed, out-of-order segments held back, bounded, holes reported as gaps).
+#![forbid(unsafe_code)]
+
+use super::decode::{Decoded, Tcp, flags};
+use crate::stats::{LatencyHistogram, Summary};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// A small, fast hasher for flow keys (the FxHash mix); flow keys are not attacker-chosen hash-flooding
+/// material worth SipHash's cost per packet.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// Direction of a packet within its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dir {
+    /// From the client (the side that sent the SYN; without a handshake, the side with the higher port).
+    ClientToServer,
+    /// From the server.
+    ServerToClient,
+}
+
+impl Dir {
+    fn idx(self) -> usize {
+        match self {
+            Dir::ClientToServer => 0,
+            Dir::ServerToClient => 1,
+        }
+    }
+    /// The arrow used in tables: `>` client to server, `<` server to client.
+    pub fn arrow(self) -> &'static str {
+        match self {
+            Dir::ClientToServer => ">",
+            Dir::ServerToClient => "<",
+        }
+    }
+}
+
+/// The two ends of a connection, in a canonical order (so both directions map to the same key). Addresses
+/// are kept as integers: comparing and hashing them is a large share of the per-packet cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    lo_ip: u128,
+    hi_ip: u128,
+    lo_port: u16,
+    hi_port: u16,
+    v6: bool,
+}
+
+#[inline]
+fn ip_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u32::from(a) as u128,
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+impl FlowKey {
+    /// The key of a packet from `src` to `dst`, and whether `src` is the canonical low end.
+    #[inline]
+    pub fn new(src: SocketAddr, dst: SocketAddr) -> (FlowKey, bool) {
+        let (a, b) = (
+            (ip_bits(src.ip()), src.port()),
+            (ip_bits(dst.ip()), dst.port()),
+        );
+        let v6 = src.is_ipv6();
+        if a <= b {
+            (
+                FlowKey {
+                    lo_ip: a.0,
+                    hi_ip: b.0,
+                    lo_port: a.1,
+                    hi_port: b.1,
+                    v6,
+                },
+                true,
+            )
+        } else {
+            (
+                FlowKey {
+                    lo_ip: b.0,
+                    hi_ip: a.0,
+                    lo_port: b.1,
+                    hi_port: a.1,
+                    v6,
+                },
+                false,
+            )
+        }
+    }
+}
+
+/// Settings of the tracker.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackerConfig {
+    /// A connection silent this long (capture time) is finished.
+    pub idle_timeout: Duration,
+    /// A closed (RST, or FIN both ways) connection is finished after this much silence.
+    pub closed_linger: Duration,
+    /// Unacknowledged segments remembered per direction for RTT samples (older ones give no sample).
+    pub max_pending_segments: usize,
+    /// Out-of-order payload bytes held per direction for the stream hook before a gap is declared.
+    pub max_reassembly_bytes: usize,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            idle_timeout: Duration::from_secs(300),
+            closed_linger: Duration::from_secs(5),
+            max_pending_segments: 16_384,
+            max_reassembly_bytes: 4 << 20,
+        }
+    }
+}
+
+/// What the tracker says about one TCP packet (what `capture timeline` prints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketInfo {
+    /// Connection number (1, 2, ... in order of first packet).
+    pub flow_id: u64,
+    /// Direction.
+    pub dir: Dir,
+    /// TCP flags.
+    pub flags: u8,
+    /// Sequence number relative to the sender's initial sequence number.
+    pub rel_seq: u32,
+    /// Acknowledgement number relative to the receiver's initial sequence number (when ACK is set).
+    pub rel_ack: Option<u32>,
+    /// Payload length from the IP header.
+    pub payload_len: u32,
+    /// Advertised window in bytes, scaled when the handshake negotiated scaling.
+    pub window: u64,
+    /// Bytes in flight from this packet's sender after it (data packets, once the receiver has ACKed).
+    pub in_flight: Option<u64>,
+    /// A retransmission (Wireshark's rule: data below the highest sequence sent, not a keep-alive).
+    pub retransmission: bool,
+    /// Out of order rather than retransmitted (arrived soon after the highest segment).
+    pub out_of_order: bool,
+    /// A duplicate ACK.
+    pub dup_ack: bool,
+    /// Advertises a zero window.
+    pub zero_window: bool,
+    /// A keep-alive.
+    pub keep_alive: bool,
+}
+
+/// Receives each direction's payload in sequence order (issue 7: request/response matching).
+pub trait StreamSink {
+    /// `data` continues direction `dir` of connection `flow_id` at stream offset `offset` (0 = first byte
+    /// after the SYN, or the first byte seen when the handshake was not captured).
+    fn data(&mut self, flow_id: u64, dir: Dir, ts_ns: i64, offset: u64, data: &[u8]);
+    /// `len` bytes at `offset` will never be delivered (not captured: snaplen, loss at the capture point).
+    fn gap(&mut self, flow_id: u64, dir: Dir, offset: u64, len: u64);
+    /// The connection is finished; nothing more will come for it.
+    fn finished(&mut self, summary: &FlowSummary) {
+        let _ = summary;
+    }
+}
+
+/// Reborrows an optional sink for a shorter call.
+pub fn reborrow<'b>(s: &'b mut Option<&mut dyn StreamSink>) -> Option<&'b mut dyn StreamSink> {
+    match s {
+        Some(x) => Some(&mut **x),
+        None => None,
+    }
+}
+
+#[inline]
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+#[inline]
+fn seq_gt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+#[inline]
+fn seq_le(a: u32, b: u32) -> bool {
+    !seq_gt(a, b)
+}
+
+/// Values kept exactly while few (most connections are short), in a [`LatencyHistogram`] beyond that, so
+/// that a capture of a million short connections does not allocate a histogram for each.
+#[derive(Debug, Default)]
+enum Samples {
+    #[default]
+    Empty,
+    Few(Vec<u64>),
+    Many(Box<LatencyHistogram>),
+}
+
+const FEW: usize = 256;
+
+impl Samples {
+    #[inline]
+    fn record(&mut self, v: u64) {
+        match self {
+            Samples::Empty => *self = Samples::Few(vec![v]),
+            Samples::Few(xs) if xs.len() < FEW => xs.push(v),
+            Samples::Few(xs) => {
+                let mut h = Box::new(LatencyHistogram::new());
+                for &x in xs.iter() {
+                    h.record_ns(x);
+                }
+                h.record_ns(v);
+                *self = Samples::Many(h);
+            }
+            Samples::Many(h) => h.record_ns(v),
+        }
+    }
+
+    /// The same summary a [`LatencyHistogram`] gives (nearest-rank percentiles), exact while few.
+    fn summary(&self) -> Summary {
+        match self {
+            Samples::Empty => Summary::default(),
+            Samples::Many(h) => h.summary(),
+            Samples::Few(xs) => {
+                let mut v = xs.clone();
+                v.sort_unstable();
+                let n = v.len();
+                let pct =
+                    |p: f64| v[(((p / 100.0) * n as f64).ceil().max(1.0) as usize).min(n) - 1];
+                let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+                let var = if n > 1 {
+                    v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+                } else {
+                    0.0
+                };
+                Summary {
+                    count: n as u64,
+                    min_ns: v[0],
+                    mean_ns: mean,
+                    stddev_ns: var.sqrt(),
+                    p50_ns: pct(50.0),
+                    p90_ns: pct(90.0),
+                    p99_ns: pct(99.0),
+                    p99_9_ns: pct(99.9),
+                    p99_99_ns: pct(99.99),
+                    max_ns: v[n - 1],
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    end: u32,
+    ts_ns: i64,
+    retransmitted: bool,
+}
+
+#[derive(Debug, Default)]
+struct Reassembly {
+    started: bool,
+    expected: u32,
+    offset: u64,
+    held: BTreeMap<u64, (i64, Vec<u8>, u32)>,
+    held_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Half {
+    seen: bool,
+    base_known: bool,
+    base: u32,
+    syn: bool,
+    fin: bool,
+    next_seq: u32,
+    has_next: bool,
+    last_data_ts: i64,
+    acked: bool,
+    last_ack: u32,
+    last_ack_ts: i64,
+    dup_ack_run: u32,
+    first_seq: u32,
+    last_win: u16,
+    has_win: bool,
+    wscale_opt: Option<u8>,
+    mss_opt: Option<u16>,
+    max_payload: u32,
+    window: u64,
+    packets: u64,
+    wire_bytes: u64,
+    payload_bytes: u64,
+    data_segments: u64,
+    retransmissions: u64,
+    retransmitted_bytes: u64,
+    out_of_order: u64,
+    dup_acks: u64,
+    zero_windows: u64,
+    advancing_acks: u64,
+    window_min: u64,
+    window_max: u64,
+    in_flight_max: u64,
+    in_flight: Samples,
+    rtt: Samples,
+    pending: VecDeque<Pending>,
+    receiver_limited: u64,
+    sender_limited: u64,
+    app_limited: u64,
+    reasm: Option<Box<Reassembly>>,
+}
+
+#[derive(Debug)]
+struct Flow {
+    id: u64,
+    client: SocketAddr,
+    server: SocketAddr,
+    first_ts: i64,
+    last_ts: i64,
+    half: [Half; 2],
+    scale_ok: bool,
+    syn_ts: Option<i64>,
+    synack_ts: Option<i64>,
+    hs_ack_ts: Option<i64>,
+    reset: Option<Dir>,
+    closed: bool,
+}
+
+/// Bytes in flight and window use of one direction, and the RTT of its data.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirSummary {
+    /// Packets sent.
+    pub packets: u64,
+    /// On-wire bytes sent (frame lengths).
+    pub wire_bytes: u64,
+    /// TCP payload bytes sent, retransmissions included.
+    pub payload_bytes: u64,
+    /// Segments with payload.
+    pub data_segments: u64,
+    /// Retransmitted segments.
+    pub retransmissions: u64,
+    /// Retransmitted payload bytes.
+    pub retransmitted_bytes: u64,
+    /// Out-of-order segments.
+    pub out_of_order: u64,
+    /// Duplicate ACKs sent by this side.
+    pub dup_acks: u64,
+    /// Zero windows advertised by this side.
+    pub zero_windows: u64,
+    /// ACKs sent by this side that acknowledged new data.
+    pub acks: u64,
+    /// This side's data segments per ACK from the other side that acknowledged new data.
+    pub segments_per_ack: Option<f64>,
+    /// RTT from this side's data to the other side's ACK covering it, measured at the capture point.
+    pub rtt: Summary,
+    /// Largest bytes in flight from this side.
+    pub in_flight_max_bytes: u64,
+    /// Median bytes in flight from this side (over its data segments).
+    pub in_flight_p50_bytes: u64,
+    /// Smallest window advertised by this side (scaled).
+    pub window_min_bytes: u64,
+    /// Largest window advertised by this side (scaled).
+    pub window_max_bytes: u64,
+    /// MSS option this side announced.
+    pub mss: Option<u16>,
+    /// Window scale this side announced.
+    pub wscale: Option<u8>,
+    /// Data segments sent while in flight was within one MSS of the receiver's window.
+    pub receiver_limited_segments: u64,
+    /// Full-sized data segments sent with in flight below the receiver's window.
+    pub sender_limited_segments: u64,
+    /// Short data segments sent with in flight below the receiver's window.
+    pub app_limited_segments: u64,
+}
+
+/// The three-way handshake as seen at the capture point.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Handshake {
+    /// SYN to SYN-ACK: the round trip between the capture point and the server.
+    pub syn_to_synack_ns: u64,
+    /// SYN-ACK to the ACK: the round trip between the capture point and the client.
+    pub synack_to_ack_ns: Option<u64>,
+    /// SYN to ACK (Wireshark's iRTT); the SYN to SYN-ACK part alone when the ACK was not seen.
+    pub rtt_ns: u64,
+}
+
+/// One finished connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowSummary {
+    /// Connection number, in order of first packet.
+    pub id: u64,
+    /// The client end.
+    pub client: SocketAddr,
+    /// The server end.
+    pub server: SocketAddr,
+    /// Whether the handshake was captured (otherwise client/server are guessed from the ports).
+    pub handshake_seen: bool,
+    /// First packet, Unix nanoseconds.
+    pub first_ts_ns: i64,
+    /// Last packet, Unix nanoseconds.
+    pub last_ts_ns: i64,
+    /// Last minus first packet.
+    pub duration_s: f64,
+    /// Handshake timing.
+    pub handshake: Option<Handshake>,
+    /// "closed" (FIN both ways), "reset_by_client", "reset_by_server" or "open".
+    pub state: &'static str,
+    /// Client to server.
+    pub client_to_server: DirSummary,
+    /// Server to client.
+    pub server_to_client: DirSummary,
+    /// One line saying what limited the connection.
+    pub diagnosis: String,
+}
+
+impl FlowSummary {
+    /// The direction that carried more payload.
+    pub fn bulk(&self) -> (Dir, &DirSummary) {
+        if self.server_to_client.payload_bytes > self.client_to_server.payload_bytes {
+            (Dir::ServerToClient, &self.server_to_client)
+        } else {
+            (Dir::ClientToServer, &self.client_to_server)
+        }
+    }
+    /// Total packets both ways.
+    pub fn packets(&self) -> u64 {
+        self.client_to_server.packets + self.server_to_client.packets
+    }
+}
+
+/// Counters of the whole tracking run.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct TrackerCounters {
+    /// TCP packets processed.
+    pub tcp_packets: u64,
+    /// Largest number of connections open at once.
+    pub max_open_flows: u64,
+    /// Connections finished by idle timeout.
+    pub idle_evictions: u64,
+}
+
+/// Tracks TCP connections; feed it decoded packets in capture order.
+#[derive(Debug)]
+pub struct FlowTracker {
+    config: TrackerConfig,
+    open: HashMap<FlowKey, Box<Flow>, FxBuild>,
+    finished: Vec<FlowSummary>,
+    next_id: u64,
+    last_sweep: i64,
+    now: i64,
+    counters: TrackerCounters,
+    keep_finished: bool,
+}
+
+impl FlowTracker {
+    /// A tracker that keeps every finished connection's summary (see `finished`).
+    pub fn new(config: TrackerConfig) -> Self {
+        FlowTracker {
+            config,
+            open: HashMap::default(),
+            finished: Vec::new(),
+            next_id: 1,
+            last_sweep: i64::MIN,
+            now: i64::MIN,
+            counters: TrackerCounters::default(),
+            keep_finished: true,
+        }
+    }
+
+    /// Stops keeping finished summaries (they still go to a sink's [`StreamSink::finished`]).
+    pub fn discard_finished(&mut self) {
+        self.keep_finished = false;
+    }
+
+    /// Connections currently open.
+    pub fn open_flows(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> TrackerCounters {
+        self.counters
+    }
+
+    /// Processes one packet; returns what it means for its connection, or `None` when it is not TCP.
+    pub fn process(&mut self, ts_ns: i64, wire_len: u32, d: &Decoded<'_>) -> Option<PacketInfo> {
+        self.process_with(ts_ns, wire_len, d, None)
+    }
+
+    /// Like [`process`](Self::process), also delivering payload in order to `sink`.
+    pub fn process_with(
+        &mut self,
+        ts_ns: i64,
+        wire_len: u32,
+        d: &Decoded<'_>,
+        mut sink: Option<&mut dyn StreamSink>,
+    ) -> Option<PacketInfo> {
+        let t = *d.tcp()?;
+        self.counters.tcp_packets += 1;
+        if ts_ns > self.now {
+            self.now = ts_ns;
+        }
+        if self.now.saturating_sub(self.last_sweep) >= 1_000_000_000 {
+            self.last_sweep = self.now;
+            self.sweep(reborrow(&mut sink));
+        }
+        let src = SocketAddr::new(d.src, t.src_port);
+        let dst = SocketAddr::new(d.dst, t.dst_port);
+        let (key, _) = FlowKey::new(src, dst);
+        let is_syn = t.flags & (flags::SYN | flags::ACK) == flags::SYN;
+        // A new SYN on a finished-looking or different connection starts a new one.
+        if is_syn && let Some(f) = self.open.get(&key) {
+            // A retransmitted SYN (same sequence number) belongs to the same connection; anything else
+            // starts a new one.
+            let reuse = f.closed
+                || f.reset.is_some()
+                || f.client != src
+                || !f.half[0].syn
+                || f.half[0].base != t.seq;
+            if reuse && let Some(f) = self.open.remove(&key) {
+                self.finish(f, reborrow(&mut sink));
+            }
+        }
+        // One hash lookup per packet.
+        let open_before = self.open.len() as u64;
+        let flow = match self.open.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let (client, server) = if t.flags & flags::SYN != 0 {
+                    if t.flags & flags::ACK == 0 {
+                        (src, dst)
+                    } else {
+                        (dst, src)
+                    }
+                } else if t.src_port > t.dst_port || (t.src_port == t.dst_port && src > dst) {
+                    (src, dst)
+                } else {
+                    (dst, src)
+                };
+                let id = self.next_id;
+                self.next_id += 1;
+                self.counters.max_open_flows = self.counters.max_open_flows.max(open_before + 1);
+                v.insert(Box::new(Flow {
+                    id,
+                    client,
+                    server,
+                    first_ts: ts_ns,
+                    last_ts: ts_ns,
+                    half: [Half::default(), Half::default()],
+                    scale_ok: false,
+                    syn_ts: None,
+                    synack_ts: None,
+                    hs_ack_ts: None,
+                    reset: None,
+                    closed: false,
+                }))
+            }
+        };
+        let cfg = self.config;
+        let dir = if src == flow.client {
+            Dir::ClientToServer
+        } else {
+            Dir::ServerToClient
+        };
+        let info = flow.update(&cfg, ts_ns, wire_len, dir, &t, d, sink);
+        Some(info)
+    }
+
+    fn sweep(&mut self, mut sink: Option<&mut dyn StreamSink>) {
+        let now = self.now;
+        let idle = i64::try_from(self.config.idle_timeout.as_nanos()).unwrap_or(i64::MAX);
+        let linger = i64::try_from(self.config.closed_linger.as_nanos()).unwrap_or(i64::MAX);
+        let expired: Vec<FlowKey> = self
+            .open
+            .iter()
+            .filter(|(_, f)| {
+                let silent = now.saturating_sub(f.last_ts);
+                silent > idle || ((f.closed || f.reset.is_some()) && silent > linger)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in expired {
+            if let Some(f) = self.open.remove(&k) {
+                if !(f.closed || f.reset.is_some()) {
+                    self.counters.idle_evictions += 1;
+                }
+                self.finish(f, reborrow(&mut sink));
+            }
+        }
+    }
+
+    fn finish(&mut self, mut f: Box<Flow>, sink: Option<&mut dyn StreamSink>) {
+        if let Some(sink) = sink {
+            for dir in [Dir::ClientToServer, Dir::ServerToClient] {
+                flush_reassembly(&mut f.half[dir.idx()], f.id, dir, sink);
+            }
+            let s = f.summary();
+            sink.finished(&s);
+            if self.keep_finished {
+                self.finished.push(s);
+            }
+        } else if self.keep_finished {
+            self.finished.push(f.summary());
+        }
+    }
+
+    /// Ends tracking: finishes every open connection and returns all summaries in order of first packet.
+    pub fn finish_all(
+        mut self,
+        mut sink: Option<&mut dyn StreamSink>,
+    ) -> (Vec<FlowSummary>, TrackerCounters) {
+        let open: Vec<Box<Flow>> = self.open.drain().map(|(_, f)| f).collect();
+        for f in open {
+            self.finish(f, reborrow(&mut sink));
+        }
+        self.finished.sort_by_key(|s| s.id);
+        (self.finished, self.counters)
+    }
+}
+
+fn flush_reassembly(h: &mut Half, id: u64, dir: Dir, sink: &mut dyn StreamSink) {
+    if let Some(r) = h.reasm.as_mut() {
+        let held = std::mem::take(&mut r.held);
+        for (off, (ts, bytes, len)) in held {
+            if off > r.offset {
+                sink.gap(id, dir, r.offset, off - r.offset);
+                r.offset = off;
+            }
+            if off + len as u64 > r.offset {
+                let skip = (r.offset - off) as usize;
+                if skip < bytes.len() {
+                    sink.data(id, dir, ts, r.offset, &bytes[skip..]);
+                }
+                if (bytes.len() as u64) < len as u64 {
+                    let from = off + bytes.len().max(skip) as u64;
+                    sink.gap(id, dir, from, off + len as u64 - from);
+                }
+                r.offset = off + len as u64;
+            }
+        }
+        r.held_bytes = 0;
+    }
+}
+
+/// Delivers one segment's payload to the stream sink in order.
+#[allow(clippy::too_many_arguments)]
+fn reassemble(
+    h: &mut Half,
+    cfg: &TrackerConfig,
+    id: u64,
+    dir: Dir,
+    ts: i64,
+    seq: u32,
+    len: u32,
+    bytes: &[u8],
+    sink: &mut dyn StreamSink,
+) {
+    let first = if h.syn { h.base.wrapping_add(1) } else { seq };
+    let r = h.reasm.get_or_insert_with(Box::default);
+    if !r.started {
+        r.started = true;
+        r.expected = first;
+    }
+    let d = seq.wrapping_sub(r.expected) as i32 as i64;
+    let seg_off = r.offset as i64 + d;
+    if seg_off < 0 {
+        return;
+    }
+    let seg_off = seg_off as u64;
+    if seg_off > r.offset {
+        // Ahead of what was delivered: hold it, or give up on the hole when too much is held.
+        if r.held_bytes + bytes.len() <= cfg.max_reassembly_bytes {
+            r.held_bytes += bytes.len();
+            r.held
+                .entry(seg_off)
+                .or_insert_with(|| (ts, bytes.to_vec(), len));
+            return;
+        }
+        flush_reassembly(h, id, dir, sink);
+        let r = h.reasm.get_or_insert_with(Box::default);
+        if seg_off > r.offset {
+            sink.gap(id, dir, r.offset, seg_off - r.offset);
+            r.offset = seg_off;
+            r.expected = seq;
+        }
+    }
+    let r = h.reasm.get_or_insert_with(Box::default);
+    let end = seg_off + len as u64;
+    if end <= r.offset {
+        return; // entirely retransmitted
+    }
+    let skip = (r.offset - seg_off) as usize;
+    if skip < bytes.len() {
+        sink.data(id, dir, ts, r.offset, &bytes[skip..]);
+    }
+    let captured_end = seg_off + bytes.len() as u64;
+    if captured_end < end {
+        let from = captured_end.max(r.offset);
+        sink.gap(id, dir, from, end - from);
+    }
+    r.offset = end;
+    r.expected = seq.wrapping_add(len);
+    // Drain held segments that are now in order.
+    while let Some((&off, _)) = r.held.first_key_value() {
+        if off > r.offset {
+            break;
+        }
+        let Some((off, (ts, b, l))) = r.held.pop_first() else {
+            break;
+        };
+        r.held_bytes -= b.len();
+        let end = off + l as u64;
+        if end <= r.offset {
+            continue;
+        }
+        let skip = (r.offset - off) as usize;
+        if skip < b.len() {
+            sink.data(id, dir, ts, r.offset, &b[skip..]);
+        }
+        let cend = off + b.len() as u64;
+        if cend < end {
+            let from = cend.max(r.offset);
+            sink.gap(id, dir, from, end - from);
+        }
+        r.expected = r.expected.wrapping_add((end - r.offset) as u32);
+        r.offset = end;
+    }
+}
+
+impl Flow {
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &mut self,
+        cfg: &TrackerConfig,
+        ts: i64,
+        wire_len: u32,
+        dir: Dir,
+        t: &Tcp,
+        d: &Decoded<'_>,
+        sink: Option<&mut dyn StreamSink>,
+    ) -> PacketInfo {
+        self.last_ts = self.last_ts.max(ts);
+        let s = dir.idx();
+        let o = 1 - s;
+        let fl = t.flags;
+        let syn = fl & flags::SYN != 0;
+        let fin = fl & flags::FIN != 0;
+        let rst = fl & flags::RST != 0;
+        let ackf = fl & flags::ACK != 0;
+        let plen = d.payload_len;
+        let seglen = plen + syn as u32 + fin as u32;
+        let end = t.seq.wrapping_add(seglen);
+
+        // Handshake bookkeeping.
+        if syn {
+            if !ackf {
+                self.syn_ts.get_or_insert(ts);
+            } else if self.synack_ts.is_none() {
+                self.synack_ts = Some(ts);
+            }
+            let h = &mut self.half[s];
+            if !h.syn {
+                h.syn = true;
+                h.base = t.seq;
+                h.base_known = true;
+                h.seen = true;
+                h.wscale_opt = t.wscale;
+                h.mss_opt = t.mss;
+            }
+            if ackf {
+                self.scale_ok = self.half[o].wscale_opt.is_some() && t.wscale.is_some();
+            }
+        } else if dir == Dir::ClientToServer
+            && ackf
+            && self.synack_ts.is_some()
+            && self.hs_ack_ts.is_none()
+            && self.half[1].syn
+            && t.ack == self.half[1].base.wrapping_add(1)
+        {
+            self.hs_ack_ts = Some(ts);
+        }
+        if rst && self.reset.is_none() {
+            self.reset = Some(dir);
+        }
+
+        let (h, oh) = {
+            let (a, b) = self.half.split_at_mut(1);
+            if s == 0 {
+                (&mut a[0], &mut b[0])
+            } else {
+                (&mut b[0], &mut a[0])
+            }
+        };
+        if !h.seen {
+            h.seen = true;
+            if !h.base_known {
+                h.base = t.seq;
+                h.base_known = true;
+            }
+        }
+        if ackf && !oh.base_known {
+            // The receiver has not sent yet: number its sequence space from this ACK, as Wireshark does.
+            oh.base = t.ack;
+            oh.base_known = true;
+        }
+        h.packets += 1;
+        h.wire_bytes += wire_len as u64;
+        h.payload_bytes += plen as u64;
+        if plen > 0 {
+            h.data_segments += 1;
+            h.max_payload = h.max_payload.max(plen);
+        }
+
+        // Keep-alive, retransmission, out-of-order (Wireshark's rules).
+        let keep_alive = h.has_next
+            && seglen <= 1
+            && !syn
+            && !fin
+            && !rst
+            && t.seq == h.next_seq.wrapping_sub(1);
+        let mut retransmission = false;
+        let mut out_of_order = false;
+        if seglen > 0 && h.has_next && seq_lt(t.seq, h.next_seq) && !keep_alive {
+            let irtt = match (self.syn_ts, self.hs_ack_ts) {
+                (Some(a), Some(b)) if b > a => b - a,
+                _ => 3_000_000,
+            };
+            let since = ts - h.last_data_ts;
+            let fast =
+                oh.dup_ack_run >= 2 && oh.last_ack == t.seq && ts - oh.last_ack_ts < 20_000_000;
+            if !fast && since < irtt && h.next_seq != end {
+                out_of_order = true;
+                h.out_of_order += 1;
+            } else {
+                retransmission = true;
+                h.retransmissions += 1;
+                h.retransmitted_bytes += plen as u64;
+                for p in h.pending.iter_mut() {
+                    if seq_gt(p.end, t.seq) {
+                        p.retransmitted = true;
+                    }
+                }
+            }
+        }
+
+        // Duplicate ACK / zero window (Wireshark's rules: same ack, same window, no data).
+        let dup_ack = seglen == 0
+            && !rst
+            && ackf
+            && h.acked
+            && t.window != 0
+            && h.has_win
+            && t.window == h.last_win
+            && h.has_next
+            && t.seq == h.next_seq
+            && t.ack == h.last_ack;
+        if dup_ack {
+            h.dup_acks += 1;
+            h.dup_ack_run += 1;
+        } else if ackf && (!h.acked || t.ack != h.last_ack) {
+            h.dup_ack_run = 0;
+        }
+        let zero_window = t.window == 0 && fl & (flags::RST | flags::FIN | flags::SYN) == 0;
+        if zero_window {
+            h.zero_windows += 1;
+        }
+
+        // Advertised window.
+        let shift = if self.scale_ok && !syn {
+            h.wscale_opt.unwrap_or(0).min(14)
+        } else {
+            0
+        };
+        let window = (t.window as u64) << shift;
+        h.window = window;
+        if !rst {
+            if h.has_win {
+                h.window_min = h.window_min.min(window);
+            } else {
+                h.window_min = window;
+            }
+            h.window_max = h.window_max.max(window);
+        }
+        h.last_win = t.window;
+        h.has_win = true;
+
+        // Sequence space and RTT bookkeeping for this side's data.
+        if seglen > 0 {
+            if !h.has_next || seq_gt(end, h.next_seq) {
+                if !h.has_next {
+                    h.first_seq = t.seq;
+                }
+                h.next_seq = end;
+                h.has_next = true;
+                h.last_data_ts = ts;
+                if !retransmission && !out_of_order && h.pending.len() < cfg.max_pending_segments {
+                    h.pending.push_back(Pending {
+                        end,
+                        ts_ns: ts,
+                        retransmitted: false,
+                    });
+                }
+            }
+        } else if !h.has_next {
+            h.next_seq = t.seq;
+            h.has_next = true;
+        }
+
+        // This packet's ACK covers the other side's data.
+        if ackf && !rst {
+            if !h.acked || seq_gt(t.ack, h.last_ack) {
+                h.advancing_acks += 1;
+                let mut newest: Option<Pending> = None;
+                while let Some(p) = oh.pending.front() {
+                    if seq_le(p.end, t.ack) {
+                        newest = oh.pending.pop_front();
+                    } else {
+                        break;
+                    }
+                }
+                if let Some(p) = newest
+                    && !p.retransmitted
+                    && ts >= p.ts_ns
+                {
+                    oh.rtt.record((ts - p.ts_ns) as u64);
+                }
+            }
+            h.acked = true;
+            h.last_ack = t.ack;
+            h.last_ack_ts = ts;
+        }
+
+        // Bytes in flight from this side: highest sequence sent minus the receiver's last ACK, or minus the
+        // first sequence sent while the receiver has not ACKed anything (as Wireshark).
+        let mut in_flight = None;
+        if plen > 0 {
+            let low = if oh.acked { oh.last_ack } else { h.first_seq };
+            // Wireshark leaves out the virtual byte of a SYN or FIN on the packet itself.
+            let f = h.next_seq.wrapping_sub(low) as i32 - (syn || fin) as i32;
+            if f > 0 {
+                let f = f as u64;
+                in_flight = Some(f);
+                h.in_flight_max = h.in_flight_max.max(f);
+                h.in_flight.record(f);
+                // What held this side back: the receiver's window, or not.
+                if plen > 0 && !retransmission && oh.has_win {
+                    let mss = oh.mss_opt.map(u32::from).unwrap_or(h.max_payload).max(1) as u64;
+                    let rwnd = oh.window;
+                    if f + mss > rwnd {
+                        h.receiver_limited += 1;
+                    } else if plen as u64 >= mss {
+                        h.sender_limited += 1;
+                    } else {
+                        h.app_limited += 1;
+                    }
+                }
+            }
+        }
+        if fin {
+            h.fin = true;
+        }
+        if rst || (h.fin && oh.fin) {
+            self.closed = true;
+        }
+
+        let rel_seq = t.seq.wrapping_sub(h.base);
+        let rel_ack = ackf.then(|| t.ack.wrapping_sub(oh.base));
+
+        if let Some(sink) = sink
+            && plen > 0
+        {
+            // Stream offsets start after the SYN.
+            let seq = t.seq.wrapping_add(syn as u32);
+            reassemble(h, cfg, self.id, dir, ts, seq, plen, d.payload, sink);
+        }
+
+        PacketInfo {
+            flow_id: self.id,
+            dir,
+            flags: fl,
+            rel_seq,
+            rel_ack,
+            payload_len: plen,
+            window,
+            in_flight,
+            retransmission,
+            out_of_order,
+            dup_ack,
+            zero_window,
+            keep_alive,
+        }
+    }
+
+    fn dir_summary(&self, s: usize) -> DirSummary {
+        let h = &self.half[s];
+        let oh = &self.half[1 - s];
+        DirSummary {
+            packets: h.packets,
+            wire_bytes: h.wire_bytes,
+            payload_bytes: h.payload_bytes,
+            data_segments: h.data_segments,
+            retransmissions: h.retransmissions,
+            retransmitted_bytes: h.retransmitted_bytes,
+            out_of_order: h.out_of_order,
+            dup_acks: h.dup_acks,
+            zero_windows: h.zero_windows,
+            acks: h.advancing_acks,
+            segments_per_ack: (h.data_segments > 0 && oh.advancing_acks > 0)
+                .then(|| h.data_segments as f64 / oh.advancing_acks as f64),
+            rtt: h.rtt.summary(),
+            in_flight_max_bytes: h.in_flight_max,
+            in_flight_p50_bytes: h.in_flight.summary().p50_ns,
+            window_min_bytes: h.window_min,
+            window_max_bytes: h.window_max,
+            mss: h.mss_opt,
+            wscale: h.wscale_opt,
+            receiver_limited_segments: h.receiver_limited,
+            sender_limited_segments: h.sender_limited,
+            app_limited_segments: h.app_limited,
+        }
+    }
+
+    fn summary(&self) -> FlowSummary {
+        let handshake = match (self.syn_ts, self.synack_ts) {
+            (Some(a), Some(b)) if b >= a => {
+                let second = self.hs_ack_ts.filter(|&c| c >= b).map(|c| (c - b) as u64);
+                Some(Handshake {
+                    syn_to_synack_ns: (b - a) as u64,
+                    synack_to_ack_ns: second,
+                    rtt_ns: (b - a) as u64 + second.unwrap_or(0),
+                })
+            }
+            _ => None,
+        };
+        let state = match self.reset {
+            Some(Dir::ClientToServer) => "reset_by_client",
+            Some(Dir::ServerToClient) => "reset_by_server",
+            None if self.closed => "closed",
+            None => "open",
+        };
+        let mut s = FlowSummary {
+            id: self.id,
+            client: self.client,
+            server: self.server,
+            handshake_seen: self.syn_ts.is_some(),
+            first_ts_ns: self.first_ts,
+            last_ts_ns: self.last_ts,
+            duration_s: (self.last_ts - self.first_ts) as f64 / 1e9,
+            handshake,
+            state,
+            client_to_server: self.dir_summary(0),
+            server_to_client: self.dir_summary(1),
+            diagnosis: String::new(),
+        };
+        s.diagnosis = diagnose(&s);
+        s
+    }
+}
+
+fn fmt_ns(ns: u64) -> String {
+    crate::units::fmt_nanos(ns as f64)
+}
+
+/// One line saying what held a connection back, from its summary.
+pub fn diagnose(s: &FlowSummary) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let (bulk_dir, bulk) = s.bulk();
+    let (recv, who_recv) = match bulk_dir {
+        Dir::ClientToServer => (&s.server_to_client, "server"),
+        Dir::ServerToClient => (&s.client_to_server, "client"),
+    };
+    let sender = match bulk_dir {
+        Dir::ClientToServer => "client",
+        Dir::ServerToClient => "server",
+    };
+    match s.state {
+        "reset_by_client" => parts.push("reset by the client".into()),
+        "reset_by_server" => parts.push("reset by the server".into()),
+        _ => {}
+    }
+    if bulk.payload_bytes == 0 {
+        if s.packets() <= 3 && !s.handshake_seen {
+            parts.push("no data seen".into());
+        } else if s.handshake.is_none() && s.handshake_seen {
+            parts.push("handshake not answered".into());
+        } else {
+            parts.push("no data exchanged".into());
+        }
+        return parts.join("; ");
+    }
+    let zero = recv.zero_windows;
+    if zero > 0 {
+        parts.push(format!(
+            "{who_recv} advertised a zero window {zero} time{} (its application did not read fast enough)",
+            if zero == 1 { "" } else { "s" }
+        ));
+    }
+    let classified =
+        bulk.receiver_limited_segments + bulk.sender_limited_segments + bulk.app_limited_segments;
+    if classified > 0 {
+        let pct = |n: u64| 100.0 * n as f64 / classified as f64;
+        let (r, c, a) = (
+            pct(bulk.receiver_limited_segments),
+            pct(bulk.sender_limited_segments),
+            pct(bulk.app_limited_segments),
+        );
+        if r >= 50.0 {
+            parts.push(format!(
+                "receiver-limited: in flight reached the {who_recv}'s window (max {}) in {r:.0}% of segments",
+                crate::units::fmt_bytes(recv.window_max_bytes)
+            ));
+        } else if c >= a {
+            parts.push(format!(
+                "sender/congestion-limited: {sender} sent full segments with in flight below the window ({c:.0}% of segments)"
+            ));
+        } else {
+            parts.push(format!(
+                "application-limited: {sender} sent short writes with in flight below the window ({a:.0}% of segments)"
+            ));
+        }
+    }
+    if bulk.data_segments > 0 && bulk.retransmissions > 0 {
+        parts.push(format!(
+            "{} retransmission{} ({:.1}% of data segments)",
+            bulk.retransmissions,
+            if bulk.retransmissions == 1 { "" } else { "s" },
+            100.0 * bulk.retransmissions as f64 / bulk.data_segments as f64
+        ));
+    }
+    if recv.dup_acks > 0 {
+        parts.push(format!(
+            "{} duplicate ACKs from the {who_recv}",
+            recv.dup_acks
+        ));
+    }
+    if let Some(spa) = bulk.segments_per_ack
+        && bulk.data_segments >= 20
+    {
+        if spa >= 8.0 {
+            parts.push(format!(
+                "{who_recv} ACKs every {spa:.1} segments (stretch ACKs)"
+            ));
+        } else if spa <= 1.2 {
+            parts.push(format!("{who_recv} ACKs every segment"));
+        }
+    }
+    if let Some(hs) = s.handshake
+        && bulk.rtt.count >= 3
+        && hs.rtt_ns > 0
+        && bulk.rtt.p50_ns > 4 * hs.rtt_ns
+        && bulk.rtt.p50_ns > 1_000_000
+    {
+        parts.push(format!(
+            "data RTT p50 {} is {:.0}x the handshake RTT {} (queueing or delayed ACKs)",
+            fmt_ns(bulk.rtt.p50_ns),
+            bulk.rtt.p50_ns as f64 / hs.rtt_ns as f64,
+            fmt_ns(hs.rtt_ns)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("no trouble seen".into());
+    }
+    parts.join("; ")
+}
+
+impl fmt::Display for Dir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dir::ClientToServer => "client->server",
+            Dir::ServerToClient => "server->client",
+        })
+    }
+}
+
+/// A stateless guess of a packet's direction for `capture stats --by-direction`: a SYN comes from the client,
+/// a SYN-ACK from the server, otherwise the lower port is the server's. `None` for non-TCP/UDP packets.
+pub fn guess_dir(d: &Decoded<'_>) -> Option<Dir> {
+    let (sp, dp) = d.ports()?;
+    if let Some(t) = d.tcp()
+        && t.flags & flags::SYN != 0
+    {
+        return Some(if t.flags & flags::ACK == 0 {
+            Dir::ClientToServer
+        } else {
+            Dir::ServerToClient
+        });
+    }
+    let client_is_src = match sp.cmp(&dp) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => addr_gt(d.src, d.dst),
+    };
+    Some(if client_is_src {
+        Dir::ClientToServer
+    } else {
+        Dir::ServerToClient
+    })
+}
+
+fn addr_gt(a: IpAddr, b: IpAddr) -> bool {
+    a > b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::decode::{decode, tests::ipv4_tcp};
+    use crate::capture::read::LinkType;
+
+    const C: [u8; 4] = [10, 0, 0, 1];
+    const S: [u8; 4] = [10, 0, 0, 2];
+
+    struct Feed {
+        tr: FlowTracker,
+        infos: Vec<PacketInfo>,
+    }
+    impl Feed {
+        fn new() -> Self {
+            Feed {
+                tr: FlowTracker::new(TrackerConfig::default()),
+                infos: Vec::new(),
+            }
+        }
+        fn pkt(
+            &mut self,
+            ts_us: i64,
+            from_client: bool,
+            seq: u32,
+            ack: u32,
+            fl: u8,
+            len: usize,
+        ) -> PacketInfo {
+            self.pkt_with(ts_us, from_client, seq, ack, fl, &vec![b'x'; len], None)
+        }
+        #[allow(clippy::too_many_arguments)]
+        fn pkt_with(
+            &mut self,
+            ts_us: i64,
+            from_client: bool,
+            seq: u32,
+            ack: u32,
+            fl: u8,
+            payload: &[u8],
+            sink: Option<&mut dyn StreamSink>,
+        ) -> PacketInfo {
+            let p = if from_client {
+                ipv4_tcp(C, S, 40000, 80, seq, ack, fl, payload)
+            } else {
+                ipv4_tcp(S, C, 80, 40000, seq, ack, fl, payload)
+            };
+            let d = decode(LinkType::RAW, &p, p.len() as u32).unwrap();
+            let i = self
+                .tr
+                .process_with(ts_us * 1000, p.len() as u32, &d, sink)
+                .unwrap();
+            self.infos.push(i);
+            i
+        }
+    }
+
+    const A: u8 = flags::ACK;
+    const PA: u8 = flags::ACK | flags::PSH;
+
+    #[test]
+    fn samples_match_the_histogram_few_or_many() {
+        for n in [1usize, 7, FEW, FEW + 1, 5000] {
+            let mut s = Samples::default();
+            let mut h = LatencyHistogram::new();
+            for i in 0..n as u64 {
+                let v = 1000 + (i * 7919) % 100_000;
+                s.record(v);
+                h.record_ns(v);
+            }
+            let (a, b) = (s.summary(), h.summary());
+            assert_eq!((a.count, a.min_ns, a.max_ns), (b.count, b.min_ns, b.max_ns));
+            for (x, y) in [(a.p50_ns, b.p50_ns), (a.p99_ns, b.p99_ns)] {
+                assert!(
+                    (x as f64 - y as f64).abs() <= y as f64 * 1e-3,
+                    "n={n}: {x} vs {y}"
+                );
+            }
+            assert!((a.mean_ns - b.mean_ns).abs() < 1e-6 * b.mean_ns);
+        }
+    }
+
+    #[test]
+    fn handshake_rtt_data_rtt_in_flight_and_retransmission() {
+        let mut f = Feed::new();
+        f.pkt(0, true, 1000, 0, flags::SYN, 0);
+        f.pkt(10_000, false, 5000, 1001, flags::SYN | A, 0);
+        f.pkt(10_100, true, 1001, 5001, A, 0);
+        // Client sends 3 segments of 100 bytes; the server ACKs after the second and third.
+        let i = f.pkt(11_000, true, 1001, 5001, PA, 100);
+        assert_eq!((i.rel_seq, i.in_flight), (1, Some(100)));
+        assert_eq!(
+            f.pkt(11_001, true, 1101, 5001, PA, 100).in_flight,
+            Some(200)
+        );
+        f.pkt(11_002, true, 1201, 5001, PA, 100);
+        f.pkt(21_001, false, 5001, 1201, A, 0); // RTT 10 ms for the second segment
+        // The third is retransmitted after its timeout, then ACKed: no RTT sample (Karn).
+        let r = f.pkt(231_002, true, 1201, 5001, PA, 100);
+        assert!(r.retransmission && !r.out_of_order);
+        f.pkt(241_002, false, 5001, 1301, A, 0);
+        // Two duplicate ACKs and a zero window.
+        let d1 = f.pkt(241_100, false, 5001, 1301, A, 0);
+        assert!(d1.dup_ack);
+        let fin = f.pkt(250_000, true, 1301, 5001, flags::FIN | A, 0);
+        assert_eq!(fin.rel_seq, 301);
+        f.pkt(250_100, false, 5001, 1302, flags::FIN | A, 0);
+        f.pkt(250_200, true, 1302, 5002, A, 0);
+        let (flows, counters) = f.tr.finish_all(None);
+        assert_eq!(flows.len(), 1);
+        assert_eq!(counters.tcp_packets, 13);
+        let s = &flows[0];
+        assert_eq!(s.state, "closed");
+        assert_eq!(s.client, "10.0.0.1:40000".parse().unwrap());
+        let hs = s.handshake.unwrap();
+        assert_eq!(hs.syn_to_synack_ns, 10_000_000);
+        assert_eq!(hs.synack_to_ack_ns, Some(100_000));
+        let c = &s.client_to_server;
+        assert_eq!(c.payload_bytes, 400);
+        assert_eq!(c.data_segments, 4);
+        assert_eq!(c.retransmissions, 1);
+        assert_eq!(c.in_flight_max_bytes, 300);
+        // Samples: SYN -> SYN-ACK and the second data segment -> its ACK (10 ms), FIN -> ACK (100 us).
+        assert_eq!(c.rtt.count, 3);
+        assert_eq!((c.rtt.min_ns, c.rtt.max_ns), (100_000, 10_000_000));
+        assert_eq!(s.server_to_client.rtt.count, 2);
+        assert_eq!(s.server_to_client.dup_acks, 1);
+        // Advancing ACKs from the server: SYN-ACK, 1201, 1301 and the FIN's 1302.
+        assert_eq!(s.server_to_client.acks, 4);
+        assert_eq!(c.segments_per_ack, Some(1.0));
+        assert!(s.diagnosis.contains("retransmission"), "{}", s.diagnosis);
+    }
+
+    #[test]
+    fn window_scaling_zero_window_and_receiver_limit() {
+        let mut f = Feed::new();
+        f.pkt(0, true, 0, 0, flags::SYN, 0); // wscale 7 from the fixture
+        f.pkt(100, false, 0, 1, flags::SYN | A, 0);
+        let i = f.pkt(200, true, 1, 1, A, 0);
+        assert_eq!(i.window, 512 << 7);
+        // The SYN-ACK's window is never scaled; the server's first ACK gives the real one.
+        assert_eq!(f.pkt(250, false, 1, 1, A, 0).window, 512 << 7);
+        // Server window is 512 << 7 = 65536: client fills it.
+        let mut seq = 1u32;
+        for k in 0..50 {
+            let i = f.pkt(300 + k, true, seq, 1, PA, 1460);
+            seq += 1460;
+            assert!(i.in_flight.is_some());
+        }
+        let mut zw = ipv4_tcp(S, C, 80, 40000, 1, seq, A, b"");
+        zw[20 + 14] = 0;
+        zw[20 + 15] = 0;
+        let d = decode(LinkType::RAW, &zw, zw.len() as u32).unwrap();
+        let i = f.tr.process(1_000_000, zw.len() as u32, &d).unwrap();
+        assert!(i.zero_window);
+        assert_eq!(i.window, 0);
+        let (flows, _) = f.tr.finish_all(None);
+        let s = &flows[0];
+        assert_eq!(s.server_to_client.zero_windows, 1);
+        assert!(s.client_to_server.receiver_limited_segments > 0);
+        assert!(s.client_to_server.sender_limited_segments > 0);
+        assert!(s.diagnosis.contains("zero window"), "{}", s.diagnosis);
+    }
+
+    #[derive(Default)]
+    struct Collect {
+        bytes: [Vec<u8>; 2],
+        gaps: Vec<(Dir, u64, u64)>,
+        finished: usize,
+    }
+    impl StreamSink for Collect {
+        fn data(&mut self, _id: u64, dir: Dir, _ts: i64, offset: u64, data: &[u8]) {
+            assert_eq!(
+                offset as usize,
+                self.bytes[dir.idx()].len()
+                    + self
+                        .gaps
+                        .iter()
+                        .filter(|g| g.0 == dir)
+                        .map(|g| g.2 as usize)
+                        .sum::<usize>()
+            );
+            self.bytes[dir.idx()].extend_from_slice(data);
+        }
+        fn gap(&mut self, _id: u64, dir: Dir, offset: u64, len: u64) {
+            self.gaps.push((dir, offset, len));
+        }
+        fn finished(&mut self, _s: &FlowSummary) {
+            self.finished += 1;
+        }
+    }
+
+    #[test]
+    fn stream_hook_reorders_and_trims_retransmissions() {
+        let mut f = Feed::new();
+        let mut c = Collect::default();
+        f.pkt_with(0, true, 99, 0, flags::SYN, b"", Some(&mut c));
+        f.pkt_with(1, false, 0, 100, flags::SYN | A, b"", Some(&mut c));
+        f.pkt_with(2, true, 100, 1, PA, b"hello ", Some(&mut c));
+        f.pkt_with(3, true, 112, 1, PA, b"world", Some(&mut c)); // ahead: held
+        f.pkt_with(4, true, 106, 1, PA, b"there ", Some(&mut c)); // fills the hole
+        f.pkt_with(5, true, 103, 1, PA, b"lo there", Some(&mut c)); // overlap: trimmed away
+        f.pkt_with(6, false, 1, 117, PA, b"ok", Some(&mut c));
+        let (_, _) = f.tr.finish_all(Some(&mut c));
+        assert_eq!(c.bytes[0], b"hello there world");
+        assert_eq!(c.bytes[1], b"ok");
+        assert!(c.gaps.is_empty());
+        assert_eq!(c.finished, 1);
+    }
+
+    #[test]
+    fn port_reuse_starts_a_new_connection_and_closed_flows_are_evicted() {
+        let mut f = Feed::new();
+        f.pkt(0, true, 0, 0, flags::SYN, 0);
+        f.pkt(1, false, 0, 1, flags::SYN | A, 0);
+        f.pkt(2, true, 1, 1, flags::RST, 0);
+        assert_eq!(f.tr.open_flows(), 1);
+        let i = f.pkt(10, true, 777, 0, flags::SYN, 0);
+        assert_eq!(i.flow_id, 2);
+        // Ten seconds later anything closed is gone from memory.
+        f.pkt(20, false, 0, 778, flags::RST | A, 0);
+        f.pkt(20_000_000, true, 778, 1, A, 0);
+        assert_eq!(f.tr.open_flows(), 1);
+        let (flows, _) = f.tr.finish_all(None);
+        assert_eq!(flows.len(), 3);
+        assert_eq!(flows[0].state, "reset_by_client");
+        assert_eq!(flows[1].state, "reset_by_server");
+        assert!(!flows[2].handshake_seen);
+    }
+}

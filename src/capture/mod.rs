@@ -1,0 +1,577 @@
+//! Capture analysis: read tcpdump captures fast and show what TCP did.
+//!
+//! - [`read`]: streaming pcap / pcapng / gzip reader that hands out borrowed packets.
+//! - [`decode`](mod@decode): link layer, IPv4/IPv6, TCP (with options), UDP.
+//! - [`flows`]: TCP connection tracking (RTT, in flight, window, retransmissions, ...) and the in-order
+//!   stream hook ([`flows::StreamSink`]).
+//! - [`stats`]: tcpstat's per-interval view.
+//! - [`rpc`]: per-request latency of application protocols (`capture rpc`); [`matching`]: the same requests
+//!   in a client-side and a server-side capture (`capture match`).
+//!
+//! The drivers here ([`stats`](fn@run_stats), [`run_flows`], [`run_timeline`]) read a file once, apply a
+//! [`Filter`] and return typed results; a file that cannot be read to its end still gives its results, with
+//! the reason in `warning`.
+//!
+//! For other analyses (issue 7), read packets with [`Packets`]:
+//! ```no_run
+//! # use roundtrip::capture::{Packets, Filter};
+//! let mut pk = Packets::open(std::path::Path::new("x.pcap")).unwrap();
+//! while let Some((pkt, decoded)) = pk.next_decoded() {
+//!     let _ = (pkt.ts_ns, decoded.map(|d| d.payload_len));
+//! }
+//! ```
+
+pub mod decode;
+pub mod flows;
+pub mod matching;
+pub mod read;
+pub mod rpc;
+pub mod stats;
+
+use decode::{Decoded, NotIp, decode};
+use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
+use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
+use serde::Serialize;
+use stats::{StatsDir, StatsEngine, StatsRow};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+use thiserror::Error;
+
+/// A filter argument that could not be understood.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FilterError {
+    /// `--host` is not an IP address.
+    #[error(
+        "--host '{0}' is not an IP address (give e.g. 10.0.0.1 or ::1; names are not resolved)"
+    )]
+    Host(String),
+    /// `--flow` is not two endpoints.
+    #[error(
+        "--flow '{0}' is not two endpoints: write ADDR:PORT-ADDR:PORT, e.g. 10.0.0.1:40000-10.0.0.2:80 or [::1]:5201-[::1]:40000"
+    )]
+    Flow(String),
+}
+
+/// Which packets to look at. All given conditions must hold; the empty filter takes everything.
+///
+/// Syntax (documented in `roundtrip capture --help`):
+/// - `--host ADDR`: either address is ADDR.
+/// - `--port N`: either TCP/UDP port is N.
+/// - `--flow A:P-B:P` (or `A:P,B:P`): one TCP/UDP conversation, either direction; IPv6 as `[ADDR]:PORT`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Either address.
+    pub host: Option<IpAddr>,
+    /// Either port.
+    pub port: Option<u16>,
+    /// Both endpoints, in either order.
+    pub flow: Option<(SocketAddr, SocketAddr)>,
+}
+
+impl Filter {
+    /// True when no condition is set.
+    pub fn is_empty(&self) -> bool {
+        self.host.is_none() && self.port.is_none() && self.flow.is_none()
+    }
+
+    /// Parses `--host`.
+    pub fn parse_host(s: &str) -> Result<IpAddr, FilterError> {
+        s.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| FilterError::Host(s.to_string()))
+    }
+
+    /// Parses `--flow`.
+    pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), FilterError> {
+        let err = || FilterError::Flow(s.to_string());
+        let (a, b) = s
+            .split_once(',')
+            .or_else(|| s.split_once('-'))
+            .or_else(|| s.split_once(' '))
+            .ok_or_else(err)?;
+        let a: SocketAddr = a.trim().parse().map_err(|_| err())?;
+        let b: SocketAddr = b.trim().parse().map_err(|_| err())?;
+        Ok((a, b))
+    }
+
+    /// True when the packet passes. Non-IP packets pass only the empty filter.
+    #[inline]
+    pub fn matches(&self, d: Option<&Decoded<'_>>) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        let Some(d) = d else { return false };
+        if let Some(h) = self.host
+            && d.src != h
+            && d.dst != h
+        {
+            return false;
+        }
+        let ports = d.ports();
+        if let Some(p) = self.port {
+            match ports {
+                Some((s, t)) if s == p || t == p => {}
+                _ => return false,
+            }
+        }
+        if let Some((a, b)) = self.flow {
+            let Some((sp, dp)) = ports else { return false };
+            let src = SocketAddr::new(d.src, sp);
+            let dst = SocketAddr::new(d.dst, dp);
+            if !((src == a && dst == b) || (src == b && dst == a)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// What reading the file found, besides the analysis.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CaptureInfo {
+    /// The file as given.
+    pub file: String,
+    /// "pcap", "pcap-ns" or "pcapng".
+    pub format: &'static str,
+    /// True when gzip-compressed.
+    pub gzip: bool,
+    /// Uncompressed bytes read.
+    pub file_bytes: u64,
+    /// Packets read.
+    pub packets_read: u64,
+    /// Packets that passed the filter.
+    pub packets_matched: u64,
+    /// Packets that could not be decoded down to IP (ARP, other link types, headers cut short).
+    pub packets_not_ip: u64,
+    /// The first undecodable packet's reason, for the note.
+    pub not_ip_example: Option<String>,
+    /// Link types seen (names).
+    pub link_types: Vec<String>,
+    /// Why reading stopped before the end of the file, with the byte offset.
+    pub warning: Option<String>,
+    /// Byte offset of the unreadable record, when reading stopped early.
+    pub warning_offset: Option<u64>,
+}
+
+/// An error that prevents any analysis.
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    /// The file could not be opened or is not a capture.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+/// Reads packets and decodes them; the building block for every capture analysis.
+#[derive(Debug)]
+pub struct Packets {
+    reader: CaptureReader,
+    info: CaptureInfo,
+    links: Vec<read::LinkType>,
+}
+
+impl Packets {
+    /// Opens a capture file.
+    pub fn open(path: &Path) -> Result<Self, CaptureError> {
+        let reader = CaptureReader::open(path)?;
+        let format = match reader.format() {
+            Format::PcapMicro => "pcap",
+            Format::PcapNano => "pcap-ns",
+            Format::Pcapng => "pcapng",
+        };
+        Ok(Packets {
+            info: CaptureInfo {
+                file: path.display().to_string(),
+                format,
+                gzip: reader.is_gzip(),
+                ..CaptureInfo::default()
+            },
+            reader,
+            links: Vec::new(),
+        })
+    }
+
+    /// The next raw packet, without decoding.
+    #[inline]
+    pub fn next_raw(&mut self) -> Option<Packet<'_>> {
+        let p = self.reader.next_packet()?;
+        self.info.packets_read += 1;
+        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
+            self.links.push(p.link);
+        }
+        Some(p)
+    }
+
+    /// The next packet and its decoding (`None` for packets that are not IP).
+    #[inline(always)]
+    pub fn next_decoded(&mut self) -> Option<(Packet<'_>, Option<Decoded<'_>>)> {
+        let p = self.reader.next_packet()?;
+        self.info.packets_read += 1;
+        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
+            self.links.push(p.link);
+        }
+        let d = match decode(p.link, p.data, p.orig_len) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.info.packets_not_ip += 1;
+                if self.info.not_ip_example.is_none() {
+                    self.info.not_ip_example =
+                        Some(format!("packet {}: {e}", self.info.packets_read));
+                }
+                if matches!(e, NotIp::UnsupportedLink(_)) {
+                    // Counted; nothing more to learn from it.
+                }
+                None
+            }
+        };
+        Some((p, d))
+    }
+
+    /// Finishes reading and returns what was found (warning included).
+    pub fn finish(mut self) -> CaptureInfo {
+        self.info.file_bytes = self.reader.offset();
+        self.info.link_types = self.links.iter().map(|l| l.to_string()).collect();
+        if let Some(w) = self.reader.warning() {
+            self.info.warning = Some(w.to_string());
+            self.info.warning_offset = Some(w.offset);
+        }
+        self.info
+    }
+
+    /// The reader's warning so far.
+    pub fn warning(&self) -> Option<&ReadWarning> {
+        self.reader.warning()
+    }
+
+    fn matched(&mut self) {
+        self.info.packets_matched += 1;
+    }
+}
+
+/// Result of `capture stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatsResult {
+    /// The file and how it was read.
+    pub capture: CaptureInfo,
+    /// Interval length.
+    pub interval_s: f64,
+    /// First packet (Unix ns).
+    pub first_ts_ns: Option<i64>,
+    /// Last packet (Unix ns).
+    pub last_ts_ns: Option<i64>,
+    /// Per-interval rows.
+    pub rows: Vec<StatsRow>,
+    /// The whole capture (rates over first to last packet).
+    pub total: StatsRow,
+}
+
+/// `capture stats`: per-interval packet counts, rates and sizes.
+pub fn run_stats(
+    path: &Path,
+    filter: &Filter,
+    interval: Duration,
+    by_direction: bool,
+) -> Result<StatsResult, CaptureError> {
+    let mut pk = Packets::open(path)?;
+    let mut eng = StatsEngine::new(interval, by_direction);
+    if filter.is_empty() && !by_direction {
+        // Fast path: no decoding at all.
+        while let Some(p) = pk.next_raw() {
+            eng.add(p.ts_ns, p.orig_len, StatsDir::All);
+        }
+        pk.info.packets_matched = pk.info.packets_read;
+    } else {
+        while let Some((p, d)) = pk.next_decoded() {
+            if !filter.matches(d.as_ref()) {
+                continue;
+            }
+            let dir = if by_direction {
+                StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
+            } else {
+                StatsDir::All
+            };
+            let (ts, len) = (p.ts_ns, p.orig_len);
+            eng.add(ts, len, dir);
+            pk.matched();
+        }
+    }
+    let first = eng.first_ts_ns();
+    let last = eng.last_ts_ns();
+    let (rows, total) = eng.finish();
+    Ok(StatsResult {
+        capture: pk.finish(),
+        interval_s: interval.as_secs_f64(),
+        first_ts_ns: first,
+        last_ts_ns: last,
+        rows,
+        total,
+    })
+}
+
+/// Result of `capture flows`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowsResult {
+    /// The file and how it was read.
+    pub capture: CaptureInfo,
+    /// Tracker counters.
+    pub counters: TrackerCounters,
+    /// One summary per TCP connection, in order of first packet.
+    pub flows: Vec<FlowSummary>,
+}
+
+/// `capture flows`: one summary per TCP connection. `sink`, when given, receives every connection's payload
+/// in order.
+pub fn run_flows(
+    path: &Path,
+    filter: &Filter,
+    config: TrackerConfig,
+    mut sink: Option<&mut dyn StreamSink>,
+) -> Result<FlowsResult, CaptureError> {
+    let mut pk = Packets::open(path)?;
+    let mut tr = FlowTracker::new(config);
+    let mut matched = 0u64;
+    while let Some((p, d)) = pk.next_decoded() {
+        let Some(d) = d else { continue };
+        if !filter.matches(Some(&d)) {
+            continue;
+        }
+        matched += 1;
+        tr.process_with(p.ts_ns, p.orig_len, &d, flows::reborrow(&mut sink));
+    }
+    pk.info.packets_matched = matched;
+    let (flows, counters) = tr.finish_all(sink);
+    Ok(FlowsResult {
+        capture: pk.finish(),
+        counters,
+        flows,
+    })
+}
+
+/// One line of `capture timeline`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelineRow {
+    /// Packet time, Unix ns.
+    pub ts_ns: i64,
+    /// Time since the previous packet of the connection.
+    pub delta_ns: u64,
+    /// Direction.
+    pub direction: flows::Dir,
+    /// Flags, tcpdump style.
+    pub flags: String,
+    /// Relative sequence number.
+    pub seq: u32,
+    /// Relative acknowledgement number.
+    pub ack: Option<u32>,
+    /// Payload length.
+    pub len: u32,
+    /// Advertised window (scaled).
+    pub window_bytes: u64,
+    /// Bytes in flight from the sender after this packet.
+    pub in_flight_bytes: Option<u64>,
+    /// Notes: retransmission, out-of-order, dup-ack, zero-window, keep-alive.
+    pub notes: Vec<&'static str>,
+}
+
+/// Result of `capture timeline`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelineResult {
+    /// The file and how it was read.
+    pub capture: CaptureInfo,
+    /// The connection shown (its summary), when one matched.
+    pub flow: Option<FlowSummary>,
+    /// One row per packet of that connection.
+    pub rows: Vec<TimelineRow>,
+}
+
+fn notes(i: &PacketInfo) -> Vec<&'static str> {
+    let mut n = Vec::new();
+    if i.retransmission {
+        n.push("retransmission");
+    }
+    if i.out_of_order {
+        n.push("out-of-order");
+    }
+    if i.dup_ack {
+        n.push("dup-ack");
+    }
+    if i.zero_window {
+        n.push("zero-window");
+    }
+    if i.keep_alive {
+        n.push("keep-alive");
+    }
+    n
+}
+
+/// `capture timeline`: every packet of one TCP connection (the first connection that passes `filter`).
+pub fn run_timeline(
+    path: &Path,
+    filter: &Filter,
+    config: TrackerConfig,
+) -> Result<TimelineResult, CaptureError> {
+    let mut pk = Packets::open(path)?;
+    let mut tr = FlowTracker::new(config);
+    let mut chosen: Option<u64> = None;
+    let mut rows = Vec::new();
+    let mut prev_ts: Option<i64> = None;
+    while let Some((p, d)) = pk.next_decoded() {
+        let Some(d) = d else { continue };
+        if d.tcp().is_none() || !filter.matches(Some(&d)) {
+            continue;
+        }
+        let ts = p.ts_ns;
+        let len = p.orig_len;
+        let Some(info) = tr.process(ts, len, &d) else {
+            continue;
+        };
+        let id = *chosen.get_or_insert(info.flow_id);
+        if info.flow_id != id {
+            continue;
+        }
+        pk.matched();
+        let delta = prev_ts.map_or(0, |p| ts.saturating_sub(p).max(0) as u64);
+        prev_ts = Some(ts);
+        rows.push(TimelineRow {
+            ts_ns: ts,
+            delta_ns: delta,
+            direction: info.dir,
+            flags: decode::flags_text(info.flags),
+            seq: info.rel_seq,
+            ack: info.rel_ack,
+            len: info.payload_len,
+            window_bytes: info.window,
+            in_flight_bytes: info.in_flight,
+            notes: notes(&info),
+        });
+    }
+    let (flows, _) = tr.finish_all(None);
+    let flow = chosen.and_then(|id| flows.into_iter().find(|f| f.id == id));
+    Ok(TimelineResult {
+        capture: pk.finish(),
+        flow,
+        rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_syntax() {
+        let (a, b) = Filter::parse_flow("10.0.0.1:40000-10.0.0.2:80").unwrap();
+        assert_eq!(a, "10.0.0.1:40000".parse().unwrap());
+        assert_eq!(b.port(), 80);
+        let (a, _) = Filter::parse_flow("[::1]:5201,[::1]:40000").unwrap();
+        assert_eq!(a.port(), 5201);
+        assert!(Filter::parse_flow("[::1]:5201-[::2]:1").is_ok());
+        assert!(matches!(
+            Filter::parse_flow("10.0.0.1-10.0.0.2"),
+            Err(FilterError::Flow(_))
+        ));
+        assert!(Filter::parse_host("::1").is_ok());
+        assert!(Filter::parse_host("[::1]").is_ok());
+        assert!(matches!(
+            Filter::parse_host("localhost"),
+            Err(FilterError::Host(_))
+        ));
+    }
+
+    #[test]
+    fn filter_matches_either_direction() {
+        use decode::tests::ipv4_tcp;
+        let p = ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            40000,
+            80,
+            0,
+            0,
+            decode::flags::ACK,
+            b"",
+        );
+        let d = decode(read::LinkType::RAW, &p, p.len() as u32).unwrap();
+        let f = |host: Option<&str>, port: Option<u16>, flow: Option<&str>| Filter {
+            host: host.map(|h| Filter::parse_host(h).unwrap()),
+            port,
+            flow: flow.map(|x| Filter::parse_flow(x).unwrap()),
+        };
+        assert!(f(None, None, None).matches(Some(&d)));
+        assert!(f(None, None, None).matches(None));
+        assert!(!f(Some("1.1.1.1"), None, None).matches(None));
+        assert!(f(Some("2.2.2.2"), Some(80), None).matches(Some(&d)));
+        assert!(!f(Some("2.2.2.3"), None, None).matches(Some(&d)));
+        assert!(!f(None, Some(81), None).matches(Some(&d)));
+        assert!(f(None, None, Some("2.2.2.2:80-1.1.1.1:40000")).matches(Some(&d)));
+        assert!(!f(None, None, Some("2.2.2.2:80-1.1.1.1:40001")).matches(Some(&d)));
+    }
+
+    /// Random and truncated bytes never panic the reader, the decoder or the tracker.
+    #[test]
+    fn random_and_truncated_input_never_panics() {
+        use read::tests::{epb, idb, pcap_header, pcap_record, shb};
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pkt = decode::tests::ipv4_tcp(
+            [1, 2, 3, 4],
+            [5, 6, 7, 8],
+            1,
+            2,
+            3,
+            4,
+            decode::flags::SYN,
+            b"abc",
+        );
+        let mut seeds: Vec<Vec<u8>> = Vec::new();
+        for big in [false, true] {
+            let mut f = pcap_header(big, false, 101, 65535);
+            f.extend(pcap_record(big, 1, 2, &pkt, pkt.len() as u32));
+            f.extend(pcap_record(big, 1, 3, &pkt, pkt.len() as u32));
+            seeds.push(f);
+            let mut f = shb(big);
+            f.extend(idb(big, 101, 0, Some(9)));
+            f.extend(epb(big, 0, 5, &pkt, pkt.len() as u32));
+            seeds.push(f);
+        }
+        let run = |bytes: Vec<u8>| {
+            let Ok(mut r) = CaptureReader::from_reader(Box::new(std::io::Cursor::new(bytes)))
+            else {
+                return;
+            };
+            let mut tr = FlowTracker::new(TrackerConfig::default());
+            while let Some(p) = r.next_packet() {
+                if let Ok(d) = decode(p.link, p.data, p.orig_len) {
+                    tr.process(p.ts_ns, p.orig_len, &d);
+                }
+            }
+            let _ = tr.finish_all(None);
+        };
+        for seed in &seeds {
+            for cut in 0..seed.len() {
+                run(seed[..cut].to_vec());
+            }
+            for _ in 0..600 {
+                let mut m = seed.clone();
+                for _ in 0..(rnd() % 6 + 1) {
+                    let i = (rnd() as usize) % m.len();
+                    m[i] = rnd() as u8;
+                }
+                run(m);
+            }
+        }
+        // Pure noise through every link type decoder.
+        for _ in 0..5000 {
+            let n = (rnd() % 120) as usize;
+            let b: Vec<u8> = (0..n).map(|_| rnd() as u8).collect();
+            for link in [0u16, 1, 101, 108, 113, 228, 229, 276] {
+                let _ = decode(read::LinkType(link), &b, rnd() as u32);
+            }
+        }
+    }
+}

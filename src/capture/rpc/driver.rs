@@ -1,0 +1,526 @@
+//! From decoded packets to protocol matchers: connection tracking, client/server roles, protocol choice and
+//! TCP reassembly (in sequence order, retransmissions dropped, out-of-order segments held back within a bound,
+//! bytes the capture lacks reported as gaps so the parsers resynchronise instead of failing).
+//!
+//! Memory is bounded by the open connections, the out-of-order bytes held per direction ([`MAX_OOO_BYTES`])
+//! and the requests still waiting for their response.
+#![forbid(unsafe_code)]
+
+use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// Out-of-order bytes held per direction before the hole is declared lost.
+pub const MAX_OOO_BYTES: usize = 4 << 20;
+/// Out-of-order segments held per direction before the hole is declared lost.
+pub const MAX_OOO_SEGMENTS: usize = 2048;
+/// UDP address pairs idle this long are closed (their open requests reported).
+pub const UDP_IDLE: Duration = Duration::from_secs(120);
+
+/// TCP flag bits.
+pub mod flags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+}
+
+/// The transport header of a decoded packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4 {
+    /// TCP with its sequence number, acknowledgement number and flags.
+    Tcp {
+        /// Sequence number of the first payload byte (of the SYN for a SYN).
+        seq: u32,
+        /// Acknowledgement number (meaningful with the ACK flag).
+        ack: u32,
+        /// Flag bits ([`flags`]).
+        flags: u8,
+    },
+    /// UDP.
+    Udp,
+}
+
+/// One decoded packet, as the capture reader gives it.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    /// Capture timestamp (since the Unix epoch).
+    pub ts: Duration,
+    /// Source address and port.
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// TCP or UDP header fields.
+    pub l4: L4,
+    /// The payload bytes that are in the capture.
+    pub payload: &'a [u8],
+    /// Payload length on the wire (more than `payload.len()` when the snap length cut the packet).
+    pub wire_len: u32,
+}
+
+/// What the driver knows about one connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnInfo {
+    /// Connection number (order of first appearance).
+    pub id: u64,
+    /// Client address.
+    pub client: SocketAddr,
+    /// Server address.
+    pub server: SocketAddr,
+    /// Protocol parsed.
+    pub proto: Proto,
+    /// TCP or UDP.
+    pub carrier: Carrier,
+}
+
+/// Receives what the driver finds.
+pub trait Sink {
+    /// A completed transaction on connection `conn`.
+    fn transaction(&mut self, conn: &ConnInfo, t: Transaction);
+    /// An anomaly on connection `conn`.
+    fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly);
+}
+
+/// Which protocol to parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProtoChoice {
+    /// By port, then by content; generic turns for unknown TCP, UDP ignored.
+    #[default]
+    Auto,
+    /// This protocol for every connection (UDP only for NFS and DNS).
+    Force(Proto),
+}
+
+#[derive(Debug, Default)]
+struct Half {
+    /// Next expected sequence number.
+    next: Option<u32>,
+    /// Segments ahead of `next`: offset from `next` at insertion time is not stable, so keyed by absolute
+    /// distance from `base`.
+    ooo: BTreeMap<u64, (Duration, Vec<u8>, u32)>,
+    /// Sequence number that offsets in `ooo` are counted from.
+    base: u32,
+    /// Stream offset of `next` from `base`.
+    pos: u64,
+    ooo_bytes: usize,
+    fin: bool,
+}
+
+struct Conn {
+    info: ConnInfo,
+    /// Index 0: the side that sends requests (the client).
+    client_is_src_of_key: bool,
+    matcher: Option<Box<dyn ConnMatcher + Send>>,
+    halves: [Half; 2],
+    last_ts: Duration,
+    closed: bool,
+    /// The protocol was fixed by port or by force; otherwise decided on the first payload.
+    decided: bool,
+}
+
+type Key = (IpAddr, u16, IpAddr, u16, bool);
+
+fn key(src: SocketAddr, dst: SocketAddr, udp: bool) -> (Key, bool) {
+    let a = (src.ip(), src.port());
+    let b = (dst.ip(), dst.port());
+    if a <= b {
+        ((a.0, a.1, b.0, b.1, udp), true)
+    } else {
+        ((b.0, b.1, a.0, a.1, udp), false)
+    }
+}
+
+/// Counters of what the driver saw.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct DriverCounts {
+    /// Packets given to the driver.
+    pub packets: u64,
+    /// Payload bytes on the wire.
+    pub payload_bytes: u64,
+    /// Connections (and UDP address pairs) seen.
+    pub connections: u64,
+    /// TCP segments that only repeated bytes already delivered.
+    pub retransmitted_segments: u64,
+    /// Bytes reported to the parsers as missing.
+    pub gap_bytes: u64,
+}
+
+/// Routes decoded packets to per-connection matchers.
+pub struct Driver {
+    choice: ProtoChoice,
+    conns: FxHashMap<Key, Conn>,
+    next_id: u64,
+    out: Out,
+    counts: DriverCounts,
+    last_ts: Duration,
+    last_sweep: Duration,
+}
+
+impl Driver {
+    /// A driver choosing protocols as `choice` says.
+    pub fn new(choice: ProtoChoice) -> Self {
+        Driver {
+            choice,
+            conns: FxHashMap::default(),
+            next_id: 0,
+            out: Out::default(),
+            counts: DriverCounts::default(),
+            last_ts: Duration::ZERO,
+            last_sweep: Duration::ZERO,
+        }
+    }
+
+    /// What was seen so far.
+    pub fn counts(&self) -> DriverCounts {
+        self.counts
+    }
+
+    /// Connections currently tracked.
+    pub fn open_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn flush(out: &mut Out, info: &ConnInfo, sink: &mut dyn Sink) {
+        for t in out.transactions.drain(..) {
+            sink.transaction(info, t);
+        }
+        for a in out.anomalies.drain(..) {
+            sink.anomaly(info, a);
+        }
+    }
+
+    /// Feeds one decoded packet.
+    pub fn segment(&mut self, s: &Segment<'_>, sink: &mut dyn Sink) {
+        self.counts.packets += 1;
+        self.counts.payload_bytes += s.wire_len as u64;
+        self.last_ts = self.last_ts.max(s.ts);
+        let udp = matches!(s.l4, L4::Udp);
+        let (k, src_is_a) = key(s.src, s.dst, udp);
+        let tcp_flags = match s.l4 {
+            L4::Tcp { flags, .. } => flags,
+            L4::Udp => 0,
+        };
+        let syn_only = tcp_flags & flags::SYN != 0 && tcp_flags & flags::ACK == 0;
+        // A new connection on a reused address pair.
+        if syn_only
+            && let Some(c) = self.conns.get(&k)
+            && (c.closed || c.halves.iter().any(|h| h.next.is_some()))
+        {
+            let mut c = self.conns.remove(&k).expect("present");
+            self.close(&mut c, s.ts, sink);
+        }
+        if !self.conns.contains_key(&k) {
+            if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
+                return; // a bare ACK/FIN/RST of a connection we never saw carry data
+            }
+            let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
+                return;
+            };
+            self.conns.insert(k, c);
+        }
+        let conn = self.conns.get_mut(&k).expect("inserted");
+        conn.last_ts = s.ts;
+        let dir = if src_is_a == conn.client_is_src_of_key {
+            Dir::Request
+        } else {
+            Dir::Response
+        };
+        self.out.conn = conn.info.id;
+        if !conn.decided && !s.payload.is_empty() {
+            let carrier = conn.info.carrier;
+            if let Some(p) = detect::by_content(dir, s.payload, carrier) {
+                conn.info.proto = p;
+                conn.matcher = Some(p.matcher(carrier));
+            }
+            conn.decided = true;
+        }
+        let Some(m) = conn.matcher.as_mut() else {
+            return;
+        };
+        match s.l4 {
+            L4::Udp => {
+                m.on_data(dir, s.ts, 0, s.payload, &mut self.out);
+                if (s.payload.len() as u32) < s.wire_len {
+                    m.on_gap(
+                        dir,
+                        s.ts,
+                        (s.wire_len as usize - s.payload.len()) as u64,
+                        &mut self.out,
+                    );
+                }
+            }
+            L4::Tcp { seq, ack, flags: f } => {
+                // What the other side acknowledges but the capture never showed is a gap.
+                if f & flags::ACK != 0 {
+                    let other = 1 - dir.index();
+                    let odir = if other == 0 {
+                        Dir::Request
+                    } else {
+                        Dir::Response
+                    };
+                    let h = &mut conn.halves[other];
+                    if let Some(next) = h.next {
+                        let ahead = ack.wrapping_sub(next) as i32;
+                        if ahead > 0 && !h.ooo.is_empty() {
+                            // bytes up to the first held segment (or the ack) are gone
+                            let first_off = *h.ooo.keys().next().expect("non-empty");
+                            let hole = (first_off - h.pos).min(ahead as u64);
+                            if hole > 0 {
+                                self.counts.gap_bytes += hole;
+                                m.on_gap(odir, s.ts, hole, &mut self.out);
+                                h.next = Some(next.wrapping_add(hole as u32));
+                                h.pos += hole;
+                            }
+                            Self::drain_ooo(h, odir, m.as_mut(), &mut self.out);
+                        }
+                    }
+                }
+                let h = &mut conn.halves[dir.index()];
+                let mut seq = seq;
+                if f & flags::SYN != 0 {
+                    seq = seq.wrapping_add(1);
+                    h.next = Some(seq);
+                    h.base = seq;
+                    h.pos = 0;
+                }
+                if !s.payload.is_empty() || s.wire_len > 0 {
+                    let next = *h.next.get_or_insert_with(|| {
+                        h.base = seq;
+                        seq
+                    });
+                    let rel = seq.wrapping_sub(next) as i32;
+                    if rel > 0 {
+                        if h.ooo.len() < MAX_OOO_SEGMENTS
+                            && h.ooo_bytes + s.payload.len() <= MAX_OOO_BYTES
+                        {
+                            let off = h.pos + rel as u64;
+                            h.ooo_bytes += s.payload.len();
+                            h.ooo
+                                .entry(off)
+                                .or_insert((s.ts, s.payload.to_vec(), s.wire_len));
+                        } else {
+                            // Give up on the hole.
+                            self.counts.gap_bytes += rel as u64;
+                            m.on_gap(dir, s.ts, rel as u64, &mut self.out);
+                            h.next = Some(seq);
+                            h.pos += rel as u64;
+                            Self::deliver(
+                                h,
+                                dir,
+                                s.ts,
+                                seq,
+                                s.payload,
+                                s.wire_len,
+                                m.as_mut(),
+                                &mut self.out,
+                            );
+                            Self::drain_ooo(h, dir, m.as_mut(), &mut self.out);
+                        }
+                    } else {
+                        let skip = (-rel) as u32;
+                        if skip >= s.wire_len {
+                            self.counts.retransmitted_segments += 1;
+                        } else {
+                            let cut = (skip as usize).min(s.payload.len());
+                            Self::deliver(
+                                h,
+                                dir,
+                                s.ts,
+                                seq.wrapping_add(skip),
+                                &s.payload[cut..],
+                                s.wire_len - skip,
+                                m.as_mut(),
+                                &mut self.out,
+                            );
+                            Self::drain_ooo(h, dir, m.as_mut(), &mut self.out);
+                        }
+                    }
+                }
+                if f & flags::FIN != 0 {
+                    h.fin = true;
+                }
+                if f & flags::RST != 0 || conn.halves.iter().all(|h| h.fin) {
+                    conn.closed = true;
+                }
+            }
+        }
+        let info = conn.info.clone();
+        let closed = conn.closed;
+        Self::flush(&mut self.out, &info, sink);
+        if closed {
+            let mut c = self.conns.remove(&k).expect("present");
+            self.close(&mut c, s.ts, sink);
+        }
+        if s.ts.saturating_sub(self.last_sweep) > UDP_IDLE {
+            self.last_sweep = s.ts;
+            self.sweep_udp(s.ts, sink);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        h: &mut Half,
+        dir: Dir,
+        ts: Duration,
+        seq: u32,
+        payload: &[u8],
+        wire_len: u32,
+        m: &mut (dyn ConnMatcher + Send),
+        out: &mut Out,
+    ) {
+        let payload = &payload[..payload.len().min(wire_len as usize)];
+        if !payload.is_empty() {
+            m.on_data(dir, ts, seq, payload, out);
+        }
+        let missing = wire_len as u64 - payload.len() as u64;
+        if missing > 0 {
+            m.on_gap(dir, ts, missing, out);
+        }
+        h.next = Some(seq.wrapping_add(wire_len));
+        h.pos += wire_len as u64;
+    }
+
+    fn drain_ooo(h: &mut Half, dir: Dir, m: &mut (dyn ConnMatcher + Send), out: &mut Out) {
+        while let Some((&off, _)) = h.ooo.iter().next() {
+            if off > h.pos {
+                break;
+            }
+            let (ts, data, wire) = h.ooo.remove(&off).expect("present");
+            h.ooo_bytes -= data.len();
+            let skip = h.pos - off;
+            if skip >= wire as u64 {
+                continue;
+            }
+            let next = h.next.unwrap_or(0);
+            let cut = (skip as usize).min(data.len());
+            Self::deliver(h, dir, ts, next, &data[cut..], wire - skip as u32, m, out);
+        }
+    }
+
+    fn new_conn(
+        &mut self,
+        s: &Segment<'_>,
+        src_is_a: bool,
+        syn_only: bool,
+        udp: bool,
+    ) -> Option<Conn> {
+        let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
+        let sp = s.src.port();
+        let dp = s.dst.port();
+        // Who is the client: the SYN's sender; else the side not on a service port; else the higher port.
+        let src_is_client = if syn_only {
+            true
+        } else if let L4::Tcp { flags: f, .. } = s.l4
+            && f & flags::SYN != 0
+        {
+            false // SYN+ACK comes from the server
+        } else {
+            match (
+                self.forced_or_port(dp, carrier),
+                self.forced_or_port(sp, carrier),
+            ) {
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                _ => {
+                    if detect::is_service_port(dp) != detect::is_service_port(sp) {
+                        detect::is_service_port(dp)
+                    } else {
+                        sp >= dp
+                    }
+                }
+            }
+        };
+        let (client, server) = if src_is_client {
+            (s.src, s.dst)
+        } else {
+            (s.dst, s.src)
+        };
+        let (proto, decided) = match self.choice {
+            ProtoChoice::Force(p) => (p, true),
+            ProtoChoice::Auto => match detect::by_port(server.port(), carrier) {
+                Some(p) => (p, true),
+                None => (Proto::Generic, false),
+            },
+        };
+        if udp && !matches!(proto, Proto::Nfs | Proto::Dns) && decided {
+            return None;
+        }
+        let matcher = if decided || !udp {
+            Some(proto.matcher(carrier))
+        } else {
+            None
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.counts.connections += 1;
+        Some(Conn {
+            info: ConnInfo {
+                id,
+                client,
+                server,
+                proto,
+                carrier,
+            },
+            client_is_src_of_key: src_is_client == src_is_a,
+            matcher,
+            halves: [Half::default(), Half::default()],
+            last_ts: s.ts,
+            closed: false,
+            decided,
+        })
+    }
+
+    fn forced_or_port(&self, port: u16, carrier: Carrier) -> Option<Proto> {
+        detect::by_port(port, carrier)
+    }
+
+    fn close(&mut self, c: &mut Conn, ts: Duration, sink: &mut dyn Sink) {
+        self.out.conn = c.info.id;
+        if let Some(m) = c.matcher.as_mut() {
+            for (i, h) in c.halves.iter_mut().enumerate() {
+                let dir = if i == 0 { Dir::Request } else { Dir::Response };
+                if let Some((&off, _)) = h.ooo.iter().next() {
+                    let hole = off - h.pos;
+                    m.on_gap(dir, ts, hole, &mut self.out);
+                    self.counts.gap_bytes += hole;
+                    h.next = Some(h.next.unwrap_or(0).wrapping_add(hole as u32));
+                    h.pos = off;
+                    Self::drain_ooo(h, dir, m.as_mut(), &mut self.out);
+                }
+            }
+            m.on_close(ts.max(c.last_ts), &mut self.out);
+        }
+        Self::flush(&mut self.out, &c.info, sink);
+    }
+
+    fn sweep_udp(&mut self, now: Duration, sink: &mut dyn Sink) {
+        let idle: Vec<Key> = self
+            .conns
+            .iter()
+            .filter(|(k, c)| k.4 && now.saturating_sub(c.last_ts) > UDP_IDLE)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in idle {
+            if let Some(mut c) = self.conns.remove(&k) {
+                let last = c.last_ts;
+                self.close(&mut c, last, sink);
+            }
+        }
+    }
+
+    /// The capture ended: every connection still open is closed (open requests are reported).
+    pub fn finish(&mut self, sink: &mut dyn Sink) {
+        let mut all: Vec<Conn> = self.conns.drain().map(|(_, c)| c).collect();
+        all.sort_by_key(|c| c.info.id);
+        let end = self.last_ts;
+        for mut c in all {
+            self.close(&mut c, end, sink);
+        }
+    }
+}

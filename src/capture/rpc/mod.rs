@@ -1,0 +1,747 @@
+//! Request/response matching for application protocols seen in a capture.
+//!
+//! Each protocol has a per-connection matcher driven through [`ConnMatcher`]: the bytes of each direction in
+//! TCP order (`on_data`, one call per segment, with its timestamp and the TCP sequence number of its first byte),
+//! the bytes that are missing (`on_gap`: cut by the snap length or lost before the capture point), and the end
+//! of the connection (`on_close`). A matcher emits [`Transaction`]s and [`Anomaly`]s into an [`Out`]; it never
+//! fails: bytes it cannot frame are reported once and skipped until something that looks like the start of a
+//! message arrives at a segment boundary.
+//!
+//! The shared machinery is here: [`Framed`] turns the per-direction byte stream into protocol data units
+//! (PDUs: a header the protocol parses, then a body that is skipped, even when it is missing from the capture)
+//! and hands them to the protocol's pairing logic. [`driver`] reassembles TCP from decoded packets and routes
+//! them to the right matcher; [`stats`] aggregates transactions per operation.
+#![forbid(unsafe_code)]
+
+pub mod detect;
+pub mod dns;
+pub mod driver;
+pub mod generic;
+pub mod http;
+pub mod mysql;
+pub mod oncrpc;
+pub mod pgsql;
+pub mod redis;
+pub mod run;
+pub mod stats;
+pub mod tns;
+
+pub use driver::Driver;
+use serde::Serialize;
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// Which way bytes travel in a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dir {
+    /// From the client (the side that opened the connection or sent the first request) to the server.
+    Request,
+    /// From the server to the client.
+    Response,
+}
+
+impl Dir {
+    /// Index 0 for requests, 1 for responses.
+    pub fn index(self) -> usize {
+        match self {
+            Dir::Request => 0,
+            Dir::Response => 1,
+        }
+    }
+}
+
+/// How the messages of a connection are carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Carrier {
+    /// A TCP byte stream.
+    Tcp,
+    /// UDP datagrams: each `on_data` call is one whole message.
+    Udp,
+}
+
+/// Outcome of a request as far as the response shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The response says it worked (or the protocol has no status).
+    #[default]
+    Ok,
+    /// The response reports an error (RPC denied/error status, SQL error, Redis error, HTTP >= 400, DNS rcode).
+    Error,
+}
+
+/// One request and its response.
+///
+/// Times are capture timestamps. The latency of a transaction, as tshark's `rpc.time`, `dns.time` and
+/// `http.time` define it, runs from the packet that completes the request to the packet that completes the
+/// response ([`Transaction::latency`]); the first-byte times are kept as well.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transaction {
+    /// Connection number given by the driver (0 when driven by hand).
+    pub conn: u64,
+    /// Operation name (READ, GETATTR, SELECT, GET, A, ...).
+    pub op: Cow<'static, str>,
+    /// Time of the request's first byte.
+    pub request_ts: Duration,
+    /// Time of the packet that completed the request.
+    pub request_end_ts: Duration,
+    /// Time of the response's first byte.
+    pub response_ts: Duration,
+    /// Time of the packet that completed the response.
+    pub response_end_ts: Duration,
+    /// TCP sequence number of the request's first byte (None for UDP).
+    pub request_seq: Option<u32>,
+    /// Protocol identifier of the request (ONC-RPC XID, DNS ID), when it has one.
+    pub xid: Option<u32>,
+    /// What the response said.
+    pub status: Status,
+}
+
+impl Transaction {
+    /// From the end of the request to the end of the response (tshark's definition).
+    pub fn latency(&self) -> Duration {
+        self.response_end_ts.saturating_sub(self.request_end_ts)
+    }
+}
+
+/// Something that could not be paired or parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    /// A response with no request before it (the capture started mid-stream, or the request was lost).
+    ResponseWithoutRequest,
+    /// A request identifier seen again while the first request was still open (the first one is dropped).
+    DuplicateRequest,
+    /// A request still waiting for its response when the connection or the capture ended.
+    NoResponse,
+    /// Bytes that are not this protocol; skipped until a message start is recognised again.
+    Unparseable,
+    /// Bytes missing from the capture (snap length, loss) where the protocol needed them to frame messages.
+    LostFraming,
+    /// A response that had started when the connection or the capture ended.
+    IncompleteResponse,
+}
+
+impl AnomalyKind {
+    /// Short, stable name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnomalyKind::ResponseWithoutRequest => "response without request",
+            AnomalyKind::DuplicateRequest => "request id seen twice",
+            AnomalyKind::NoResponse => "no response",
+            AnomalyKind::Unparseable => "unparseable bytes",
+            AnomalyKind::LostFraming => "framing lost in a gap",
+            AnomalyKind::IncompleteResponse => "response cut by the end",
+        }
+    }
+}
+
+/// One anomaly.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Anomaly {
+    /// Connection number.
+    pub conn: u64,
+    /// When it was seen.
+    pub ts: Duration,
+    /// What it was.
+    pub kind: AnomalyKind,
+}
+
+/// Where matchers put what they found; the caller drains it.
+#[derive(Debug, Default)]
+pub struct Out {
+    /// Connection number stamped on everything pushed.
+    pub conn: u64,
+    /// Completed transactions.
+    pub transactions: Vec<Transaction>,
+    /// Anomalies.
+    pub anomalies: Vec<Anomaly>,
+}
+
+impl Out {
+    /// An empty output for connection `conn`.
+    pub fn new(conn: u64) -> Self {
+        Out {
+            conn,
+            ..Default::default()
+        }
+    }
+
+    /// Adds a transaction (stamps the connection number).
+    pub fn push(&mut self, mut t: Transaction) {
+        t.conn = self.conn;
+        self.transactions.push(t);
+    }
+
+    /// Adds an anomaly.
+    pub fn anomaly(&mut self, ts: Duration, kind: AnomalyKind) {
+        self.anomalies.push(Anomaly {
+            conn: self.conn,
+            ts,
+            kind,
+        });
+    }
+}
+
+/// The interface every protocol matcher implements, one instance per connection (or UDP address pair).
+pub trait ConnMatcher {
+    /// Bytes of one segment (TCP, in sequence order, without duplicates) or one whole datagram (UDP).
+    /// `seq` is the TCP sequence number of `data[0]` (0 for UDP).
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out);
+    /// `len` bytes of the stream that are not in the capture (snap length cut, or lost), right after the
+    /// bytes last given to `on_data`. For UDP: the part of the last datagram that the snap length cut.
+    fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out);
+    /// The connection closed or the capture ended: requests still open are reported.
+    fn on_close(&mut self, ts: Duration, out: &mut Out);
+}
+
+/// The protocols `capture rpc` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Proto {
+    /// ONC-RPC (NFS v3/v4, mount, portmap, ...).
+    Nfs,
+    /// PostgreSQL frontend/backend protocol.
+    Pgsql,
+    /// MySQL / MariaDB client protocol.
+    Mysql,
+    /// Redis RESP2 / RESP3.
+    Redis,
+    /// DNS over UDP and TCP.
+    Dns,
+    /// HTTP/1.0 and HTTP/1.1.
+    Http,
+    /// Oracle TNS.
+    Tns,
+    /// Any TCP request/response turns.
+    Generic,
+}
+
+impl Proto {
+    /// Every protocol, in the order detection tries them.
+    pub const ALL: [Proto; 8] = [
+        Proto::Nfs,
+        Proto::Pgsql,
+        Proto::Mysql,
+        Proto::Redis,
+        Proto::Dns,
+        Proto::Http,
+        Proto::Tns,
+        Proto::Generic,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Nfs => "nfs",
+            Proto::Pgsql => "pgsql",
+            Proto::Mysql => "mysql",
+            Proto::Redis => "redis",
+            Proto::Dns => "dns",
+            Proto::Http => "http",
+            Proto::Tns => "tns",
+            Proto::Generic => "generic",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(s: &str) -> Option<Proto> {
+        Proto::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .or(match s.to_ascii_lowercase().as_str() {
+                "rpc" | "oncrpc" | "sunrpc" => Some(Proto::Nfs),
+                "postgres" | "postgresql" => Some(Proto::Pgsql),
+                "mariadb" => Some(Proto::Mysql),
+                "oracle" => Some(Proto::Tns),
+                _ => None,
+            })
+    }
+
+    /// A new matcher for one connection of this protocol.
+    pub fn matcher(self, carrier: Carrier) -> Box<dyn ConnMatcher + Send> {
+        match self {
+            Proto::Nfs => Box::new(Framed::new(oncrpc::OncRpc::new(carrier), carrier)),
+            Proto::Pgsql => Box::new(Framed::new(pgsql::Pgsql::new(), carrier)),
+            Proto::Mysql => Box::new(Framed::new(mysql::Mysql::new(), carrier)),
+            Proto::Redis => Box::new(Framed::new(redis::Redis::new(), carrier)),
+            Proto::Dns => Box::new(Framed::new(dns::Dns::new(carrier), carrier)),
+            Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
+            Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
+            Proto::Generic => Box::new(generic::Generic::new()),
+        }
+    }
+}
+
+impl std::fmt::Display for Proto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a protocol's framer says about the bytes at the start of a message.
+#[derive(Debug)]
+pub enum Frame<I> {
+    /// More bytes are needed to tell.
+    Need,
+    /// These bytes are not the start of a message of this protocol.
+    Bad,
+    /// A message of `len` bytes in all (header and body) starts here.
+    Msg {
+        /// Whole length of the message, including the bytes already given.
+        len: u64,
+        /// What the protocol wants to remember about it.
+        info: I,
+    },
+}
+
+/// One framed message with its timing.
+#[derive(Debug, Clone)]
+pub struct Pdu<I> {
+    /// Direction.
+    pub dir: Dir,
+    /// Time of the first byte.
+    pub first_ts: Duration,
+    /// Time of the packet that held the last byte (or the last captured byte, when the end was cut).
+    pub last_ts: Duration,
+    /// TCP sequence number of the first byte.
+    pub seq: u32,
+    /// Length of the message.
+    pub len: u64,
+    /// The protocol's parse of the header.
+    pub info: I,
+}
+
+/// A protocol plugged into [`Framed`]: how to frame messages and how to pair them.
+pub trait Protocol {
+    /// What the framer extracts from a message header.
+    type Info;
+    /// Parses the start of a message from `buf` (which begins at a message boundary). With `at_end`, no more
+    /// contiguous bytes will come (a gap or the end of a datagram follows): answer `Msg` if the length can be
+    /// told from what is there, otherwise `Bad`.
+    fn frame(&mut self, dir: Dir, buf: &[u8], at_end: bool) -> Frame<Self::Info>;
+    /// After framing was lost: does this segment, starting at `seg[0]`, look like the start of a message?
+    fn looks_like_start(&self, dir: Dir, seg: &[u8]) -> bool;
+    /// A complete message.
+    fn on_pdu(&mut self, pdu: Pdu<Self::Info>, out: &mut Out);
+    /// Framing was lost in `dir` (garbage or a gap inside a header): drop pairing state that depended on it.
+    fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out);
+    /// End of the connection.
+    fn on_close(&mut self, ts: Duration, out: &mut Out);
+}
+
+/// Largest header a framer may ask to see at once; beyond that the message is framed as if at a gap.
+pub const MAX_HEADER: usize = 64 * 1024;
+
+#[derive(Debug)]
+struct InProgress<I> {
+    first_ts: Duration,
+    seq: u32,
+    len: u64,
+    info: I,
+}
+
+#[derive(Debug)]
+struct StreamState<I> {
+    /// Header bytes collected so far (empty when the next message starts at the next byte).
+    buf: Vec<u8>,
+    buf_first_ts: Duration,
+    buf_seq: u32,
+    /// Body bytes still to skip for the message in progress.
+    skip: u64,
+    cur: Option<InProgress<I>>,
+    /// Framing lost: wait for a segment that looks like a message start.
+    lost: bool,
+}
+
+impl<I> StreamState<I> {
+    fn new() -> Self {
+        StreamState {
+            buf: Vec::new(),
+            buf_first_ts: Duration::ZERO,
+            buf_seq: 0,
+            skip: 0,
+            cur: None,
+            lost: false,
+        }
+    }
+}
+
+/// A [`ConnMatcher`] made of a [`Protocol`]: frames both directions, then lets the protocol pair the messages.
+pub struct Framed<P: Protocol> {
+    proto: P,
+    carrier: Carrier,
+    dirs: [StreamState<P::Info>; 2],
+}
+
+impl<P: Protocol> Framed<P> {
+    /// Wraps a protocol.
+    pub fn new(proto: P, carrier: Carrier) -> Self {
+        Framed {
+            proto,
+            carrier,
+            dirs: [StreamState::new(), StreamState::new()],
+        }
+    }
+
+    /// The protocol inside (for tests).
+    pub fn protocol(&self) -> &P {
+        &self.proto
+    }
+
+    fn lose(&mut self, dir: Dir, ts: Duration, kind: AnomalyKind, out: &mut Out) {
+        let st = &mut self.dirs[dir.index()];
+        let report = !st.lost;
+        st.lost = true;
+        st.buf.clear();
+        st.skip = 0;
+        st.cur = None;
+        if report {
+            out.anomaly(ts, kind);
+        }
+        self.proto.on_lost(dir, ts, out);
+    }
+
+    fn finish_cur(&mut self, dir: Dir, ts: Duration, out: &mut Out) {
+        if let Some(c) = self.dirs[dir.index()].cur.take() {
+            self.proto.on_pdu(
+                Pdu {
+                    dir,
+                    first_ts: c.first_ts,
+                    last_ts: ts,
+                    seq: c.seq,
+                    len: c.len,
+                    info: c.info,
+                },
+                out,
+            );
+        }
+    }
+
+    fn udp(&mut self, dir: Dir, ts: Duration, data: &[u8], out: &mut Out) {
+        match self.proto.frame(dir, data, true) {
+            Frame::Msg { len, info } => self.proto.on_pdu(
+                Pdu {
+                    dir,
+                    first_ts: ts,
+                    last_ts: ts,
+                    seq: 0,
+                    len,
+                    info,
+                },
+                out,
+            ),
+            _ => out.anomaly(ts, AnomalyKind::Unparseable),
+        }
+    }
+}
+
+impl<P: Protocol> ConnMatcher for Framed<P> {
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, mut data: &[u8], out: &mut Out) {
+        if self.carrier == Carrier::Udp {
+            return self.udp(dir, ts, data, out);
+        }
+        let d = dir.index();
+        if self.dirs[d].lost {
+            if data.is_empty() || !self.proto.looks_like_start(dir, data) {
+                return;
+            }
+            self.dirs[d].lost = false;
+        }
+        let mut seq = seq;
+        while !data.is_empty() {
+            let st = &mut self.dirs[d];
+            if st.skip > 0 {
+                let n = (st.skip.min(data.len() as u64)) as usize;
+                st.skip -= n as u64;
+                data = &data[n..];
+                seq = seq.wrapping_add(n as u32);
+                if st.skip == 0 {
+                    self.finish_cur(dir, ts, out);
+                }
+                continue;
+            }
+            // At a message boundary, possibly with header bytes buffered.
+            let (verdict, used_buf, avail) = if st.buf.is_empty() {
+                (self.proto.frame(dir, data, false), false, data.len())
+            } else {
+                let old = st.buf.len();
+                let take = data.len().min(MAX_HEADER.saturating_sub(old).max(1));
+                st.buf.extend_from_slice(&data[..take]);
+                let v = self.proto.frame(dir, &st.buf, st.buf.len() >= MAX_HEADER);
+                (v, true, st.buf.len())
+            };
+            let st = &mut self.dirs[d];
+            match verdict {
+                Frame::Need => {
+                    if !used_buf {
+                        if data.len() >= MAX_HEADER {
+                            self.lose(dir, ts, AnomalyKind::Unparseable, out);
+                            return;
+                        }
+                        st.buf.extend_from_slice(data);
+                        st.buf_first_ts = ts;
+                        st.buf_seq = seq;
+                    }
+                    return;
+                }
+                Frame::Bad => {
+                    self.lose(dir, ts, AnomalyKind::Unparseable, out);
+                    return;
+                }
+                Frame::Msg { len, info } => {
+                    let len = len.max(1);
+                    // Bytes of the message that came before `data[0]` (buffered from earlier segments).
+                    let (first_ts, first_seq, prev) = if used_buf {
+                        let appended = avail.min(data.len());
+                        let prev = (avail - appended) as u64;
+                        st.buf.clear();
+                        (st.buf_first_ts, st.buf_seq, prev)
+                    } else {
+                        (ts, seq, 0)
+                    };
+                    st.cur = Some(InProgress {
+                        first_ts,
+                        seq: first_seq,
+                        len,
+                        info,
+                    });
+                    st.skip = len.saturating_sub(prev);
+                    if st.skip == 0 {
+                        self.finish_cur(dir, ts, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out) {
+        if self.carrier == Carrier::Udp || len == 0 {
+            return;
+        }
+        let d = dir.index();
+        if self.dirs[d].lost {
+            return;
+        }
+        let st = &mut self.dirs[d];
+        if st.skip > 0 {
+            if len < st.skip {
+                st.skip -= len;
+                return;
+            }
+            let rest = len - st.skip;
+            st.skip = 0;
+            self.finish_cur(dir, ts, out);
+            if rest > 0 {
+                self.lose(dir, ts, AnomalyKind::LostFraming, out);
+            }
+            return;
+        }
+        if st.buf.is_empty() {
+            // The gap starts at a message boundary: nothing to frame it with.
+            self.lose(dir, ts, AnomalyKind::LostFraming, out);
+            return;
+        }
+        // A header cut short: frame it with what is there.
+        let buf = std::mem::take(&mut st.buf);
+        match self.proto.frame(dir, &buf, true) {
+            Frame::Msg { len: mlen, info } => {
+                let st = &mut self.dirs[d];
+                let have = buf.len() as u64 + len;
+                st.cur = Some(InProgress {
+                    first_ts: st.buf_first_ts,
+                    seq: st.buf_seq,
+                    len: mlen,
+                    info,
+                });
+                if have < mlen {
+                    st.skip = mlen - have;
+                } else if have == mlen {
+                    self.finish_cur(dir, ts, out);
+                } else {
+                    self.finish_cur(dir, ts, out);
+                    self.lose(dir, ts, AnomalyKind::LostFraming, out);
+                }
+            }
+            _ => self.lose(dir, ts, AnomalyKind::LostFraming, out),
+        }
+    }
+
+    fn on_close(&mut self, ts: Duration, out: &mut Out) {
+        let before = out.anomalies.len();
+        self.proto.on_close(ts, out);
+        if self.dirs[Dir::Response.index()].cur.take().is_some() {
+            // The request the protocol reports unanswered was being answered when the capture ended.
+            match out.anomalies[before..]
+                .iter_mut()
+                .find(|a| a.kind == AnomalyKind::NoResponse)
+            {
+                Some(a) => a.kind = AnomalyKind::IncompleteResponse,
+                None => out.anomaly(ts, AnomalyKind::IncompleteResponse),
+            }
+        }
+    }
+}
+
+/// A fast non-cryptographic hasher (the Fx hash of rustc) for the per-packet and per-request maps; the keys
+/// come from captures, but the maps are bounded, so hash flooding only costs time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FxHasher {
+    hash: u64,
+}
+
+impl std::hash::Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut v = [0u8; 8];
+            v[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(v));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// A HashMap with [`FxHasher`].
+pub type FxHashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// Reads a big-endian u32 at `at`, if the bytes are there.
+#[inline]
+pub(crate) fn be32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Reads a big-endian u16 at `at`, if the bytes are there.
+#[inline]
+pub(crate) fn be16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]))
+}
+
+/// The first SQL keyword of a statement, upper-cased (skipping spaces, comments and parentheses).
+pub(crate) fn sql_verb(text: &[u8]) -> String {
+    let mut i = 0;
+    loop {
+        while i < text.len()
+            && (text[i].is_ascii_whitespace() || text[i] == b'(' || text[i] == b';')
+        {
+            i += 1;
+        }
+        if text[i..].starts_with(b"--") {
+            while i < text.len() && text[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if text[i..].starts_with(b"/*") {
+            match text[i + 2..].windows(2).position(|w| w == b"*/") {
+                Some(p) => i += p + 4,
+                None => i = text.len(),
+            }
+            continue;
+        }
+        break;
+    }
+    let start = i;
+    while i < text.len() && (text[i].is_ascii_alphabetic() || text[i] == b'_') && i - start < 24 {
+        i += 1;
+    }
+    if i == start {
+        return "OTHER".into();
+    }
+    String::from_utf8_lossy(&text[start..i]).to_ascii_uppercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sql_verbs() {
+        assert_eq!(sql_verb(b"  select 1"), "SELECT");
+        assert_eq!(sql_verb(b"/* hi */ INSERT into t"), "INSERT");
+        assert_eq!(sql_verb(b"-- c\nupdate x"), "UPDATE");
+        assert_eq!(sql_verb(b"(select 1)"), "SELECT");
+        assert_eq!(sql_verb(b""), "OTHER");
+        assert_eq!(sql_verb(b"/* unterminated"), "OTHER");
+        assert_eq!(sql_verb(b"123"), "OTHER");
+    }
+
+    #[test]
+    fn proto_names_round_trip() {
+        for p in Proto::ALL {
+            assert_eq!(Proto::parse(p.name()), Some(p));
+        }
+        assert_eq!(Proto::parse("postgresql"), Some(Proto::Pgsql));
+        assert_eq!(Proto::parse("smtp"), None);
+    }
+}
+
+#[cfg(test)]
+mod tests_fixtures;
+
+/// Drives a fresh matcher of `proto` from a byte script, for fuzzing and randomised tests: the first byte picks
+/// TCP or UDP; then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
+/// length) followed by that many data bytes. Never panics, whatever the bytes.
+pub fn replay(proto: Proto, script: &[u8]) -> Out {
+    let Some((&first, mut rest)) = script.split_first() else {
+        return Out::default();
+    };
+    let carrier = if first & 1 == 0 {
+        Carrier::Tcp
+    } else {
+        Carrier::Udp
+    };
+    let mut m = proto.matcher(carrier);
+    let mut out = Out::default();
+    let mut seq = [0u32; 2];
+    let mut t = 0u64;
+    while let Some((&ctl, tail)) = rest.split_first() {
+        t += 1;
+        let ts = Duration::from_micros(t);
+        let dir = if ctl & 0x80 == 0 {
+            Dir::Request
+        } else {
+            Dir::Response
+        };
+        let len = (ctl & 0x3f) as usize;
+        if ctl & 0x40 != 0 {
+            let gap = len as u64 * 97;
+            m.on_gap(dir, ts, gap, &mut out);
+            seq[dir.index()] = seq[dir.index()].wrapping_add(gap as u32);
+            rest = tail;
+            continue;
+        }
+        let n = len.min(tail.len());
+        m.on_data(dir, ts, seq[dir.index()], &tail[..n], &mut out);
+        seq[dir.index()] = seq[dir.index()].wrapping_add(n as u32);
+        rest = &tail[n..];
+    }
+    m.on_close(Duration::from_micros(t + 1), &mut out);
+    out
+}

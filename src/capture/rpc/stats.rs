@@ -1,0 +1,359 @@
+//! Per-operation latency statistics of matched transactions: count, errors, the summary of
+//! [`crate::stats::LatencyHistogram`], the N slowest requests with their timestamps, per-interval rows and
+//! optional per-connection rows.
+#![forbid(unsafe_code)]
+
+use super::driver::{ConnInfo, Sink};
+use super::{Anomaly, AnomalyKind, Proto, Status, Transaction};
+use crate::stats::{LatencyHistogram, Summary};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One of the slowest requests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Slow {
+    /// Latency (request end to response end), nanoseconds.
+    pub latency_ns: u64,
+    /// Protocol.
+    pub proto: Proto,
+    /// Operation.
+    pub op: String,
+    /// Time of the request's first byte, Unix seconds.
+    pub request_unix_s: f64,
+    /// Client address.
+    pub client: SocketAddr,
+    /// Server address.
+    pub server: SocketAddr,
+    /// XID / message ID, when the protocol has one.
+    pub xid: Option<u32>,
+    /// TCP sequence number of the request's first byte.
+    pub request_seq: Option<u32>,
+    /// The response reported an error.
+    pub error: bool,
+}
+
+impl Eq for Slow {}
+
+impl PartialOrd for Slow {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Slow {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.latency_ns
+            .cmp(&other.latency_ns)
+            .then_with(|| other.request_unix_s.total_cmp(&self.request_unix_s))
+    }
+}
+
+/// Statistics of one operation.
+#[derive(Debug, Clone)]
+pub struct OpStats {
+    /// Protocol.
+    pub proto: Proto,
+    /// Operation name.
+    pub op: String,
+    /// Latencies.
+    pub latency: LatencyHistogram,
+    /// Responses that reported an error.
+    pub errors: u64,
+}
+
+/// One row per interval (by the time the response completed).
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalRow {
+    /// Start of the interval, seconds since the first transaction's request.
+    pub start_s: f64,
+    /// Transactions completed in the interval.
+    pub count: u64,
+    /// Mean latency.
+    pub mean_ns: f64,
+    /// Median latency.
+    pub p50_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Largest latency.
+    pub max_ns: u64,
+}
+
+/// Statistics of one connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnStats {
+    /// The connection.
+    pub conn: ConnInfo,
+    /// Transactions.
+    pub count: u64,
+    /// Mean latency.
+    pub mean_ns: f64,
+    /// Largest latency.
+    pub max_ns: u64,
+    /// Errors.
+    pub errors: u64,
+}
+
+/// Settings of the aggregation.
+#[derive(Debug, Clone, Copy)]
+pub struct StatsConfig {
+    /// How many slowest requests to keep.
+    pub top: usize,
+    /// Length of the interval rows (None: no rows).
+    pub interval: Option<Duration>,
+    /// Keep per-connection rows.
+    pub by_conn: bool,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig {
+            top: 10,
+            interval: None,
+            by_conn: false,
+        }
+    }
+}
+
+/// Aggregates transactions and anomalies; a [`Sink`] for the driver.
+#[derive(Debug)]
+pub struct RpcStats {
+    config: StatsConfig,
+    /// Few distinct operations: a vector searched from the last hit beats hashing the name.
+    ops: Vec<OpStats>,
+    last_op: usize,
+    slowest: BinaryHeap<Reverse<Slow>>,
+    anomalies: BTreeMap<(Proto, AnomalyKind), u64>,
+    intervals: Vec<IntervalRow>,
+    cur: Option<(Duration, LatencyHistogram)>,
+    origin: Option<Duration>,
+    conns: BTreeMap<u64, ConnStats>,
+    transactions: u64,
+}
+
+impl RpcStats {
+    /// An empty aggregation.
+    pub fn new(config: StatsConfig) -> Self {
+        RpcStats {
+            config,
+            ops: Vec::new(),
+            last_op: 0,
+            slowest: BinaryHeap::new(),
+            anomalies: BTreeMap::new(),
+            intervals: Vec::new(),
+            cur: None,
+            origin: None,
+            conns: BTreeMap::new(),
+            transactions: 0,
+        }
+    }
+
+    /// Adds one transaction.
+    pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
+        self.transactions += 1;
+        let lat = t.latency();
+        let ns = u64::try_from(lat.as_nanos()).unwrap_or(u64::MAX);
+        let error = t.status == Status::Error;
+        let hit = |o: &OpStats| o.proto == conn.proto && o.op == t.op.as_ref();
+        let idx = if self.ops.get(self.last_op).is_some_and(hit) {
+            self.last_op
+        } else if let Some(i) = self.ops.iter().position(hit) {
+            i
+        } else {
+            self.ops.push(OpStats {
+                proto: conn.proto,
+                op: t.op.to_string(),
+                latency: LatencyHistogram::new(),
+                errors: 0,
+            });
+            self.ops.len() - 1
+        };
+        self.last_op = idx;
+        let e = &mut self.ops[idx];
+        e.latency.record_ns(ns);
+        e.errors += error as u64;
+        if self.config.top > 0 {
+            let worth = self.slowest.len() < self.config.top
+                || self
+                    .slowest
+                    .peek()
+                    .is_some_and(|Reverse(s)| s.latency_ns < ns);
+            if worth {
+                self.slowest.push(Reverse(Slow {
+                    latency_ns: ns,
+                    proto: conn.proto,
+                    op: t.op.to_string(),
+                    request_unix_s: t.request_ts.as_secs_f64(),
+                    client: conn.client,
+                    server: conn.server,
+                    xid: t.xid,
+                    request_seq: t.request_seq,
+                    error,
+                }));
+                if self.slowest.len() > self.config.top {
+                    self.slowest.pop();
+                }
+            }
+        }
+        if let Some(iv) = self.config.interval {
+            let origin = *self.origin.get_or_insert(t.request_ts);
+            let at = t.response_end_ts.saturating_sub(origin);
+            let idx = at.as_nanos() / iv.as_nanos().max(1);
+            let start = Duration::from_nanos((idx * iv.as_nanos()) as u64);
+            let same = self.cur.as_ref().is_some_and(|(s, _)| *s == start);
+            if !same {
+                self.close_interval();
+                self.cur = Some((start, LatencyHistogram::new()));
+            }
+            if let Some((_, h)) = &mut self.cur {
+                h.record_ns(ns);
+            }
+        }
+        if self.config.by_conn {
+            let c = self.conns.entry(conn.id).or_insert_with(|| ConnStats {
+                conn: conn.clone(),
+                count: 0,
+                mean_ns: 0.0,
+                max_ns: 0,
+                errors: 0,
+            });
+            c.count += 1;
+            c.mean_ns += (ns as f64 - c.mean_ns) / c.count as f64;
+            c.max_ns = c.max_ns.max(ns);
+            c.errors += error as u64;
+        }
+    }
+
+    fn close_interval(&mut self) {
+        if let Some((start, h)) = self.cur.take() {
+            let s = h.summary();
+            self.intervals.push(IntervalRow {
+                start_s: start.as_secs_f64(),
+                count: s.count,
+                mean_ns: s.mean_ns,
+                p50_ns: s.p50_ns,
+                p99_ns: s.p99_ns,
+                max_ns: s.max_ns,
+            });
+        }
+    }
+
+    /// Counts one anomaly.
+    pub fn add_anomaly(&mut self, conn: &ConnInfo, a: &Anomaly) {
+        *self.anomalies.entry((conn.proto, a.kind)).or_insert(0) += 1;
+    }
+
+    /// Transactions counted.
+    pub fn transactions(&self) -> u64 {
+        self.transactions
+    }
+
+    /// The result: operations sorted by protocol then by count (most first).
+    pub fn finish(mut self) -> RpcReport {
+        self.close_interval();
+        let mut ops: Vec<OpStats> = self.ops;
+        ops.sort_by(|a, b| {
+            a.proto
+                .name()
+                .cmp(b.proto.name())
+                .then(b.latency.len().cmp(&a.latency.len()))
+                .then(a.op.cmp(&b.op))
+        });
+        let mut slowest: Vec<Slow> = self.slowest.into_iter().map(|Reverse(s)| s).collect();
+        slowest.sort_by(|a, b| b.cmp(a));
+        RpcReport {
+            ops: ops
+                .into_iter()
+                .map(|o| OpRow {
+                    proto: o.proto,
+                    op: o.op,
+                    errors: o.errors,
+                    latency: o.latency.summary(),
+                })
+                .collect(),
+            slowest,
+            anomalies: self
+                .anomalies
+                .into_iter()
+                .map(|((proto, kind), count)| AnomalyRow {
+                    proto,
+                    kind: kind.name(),
+                    count,
+                })
+                .collect(),
+            intervals: self.intervals,
+            connections: self.conns.into_values().collect(),
+            transactions: self.transactions,
+        }
+    }
+}
+
+impl Sink for RpcStats {
+    fn transaction(&mut self, conn: &ConnInfo, t: Transaction) {
+        self.add(conn, &t);
+    }
+    fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly) {
+        self.add_anomaly(conn, &a);
+    }
+}
+
+/// One operation's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpRow {
+    /// Protocol.
+    pub proto: Proto,
+    /// Operation.
+    pub op: String,
+    /// Responses reporting an error.
+    pub errors: u64,
+    /// Latency summary (request end to response end).
+    pub latency: Summary,
+}
+
+/// Count of one kind of anomaly.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnomalyRow {
+    /// Protocol.
+    pub proto: Proto,
+    /// What.
+    pub kind: &'static str,
+    /// How many.
+    pub count: u64,
+}
+
+/// Everything `capture rpc` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct RpcReport {
+    /// Per operation.
+    pub ops: Vec<OpRow>,
+    /// The slowest requests, slowest first.
+    pub slowest: Vec<Slow>,
+    /// Unpaired or unparseable traffic.
+    pub anomalies: Vec<AnomalyRow>,
+    /// Per-interval rows (when asked).
+    pub intervals: Vec<IntervalRow>,
+    /// Per-connection rows (when asked).
+    pub connections: Vec<ConnStats>,
+    /// Transactions in all.
+    pub transactions: u64,
+}
+
+/// Collects every transaction with its connection (for `capture match` and tests).
+#[derive(Debug, Default)]
+pub struct Collect {
+    /// Transactions with their connection.
+    pub transactions: Vec<(ConnInfo, Transaction)>,
+    /// Anomalies with their connection's protocol.
+    pub anomalies: Vec<(Proto, Anomaly)>,
+}
+
+impl Sink for Collect {
+    fn transaction(&mut self, conn: &ConnInfo, t: Transaction) {
+        self.transactions.push((conn.clone(), t));
+    }
+    fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly) {
+        self.anomalies.push((conn.proto, a));
+    }
+}

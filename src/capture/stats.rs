@@ -1,0 +1,303 @@
+//! tcpstat's view of a capture: per interval, packets, bytes, packets/s, bit/s and the packet size
+//! distribution (min / mean / max / stddev of the on-wire length), optionally split by direction.
+#![forbid(unsafe_code)]
+
+use super::flows::Dir;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Direction label of a stats row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatsDir {
+    /// Every packet (no `--by-direction`).
+    All,
+    /// TCP/UDP from the client side (see [`super::flows::guess_dir`]).
+    ClientToServer,
+    /// TCP/UDP from the server side.
+    ServerToClient,
+    /// Packets without ports (ICMP, ARP, non-IP, ...).
+    Other,
+}
+
+impl StatsDir {
+    /// Short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            StatsDir::All => "all",
+            StatsDir::ClientToServer => "c->s",
+            StatsDir::ServerToClient => "s->c",
+            StatsDir::Other => "other",
+        }
+    }
+    /// From a guessed direction.
+    pub fn from_dir(d: Option<Dir>) -> Self {
+        match d {
+            Some(Dir::ClientToServer) => StatsDir::ClientToServer,
+            Some(Dir::ServerToClient) => StatsDir::ServerToClient,
+            None => StatsDir::Other,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Acc {
+    packets: u64,
+    bytes: u64,
+    min: u32,
+    max: u32,
+    sumsq: f64,
+}
+
+impl Default for Acc {
+    fn default() -> Self {
+        Acc {
+            packets: 0,
+            bytes: 0,
+            min: u32::MAX,
+            max: 0,
+            sumsq: 0.0,
+        }
+    }
+}
+
+impl Acc {
+    #[inline]
+    fn add(&mut self, len: u32) {
+        self.packets += 1;
+        self.bytes += len as u64;
+        self.min = self.min.min(len);
+        self.max = self.max.max(len);
+        let l = len as f64;
+        self.sumsq += l * l;
+    }
+    fn merge(&mut self, o: &Acc) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.sumsq += o.sumsq;
+    }
+}
+
+/// One interval (and direction) of `capture stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StatsRow {
+    /// Start of the interval, seconds after the first packet's interval start.
+    pub start_s: f64,
+    /// Direction.
+    pub direction: StatsDir,
+    /// Packets.
+    pub packets: u64,
+    /// On-wire bytes.
+    pub bytes: u64,
+    /// Packets per second over the interval.
+    pub packets_per_s: f64,
+    /// Bits per second over the interval.
+    pub bits_per_s: f64,
+    /// Smallest packet (on-wire bytes).
+    pub size_min: u32,
+    /// Mean packet size.
+    pub size_mean: f64,
+    /// Largest packet.
+    pub size_max: u32,
+    /// Standard deviation of the packet size (population, as tcpstat).
+    pub size_stddev: f64,
+}
+
+/// Accumulates packets into intervals.
+#[derive(Debug)]
+pub struct StatsEngine {
+    interval_ns: i64,
+    origin: Option<i64>,
+    cur_key: (i64, StatsDir),
+    cur: Acc,
+    done: BTreeMap<(i64, StatsDir), Acc>,
+    by_direction: bool,
+    first_ts: i64,
+    last_ts: i64,
+    /// Time range of the current interval, so most packets need no division.
+    cur_start: i64,
+    cur_end: i64,
+}
+
+impl StatsEngine {
+    /// Intervals of `interval` (more than zero); `by_direction` splits every interval by [`StatsDir`].
+    pub fn new(interval: Duration, by_direction: bool) -> Self {
+        StatsEngine {
+            interval_ns: i64::try_from(interval.as_nanos())
+                .unwrap_or(i64::MAX)
+                .max(1),
+            origin: None,
+            cur_key: (0, StatsDir::All),
+            cur: Acc::default(),
+            done: BTreeMap::new(),
+            by_direction,
+            first_ts: i64::MAX,
+            last_ts: i64::MIN,
+            cur_start: i64::MAX,
+            cur_end: i64::MIN,
+        }
+    }
+
+    /// Whether rows are split by direction (the caller then has to pass a direction).
+    pub fn by_direction(&self) -> bool {
+        self.by_direction
+    }
+
+    /// Adds one packet of `wire_len` bytes seen at `ts_ns`.
+    #[inline]
+    pub fn add(&mut self, ts_ns: i64, wire_len: u32, dir: StatsDir) {
+        let dir = if self.by_direction {
+            dir
+        } else {
+            StatsDir::All
+        };
+        if ts_ns >= self.cur_start && ts_ns < self.cur_end && dir == self.cur_key.1 {
+            // Same interval and direction as the previous packet: the common case.
+            self.first_ts = self.first_ts.min(ts_ns);
+            self.last_ts = self.last_ts.max(ts_ns);
+            self.cur.add(wire_len);
+            return;
+        }
+        let origin = *self
+            .origin
+            .get_or_insert(ts_ns - ts_ns.rem_euclid(self.interval_ns));
+        self.first_ts = self.first_ts.min(ts_ns);
+        self.last_ts = self.last_ts.max(ts_ns);
+        let idx = (ts_ns.saturating_sub(origin)).div_euclid(self.interval_ns);
+        let key = (
+            idx,
+            if self.by_direction {
+                dir
+            } else {
+                StatsDir::All
+            },
+        );
+        if key != self.cur_key {
+            self.flush();
+            self.cur_key = key;
+            if let Some(a) = self.done.remove(&key) {
+                self.cur = a;
+            }
+        }
+        self.cur.add(wire_len);
+    }
+
+    fn flush(&mut self) {
+        if self.cur.packets > 0 {
+            let a = std::mem::take(&mut self.cur);
+            self.done.entry(self.cur_key).or_default().merge(&a);
+        }
+    }
+
+    /// Time of the first packet (Unix ns), when any.
+    pub fn first_ts_ns(&self) -> Option<i64> {
+        (self.first_ts != i64::MAX).then_some(self.first_ts)
+    }
+
+    /// Time of the last packet (Unix ns), when any.
+    pub fn last_ts_ns(&self) -> Option<i64> {
+        (self.last_ts != i64::MIN).then_some(self.last_ts)
+    }
+
+    /// The rows, in time order (empty intervals included, as tcpstat prints them), and the whole-capture total.
+    pub fn finish(mut self) -> (Vec<StatsRow>, StatsRow) {
+        self.flush();
+        let secs = self.interval_ns as f64 / 1e9;
+        let row = |idx: i64, dir: StatsDir, a: &Acc, secs: f64| {
+            let n = a.packets.max(1) as f64;
+            let mean = a.bytes as f64 / n;
+            let var = (a.sumsq / n - mean * mean).max(0.0);
+            StatsRow {
+                start_s: idx as f64 * self.interval_ns as f64 / 1e9,
+                direction: dir,
+                packets: a.packets,
+                bytes: a.bytes,
+                packets_per_s: a.packets as f64 / secs,
+                bits_per_s: a.bytes as f64 * 8.0 / secs,
+                size_min: if a.packets > 0 { a.min } else { 0 },
+                size_mean: if a.packets > 0 { mean } else { 0.0 },
+                size_max: a.max,
+                size_stddev: if a.packets > 0 { var.sqrt() } else { 0.0 },
+            }
+        };
+        let mut rows = Vec::new();
+        let mut total = Acc::default();
+        let mut prev: Option<i64> = None;
+        let dirs: &[StatsDir] = if self.by_direction {
+            &[
+                StatsDir::ClientToServer,
+                StatsDir::ServerToClient,
+                StatsDir::Other,
+            ]
+        } else {
+            &[StatsDir::All]
+        };
+        // Empty intervals between busy ones are printed as zero rows (up to a sane number).
+        for (&(idx, dir), a) in &self.done {
+            if let Some(p) = prev
+                && idx > p + 1
+                && idx - p < 100_000
+            {
+                for gap in p + 1..idx {
+                    rows.push(row(gap, dirs[0], &Acc::default(), secs));
+                }
+            }
+            prev = Some(idx);
+            total.merge(a);
+            rows.push(row(idx, dir, a, secs));
+        }
+        let span = match (self.first_ts_ns(), self.last_ts_ns()) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e9,
+            _ => secs,
+        };
+        let mut t = row(0, StatsDir::All, &total, span);
+        t.start_s = 0.0;
+        (rows, t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_sizes_and_gaps() {
+        let mut e = StatsEngine::new(Duration::from_secs(1), false);
+        let base = 1_700_000_000_500_000_000i64;
+        e.add(base, 100, StatsDir::All);
+        e.add(base + 100_000_000, 300, StatsDir::All);
+        e.add(base + 2_600_000_000, 60, StatsDir::All);
+        let (rows, total) = e.finish();
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert_eq!(rows[0].packets, 2);
+        assert_eq!(rows[0].bytes, 400);
+        assert_eq!((rows[0].size_min, rows[0].size_max), (100, 300));
+        assert_eq!(rows[0].size_mean, 200.0);
+        assert_eq!(rows[0].size_stddev, 100.0);
+        assert_eq!(rows[0].bits_per_s, 3200.0);
+        assert_eq!((rows[1].packets, rows[2].packets), (0, 0));
+        assert_eq!(rows[3].start_s, 3.0);
+        assert_eq!(total.packets, 3);
+        assert_eq!(total.bytes, 460);
+    }
+
+    #[test]
+    fn by_direction_splits_and_out_of_order_times_merge() {
+        let mut e = StatsEngine::new(Duration::from_millis(100), true);
+        e.add(1_000_000_000, 10, StatsDir::ClientToServer);
+        e.add(1_000_000_001, 20, StatsDir::ServerToClient);
+        e.add(1_150_000_000, 30, StatsDir::ClientToServer);
+        e.add(1_000_000_002, 40, StatsDir::ClientToServer); // earlier interval again
+        let (rows, total) = e.finish();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            (rows[0].direction, rows[0].packets, rows[0].bytes),
+            (StatsDir::ClientToServer, 2, 50)
+        );
+        assert_eq!(rows[1].direction, StatsDir::ServerToClient);
+        assert_eq!(total.packets, 4);
+    }
+}

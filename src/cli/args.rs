@@ -1,0 +1,89 @@
+//! Value parsers shared by the subcommands, so clap rejects bad units before anything runs.
+
+use roundtrip::probe::target::Family;
+use roundtrip::units;
+use std::time::Duration;
+
+/// A duration with a unit (`10s`, `500us`).
+pub fn duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// A duration that must be more than zero.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err(format!("'{s}' must be more than 0")),
+        d => Ok(d),
+    }
+}
+
+/// A byte count (`64`, `1k`, `4MiB`).
+pub fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// A message rate that must be more than zero (`1000`, `10k/s`).
+pub fn rate(s: &str) -> Result<f64, String> {
+    match units::parse_rate(s).map_err(|e| e.to_string())? {
+        r if r <= 0.0 => Err(format!("rate '{s}' must be more than 0")),
+        r => Ok(r),
+    }
+}
+
+/// A count that must be at least 1.
+pub fn count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("count must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) if s.starts_with('-') => Err(format!("count '{s}' must not be negative")),
+        Err(_) => Err(format!("count '{s}' is not a whole number")),
+    }
+}
+
+/// A bit rate that must be more than zero (`100mbit`, `1gbit`).
+pub fn bitrate(s: &str) -> Result<u64, String> {
+    match units::parse_bitrate(s).map_err(|e| e.to_string())? {
+        0 => Err(format!("bit rate '{s}' must be more than 0")),
+        r => Ok(r),
+    }
+}
+
+/// A byte count that must be more than zero.
+pub fn positive_size(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 => Err(format!("'{s}' must be more than 0 bytes")),
+        n => Ok(n),
+    }
+}
+
+/// A probability (`0.01`, `1e-4`, `1%`).
+pub fn probability(s: &str) -> Result<f64, String> {
+    units::parse_probability(s).map_err(|e| e.to_string())
+}
+
+/// A duration or a byte count, more than zero (`5s`, `64KiB`).
+pub fn duration_or_size(s: &str) -> Result<units::DurationOrSize, String> {
+    match units::parse_duration_or_size(s).map_err(|e| e.to_string())? {
+        units::DurationOrSize::Duration(d) if d.is_zero() => {
+            Err(format!("'{s}' must be more than 0"))
+        }
+        units::DurationOrSize::Bytes(0) => Err(format!("'{s}' must be more than 0 bytes")),
+        v => Ok(v),
+    }
+}
+
+/// A local socket address to listen on (`127.0.0.1:8000`, `[::1]:8000`, `0.0.0.0:0`).
+pub fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!("'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:8000 or [::]:8000 (port 0: any)")
+    })
+}
+
+/// The address family chosen by the `-4` / `-6` flags every network command takes.
+pub fn family(ipv4: bool, ipv6: bool) -> Family {
+    match (ipv4, ipv6) {
+        (true, _) => Family::V4,
+        (_, true) => Family::V6,
+        _ => Family::Any,
+    }
+}

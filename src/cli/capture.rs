@@ -1,0 +1,439 @@
+//! `roundtrip capture stats|timeline|flows`: what TCP did, from a tcpdump capture.
+
+use super::args;
+use super::output::{Exit, error_line, note, out};
+use clap::{Args, Subcommand};
+use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
+use roundtrip::capture::{self, CaptureInfo, Filter};
+use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::report::text::Table;
+use roundtrip::units::{fmt_bytes, fmt_nanos};
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const FILTER_HELP: &str = "Filters (all given must hold): --host ADDR matches either address; --port N either TCP/UDP \
+port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates). \
+Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
+(tcpdump -i any), raw IP, BSD loopback.";
+
+/// Arguments of `roundtrip capture`.
+#[derive(Debug, Args)]
+#[command(after_help = FILTER_HELP)]
+pub struct CaptureArgs {
+    #[command(subcommand)]
+    command: CaptureCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum CaptureCommand {
+    /// Per-interval packets, bytes, packets/s, bit/s and packet sizes (tcpstat's view).
+    #[command(after_help = FILTER_HELP)]
+    Stats(StatsArgs),
+    /// Every packet of one TCP connection (tcpdump -ttt): delta, direction, flags, relative seq/ack, length,
+    /// scaled window, bytes in flight.
+    #[command(after_help = FILTER_HELP)]
+    Timeline(TimelineArgs),
+    /// One row per TCP connection: bytes, handshake and data RTT, in flight, window, retransmissions, and a
+    /// diagnosis.
+    #[command(after_help = FILTER_HELP)]
+    Flows(FlowsArgs),
+    // --- issue 7: per-request latency and client/server matching (src/cli/capture_rpc.rs) ---
+    /// Request/response latency per operation (NFS/ONC-RPC, PostgreSQL, MySQL, Redis, DNS, HTTP, TNS, generic
+    /// TCP turns), the slowest requests, and what could not be paired.
+    #[command(after_help = super::capture_rpc::RPC_HELP)]
+    Rpc(super::capture_rpc::RpcArgs),
+    /// The same requests in a client-side and a server-side capture: latency at each end, the difference
+    /// (network + client stack), the clock offset, and a verdict.
+    Match(super::capture_rpc::MatchArgs),
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// Capture file (pcap, pcapng, optionally .gz).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only packets to or from this address.
+    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
+    host: Option<IpAddr>,
+    /// Only packets with this TCP/UDP port on either side.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
+    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
+    flow: Option<(SocketAddr, SocketAddr)>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Common {
+    fn filter(&self) -> Filter {
+        Filter {
+            host: self.host,
+            port: self.port,
+            flow: self.flow,
+        }
+    }
+}
+
+fn parse_host(s: &str) -> Result<IpAddr, String> {
+    Filter::parse_host(s).map_err(|e| e.to_string())
+}
+
+fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    Filter::parse_flow(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Length of each row's interval.
+    #[arg(long, short = 'i', default_value = "1s", value_parser = args::positive_duration)]
+    interval: Duration,
+    /// Split every interval into client->server, server->client and other (the client sent the SYN; without
+    /// one, the higher port is the client's).
+    #[arg(long)]
+    by_direction: bool,
+}
+
+#[derive(Debug, Args)]
+struct TimelineArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print absolute times (seconds since the first packet) beside the deltas.
+    #[arg(long)]
+    absolute: bool,
+}
+
+#[derive(Debug, Args)]
+struct FlowsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// A connection silent this long (capture time) is finished and its memory freed.
+    #[arg(long, default_value = "300s", value_parser = args::positive_duration)]
+    idle_timeout: Duration,
+}
+
+/// Runs `roundtrip capture ...`.
+pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
+    match a.command {
+        CaptureCommand::Stats(s) => stats(s),
+        CaptureCommand::Timeline(t) => timeline(t),
+        CaptureCommand::Flows(f) => flows(f),
+        CaptureCommand::Rpc(r) => super::capture_rpc::run_rpc(r),
+        CaptureCommand::Match(m) => super::capture_rpc::run_match(m),
+    }
+}
+
+/// Notes on stderr, and the exit status: reading that stopped early is an error (results are still printed).
+fn finish(info: &CaptureInfo, json: bool) -> Exit {
+    if !json && info.packets_not_ip > 0 {
+        note(format!(
+            "note: {} of {} packets were not IP or were cut before the IP header (first: {})",
+            info.packets_not_ip,
+            info.packets_read,
+            info.not_ip_example.as_deref().unwrap_or("-")
+        ));
+    }
+    match &info.warning {
+        Some(w) => {
+            error_line(format!(
+                "{}: {w}; results cover the {} packets before it (the file is damaged or was still being written)",
+                info.file, info.packets_read
+            ));
+            Exit::Failed
+        }
+        None => Exit::Ok,
+    }
+}
+
+fn heading(info: &CaptureInfo) -> String {
+    format!(
+        "{}: {}{}, {} ({}), {} packets",
+        info.file,
+        info.format,
+        if info.gzip { " (gzip)" } else { "" },
+        info.link_types.join("+"),
+        fmt_bytes(info.file_bytes),
+        info.packets_read
+    )
+}
+
+/// Bits per second for humans.
+fn fmt_bits(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.2} Mbit/s", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.1} kbit/s", bps / 1e3)
+    } else {
+        format!("{bps:.0} bit/s")
+    }
+}
+
+fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
+    let filter = a.common.filter();
+    let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
+    if a.common.json {
+        out(doc("capture-stats", &r))?;
+        return Ok(finish(&r.capture, true));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}; {} matched; interval {}; sizes are on-wire bytes",
+        heading(&r.capture),
+        r.capture.packets_matched,
+        fmt_nanos(a.interval.as_nanos() as f64)
+    );
+    let mut cols = vec!["time(s)"];
+    if a.by_direction {
+        cols.push("dir");
+    }
+    cols.extend([
+        "packets", "bytes", "pkt/s", "bit/s", "min", "mean", "max", "stddev",
+    ]);
+    let mut t = Table::new(&cols);
+    let cells = |row: &capture::stats::StatsRow, time: String, dir: bool| {
+        let mut c = vec![time];
+        if dir {
+            c.push(row.direction.label().to_string());
+        }
+        c.extend([
+            row.packets.to_string(),
+            row.bytes.to_string(),
+            format!("{:.1}", row.packets_per_s),
+            fmt_bits(row.bits_per_s),
+            row.size_min.to_string(),
+            format!("{:.1}", row.size_mean),
+            row.size_max.to_string(),
+            format!("{:.1}", row.size_stddev),
+        ]);
+        c
+    };
+    for row in &r.rows {
+        t.row(cells(row, format!("{:.3}", row.start_s), a.by_direction));
+    }
+    let span = match (r.first_ts_ns, r.last_ts_ns) {
+        (Some(f), Some(l)) => (l - f) as f64 / 1e9,
+        _ => 0.0,
+    };
+    t.row(cells(&r.total, format!("total {span:.3}s"), a.by_direction));
+    s.push_str(&t.render(0));
+    out(s)?;
+    Ok(finish(&r.capture, false))
+}
+
+fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
+    let filter = a.common.filter();
+    let r = capture::run_timeline(&a.common.file, &filter, TrackerConfig::default())?;
+    if a.common.json {
+        out(doc("capture-timeline", &r))?;
+        let e = finish(&r.capture, true);
+        if r.flow.is_none() {
+            error_line(no_tcp(&r.capture, &filter));
+            return Ok(Exit::Failed);
+        }
+        return Ok(e);
+    }
+    let Some(flow) = &r.flow else {
+        out(format!("{}\n", heading(&r.capture)))?;
+        let _ = finish(&r.capture, false);
+        error_line(no_tcp(&r.capture, &filter));
+        return Ok(Exit::Failed);
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}\nconnection #{}: {} (client, >) - {} (server, <), {} packets, {}{}",
+        heading(&r.capture),
+        flow.id,
+        flow.client,
+        flow.server,
+        r.rows.len(),
+        flow.state,
+        if filter.flow.is_none() {
+            "; first TCP connection that matched: choose another with --flow A:P-B:P"
+        } else {
+            ""
+        }
+    );
+    let mut cols = vec!["delta"];
+    if a.absolute {
+        cols.push("time(s)");
+    }
+    cols.extend([
+        "dir",
+        "flags",
+        "seq",
+        "ack",
+        "len",
+        "win",
+        "in flight",
+        "notes",
+    ]);
+    let mut t = Table::new(&cols);
+    let t0 = r.rows.first().map_or(0, |x| x.ts_ns);
+    for row in &r.rows {
+        let mut c = vec![format!("{:.6}", row.delta_ns as f64 / 1e9)];
+        if a.absolute {
+            c.push(format!("{:.6}", (row.ts_ns - t0) as f64 / 1e9));
+        }
+        let seq = if row.len > 0 {
+            format!("{}:{}", row.seq, row.seq.wrapping_add(row.len))
+        } else {
+            row.seq.to_string()
+        };
+        c.extend([
+            row.direction.arrow().to_string(),
+            row.flags.clone(),
+            seq,
+            row.ack.map_or("-".into(), |a| a.to_string()),
+            row.len.to_string(),
+            row.window_bytes.to_string(),
+            row.in_flight_bytes.map_or("-".into(), |f| f.to_string()),
+            row.notes.join(","),
+        ]);
+        t.row(c);
+    }
+    s.push_str(&t.render(0));
+    let _ = writeln!(s, "diagnosis: {}", flow.diagnosis);
+    out(s)?;
+    Ok(finish(&r.capture, false))
+}
+
+fn no_tcp(info: &CaptureInfo, filter: &Filter) -> String {
+    format!(
+        "{}: no TCP connection {}among {} packets (list them with `roundtrip capture flows {}`)",
+        info.file,
+        if filter.is_empty() {
+            ""
+        } else {
+            "matching the filter "
+        },
+        info.packets_read,
+        info.file
+    )
+}
+
+fn rtt_cells(d: &DirSummary) -> [String; 3] {
+    if d.rtt.count == 0 {
+        return ["-".into(), "-".into(), "-".into()];
+    }
+    [
+        fmt_nanos(d.rtt.min_ns as f64),
+        fmt_nanos(d.rtt.p50_ns as f64),
+        fmt_nanos(d.rtt.p99_ns as f64),
+    ]
+}
+
+fn limit_cell(d: &DirSummary) -> String {
+    let n = d.receiver_limited_segments + d.sender_limited_segments + d.app_limited_segments;
+    if n == 0 {
+        return "-".into();
+    }
+    format!(
+        "{:.0}/{:.0}/{:.0}",
+        100.0 * d.receiver_limited_segments as f64 / n as f64,
+        100.0 * d.sender_limited_segments as f64 / n as f64,
+        100.0 * d.app_limited_segments as f64 / n as f64
+    )
+}
+
+fn flow_row(f: &FlowSummary) -> Vec<String> {
+    let (dir, bulk) = f.bulk();
+    let recv = if std::ptr::eq(bulk, &f.client_to_server) {
+        &f.server_to_client
+    } else {
+        &f.client_to_server
+    };
+    let [rmin, r50, r99] = rtt_cells(bulk);
+    vec![
+        f.id.to_string(),
+        f.client.to_string(),
+        f.server.to_string(),
+        format!("{:.3}s", f.duration_s),
+        f.packets().to_string(),
+        f.client_to_server.payload_bytes.to_string(),
+        f.server_to_client.payload_bytes.to_string(),
+        f.handshake
+            .map_or("-".into(), |h| fmt_nanos(h.rtt_ns as f64)),
+        dir.arrow().to_string(),
+        rmin,
+        r50,
+        r99,
+        bulk.in_flight_max_bytes.to_string(),
+        bulk.in_flight_p50_bytes.to_string(),
+        recv.window_max_bytes.to_string(),
+        limit_cell(bulk),
+        bulk.segments_per_ack
+            .map_or("-".into(), |x| format!("{x:.1}")),
+        (f.client_to_server.retransmissions + f.server_to_client.retransmissions).to_string(),
+        (f.client_to_server.dup_acks + f.server_to_client.dup_acks).to_string(),
+        (f.client_to_server.zero_windows + f.server_to_client.zero_windows).to_string(),
+    ]
+}
+
+fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
+    let filter = a.common.filter();
+    let config = TrackerConfig {
+        idle_timeout: a.idle_timeout,
+        ..TrackerConfig::default()
+    };
+    let r = capture::run_flows(&a.common.file, &filter, config, None)?;
+    if a.common.json {
+        out(doc("capture-flows", &r))?;
+        return Ok(finish(&r.capture, true));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}; {} TCP connections (at most {} open at once)",
+        heading(&r.capture),
+        r.flows.len(),
+        r.counters.max_open_flows
+    );
+    let _ = writeln!(
+        s,
+        "bytes are TCP payload; rtt = data to its ACK at the capture point, in flight and limits for the direction \
+         carrying more data (dir); limit = % of its segments receiver-/sender-/application-limited"
+    );
+    let mut t = Table::new(&[
+        "#",
+        "client",
+        "server",
+        "duration",
+        "pkts",
+        "bytes c>s",
+        "bytes s>c",
+        "hs rtt",
+        "dir",
+        "rtt min",
+        "rtt p50",
+        "rtt p99",
+        "inflight max",
+        "inflight p50",
+        "rwnd max",
+        "limit r/s/a",
+        "seg/ack",
+        "retrans",
+        "dupack",
+        "zerowin",
+    ]);
+    for f in &r.flows {
+        t.row(flow_row(f));
+    }
+    s.push_str(&t.render(0));
+    if !r.flows.is_empty() {
+        s.push_str("diagnosis:\n");
+        for f in &r.flows {
+            let _ = writeln!(s, "  #{} {}", f.id, f.diagnosis);
+        }
+    }
+    out(s)?;
+    Ok(finish(&r.capture, false))
+}

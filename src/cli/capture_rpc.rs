@@ -1,0 +1,407 @@
+//! `roundtrip capture rpc` (per-request latency per operation) and `roundtrip capture match` (the same requests
+//! in a client-side and a server-side capture).
+
+use super::args;
+use super::output::{Exit, error_line, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::capture::matching::{self, MatchReport};
+use roundtrip::capture::rpc::Proto;
+use roundtrip::capture::rpc::driver::ProtoChoice;
+use roundtrip::capture::rpc::run::{self, RpcResult};
+use roundtrip::capture::rpc::stats::StatsConfig;
+use roundtrip::capture::{CaptureInfo, Filter};
+use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::report::text::Table;
+use roundtrip::units::{fmt_bytes, fmt_nanos};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Help shown after `capture rpc --help`.
+pub const RPC_HELP: &str = "Latency is measured as tshark's rpc.time / dns.time / http.time: from the packet that \
+completes the request to the packet that completes the response (generic turns: to the first response byte). \
+Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
+80/8080 HTTP, 1521 TNS), then by content; --proto forces one. Requests are paired with their responses by \
+ONC-RPC XID or DNS ID within the connection, otherwise in order.";
+
+/// Arguments of `roundtrip capture rpc`.
+#[derive(Debug, Args)]
+pub struct RpcArgs {
+    /// Capture file (pcap, pcapng, optionally .gz).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns or generic.
+    #[arg(long, default_value = "auto", value_parser = parse_proto)]
+    proto: ProtoChoice,
+    /// One row per connection as well.
+    #[arg(long)]
+    by_conn: bool,
+    /// Rows of count and latency per interval of this length (by response time).
+    #[arg(long, short = 'i', value_parser = args::positive_duration)]
+    interval: Option<Duration>,
+    /// How many of the slowest requests to list (0 for none).
+    #[arg(long, default_value = "10", value_name = "N")]
+    top: usize,
+    /// Only packets to or from this address.
+    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
+    host: Option<IpAddr>,
+    /// Only packets with this TCP/UDP port on either side.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
+    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
+    flow: Option<(SocketAddr, SocketAddr)>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `roundtrip capture match`.
+#[derive(Debug, Args)]
+pub struct MatchArgs {
+    /// Capture taken on (or near) the client.
+    #[arg(value_name = "CLIENT_FILE")]
+    client: PathBuf,
+    /// Capture taken on (or near) the server, at the same time.
+    #[arg(value_name = "SERVER_FILE")]
+    server: PathBuf,
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns or generic.
+    #[arg(long, default_value = "auto", value_parser = parse_proto)]
+    proto: ProtoChoice,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(ProtoChoice::Auto);
+    }
+    Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
+        format!(
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns or generic"
+        )
+    })
+}
+
+fn parse_host(s: &str) -> Result<IpAddr, String> {
+    Filter::parse_host(s).map_err(|e| e.to_string())
+}
+
+fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    Filter::parse_flow(s).map_err(|e| e.to_string())
+}
+
+/// Time of day in UTC with microseconds, from Unix seconds.
+fn utc(unix_s: f64) -> String {
+    let total_us = (unix_s * 1e6).round() as i64;
+    let secs = total_us.div_euclid(1_000_000);
+    let us = total_us.rem_euclid(1_000_000);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = roundtrip::units::civil_date(secs.div_euclid(86_400));
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{us:06}",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+fn warn_exit(info: &CaptureInfo) -> Exit {
+    match &info.warning {
+        Some(w) => {
+            error_line(format!(
+                "{}: {w}; results cover the {} packets before it (the file is damaged or was still being written)",
+                info.file, info.packets_read
+            ));
+            Exit::Failed
+        }
+        None => Exit::Ok,
+    }
+}
+
+fn cells(s: &roundtrip::stats::Summary) -> Vec<String> {
+    if s.count == 0 {
+        return vec!["-".into(); 5];
+    }
+    vec![
+        fmt_nanos(s.mean_ns),
+        fmt_nanos(s.p50_ns as f64),
+        fmt_nanos(s.p90_ns as f64),
+        fmt_nanos(s.p99_ns as f64),
+        fmt_nanos(s.max_ns as f64),
+    ]
+}
+
+/// The text report of `capture rpc`.
+pub fn rpc_text(r: &RpcResult) -> String {
+    let mut s = String::new();
+    let c = &r.capture;
+    let _ = writeln!(
+        s,
+        "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
+        c.file,
+        c.format,
+        if c.gzip { " (gzip)" } else { "" },
+        c.link_types.join("+"),
+        fmt_bytes(c.file_bytes),
+        c.packets_read,
+        r.counts.connections,
+        r.report.transactions
+    );
+    let rep = &r.report;
+    if !rep.ops.is_empty() {
+        let mut t = Table::new(&[
+            "operation",
+            "proto",
+            "count",
+            "errors",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+        ]);
+        for o in &rep.ops {
+            let mut row = vec![
+                o.op.clone(),
+                o.proto.name().to_string(),
+                o.latency.count.to_string(),
+                o.errors.to_string(),
+            ];
+            row.extend(cells(&o.latency));
+            t.row(row);
+        }
+        s.push_str(&t.render(0));
+    }
+    if !rep.intervals.is_empty() {
+        s.push_str("per interval (by response time):\n");
+        let mut t = Table::new(&["start", "count", "mean", "p50", "p99", "max"]);
+        for iv in &rep.intervals {
+            t.row(vec![
+                format!("{:.3}s", iv.start_s),
+                iv.count.to_string(),
+                fmt_nanos(iv.mean_ns),
+                fmt_nanos(iv.p50_ns as f64),
+                fmt_nanos(iv.p99_ns as f64),
+                fmt_nanos(iv.max_ns as f64),
+            ]);
+        }
+        s.push_str(&t.render(2));
+    }
+    if !rep.connections.is_empty() {
+        s.push_str("per connection:\n");
+        let mut t = Table::new(&[
+            "client", "server", "proto", "count", "errors", "mean", "max",
+        ]);
+        for cs in &rep.connections {
+            t.row(vec![
+                cs.conn.client.to_string(),
+                cs.conn.server.to_string(),
+                cs.conn.proto.name().into(),
+                cs.count.to_string(),
+                cs.errors.to_string(),
+                fmt_nanos(cs.mean_ns),
+                fmt_nanos(cs.max_ns as f64),
+            ]);
+        }
+        s.push_str(&t.render(2));
+    }
+    if !rep.slowest.is_empty() {
+        let _ = writeln!(s, "slowest {} requests:", rep.slowest.len());
+        let mut t = Table::new(&[
+            "request at (UTC)",
+            "latency",
+            "proto",
+            "operation",
+            "client",
+            "server",
+            "id",
+        ]);
+        for w in &rep.slowest {
+            let id = match (w.xid, w.request_seq) {
+                (Some(x), _) => format!("xid 0x{x:08x}"),
+                (None, Some(q)) => format!("seq {q}"),
+                _ => "-".into(),
+            };
+            t.row(vec![
+                utc(w.request_unix_s),
+                fmt_nanos(w.latency_ns as f64),
+                w.proto.name().into(),
+                format!("{}{}", w.op, if w.error { " (error)" } else { "" }),
+                w.client.to_string(),
+                w.server.to_string(),
+                id,
+            ]);
+        }
+        s.push_str(&t.render(2));
+    }
+    if !rep.anomalies.is_empty() {
+        s.push_str("not paired:\n");
+        let mut t = Table::new(&["what", "proto", "count"]);
+        for a in &rep.anomalies {
+            t.row(vec![
+                a.kind.into(),
+                a.proto.name().into(),
+                a.count.to_string(),
+            ]);
+        }
+        s.push_str(&t.render(2));
+    }
+    s
+}
+
+/// Runs `roundtrip capture rpc`.
+pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
+    let filter = Filter {
+        host: a.host,
+        port: a.port,
+        flow: a.flow,
+    };
+    let config = StatsConfig {
+        top: a.top,
+        interval: a.interval,
+        by_conn: a.by_conn,
+    };
+    let r = run::run_rpc(&a.file, &filter, a.proto, config)
+        .with_context(|| format!("cannot analyse {}", a.file.display()))?;
+    if a.json {
+        out(doc("capture-rpc", &r))?;
+    } else {
+        out(rpc_text(&r))?;
+    }
+    let exit = warn_exit(&r.capture);
+    if r.report.transactions == 0 {
+        error_line(format!(
+            "{}: no request/response pair found in {} packets ({} TCP/UDP connections); if the protocol runs on \
+             an unusual port, name it with --proto",
+            r.capture.file, r.capture.packets_read, r.counts.connections
+        ));
+        return Ok(Exit::Failed);
+    }
+    Ok(exit)
+}
+
+/// The document `capture match --json` prints.
+#[derive(Serialize)]
+struct MatchDoc<'a> {
+    client_capture: &'a CaptureInfo,
+    server_capture: &'a CaptureInfo,
+    #[serde(flatten)]
+    report: &'a MatchReport,
+}
+
+/// The text report of `capture match`.
+pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "client capture {}: {} requests answered; server capture {}: {} requests answered; {} matched",
+        client.file, r.client_requests, server.file, r.server_requests, r.matched
+    );
+    if r.matched > 0 {
+        let mut t = Table::new(&[
+            "operation",
+            "proto",
+            "matched",
+            "at server",
+            "at client",
+            "difference",
+            "diff p50",
+            "server p99",
+            "client p99",
+        ]);
+        for o in r.ops.iter().filter(|o| o.matched > 0) {
+            t.row(vec![
+                o.op.clone(),
+                o.proto.name().into(),
+                format!("{} of {}/{}", o.matched, o.client_count, o.server_count),
+                fmt_nanos(o.server.mean_ns),
+                fmt_nanos(o.client.mean_ns),
+                fmt_nanos(o.diff_mean_ns),
+                fmt_nanos(o.diff_p50_ns as f64),
+                fmt_nanos(o.server.p99_ns as f64),
+                fmt_nanos(o.client.p99_ns as f64),
+            ]);
+        }
+        s.push_str("mean latency of the matched requests (difference = network + client stack):\n");
+        s.push_str(&t.render(2));
+    }
+    if !r.unmatched.is_empty() {
+        s.push_str("unmatched:\n");
+        let mut t = Table::new(&["reason", "count"]);
+        for u in &r.unmatched {
+            t.row(vec![u.text.into(), u.count.to_string()]);
+        }
+        s.push_str(&t.render(2));
+    }
+    if let Some(o) = r.clock_offset_ns {
+        let _ = writeln!(
+            s,
+            "clock offset (server capture - client capture, assuming a symmetric path): {}{}",
+            if o < 0 { "-" } else { "" },
+            fmt_nanos(o.unsigned_abs() as f64)
+        );
+    }
+    let _ = writeln!(s, "verdict: {}", r.verdict);
+    s
+}
+
+/// Runs `roundtrip capture match`.
+pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
+    let filter = Filter::default();
+    let (ci, c) = run::collect(&a.client, &filter, a.proto)
+        .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
+    let (si, s) = run::collect(&a.server, &filter, a.proto)
+        .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
+    let r = matching::match_captures(&c.transactions, &s.transactions);
+    if a.json {
+        out(doc(
+            "capture-match",
+            MatchDoc {
+                client_capture: &ci,
+                server_capture: &si,
+                report: &r,
+            },
+        ))?;
+    } else {
+        out(match_text(&ci, &si, &r))?;
+    }
+    let e1 = warn_exit(&ci);
+    let e2 = warn_exit(&si);
+    if r.unrelated {
+        error_line(format!(
+            "{} and {} do not show the same requests: nothing to compare (were they taken at the same time, on \
+             both ends of the same traffic?)",
+            a.client.display(),
+            a.server.display()
+        ));
+        return Ok(Exit::Failed);
+    }
+    if !a.json
+        && r.matched > 0
+        && (r.matched as f64) < 0.5 * (r.client_requests.min(r.server_requests) as f64)
+    {
+        note("note: fewer than half of the requests matched; see 'unmatched' for why");
+    }
+    Ok(if e1 == Exit::Ok && e2 == Exit::Ok {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formats() {
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00.000000");
+        assert_eq!(utc(1_700_000_000.25), "2023-11-14 22:13:20.250000");
+        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00.000000");
+    }
+}

@@ -1,0 +1,205 @@
+//! `roundtrip compare`: ICMP, TCP handshake, application ping and the kernel's RTT, side by side.
+
+use super::args;
+use super::args::family;
+use super::connect::dns_words;
+use super::output::{Exit, error_line, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row};
+use roundtrip::probe::connect::ConnectMode;
+use roundtrip::probe::icmp::IcmpMode;
+use roundtrip::probe::target::Target;
+use roundtrip::probe::tcpinfo::TcpRtt;
+use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::report::text::Table;
+use roundtrip::units::fmt_nanos;
+use roundtrip::wire::sockperf::DEFAULT_PORT;
+use serde::Serialize;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Arguments of `roundtrip compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// A host running `roundtrip server` (or sockperf server): HOST, HOST:PORT or [IPv6]:PORT (default port
+    /// 11111). Without it, an embedded server on loopback answers.
+    #[arg(value_name = "HOST[:PORT]")]
+    target: Option<String>,
+    /// Whole message size of the realistic ping row, header included (default: 250 B, seed 000's average
+    /// SQL*Net packet).
+    #[arg(long, short = 'm', default_value_t = DEFAULT_SIZE as u64, value_parser = args::size, value_name = "BYTES")]
+    size: u64,
+    /// Measurements per row.
+    #[arg(long, short = 'n', default_value = "50", value_parser = args::count)]
+    count: u64,
+    /// Time between measurements, the same for every row.
+    #[arg(long, short = 'i', default_value = "20ms", value_parser = args::duration)]
+    interval: Duration,
+    /// Wait this long for any one answer.
+    #[arg(long, default_value = "1s", value_parser = args::positive_duration)]
+    timeout: Duration,
+    /// Time the handshake with a raw SYN answered by RST, as hping3 -S (root or CAP_NET_RAW) [default: raw
+    /// where allowed, else connect()].
+    #[arg(long, conflicts_with = "no_raw")]
+    raw: bool,
+    /// Time the handshake with connect() even where raw sockets are allowed.
+    #[arg(long)]
+    no_raw: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only (with no HOST: the embedded server listens on ::1).
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+/// The document `roundtrip compare --json` prints.
+#[derive(Debug, Clone, Serialize)]
+struct CompareDoc {
+    format: &'static str,
+    format_version: u32,
+    kind: &'static str,
+    environment: Environment,
+    started_unix_s: f64,
+    target: Option<String>,
+    address: String,
+    embedded_server: bool,
+    dns_ns: Option<u64>,
+    count: u64,
+    interval_ns: u64,
+    timeout_ns: u64,
+    size_bytes: usize,
+    rows: Vec<Row>,
+    tcp_info: Option<TcpRtt>,
+    conclusion: Option<String>,
+    cancelled: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `roundtrip compare`.
+pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
+    let target = match &a.target {
+        Some(t) => Some(Target::parse(t, DEFAULT_PORT)?),
+        None => None,
+    };
+    let mut config = CompareConfig::new(None);
+    config.count = a.count;
+    config.interval = a.interval;
+    config.timeout = a.timeout;
+    config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
+    config.connect_mode = match (a.raw, a.no_raw) {
+        (true, _) => Some(ConnectMode::Raw),
+        (_, true) => Some(ConnectMode::Kernel),
+        _ => None,
+    };
+    config.icmp_mode = IcmpMode::Auto;
+    config.loopback_v6 = a.ipv6;
+    config.validate().context("checking the arguments")?;
+    let mut dns_ns = None;
+    let mut dns_line = String::new();
+    if let Some(t) = &target {
+        let (addr, dns) = t.resolve(family(a.ipv4, a.ipv6))?;
+        if t.host.parse::<std::net::IpAddr>().is_err() {
+            dns_ns = Some(ns(dns));
+        }
+        dns_line = dns_words(&t.host, dns);
+        config.target = Some(addr);
+    }
+    config.cancel = super::ping::cancel_on_ctrl_c();
+    if !a.json {
+        note(format!(
+            "measuring: ICMP echo, TCP handshake, roundtrip ping {} B and {} B, {} each, {} apart ...",
+            roundtrip::wire::sockperf::HEADER_LEN,
+            config.size,
+            config.count,
+            roundtrip::units::fmt_duration(config.interval)
+        ));
+    }
+    let result = compare::run(&config)?;
+    if a.json {
+        let doc = CompareDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "compare",
+            environment: Environment::current(),
+            started_unix_s: result
+                .started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            target: a.target.clone(),
+            address: result.addr.to_string(),
+            embedded_server: result.embedded_server,
+            dns_ns,
+            count: config.count,
+            interval_ns: ns(config.interval),
+            timeout_ns: ns(config.timeout),
+            size_bytes: config.size,
+            rows: result.rows.clone(),
+            tcp_info: result.tcp_info,
+            conclusion: result.conclusion(),
+            cancelled: result.cancelled,
+        };
+        out(json::to_bytes(&doc))?;
+    } else {
+        let whom = if result.embedded_server {
+            format!("embedded roundtrip server on {} (loopback)", result.addr)
+        } else {
+            format!(
+                "{} ({}; {dns_line})",
+                target.as_ref().map_or(String::new(), |t| t.to_string()),
+                result.addr
+            )
+        };
+        out(format!(
+            "roundtrip compare {whom}: all times are round trips (RTT)\n"
+        ))?;
+        let mut t = Table::new(&["probe", "min", "p50", "p99", "count", "note"]);
+        let f = |v: u64| fmt_nanos(v as f64);
+        for r in &result.rows {
+            let s = &r.summary;
+            let mut row = vec![r.label.clone()];
+            if s.count > 0 {
+                row.extend([f(s.min_ns), f(s.p50_ns), f(s.p99_ns)]);
+            } else {
+                row.extend(["-".to_string(), "-".to_string(), "-".to_string()]);
+            }
+            row.push(format!("{}/{}", s.count, r.attempts));
+            row.push(if r.error.is_some() {
+                "see below".into()
+            } else {
+                String::new()
+            });
+            t.row(row);
+        }
+        out(t.render(0))?;
+        out("\n")?;
+        for r in &result.rows {
+            out(format!("{:<24} {}\n", r.label, r.interpretation))?;
+            if let Some(e) = &r.error {
+                out(format!("{:<24}   ! {e}\n", ""))?;
+            }
+        }
+        if let Some(c) = result.conclusion() {
+            out(format!("\nIn short: {c}.\n"))?;
+        }
+    }
+    if !result.measured_anything() && !result.cancelled {
+        let first = result
+            .rows
+            .iter()
+            .find_map(|r| r.error.clone())
+            .unwrap_or_default();
+        error_line(format!(
+            "nothing could be measured against {}: {first}",
+            result.addr
+        ));
+        return Ok(Exit::Failed);
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,263 @@
+//! `roundtrip connect`: TCP handshake time and port state, per attempt and as a summary.
+
+use super::args;
+use super::output::{Exit, error_line, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::probe::connect::{
+    self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
+};
+use roundtrip::probe::target::Target;
+use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::stats::Summary;
+use roundtrip::units::fmt_duration;
+use serde::Serialize;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Arguments of `roundtrip connect`.
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    /// Host and port: HOST:PORT or [IPv6]:PORT; names and literal addresses.
+    #[arg(value_name = "HOST:PORT")]
+    target: String,
+    /// Number of attempts.
+    #[arg(long, short = 'n', default_value = "5", value_parser = args::count)]
+    count: u64,
+    /// Time from the start of one attempt to the start of the next.
+    #[arg(long, short = 'i', default_value = "1s", value_parser = args::duration)]
+    interval: Duration,
+    /// Wait this long for an answer before calling the port filtered.
+    #[arg(long, default_value = "1s", value_parser = args::positive_duration)]
+    timeout: Duration,
+    /// Send the SYN from a raw socket and answer the SYN-ACK with RST, as hping3 -S (root or CAP_NET_RAW).
+    #[arg(long)]
+    raw: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+/// DNS time for humans: "(literal address)" when no lookup was done.
+pub fn dns_words(host: &str, dns: Duration) -> String {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        "literal address, no DNS lookup".into()
+    } else {
+        format!("DNS lookup of {host} took {}", fmt_duration(dns))
+    }
+}
+
+struct Printer {
+    enabled: bool,
+}
+
+impl ConnectObserver for Printer {
+    fn attempt(&mut self, a: &Attempt) {
+        if self.enabled {
+            let _ = out(attempt_line(a));
+        }
+    }
+}
+
+fn attempt_line(a: &Attempt) -> String {
+    let what = match (a.state, a.time) {
+        (PortState::Open, Some(t)) => format!("handshake {}", fmt_duration(t)),
+        (PortState::Closed, Some(t)) => format!("RST after {}", fmt_duration(t)),
+        (PortState::Unreachable, Some(t)) => format!("error after {}", fmt_duration(t)),
+        _ => String::new(),
+    };
+    let detail = match (&a.detail, a.state) {
+        (Some(d), PortState::Filtered | PortState::Unreachable) => format!("  {d}"),
+        _ => String::new(),
+    };
+    format!(
+        "seq={:<4} {:<12} {what}{detail}\n",
+        a.seq,
+        a.state.to_string()
+    )
+}
+
+/// Per-state attempt counts.
+#[derive(Debug, Clone, Serialize)]
+struct Counts {
+    open: u64,
+    closed: u64,
+    filtered: u64,
+    unreachable: u64,
+}
+
+/// The document `roundtrip connect --json` prints.
+#[derive(Debug, Clone, Serialize)]
+struct ConnectDoc {
+    format: &'static str,
+    format_version: u32,
+    kind: &'static str,
+    environment: Environment,
+    started_unix_s: f64,
+    target: String,
+    address: String,
+    mode: ConnectMode,
+    count: u64,
+    interval_ns: u64,
+    timeout_ns: u64,
+    /// Time the name lookup took; null for a literal address.
+    dns_ns: Option<u64>,
+    verdict: Option<PortState>,
+    counts: Counts,
+    /// SYN -> SYN-ACK times of the open attempts.
+    handshake: Summary,
+    /// SYN -> RST times of the closed attempts.
+    refused: Summary,
+    attempts: Vec<Attempt>,
+    error: Option<String>,
+    cancelled: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `roundtrip connect`.
+pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
+    let target = Target::parse(&a.target, 0)?;
+    if target.port == 0 {
+        anyhow::bail!(
+            "no port in '{}': give HOST:PORT (e.g. {}:443)",
+            a.target,
+            if target.host.contains(':') {
+                format!("[{}]", target.host)
+            } else {
+                target.host.clone()
+            }
+        );
+    }
+    let fam = super::args::family(a.ipv4, a.ipv6);
+    let mut config = ConnectConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
+    config.count = a.count;
+    config.interval = a.interval;
+    config.timeout = a.timeout;
+    config.mode = if a.raw {
+        ConnectMode::Raw
+    } else {
+        ConnectMode::Kernel
+    };
+    config.validate().context("checking the arguments")?;
+
+    let (addr, dns) = target.resolve(fam)?;
+    config.addr = addr;
+    config.cancel = super::ping::cancel_on_ctrl_c();
+    let literal = target.host.parse::<std::net::IpAddr>().is_ok();
+    if !a.json {
+        out(format!(
+            "roundtrip connect {target} ({addr}): {} handshake, {} attempts, timeout {}; {}\n",
+            config.mode,
+            config.count,
+            fmt_duration(config.timeout),
+            dns_words(&target.host, dns)
+        ))?;
+    }
+    let result = connect::run(&config, &mut Printer { enabled: !a.json })?;
+    let counts = Counts {
+        open: result.count(PortState::Open),
+        closed: result.count(PortState::Closed),
+        filtered: result.count(PortState::Filtered),
+        unreachable: result.count(PortState::Unreachable),
+    };
+    let verdict = result.verdict();
+    if a.json {
+        let doc = ConnectDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "connect",
+            environment: Environment::current(),
+            started_unix_s: result
+                .started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            target: a.target.clone(),
+            address: addr.to_string(),
+            mode: result.mode,
+            count: config.count,
+            interval_ns: ns(config.interval),
+            timeout_ns: ns(config.timeout),
+            dns_ns: (!literal).then(|| ns(dns)),
+            verdict,
+            counts: counts.clone(),
+            handshake: result.handshake.summary(),
+            refused: result.refused.summary(),
+            attempts: result.attempts.clone(),
+            error: result.error.as_ref().map(|e| e.to_string()),
+            cancelled: result.cancelled,
+        };
+        out(json::to_bytes(&doc))?;
+    } else {
+        out(format!(
+            "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",
+            verdict.map_or("unknown".to_string(), |v| v.to_string()),
+            result.attempts.len(),
+            counts.open,
+            counts.closed,
+            counts.filtered,
+            counts.unreachable
+        ))?;
+        let mut header = vec![""];
+        header.extend(SUMMARY_COLUMNS);
+        let mut t = Table::new(&header);
+        let mut rows = 0;
+        for (name, h) in [
+            ("handshake (SYN -> SYN-ACK)", &result.handshake),
+            ("refused (SYN -> RST)", &result.refused),
+        ] {
+            if !h.is_empty() {
+                let mut row = vec![name.to_string()];
+                row.extend(summary_cells(&h.summary()));
+                t.row(row);
+                rows += 1;
+            }
+        }
+        if rows > 0 {
+            out(t.render(0))?;
+        }
+        if result.mode == ConnectMode::Raw && counts.open > 0 {
+            out(
+                "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \
+                 (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
+            )?;
+        }
+    }
+    if let Some(e) = &result.error {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    if counts.open > 0 || result.cancelled {
+        return Ok(Exit::Ok);
+    }
+    let last_detail = result
+        .attempts
+        .iter()
+        .rev()
+        .find_map(|x| x.detail.clone())
+        .unwrap_or_default();
+    match verdict {
+        Some(PortState::Closed) => error_line(format!(
+            "port {} on {} is closed: the host answered every SYN with RST (nothing listens there: check the port, or start the service)",
+            addr.port(),
+            addr.ip()
+        )),
+        Some(PortState::Filtered) => error_line(format!(
+            "no answer from {addr} within {}: the port is filtered (a firewall drops the SYN) or the host is down (try a longer --timeout)",
+            fmt_duration(config.timeout)
+        )),
+        Some(PortState::Unreachable) => error_line(format!(
+            "{addr} is unreachable: {last_detail} (check the address, your routes and firewalls)"
+        )),
+        _ => error_line(format!("no handshake with {addr} completed")),
+    }
+    Ok(Exit::Failed)
+}

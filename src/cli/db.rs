@@ -1,0 +1,212 @@
+//! `roundtrip db URL`: round trips to PostgreSQL, MySQL/MariaDB, Redis and Oracle listeners.
+
+use super::args;
+use super::output::{Exit, error_line, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::db::doc::{DbDoc, text_heading, text_summary};
+use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, Observer, Secret};
+use roundtrip::report::json;
+use std::fs::File;
+use std::io::{BufRead, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `roundtrip db`.
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    /// postgres://, mysql://, mariadb://, redis://, rediss:// or oracle://, as
+    /// SCHEME://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE][?sslmode=MODE]. Missing parts come from the
+    /// ecosystem's variables (PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE PGSSLMODE; MYSQL_HOST MYSQL_TCP_PORT
+    /// MYSQL_PWD; REDISCLI_AUTH).
+    #[arg(value_name = "URL")]
+    url: String,
+    /// Fresh connections to time phase by phase (DNS, TCP, TLS, startup+auth, first query).
+    #[arg(long, default_value = "5", value_parser = args::count)]
+    connects: u64,
+    /// Iterations on the open connection: protocol ping, query and fetch each (Oracle: TNS pings).
+    #[arg(long, short = 'n', default_value = "100", value_parser = args::count)]
+    count: u64,
+    /// Pause between iterations (default: none).
+    #[arg(long, short = 'i', value_parser = args::positive_duration)]
+    interval: Option<Duration>,
+    /// Singleton statement to time [default: SELECT 1; Redis: GET roundtrip:db:probe].
+    #[arg(long, value_name = "SQL")]
+    query: Option<String>,
+    /// Rows per multi-row fetch (0: no fetch).
+    #[arg(long, default_value = "100", value_parser = rows)]
+    rows: u64,
+    /// Bytes per fetched row (e.g. 1000, 1400, 8k).
+    #[arg(long, default_value = "1000", value_parser = args::size, value_name = "BYTES")]
+    row_bytes: u64,
+    /// Longest wait for any answer.
+    #[arg(long, default_value = "5s", value_parser = args::positive_duration)]
+    timeout: Duration,
+    /// Ask for the password on the terminal.
+    #[arg(long = "password", short = 'W')]
+    prompt_password: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Write one CSV row per timed operation to FILE (op, seq, start, duration, rows, bytes).
+    #[arg(long, value_name = "FILE.csv")]
+    full_log: Option<PathBuf>,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+fn rows(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= db::MAX_ROWS => Ok(n),
+        Ok(_) => Err(format!("at most {} rows", db::MAX_ROWS)),
+        Err(_) => Err(format!("rows '{s}' is not a whole number")),
+    }
+}
+
+/// Writes every sample as one CSV row.
+struct CsvLog {
+    w: BufWriter<File>,
+    rows: u64,
+    failed: bool,
+}
+
+impl Observer for CsvLog {
+    fn sample(&mut self, s: &DbSample) {
+        if writeln!(
+            self.w,
+            "{},{},{:.9},{},{},{}",
+            s.op.name(),
+            s.seq,
+            s.at.as_secs_f64(),
+            s.duration.as_nanos(),
+            s.rows,
+            s.bytes
+        )
+        .is_err()
+        {
+            self.failed = true;
+        }
+        self.rows += 1;
+    }
+}
+
+struct Nothing;
+impl Observer for Nothing {}
+
+/// Reads a password from the terminal without echo.
+fn prompt_password(user: &str, what: &str) -> anyhow::Result<Secret> {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .context("cannot open the terminal to ask for the password (give it in the URL or the environment)")?;
+    let stty = |arg: &str| {
+        let _ = std::process::Command::new("stty")
+            .arg(arg)
+            .stdin(tty.try_clone().expect("tty"))
+            .status();
+    };
+    let mut w = &tty;
+    // Echo goes off before the prompt shows, so nothing typed after the prompt can be echoed.
+    stty("-echo");
+    write!(w, "Password for {what} user '{user}': ")?;
+    w.flush()?;
+    let mut line = String::new();
+    let r = std::io::BufReader::new(&tty).read_line(&mut line);
+    stty("echo");
+    writeln!(w)?;
+    r.context("reading the password from the terminal")?;
+    Ok(Secret::new(line.trim_end_matches(['\r', '\n'])))
+}
+
+/// Runs `roundtrip db`.
+pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
+    let mut url = DbUrl::parse(&a.url)?;
+    url.apply_env(&|k| std::env::var(k).ok());
+    let mut config = DbConfig::new(url);
+    config.family = super::args::family(a.ipv4, a.ipv6);
+    config.connects = u32::try_from(a.connects).unwrap_or(u32::MAX);
+    config.count = a.count;
+    config.interval = a.interval;
+    config.query = a.query.clone();
+    config.rows = a.rows;
+    config.row_bytes = a.row_bytes;
+    config.timeout = a.timeout;
+    config.validate().context("checking the arguments")?;
+    let mut log = match &a.full_log {
+        Some(p) => {
+            let mut w = BufWriter::new(
+                File::create(p)
+                    .with_context(|| format!("cannot create the full log {}", p.display()))?,
+            );
+            writeln!(w, "op,seq,start_s,duration_ns,rows,bytes")
+                .with_context(|| format!("writing the full log {}", p.display()))?;
+            Some(CsvLog {
+                w,
+                rows: 0,
+                failed: false,
+            })
+        }
+        None => None,
+    };
+    if a.prompt_password {
+        config.url.password = Some(prompt_password(
+            config.url.user(),
+            config.url.scheme.name(),
+        )?);
+    }
+    config.cancel = super::ping::cancel_on_ctrl_c();
+    if !a.json {
+        out(text_heading(&config.url.redacted(), config.url.scheme))?;
+    }
+    let mut result = {
+        let obs: &mut dyn Observer = match &mut log {
+            Some(l) => l,
+            None => &mut Nothing,
+        };
+        db::run(&config, obs)?
+    };
+    // The server wants a password we do not have: ask once, when a person is there to answer.
+    if let Some(DbError::NoPassword { user, .. }) = &result.error
+        && !a.prompt_password
+        && std::io::stdin().is_terminal()
+        && result.connects_ok == 0
+    {
+        config.url.password = Some(prompt_password(user, config.url.scheme.name())?);
+        let obs: &mut dyn Observer = match &mut log {
+            Some(l) => l,
+            None => &mut Nothing,
+        };
+        result = db::run(&config, obs)?;
+    }
+    if a.json {
+        out(json::to_bytes(&DbDoc::new(&config, &result)))?;
+    } else {
+        out(text_summary(&config, &result))?;
+    }
+    if let (Some(mut log), Some(path)) = (log, &a.full_log) {
+        if log.w.flush().is_err() || log.failed {
+            error_line(format!(
+                "writing the full log {} failed (disk full?)",
+                path.display()
+            ));
+            return Ok(Exit::Failed);
+        }
+        if !a.json {
+            note(format!(
+                "full log: {} rows written to {}",
+                log.rows,
+                path.display()
+            ));
+        }
+    }
+    if let Some(e) = &result.error {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    Ok(Exit::Ok)
+}

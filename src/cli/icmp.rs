@@ -1,0 +1,219 @@
+//! `roundtrip icmp`: ICMP echo round trips, as ping and fping measure them.
+
+use super::args;
+use super::args::family;
+use super::connect::dns_words;
+use super::output::{Exit, error_line, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::probe::icmp::{
+    self, IcmpConfig, IcmpMode, IcmpObserver, IcmpSocket, Probe, ProbeOutcome,
+};
+use roundtrip::probe::target::Target;
+use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::stats::Summary;
+use roundtrip::units::{fmt_duration, fmt_nanos};
+use serde::Serialize;
+use std::net::IpAddr;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Arguments of `roundtrip icmp`.
+#[derive(Debug, Args)]
+pub struct IcmpArgs {
+    /// Host name or literal address (no port).
+    #[arg(value_name = "HOST")]
+    host: String,
+    /// Number of echo requests.
+    #[arg(long, short = 'n', default_value = "5", value_parser = args::count)]
+    count: u64,
+    /// ICMP payload bytes after the 8-byte header, as ping -s.
+    #[arg(long, short = 's', default_value = "56", value_parser = args::size, value_name = "BYTES")]
+    size: u64,
+    /// Time from one request to the next.
+    #[arg(long, short = 'i', default_value = "1s", value_parser = args::duration)]
+    interval: Duration,
+    /// Wait this long for each reply.
+    #[arg(long, default_value = "1s", value_parser = args::positive_duration)]
+    timeout: Duration,
+    /// Use the raw socket only (root or CAP_NET_RAW).
+    #[arg(long, conflicts_with = "datagram")]
+    raw: bool,
+    /// Use the unprivileged ICMP datagram socket only (net.ipv4.ping_group_range), even as root.
+    #[arg(long)]
+    datagram: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+struct Printer {
+    enabled: bool,
+    addr: IpAddr,
+    probes: Vec<Probe>,
+}
+
+impl IcmpObserver for Printer {
+    fn probe(&mut self, p: &Probe) {
+        if self.enabled {
+            let line = match &p.outcome {
+                ProbeOutcome::Reply { bytes, ttl, rtt_ns } => format!(
+                    "{bytes} bytes from {}: icmp_seq={}{} time={}\n",
+                    self.addr,
+                    p.seq,
+                    ttl.map_or(String::new(), |t| format!(" ttl={t}")),
+                    fmt_nanos(*rtt_ns as f64)
+                ),
+                ProbeOutcome::Timeout => format!("icmp_seq={}: no reply\n", p.seq),
+                ProbeOutcome::Error { detail } => format!("icmp_seq={}: {detail}\n", p.seq),
+            };
+            let _ = out(line);
+        }
+        self.probes.push(p.clone());
+    }
+}
+
+/// The document `roundtrip icmp --json` prints.
+#[derive(Debug, Clone, Serialize)]
+struct IcmpDoc {
+    format: &'static str,
+    format_version: u32,
+    kind: &'static str,
+    environment: Environment,
+    started_unix_s: f64,
+    target: String,
+    address: String,
+    socket: IcmpSocket,
+    payload_bytes: usize,
+    count: u64,
+    interval_ns: u64,
+    timeout_ns: u64,
+    dns_ns: Option<u64>,
+    sent: u64,
+    received: u64,
+    lost: u64,
+    errors: u64,
+    rtt: Summary,
+    probes: Vec<Probe>,
+    error: Option<String>,
+    cancelled: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `roundtrip icmp`.
+pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
+    let target = Target::parse(&a.host, 0)?;
+    if target.port != 0 {
+        anyhow::bail!(
+            "'{}': ICMP has no ports; give the host alone (e.g. {})",
+            a.host,
+            target.host
+        );
+    }
+    let fam = family(a.ipv4, a.ipv6);
+    let mut config = IcmpConfig::new(IpAddr::from([127, 0, 0, 1]));
+    config.count = a.count;
+    config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
+    config.interval = a.interval;
+    config.timeout = a.timeout;
+    config.mode = match (a.raw, a.datagram) {
+        (true, _) => IcmpMode::Raw,
+        (_, true) => IcmpMode::Datagram,
+        _ => IcmpMode::Auto,
+    };
+    config.validate().context("checking the arguments")?;
+    let (addr, dns) = target.resolve(fam)?;
+    config.addr = addr.ip();
+    config.cancel = super::ping::cancel_on_ctrl_c();
+    let literal = target.host.parse::<IpAddr>().is_ok();
+    let mut printer = Printer {
+        enabled: !a.json,
+        addr: addr.ip(),
+        probes: Vec::new(),
+    };
+    let result = icmp::run(&config, &mut printer)?;
+    if a.json {
+        let doc = IcmpDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "icmp",
+            environment: Environment::current(),
+            started_unix_s: result
+                .started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            target: a.host.clone(),
+            address: addr.ip().to_string(),
+            socket: result.socket,
+            payload_bytes: result.size,
+            count: config.count,
+            interval_ns: ns(config.interval),
+            timeout_ns: ns(config.timeout),
+            dns_ns: (!literal).then(|| ns(dns)),
+            sent: result.sent,
+            received: result.received,
+            lost: result.lost(),
+            errors: result.errors,
+            rtt: result.rtt.summary(),
+            probes: printer.probes,
+            error: result.error.as_ref().map(|e| e.to_string()),
+            cancelled: result.cancelled,
+        };
+        out(json::to_bytes(&doc))?;
+    } else {
+        let pct = if result.sent > 0 {
+            100.0 * result.lost() as f64 / result.sent as f64
+        } else {
+            0.0
+        };
+        out(format!(
+            "--- {} ICMP echo ({}, {} B payload; {}): sent {}  received {}  lost {} ({pct:.2}%)  errors {} ---\n",
+            addr.ip(),
+            result.socket,
+            result.size,
+            dns_words(&target.host, dns),
+            result.sent,
+            result.received,
+            result.lost(),
+            result.errors
+        ))?;
+        if !result.rtt.is_empty() {
+            let mut header = vec![""];
+            header.extend(SUMMARY_COLUMNS);
+            let mut t = Table::new(&header);
+            let mut row = vec!["RTT".to_string()];
+            row.extend(summary_cells(&result.rtt.summary()));
+            t.row(row);
+            out(t.render(0))?;
+        }
+    }
+    if let Some(e) = &result.error {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    if result.received == 0 && !result.cancelled {
+        match &result.last_error {
+            Some(d) => error_line(format!(
+                "no echo reply from {}: {d} (check the address and your routes)",
+                addr.ip()
+            )),
+            None => error_line(format!(
+                "no echo reply from {} within {} to any of {} requests (host down, or ICMP blocked on the way; try `roundtrip connect HOST:PORT`)",
+                addr.ip(),
+                fmt_duration(config.timeout),
+                result.sent
+            )),
+        }
+        return Ok(Exit::Failed);
+    }
+    Ok(Exit::Ok)
+}

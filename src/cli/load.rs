@@ -1,0 +1,117 @@
+//! `roundtrip load`: latency under load on an open-loop schedule (sockperf under-load, corrected for
+//! coordinated omission).
+
+use super::args;
+use super::args::family;
+use super::output::{Exit, error_line, note, out};
+use super::throughput::message_size;
+use anyhow::Context;
+use clap::Args;
+use roundtrip::probe::load::{self, LoadConfig};
+use roundtrip::probe::ping::Transport;
+use roundtrip::probe::target::Target;
+use roundtrip::report::{json, traffic};
+use roundtrip::wire::sockperf::DEFAULT_PORT;
+use std::time::Duration;
+
+/// Arguments of `roundtrip load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Server as HOST, HOST:PORT or [IPv6]:PORT (default port 11111, as sockperf).
+    #[arg(value_name = "HOST[:PORT]")]
+    target: String,
+    /// Offered rate in messages per second (e.g. 10000, 10k/s, 100k).
+    #[arg(long, short = 'r', value_parser = args::rate, allow_negative_numbers = true, value_name = "N/s")]
+    rate: f64,
+    /// Ask for an answer to one message in N (seq % N == 0), as sockperf --reply-every.
+    #[arg(long, default_value = "100", value_parser = args::count, allow_negative_numbers = true, value_name = "N")]
+    reply_every: u64,
+    /// Whole message size including the 14-byte header (e.g. 64, 1k).
+    #[arg(long, short = 'm', default_value = "64", value_parser = message_size, allow_negative_numbers = true, value_name = "BYTES")]
+    size: usize,
+    /// Use UDP instead of TCP.
+    #[arg(long, short = 'u')]
+    udp: bool,
+    /// How long to measure, after the warm-up.
+    #[arg(long, short = 't', default_value = "10s", value_parser = args::positive_duration)]
+    duration: Duration,
+    /// Time on the same schedule before measuring (0 for none).
+    #[arg(long, default_value = "1s", value_parser = args::duration)]
+    warmup: Duration,
+    /// How long to wait for the last answers after the last send.
+    #[arg(long, default_value = "2s", value_parser = args::positive_duration)]
+    timeout: Duration,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Behave exactly as a sockperf client: no hello.
+    #[arg(long)]
+    no_extensions: bool,
+    /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
+    /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
+    #[arg(long)]
+    realtime: bool,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+/// Runs `roundtrip load`.
+pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
+    let transport = if a.udp {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    let target = Target::parse(&a.target, DEFAULT_PORT)?;
+    let mut config = LoadConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
+    config.transport = transport;
+    config.size = a.size;
+    config.rate = a.rate;
+    config.reply_every = a.reply_every;
+    config.duration = a.duration;
+    config.warmup = a.warmup;
+    config.timeout = a.timeout;
+    config.extensions = !a.no_extensions;
+    config.realtime = a.realtime;
+    config.validate().context("checking the arguments")?;
+    let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
+    config.addr = addr;
+    config.cancel = super::ping::cancel_on_ctrl_c();
+    if !a.json {
+        out(traffic::load_heading(
+            &target.to_string(),
+            &addr.to_string(),
+            transport,
+            a.size,
+            a.rate,
+            a.reply_every,
+        ))?;
+    }
+    let result = load::run(&config)?;
+    if a.json {
+        out(json::to_bytes(&traffic::LoadDoc::new(
+            &a.target, &result, a.duration, a.warmup,
+        )))?;
+    } else {
+        out(traffic::load_text(&result))?;
+    }
+    if !result.rate_held() && !result.cancelled && a.json {
+        note(traffic::rate_sentence(&result));
+    }
+    if let Some(e) = &result.error {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    if result.answered == 0 && result.requested > 0 && !result.cancelled {
+        error_line(format!(
+            "no answer from {transport} {addr}: {} answers requested, none came (is a server running there? a firewall?)",
+            result.requested
+        ));
+        return Ok(Exit::Failed);
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,349 @@
+//! `roundtrip proxy`: put a far-away network between a client and its server.
+
+use super::args;
+use super::output::{Exit, note, out};
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use roundtrip::probe::target::{Family, Target};
+use roundtrip::proxy::{
+    self, Direction, GilbertElliott, Impairment, JitterDist, ProxyConfig, Trigger,
+};
+use roundtrip::report::{json, text::Table};
+use roundtrip::units::{DurationOrSize, fmt_bytes, fmt_duration};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Jitter distribution (see --help of --jitter-dist).
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Dist {
+    Uniform,
+    Normal,
+    Pareto,
+}
+
+/// Directions that get delay, jitter and rate.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Dir {
+    Both,
+    Up,
+    Down,
+}
+
+/// Arguments of `roundtrip proxy`.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+Examples:
+  roundtrip proxy --listen 127.0.0.1:15432 --upstream 127.0.0.1:5432 --rtt 40ms
+  roundtrip proxy --listen 127.0.0.1:8000 --upstream db:1521 --delay 20ms --jitter 2ms --window 4MiB
+  roundtrip proxy --udp --listen 127.0.0.1:11112 --upstream 127.0.0.1:11111 --delay 10ms --loss 1%
+  curl -X PUT -d '{\"delay_ns\": 30000000}' http://127.0.0.1:9000/impairment   (with --control 127.0.0.1:9000)
+
+Delay applies to both directions unless --direction says otherwise, so --delay 20ms adds 40 ms to every
+round trip; --rtt 40ms says the same thing. Data keeps its order: a chunk is never released before the one
+ahead of it. A terminating proxy acknowledges data at once, so bulk transfers would not feel the latency:
+--window W emulates TCP's window (at most W bytes unacknowledged per direction; a chunk counts as acknowledged
+one reverse delay after the far side got it), giving about W/RTT, as real TCP with that window.")]
+pub struct ProxyArgs {
+    /// Address clients connect to (IP:PORT; port 0 picks one, printed at start).
+    #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
+    listen: SocketAddr,
+    /// The real server.
+    #[arg(long, value_name = "HOST:PORT")]
+    upstream: String,
+    /// One-way delay added to each direction.
+    #[arg(long, value_parser = args::duration, conflicts_with = "rtt", value_name = "DURATION")]
+    delay: Option<Duration>,
+    /// Round-trip time to add, split evenly between the two directions (needs --direction both).
+    #[arg(long, value_parser = args::duration, value_name = "DURATION")]
+    rtt: Option<Duration>,
+    /// Jitter around the delay (uniform: +-J; normal: J is the standard deviation; pareto: mean extra J).
+    #[arg(long, value_parser = args::duration, default_value = "0", value_name = "DURATION")]
+    jitter: Duration,
+    /// Jitter distribution. Samples below zero delay are clipped to zero, and no chunk is released before the
+    /// one ahead of it (order kept), which lengthens a short sample behind a long one.
+    #[arg(long, value_enum, default_value = "uniform")]
+    jitter_dist: Dist,
+    /// Rate limit per connection and direction (e.g. 100mbit).
+    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
+    rate: Option<u64>,
+    /// Rate limit for all connections together, per direction.
+    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
+    rate_total: Option<u64>,
+    /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only).
+    #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
+    window: Option<u64>,
+    /// Which directions get delay, jitter and rate (up = client to server).
+    #[arg(long, value_enum, default_value = "both")]
+    direction: Dir,
+    /// Fault: reset both sides (RST) after this time or this many bytes (both directions together).
+    #[arg(long, value_parser = args::duration_or_size, value_name = "DURATION|BYTES")]
+    reset_after: Option<DurationOrSize>,
+    /// Fault: stop relaying (connection stays open) after this time or this many bytes.
+    #[arg(long, value_parser = args::duration_or_size, value_name = "DURATION|BYTES")]
+    stall_after: Option<DurationOrSize>,
+    /// Fault: close both sides cleanly (FIN) after this many bytes.
+    #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
+    close_after: Option<u64>,
+    /// Fault: hold every close (FIN) this long before passing it on.
+    #[arg(long, value_parser = args::duration, default_value = "0", value_name = "DURATION")]
+    slow_close: Duration,
+    /// Relay UDP datagrams instead of TCP connections.
+    #[arg(long)]
+    udp: bool,
+    /// UDP: random loss probability per datagram (0.01, 1e-4, 1%).
+    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
+    loss: f64,
+    /// UDP: Gilbert-Elliott bursty loss, probability good -> bad per datagram (with --ge-r).
+    #[arg(long, value_parser = args::probability, requires = "ge_r", value_name = "P")]
+    ge_p: Option<f64>,
+    /// UDP: Gilbert-Elliott probability bad -> good (mean burst = 1/r datagrams).
+    #[arg(long, value_parser = args::probability, requires = "ge_p", value_name = "P")]
+    ge_r: Option<f64>,
+    /// UDP: Gilbert-Elliott loss probability in the bad state.
+    #[arg(long, value_parser = args::probability, default_value = "1", value_name = "P")]
+    ge_loss_bad: f64,
+    /// UDP: Gilbert-Elliott loss probability in the good state.
+    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
+    ge_loss_good: f64,
+    /// UDP: probability that a datagram is held back by --reorder-delay so later ones overtake it.
+    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
+    reorder: f64,
+    /// UDP: how long a reordered datagram is held back.
+    #[arg(long, value_parser = args::positive_duration, default_value = "10ms", value_name = "DURATION")]
+    reorder_delay: Duration,
+    /// UDP: probability that a datagram is sent twice.
+    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
+    duplicate: f64,
+    /// Serve the control API here: GET/PUT /impairment (JSON), GET /counters.
+    #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
+    control: Option<SocketAddr>,
+    /// How long to wait for the upstream to accept a connection.
+    #[arg(long, value_parser = args::positive_duration, default_value = "3s", value_name = "DURATION")]
+    connect_timeout: Duration,
+    /// At exit (Ctrl-C), print the counters as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn trigger(v: Option<DurationOrSize>) -> Option<Trigger> {
+    v.map(|v| match v {
+        DurationOrSize::Duration(d) => Trigger::AfterNs(d.as_nanos() as u64),
+        DurationOrSize::Bytes(b) => Trigger::Bytes(b),
+    })
+}
+
+/// Builds the impairment from the arguments, refusing combinations that make no sense.
+fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
+    let direction = match a.direction {
+        Dir::Both => Direction::Both,
+        Dir::Up => Direction::Up,
+        Dir::Down => Direction::Down,
+    };
+    let delay = match (a.delay, a.rtt) {
+        (Some(d), _) => d,
+        (None, Some(r)) => {
+            if direction != Direction::Both {
+                anyhow::bail!(
+                    "--rtt splits the round trip over both directions; with --direction {} give --delay instead",
+                    if direction == Direction::Up {
+                        "up"
+                    } else {
+                        "down"
+                    }
+                );
+            }
+            r / 2
+        }
+        (None, None) => Duration::ZERO,
+    };
+    if a.udp {
+        let tcp_only = [
+            ("--window", a.window.is_some()),
+            ("--reset-after", a.reset_after.is_some()),
+            ("--stall-after", a.stall_after.is_some()),
+            ("--close-after", a.close_after.is_some()),
+            ("--slow-close", !a.slow_close.is_zero()),
+        ];
+        if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{name} applies to TCP connections only; leave out --udp or {name}");
+        }
+    } else {
+        let udp_only = [
+            ("--loss", a.loss > 0.0),
+            ("--ge-p", a.ge_p.is_some()),
+            ("--reorder", a.reorder > 0.0),
+            ("--duplicate", a.duplicate > 0.0),
+        ];
+        if let Some((name, _)) = udp_only.iter().find(|(_, set)| *set) {
+            anyhow::bail!(
+                "{name} applies to UDP datagrams only (TCP never loses or reorders data); add --udp, or leave out {name}"
+            );
+        }
+    }
+    Ok(Impairment {
+        delay_ns: delay.as_nanos() as u64,
+        jitter_ns: a.jitter.as_nanos() as u64,
+        jitter_dist: match a.jitter_dist {
+            Dist::Uniform => JitterDist::Uniform,
+            Dist::Normal => JitterDist::Normal,
+            Dist::Pareto => JitterDist::Pareto,
+        },
+        direction,
+        rate_bps: a.rate,
+        rate_total_bps: a.rate_total,
+        window_bytes: a.window,
+        reset_after: trigger(a.reset_after),
+        stall_after: trigger(a.stall_after),
+        close_after_bytes: a.close_after,
+        slow_close_ns: a.slow_close.as_nanos() as u64,
+        loss: a.loss,
+        gilbert_elliott: a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
+            p,
+            r,
+            loss_good: a.ge_loss_good,
+            loss_bad: a.ge_loss_bad,
+        }),
+        reorder: a.reorder,
+        reorder_delay_ns: a.reorder_delay.as_nanos() as u64,
+        duplicate: a.duplicate,
+    })
+}
+
+/// One line describing an impairment.
+pub fn describe(i: &Impairment) -> String {
+    let mut parts = Vec::new();
+    let d = Duration::from_nanos(i.delay_ns);
+    match i.direction {
+        Direction::Both => parts.push(format!(
+            "delay {} each way (+{} RTT)",
+            fmt_duration(d),
+            fmt_duration(d * 2)
+        )),
+        Direction::Up => parts.push(format!("delay {} client->server only", fmt_duration(d))),
+        Direction::Down => parts.push(format!("delay {} server->client only", fmt_duration(d))),
+    }
+    if i.jitter_ns > 0 {
+        parts.push(format!(
+            "jitter {} {}",
+            fmt_duration(Duration::from_nanos(i.jitter_ns)),
+            format!("{:?}", i.jitter_dist).to_lowercase()
+        ));
+    }
+    if let Some(r) = i.rate_bps {
+        parts.push(format!("rate {} Mbit/s per connection", r as f64 / 1e6));
+    }
+    if let Some(r) = i.rate_total_bps {
+        parts.push(format!("rate {} Mbit/s total", r as f64 / 1e6));
+    }
+    if let Some(w) = i.window_bytes {
+        parts.push(format!("window {}", fmt_bytes(w)));
+    }
+    if i.loss > 0.0 {
+        parts.push(format!("loss {}%", i.loss * 100.0));
+    }
+    if let Some(g) = &i.gilbert_elliott {
+        parts.push(format!("Gilbert-Elliott p={} r={}", g.p, g.r));
+    }
+    if i.reorder > 0.0 {
+        parts.push(format!("reorder {}%", i.reorder * 100.0));
+    }
+    if i.duplicate > 0.0 {
+        parts.push(format!("duplicate {}%", i.duplicate * 100.0));
+    }
+    for (name, t) in [("reset", i.reset_after), ("stall", i.stall_after)] {
+        match t {
+            Some(Trigger::AfterNs(ns)) => parts.push(format!(
+                "{name} after {}",
+                fmt_duration(Duration::from_nanos(ns))
+            )),
+            Some(Trigger::Bytes(b)) => parts.push(format!("{name} after {}", fmt_bytes(b))),
+            None => {}
+        }
+    }
+    if let Some(b) = i.close_after_bytes {
+        parts.push(format!("close after {}", fmt_bytes(b)));
+    }
+    if i.slow_close_ns > 0 {
+        parts.push(format!(
+            "slow close {}",
+            fmt_duration(Duration::from_nanos(i.slow_close_ns))
+        ));
+    }
+    parts.join(", ")
+}
+
+/// Runs `roundtrip proxy` until Ctrl-C.
+pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
+    let imp = impairment(&a)?;
+    if let Some(n) = imp.validate().context("checking the impairment")? {
+        note(n);
+    }
+    let target = Target::parse(&a.upstream, 0)?;
+    if target.port == 0 {
+        anyhow::bail!(
+            "--upstream '{}' needs a port, e.g. {}:11111",
+            a.upstream,
+            a.upstream
+        );
+    }
+    let (upstream, _) = target.resolve(Family::Any)?;
+    let config = ProxyConfig {
+        listen: a.listen,
+        upstream: vec![upstream],
+        udp: a.udp,
+        control: a.control,
+        impairment: imp.clone(),
+        connect_timeout: a.connect_timeout,
+    };
+    let cancel = super::ping::cancel_on_ctrl_c();
+    let handle = proxy::start(&config)?;
+    out(format!(
+        "roundtrip proxy: listening on {} ({}), relaying to {} ({upstream})\n  {}\n",
+        handle.listen_addr(),
+        if a.udp { "udp" } else { "tcp" },
+        a.upstream,
+        describe(&imp)
+    ))?;
+    if let Some(c) = handle.control_addr() {
+        out(format!(
+            "  control api on http://{c}/impairment and http://{c}/counters\n"
+        ))?;
+    }
+    out("  Ctrl-C to stop.\n")?;
+    while !cancel.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let counters = handle.shared().counters();
+    handle.shutdown();
+    if a.json {
+        out(json::to_bytes(&counters))?;
+    } else {
+        let t = &counters.total;
+        let mut table = Table::new(&["", "value"]);
+        let rows: Vec<(&str, u64)> = if a.udp {
+            vec![
+                ("datagrams in", t.datagrams_in),
+                ("datagrams out", t.datagrams_out),
+                ("lost", t.datagrams_lost),
+                ("duplicated", t.datagrams_duplicated),
+                ("reordered", t.datagrams_reordered),
+            ]
+        } else {
+            vec![
+                ("connections", t.accepted),
+                ("upstream failures", t.upstream_failures),
+                ("fault resets", t.fault_resets),
+                ("fault stalls", t.fault_stalls),
+                ("fault closes", t.fault_closes),
+            ]
+        };
+        for (k, v) in rows {
+            table.row(vec![k.to_string(), v.to_string()]);
+        }
+        table.row(vec!["bytes up".into(), fmt_bytes(t.bytes_up)]);
+        table.row(vec!["bytes down".into(), fmt_bytes(t.bytes_down)]);
+        out(format!("\n{}", table.render(2)))?;
+    }
+    Ok(Exit::Ok)
+}

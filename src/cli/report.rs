@@ -1,0 +1,238 @@
+//! `roundtrip report`: draw saved `--json` results (and their full logs) into one HTML page or one SVG chart;
+//! and [`PictureArgs`], the `--report`/`--svg` options every measuring command flattens into its arguments.
+
+use super::output::{Exit, note};
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use roundtrip::report::charts::{self, Options, Run};
+use roundtrip::report::{html, load};
+use std::path::{Path, PathBuf};
+
+/// Which chart `--svg` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChartId {
+    /// RTT by percentile on a log 1/(1-p) axis.
+    Percentiles,
+    /// RTT histogram.
+    Distribution,
+    /// RTT over time.
+    RttTime,
+    /// Percentiles of several results side by side (needs two or more results).
+    Compare,
+}
+
+impl ChartId {
+    fn id(self) -> &'static str {
+        match self {
+            ChartId::Percentiles => "percentiles",
+            ChartId::Distribution => "distribution",
+            ChartId::RttTime => "rtt-time",
+            ChartId::Compare => "compare",
+        }
+    }
+}
+
+/// Picture options shared by every measuring command (`#[command(flatten)]`).
+#[derive(Debug, Clone, Args)]
+pub struct PictureArgs {
+    /// Also write a self-contained HTML report with charts (RTT over time, distribution, percentiles).
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// Also write one chart as a standalone SVG file (which one: --chart).
+    #[arg(long, value_name = "FILE.svg")]
+    pub svg: Option<PathBuf>,
+    /// The chart --svg writes.
+    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
+    pub chart: ChartId,
+    /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
+    #[arg(long)]
+    pub log_counts: bool,
+}
+
+impl PictureArgs {
+    /// True when a picture was asked for.
+    pub fn wanted(&self) -> bool {
+        self.report.is_some() || self.svg.is_some()
+    }
+
+    /// Checks the output paths before any I/O: their folders exist and they differ.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for p in self.report.iter().chain(self.svg.iter()) {
+            check_output(p)?;
+        }
+        if let (Some(a), Some(b)) = (&self.report, &self.svg)
+            && a == b
+        {
+            bail!(
+                "--report and --svg both name {}: give two different files",
+                a.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Draws `runs` and writes the requested files, printing one note per file to stderr.
+    pub fn write(&self, title: &str, runs: &[Run]) -> anyhow::Result<()> {
+        let opts = Options {
+            log_counts: self.log_counts,
+            ..Options::default()
+        };
+        let page = charts::page(title, runs, &opts)?;
+        // Pick the SVG's chart first, so a wrong --chart writes nothing.
+        let svg = match &self.svg {
+            Some(path) => {
+                let want = self.chart.id();
+                let figures = || page.sections.iter().flat_map(|s| &s.figures);
+                let Some(fig) = figures().find(|f| f.id == want) else {
+                    let have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
+                    bail!(
+                        "no {want} chart for these results (charts drawn: {}); pick another with --chart",
+                        have.join(", ")
+                    );
+                };
+                Some((path, fig.chart.render(true)))
+            }
+            None => None,
+        };
+        if let Some(path) = &self.report {
+            std::fs::write(path, html::render(&page))
+                .with_context(|| format!("cannot write the report {}", path.display()))?;
+            note(format!("report: {}", path.display()));
+        }
+        if let Some((path, text)) = svg {
+            std::fs::write(path, text)
+                .with_context(|| format!("cannot write the SVG {}", path.display()))?;
+            note(format!("svg: {}", path.display()));
+        }
+        Ok(())
+    }
+}
+
+fn check_output(p: &Path) -> anyhow::Result<()> {
+    if p.as_os_str().is_empty() {
+        bail!("an output file name is empty");
+    }
+    if p.is_dir() {
+        bail!("{} is a folder: give a file name", p.display());
+    }
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = parent
+        && !d.is_dir()
+    {
+        bail!(
+            "cannot write {}: the folder {} does not exist",
+            p.display(),
+            d.display()
+        );
+    }
+    Ok(())
+}
+
+/// Arguments of `roundtrip report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Results saved with `roundtrip ... --json > FILE.json`; several are overlaid for comparison.
+    #[arg(required = true, value_name = "RESULT.json")]
+    results: Vec<PathBuf>,
+    /// Full log (`--full-log` CSV) of a result, to draw every round trip; the first --full-log goes with the
+    /// first result, the second with the second, ...
+    #[arg(long, value_name = "CSV")]
+    full_log: Vec<PathBuf>,
+    /// Name of a result in legends and tables (default: its file name), in the order of the results.
+    #[arg(long, value_name = "NAME")]
+    name: Vec<String>,
+    /// Write the HTML report here.
+    #[arg(short = 'o', long, value_name = "FILE.html")]
+    output: Option<PathBuf>,
+    /// Page title.
+    #[arg(long, default_value = "roundtrip report")]
+    title: String,
+    #[command(flatten)]
+    pictures: SvgOnly,
+}
+
+/// The picture options of `roundtrip report` (its HTML file is `-o`).
+#[derive(Debug, Args)]
+struct SvgOnly {
+    /// Write one chart as a standalone SVG file (which one: --chart).
+    #[arg(long, value_name = "FILE.svg")]
+    svg: Option<PathBuf>,
+    /// The chart --svg writes.
+    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
+    chart: ChartId,
+    /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
+    #[arg(long)]
+    log_counts: bool,
+}
+
+/// Runs `roundtrip report`.
+pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
+    let pictures = PictureArgs {
+        report: a.output.clone(),
+        svg: a.pictures.svg.clone(),
+        chart: a.pictures.chart,
+        log_counts: a.pictures.log_counts,
+    };
+    if !pictures.wanted() {
+        bail!("nothing to write: give -o FILE.html (and/or --svg FILE.svg)");
+    }
+    if a.full_log.len() > a.results.len() {
+        bail!(
+            "{} --full-log files for {} results: each --full-log goes with the result at the same position",
+            a.full_log.len(),
+            a.results.len()
+        );
+    }
+    if a.name.len() > a.results.len() {
+        bail!(
+            "{} --name values for {} results: give at most one name per result",
+            a.name.len(),
+            a.results.len()
+        );
+    }
+    pictures.validate()?;
+
+    let mut runs = Vec::new();
+    for (i, path) in a.results.iter().enumerate() {
+        let doc = load::load(path)?;
+        charts::check_kind(&doc)?;
+        let full_log = match a.full_log.get(i) {
+            Some(p) => Some(load::load_full_log(p)?),
+            None => None,
+        };
+        let label = a.name.get(i).cloned().unwrap_or_else(|| {
+            path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |s| s.to_string_lossy().into(),
+            )
+        });
+        runs.push(Run {
+            label,
+            doc,
+            full_log,
+        });
+    }
+    pictures.write(&a.title, &runs)?;
+    Ok(Exit::Ok)
+}
+
+/// Draws the result a command just measured (its `--json` document, and its full log when one was written).
+pub fn after_run<T: serde::Serialize>(
+    pictures: &PictureArgs,
+    doc: &T,
+    full_log: Option<&Path>,
+    label: &str,
+) -> anyhow::Result<()> {
+    let value = serde_json::to_value(doc).context("preparing the report")?;
+    let doc = load::from_value("this run", value)?;
+    let full_log = match full_log {
+        Some(p) => Some(load::load_full_log(p)?),
+        None => None,
+    };
+    let runs = [Run {
+        label: label.to_string(),
+        doc,
+        full_log,
+    }];
+    pictures.write(&format!("roundtrip {}: {label}", runs[0].doc.kind), &runs)
+}

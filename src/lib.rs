@@ -1,0 +1,23 @@
+//! roundtrip: measure the round trip an application really pays on a network, find where the time goes, and
+//! show what it would cost somewhere else.
+//!
+//! This crate is the engine: every capability returns typed results and never prints. The `roundtrip` binary
+//! (in `src/main.rs` and `src/cli/`) parses arguments and renders results through [`report`].
+//!
+//! - [`probe`]: measurement engines (ping-pong over TCP/UDP, ...).
+//! - [`server`]: the sockperf-compatible responder.
+//! - [`wire`]: message formats.
+//! - [`stats`]: HDR histograms and summaries.
+//! - [`report`]: exporters (text, JSON, CSV).
+//! - [`units`]: strict parsing and formatting of durations, sizes and rates.
+
+pub mod capture;
+pub mod db;
+pub mod model;
+pub mod probe;
+pub mod proxy;
+pub mod report;
+pub mod server;
+pub mod stats;
+pub mod units;
+pub mod wire;

@@ -1,0 +1,13 @@
+//! Measurement engines. Each returns typed results and reports progress through an observer; none prints.
+
+pub mod compare;
+pub mod connect;
+pub mod icmp;
+pub mod load;
+pub mod ping;
+pub mod rxtime;
+pub mod stream;
+pub mod sweep;
+pub mod target;
+pub mod tcpinfo;
+pub mod throughput;

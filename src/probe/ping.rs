@@ -1,0 +1,825 @@
+//! Application-level ping-pong over TCP or UDP (sockperf ping-pong, oratcptest -mode=sync).
+//!
+//! One message of `size` bytes goes out, the client waits for its echo, and repeats. Works against
+//! `roundtrip server` and against an unmodified `sockperf server`. Against a roundtrip server the client also
+//! gets the server's turnaround time per message (the negotiated timestamp extension), so the round trip can
+//! be split into "server" and "network + both stacks".
+
+use crate::probe::stream::{connect_hint, is_timeout, wait_until};
+use crate::probe::tcpinfo::TcpRtt;
+use crate::stats::LatencyHistogram;
+use crate::wire::sockperf::{
+    self, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_MESSAGE_LEN,
+    MAX_UDP_MESSAGE_LEN,
+};
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use thiserror::Error;
+
+/// TCP or UDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// One TCP connection, messages framed by their length field.
+    Tcp,
+    /// One UDP socket, one datagram per message.
+    Udp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        })
+    }
+}
+
+/// When a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// After this long (measured phase only).
+    Duration(#[serde(serialize_with = "crate::report::ser_duration_s")] Duration),
+    /// After this many round trips.
+    Count(u64),
+}
+
+/// Settings of a ping-pong run. Build with [`PingConfig::new`] and adjust the fields.
+#[derive(Debug, Clone)]
+pub struct PingConfig {
+    /// The server.
+    pub addr: SocketAddr,
+    /// TCP or UDP.
+    pub transport: Transport,
+    /// Whole message size in bytes, header included (sockperf -m).
+    pub size: usize,
+    /// When to stop.
+    pub stop: Stop,
+    /// Time between sends; `None` sends the next message as soon as the answer arrives.
+    pub interval: Option<Duration>,
+    /// Unmeasured warm-up before the measured phase.
+    pub warmup: Duration,
+    /// Period of the per-interval rows.
+    pub report_interval: Duration,
+    /// How long to wait for an answer: a UDP message unanswered this long counts as lost; a TCP
+    /// connection silent this long ends the run.
+    pub timeout: Duration,
+    /// Try roundtrip's extension hello (server timestamps). Off: behave exactly as a sockperf client.
+    pub extensions: bool,
+    /// Set from outside (Ctrl-C) to end the run early; results so far are kept.
+    pub cancel: Arc<AtomicBool>,
+    /// TCP only: read the kernel's `TCP_INFO` after every measured answer into
+    /// [`PingResult::kernel_srtt`] (one extra system call per round trip, outside the timed part).
+    pub tcp_info: bool,
+}
+
+impl PingConfig {
+    /// Defaults: TCP, 64-byte messages, 10 s, back to back, 1 s warm-up, 1 s rows, 2 s timeout.
+    pub fn new(addr: SocketAddr) -> Self {
+        PingConfig {
+            addr,
+            transport: Transport::Tcp,
+            size: 64,
+            stop: Stop::Duration(Duration::from_secs(10)),
+            interval: None,
+            warmup: Duration::from_secs(1),
+            report_interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+            extensions: true,
+            cancel: Arc::new(AtomicBool::new(false)),
+            tcp_info: false,
+        }
+    }
+
+    /// Checks the settings before any I/O.
+    pub fn validate(&self) -> Result<(), PingError> {
+        let max = match self.transport {
+            Transport::Tcp => MAX_MESSAGE_LEN,
+            Transport::Udp => MAX_UDP_MESSAGE_LEN,
+        };
+        if self.size < HEADER_LEN || self.size > max {
+            return Err(PingError::Invalid(format!(
+                "message size {} is outside {HEADER_LEN}..={max} bytes for {}",
+                self.size, self.transport
+            )));
+        }
+        match self.stop {
+            Stop::Count(0) => return Err(PingError::Invalid("count must be at least 1".into())),
+            Stop::Duration(d) if d.is_zero() => {
+                return Err(PingError::Invalid("duration must be more than 0".into()));
+            }
+            _ => {}
+        }
+        if self.timeout.is_zero() {
+            return Err(PingError::Invalid("timeout must be more than 0".into()));
+        }
+        if self.report_interval.is_zero() {
+            return Err(PingError::Invalid(
+                "report interval must be more than 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What kind of server answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerKind {
+    /// A roundtrip server that acknowledged the hello.
+    Roundtrip,
+    /// A server that echoed the hello unchanged: sockperf or compatible.
+    Sockperf,
+    /// Extensions were not tried, or the hello got no answer.
+    Unknown,
+}
+
+/// A ping-pong run failed.
+#[derive(Debug, Error)]
+pub enum PingError {
+    /// Settings are out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The connection could not be made.
+    #[error("cannot connect to {proto} {addr}: {source}{hint}")]
+    Connect {
+        /// "tcp" or "udp".
+        proto: Transport,
+        /// The server address.
+        addr: SocketAddr,
+        /// The system's error.
+        source: io::Error,
+        /// What to try.
+        hint: &'static str,
+    },
+    /// Reading or writing failed mid-run.
+    #[error("{op} {proto} {addr} failed: {source}{hint}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// "tcp" or "udp".
+        proto: Transport,
+        /// The server address.
+        addr: SocketAddr,
+        /// The system's error.
+        source: io::Error,
+        /// What to try.
+        hint: &'static str,
+    },
+    /// The server closed the connection.
+    #[error(
+        "server {addr} closed the connection after {answered} answers (did it stop or restart?)"
+    )]
+    Closed {
+        /// The server address.
+        addr: SocketAddr,
+        /// Answers received before.
+        answered: u64,
+    },
+    /// A TCP server stopped answering.
+    #[error(
+        "no answer from tcp {addr} within {timeout:?} (server stalled? try a longer --timeout)"
+    )]
+    Timeout {
+        /// The server address.
+        addr: SocketAddr,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The server answered with something that is not the echo of the message.
+    #[error("server {addr} sent an invalid answer: {detail} (is it a sockperf-compatible server?)")]
+    Protocol {
+        /// The server address.
+        addr: SocketAddr,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// One measured round trip, as passed to the observer and written to the full log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Sequence number of the message.
+    pub seq: u64,
+    /// Send time since the start of the measured phase.
+    pub sent: Duration,
+    /// Receive time since the start of the measured phase.
+    pub received: Duration,
+    /// Server turnaround (its send time minus its receive time), when the server reports it.
+    pub server: Option<Duration>,
+}
+
+impl Sample {
+    /// The round-trip time.
+    pub fn rtt(&self) -> Duration {
+        self.received.saturating_sub(self.sent)
+    }
+}
+
+/// One row per report interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalRow {
+    /// End of the interval since the start of the measured phase, seconds.
+    pub end_s: f64,
+    /// Length of the interval, seconds.
+    pub length_s: f64,
+    /// Round trips completed in the interval.
+    pub round_trips: u64,
+    /// Messages sent in the interval.
+    pub sent: u64,
+    /// Payload throughput both ways (bytes sent plus bytes received), MB/s (10^6 bytes).
+    pub mb_per_s: f64,
+    /// Median RTT in the interval.
+    pub p50_ns: u64,
+    /// 99th percentile RTT in the interval.
+    pub p99_ns: u64,
+    /// Largest RTT in the interval.
+    pub max_ns: u64,
+}
+
+/// Receives progress from a running probe. Every method has an empty default.
+pub trait Observer {
+    /// Called for every measured round trip.
+    fn sample(&mut self, _sample: &Sample) {}
+    /// Called at the end of every report interval.
+    fn interval(&mut self, _row: &IntervalRow) {}
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// The result of a ping-pong run, complete or cut short.
+#[derive(Debug, Clone)]
+pub struct PingResult {
+    /// The server address.
+    pub addr: SocketAddr,
+    /// TCP or UDP.
+    pub transport: Transport,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Who answered.
+    pub peer: PeerKind,
+    /// Wall-clock time the measured phase started.
+    pub started: SystemTime,
+    /// Length of the measured phase.
+    pub elapsed: Duration,
+    /// Measured messages sent.
+    pub sent: u64,
+    /// Distinct measured messages answered.
+    pub received: u64,
+    /// Answers to a message that was already answered.
+    pub duplicated: u64,
+    /// Answers that arrived after an answer to a later message (UDP).
+    pub out_of_order: u64,
+    /// Answers that arrived after the timeout, when the next message had gone out (UDP).
+    pub late: u64,
+    /// Round-trip times.
+    pub rtt: LatencyHistogram,
+    /// Server turnaround times, when the server reported them.
+    pub server: LatencyHistogram,
+    /// Per-interval rows.
+    pub intervals: Vec<IntervalRow>,
+    /// Why the run ended early, if it did.
+    pub error: Option<Arc<PingError>>,
+    /// True when cancelled from outside (Ctrl-C).
+    pub cancelled: bool,
+    /// The kernel's smoothed RTT (`tcpi_rtt`) read after every measured answer, when
+    /// [`PingConfig::tcp_info`] was set; empty otherwise.
+    pub kernel_srtt: LatencyHistogram,
+    /// The last `TCP_INFO` reading, when [`PingConfig::tcp_info`] was set.
+    pub tcp_info: Option<TcpRtt>,
+}
+
+impl PingResult {
+    /// Messages that never got an answer.
+    pub fn lost(&self) -> u64 {
+        self.sent.saturating_sub(self.received)
+    }
+}
+
+enum Conn {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+fn connect(config: &PingConfig) -> Result<Conn, PingError> {
+    let addr = config.addr;
+    let fail = |source: io::Error| PingError::Connect {
+        proto: config.transport,
+        hint: connect_hint(&source),
+        addr,
+        source,
+    };
+    match config.transport {
+        Transport::Tcp => {
+            let s = TcpStream::connect_timeout(&addr, config.timeout.max(Duration::from_secs(3)))
+                .map_err(fail)?;
+            s.set_nodelay(true).map_err(fail)?;
+            s.set_read_timeout(Some(config.timeout)).map_err(fail)?;
+            Ok(Conn::Tcp(s))
+        }
+        Transport::Udp => {
+            let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+                .map_err(fail)?;
+            let _ = sock.set_recv_buffer_size(1 << 20);
+            let any: SocketAddr = if addr.is_ipv4() {
+                "0.0.0.0:0".parse().expect("literal")
+            } else {
+                "[::]:0".parse().expect("literal")
+            };
+            sock.bind(&any.into()).map_err(fail)?;
+            sock.connect(&addr.into()).map_err(fail)?;
+            let s: UdpSocket = sock.into();
+            s.set_read_timeout(Some(config.timeout)).map_err(fail)?;
+            Ok(Conn::Udp(s))
+        }
+    }
+}
+
+/// Sends the hello and classifies the server. Over UDP a missing answer is not an error.
+fn negotiate(conn: &mut Conn, config: &PingConfig) -> Result<(PeerKind, Feature), PingError> {
+    let hello = Hello {
+        kind: HelloKind::Request,
+        version: sockperf::EXTENSION_VERSION,
+        features: Feature::ALL,
+    }
+    .encode(Flags::CLIENT.with(Flags::PONG_REQUEST));
+    let mut answer = [0u8; sockperf::HELLO_LEN];
+    let addr = config.addr;
+    let classify = |answer: &[u8]| -> Result<(PeerKind, Feature), PingError> {
+        match Hello::decode(answer) {
+            Some(h) if h.kind == HelloKind::Ack => Ok((PeerKind::Roundtrip, h.features)),
+            Some(_) => Ok((PeerKind::Sockperf, Feature::default())),
+            None => Err(PingError::Protocol {
+                addr,
+                detail: "the answer to the first message was not its echo".into(),
+            }),
+        }
+    };
+    match conn {
+        Conn::Tcp(s) => {
+            s.write_all(&hello)
+                .map_err(|e| io_error("sending to", config, e))?;
+            read_full(s, &mut answer, config, 0)?;
+            classify(&answer)
+        }
+        Conn::Udp(s) => {
+            for _ in 0..3 {
+                s.send(&hello)
+                    .map_err(|e| io_error("sending to", config, e))?;
+                let deadline = Instant::now() + config.timeout.min(Duration::from_secs(1));
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let _ = s.set_read_timeout(Some(left));
+                    match s.recv(&mut answer) {
+                        Ok(n) if n == sockperf::HELLO_LEN => {
+                            let _ = s.set_read_timeout(Some(config.timeout));
+                            return classify(&answer);
+                        }
+                        Ok(_) => continue,
+                        Err(e) if is_timeout(&e) => break,
+                        Err(e) => return Err(io_error("receiving from", config, e)),
+                    }
+                }
+            }
+            let _ = s.set_read_timeout(Some(config.timeout));
+            Ok((PeerKind::Unknown, Feature::default()))
+        }
+    }
+}
+
+fn io_error(op: &'static str, config: &PingConfig, source: io::Error) -> PingError {
+    let hint = match source.kind() {
+        io::ErrorKind::ConnectionRefused => " (no server on that port: start `roundtrip server`)",
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => " (the server went away)",
+        _ => "",
+    };
+    PingError::Io {
+        op,
+        proto: config.transport,
+        addr: config.addr,
+        source,
+        hint,
+    }
+}
+
+/// Reads exactly `buf.len()` bytes of a TCP answer.
+fn read_full(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    config: &PingConfig,
+    answered: u64,
+) -> Result<(), PingError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => {
+                return Err(PingError::Closed {
+                    addr: config.addr,
+                    answered,
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => {
+                return Err(PingError::Timeout {
+                    addr: config.addr,
+                    timeout: config.timeout,
+                });
+            }
+            Err(e) => return Err(io_error("receiving from", config, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Tracks which of the last [`WINDOW`] sequence numbers were answered, and when each was sent.
+const WINDOW: usize = 4096;
+
+struct SeqWindow {
+    sent_at: Vec<Option<Duration>>,
+    answered: Vec<bool>,
+}
+
+impl SeqWindow {
+    fn new() -> Self {
+        SeqWindow {
+            sent_at: vec![None; WINDOW],
+            answered: vec![false; WINDOW],
+        }
+    }
+    fn on_send(&mut self, seq: u64, at: Duration) {
+        let i = (seq as usize) % WINDOW;
+        self.sent_at[i] = Some(at);
+        self.answered[i] = false;
+    }
+}
+
+/// What the measured loop does with one answer.
+enum Answer {
+    /// The answer to the message just sent.
+    Current,
+    /// An answer to an earlier message.
+    Late,
+    /// Seen before.
+    Duplicate,
+    /// Too old to track, or a warm-up answer.
+    Ignored,
+}
+
+struct Run<'a> {
+    config: &'a PingConfig,
+    observer: &'a mut dyn Observer,
+    result: PingResult,
+    features: Feature,
+    t0: Instant,
+    interval_hist: LatencyHistogram,
+    interval_start: Duration,
+    interval_sent: u64,
+    next_report: Duration,
+    highest_answered: Option<u64>,
+    /// The outgoing message; its header is rewritten for every send.
+    out: Vec<u8>,
+    /// Receive buffer, one byte larger than a message so oversized datagrams are seen.
+    inbuf: Vec<u8>,
+    /// Last sequence number used.
+    seq: u64,
+    /// Flags of measured messages.
+    flags: Flags,
+    /// Time of the next paced send.
+    next_send: Instant,
+}
+
+impl Run<'_> {
+    /// Waits for the next send time and prepares the next message; `None` when the run is over.
+    fn next_message(&mut self) -> Option<u64> {
+        let config = self.config;
+        if config.cancel.load(Ordering::Relaxed) {
+            return None;
+        }
+        match config.stop {
+            Stop::Count(n) if self.result.sent >= n => return None,
+            Stop::Duration(d) if self.result.sent > 0 && self.t0.elapsed() >= d => return None,
+            _ => {}
+        }
+        if let Some(i) = config.interval {
+            wait_until(self.next_send);
+            self.next_send += i;
+        }
+        self.seq += 1;
+        Header {
+            seq: self.seq,
+            flags: self.flags,
+            len: config.size as u32,
+        }
+        .write(&mut self.out);
+        Some(self.seq)
+    }
+
+    fn record(&mut self, sample: Sample) {
+        self.result.rtt.record(sample.rtt());
+        if let Some(s) = sample.server {
+            self.result.server.record(s);
+        }
+        self.interval_hist.record(sample.rtt());
+        self.observer.sample(&sample);
+    }
+
+    fn maybe_report(&mut self, now: Duration, force: bool) {
+        if now < self.next_report && !force {
+            return;
+        }
+        let length = now.saturating_sub(self.interval_start);
+        if length.is_zero() {
+            return;
+        }
+        let s = self.interval_hist.summary();
+        if force && s.count == 0 && self.interval_sent == 0 {
+            return;
+        }
+        let row = IntervalRow {
+            end_s: now.as_secs_f64(),
+            length_s: length.as_secs_f64(),
+            round_trips: s.count,
+            sent: self.interval_sent,
+            mb_per_s: (2 * s.count * self.config.size as u64) as f64 / length.as_secs_f64() / 1e6,
+            p50_ns: s.p50_ns,
+            p99_ns: s.p99_ns,
+            max_ns: s.max_ns,
+        };
+        self.observer.interval(&row);
+        self.result.intervals.push(row);
+        self.interval_hist.reset();
+        self.interval_sent = 0;
+        self.interval_start = now;
+        while self.next_report <= now {
+            self.next_report += self.config.report_interval;
+        }
+    }
+
+    fn server_time(&self, msg: &[u8]) -> Option<Duration> {
+        if !self.features.contains(Feature::SERVER_TIMESTAMPS)
+            || msg.len() < sockperf::TIMESTAMPED_MIN_LEN
+        {
+            return None;
+        }
+        let (recv, send) = sockperf::read_server_timestamps(msg)?;
+        send.checked_sub(recv).map(Duration::from_nanos)
+    }
+}
+
+/// Runs ping-pong. `Err` only when nothing could be measured at all (bad settings, no connection); a
+/// failure mid-run returns the results so far with [`PingResult::error`] set.
+pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResult, PingError> {
+    config.validate()?;
+    let mut conn = connect(config)?;
+    let (peer, features) = if config.extensions {
+        negotiate(&mut conn, config)?
+    } else {
+        (PeerKind::Unknown, Feature::default())
+    };
+    let timestamps = features.contains(Feature::SERVER_TIMESTAMPS)
+        && config.size >= sockperf::TIMESTAMPED_MIN_LEN;
+    let base_flags = Flags::CLIENT.with(Flags::PONG_REQUEST);
+    let measured_flags = if timestamps {
+        base_flags.with(Flags::RT_TIMESTAMPS)
+    } else {
+        base_flags
+    };
+
+    let mut out = vec![0u8; config.size];
+    // Payload pattern: recognisable bytes, not zeros (compressing links would flatter zeros).
+    for (i, b) in out.iter_mut().enumerate().skip(HEADER_LEN) {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+    }
+    let mut inbuf = vec![0u8; config.size.max(sockperf::HELLO_LEN) + 1];
+    let mut seq: u64 = 0;
+
+    // Warm-up: the same traffic, not measured. It is not flagged WARMUP: sockperf servers do not answer those.
+    let warm_end = Instant::now() + config.warmup;
+    let mut warm_window = SeqWindow::new();
+    let warm_t0 = Instant::now();
+    while Instant::now() < warm_end && !config.cancel.load(Ordering::Relaxed) {
+        seq += 1;
+        Header {
+            seq,
+            flags: base_flags,
+            len: config.size as u32,
+        }
+        .write(&mut out);
+        warm_window.on_send(seq, warm_t0.elapsed());
+        match &mut conn {
+            Conn::Tcp(s) => {
+                s.write_all(&out)
+                    .map_err(|e| io_error("sending to", config, e))?;
+                read_full(s, &mut inbuf[..config.size], config, 0)?;
+            }
+            Conn::Udp(s) => {
+                s.send(&out)
+                    .map_err(|e| io_error("sending to", config, e))?;
+                match s.recv(&mut inbuf) {
+                    Ok(_) => {}
+                    Err(e) if is_timeout(&e) => {}
+                    Err(e) => return Err(io_error("receiving from", config, e)),
+                }
+            }
+        }
+        if let Some(i) = config.interval {
+            wait_until(Instant::now() + i);
+        }
+    }
+
+    let started = SystemTime::now();
+    let t0 = Instant::now();
+    let mut run = Run {
+        config,
+        observer,
+        result: PingResult {
+            addr: config.addr,
+            transport: config.transport,
+            size: config.size,
+            peer,
+            started,
+            elapsed: Duration::ZERO,
+            sent: 0,
+            received: 0,
+            duplicated: 0,
+            out_of_order: 0,
+            late: 0,
+            rtt: LatencyHistogram::new(),
+            server: LatencyHistogram::new(),
+            intervals: Vec::new(),
+            error: None,
+            cancelled: false,
+            kernel_srtt: LatencyHistogram::new(),
+            tcp_info: None,
+        },
+        features,
+        t0,
+        interval_hist: LatencyHistogram::new(),
+        interval_start: Duration::ZERO,
+        interval_sent: 0,
+        next_report: config.report_interval,
+        highest_answered: None,
+        out,
+        inbuf,
+        seq,
+        flags: measured_flags,
+        next_send: t0,
+    };
+    let outcome = match &mut conn {
+        Conn::Tcp(s) => tcp_loop(s, &mut run),
+        Conn::Udp(s) => udp_loop(s, &mut run, seq + 1),
+    };
+    let now = t0.elapsed();
+    run.maybe_report(now, true);
+    run.result.elapsed = now;
+    run.result.cancelled = config.cancel.load(Ordering::Relaxed);
+    if let Err(e) = outcome {
+        run.result.error = Some(Arc::new(e));
+    }
+    Ok(run.result)
+}
+
+fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
+    let config = run.config;
+    let size = config.size;
+    while let Some(seq) = run.next_message() {
+        let sent = run.t0.elapsed();
+        s.write_all(&run.out)
+            .map_err(|e| io_error("sending to", config, e))?;
+        run.result.sent += 1;
+        run.interval_sent += 1;
+        read_full(s, &mut run.inbuf[..size], config, run.result.received)?;
+        let received = run.t0.elapsed();
+        let answer = &run.inbuf[..size];
+        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::Protocol {
+            addr: config.addr,
+            detail: e.to_string(),
+        })?;
+        if h.seq != seq || h.len as usize != size {
+            return Err(PingError::Protocol {
+                addr: config.addr,
+                detail: format!(
+                    "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",
+                    h.seq, h.len
+                ),
+            });
+        }
+        run.result.received += 1;
+        let server = run.server_time(answer);
+        run.record(Sample {
+            seq,
+            sent,
+            received,
+            server,
+        });
+        if config.tcp_info
+            && let Ok(info) = crate::probe::tcpinfo::read(s)
+        {
+            run.result.kernel_srtt.record(info.srtt);
+            run.result.tcp_info = Some(info);
+        }
+        run.maybe_report(received, false);
+    }
+    Ok(())
+}
+
+fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result<(), PingError> {
+    let config = run.config;
+    let mut window = SeqWindow::new();
+    // The socket's receive timeout is `config.timeout` except while waiting out a shortened deadline.
+    let mut timeout_shortened = false;
+    while let Some(this) = run.next_message() {
+        if timeout_shortened {
+            let _ = s.set_read_timeout(Some(config.timeout));
+            timeout_shortened = false;
+        }
+        let sent = run.t0.elapsed();
+        window.on_send(this, sent);
+        s.send(&run.out)
+            .map_err(|e| io_error("sending to", config, e))?;
+        run.result.sent += 1;
+        run.interval_sent += 1;
+        let deadline = sent + config.timeout;
+        loop {
+            let n = match s.recv(&mut run.inbuf) {
+                Ok(n) => n,
+                Err(e) if is_timeout(&e) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error("receiving from", config, e)),
+            };
+            let received = run.t0.elapsed();
+            match classify_udp(run, &mut window, n, this, first_measured, received) {
+                Answer::Current => break,
+                Answer::Late | Answer::Duplicate | Answer::Ignored => {
+                    let left = deadline.saturating_sub(run.t0.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let _ = s.set_read_timeout(Some(left));
+                    timeout_shortened = true;
+                }
+            }
+        }
+        run.maybe_report(run.t0.elapsed(), false);
+    }
+    Ok(())
+}
+
+fn classify_udp(
+    run: &mut Run<'_>,
+    window: &mut SeqWindow,
+    n: usize,
+    current: u64,
+    first_measured: u64,
+    received: Duration,
+) -> Answer {
+    let msg = &run.inbuf[..n];
+    let Ok(h) = Header::parse(msg, MAX_UDP_MESSAGE_LEN) else {
+        return Answer::Ignored;
+    };
+    if h.len as usize != msg.len() || h.len as usize != run.config.size || h.seq > current {
+        return Answer::Ignored;
+    }
+    if h.seq < first_measured || current - h.seq >= WINDOW as u64 {
+        return Answer::Ignored;
+    }
+    let i = (h.seq as usize) % WINDOW;
+    if window.answered[i] {
+        run.result.duplicated += 1;
+        return Answer::Duplicate;
+    }
+    let Some(sent) = window.sent_at[i] else {
+        return Answer::Ignored;
+    };
+    window.answered[i] = true;
+    run.result.received += 1;
+    if run.highest_answered.is_some_and(|hi| h.seq < hi) {
+        run.result.out_of_order += 1;
+    }
+    run.highest_answered = Some(run.highest_answered.map_or(h.seq, |hi| hi.max(h.seq)));
+    let server = run.server_time(msg);
+    run.record(Sample {
+        seq: h.seq,
+        sent,
+        received,
+        server,
+    });
+    if h.seq == current {
+        Answer::Current
+    } else {
+        run.result.late += 1;
+        Answer::Late
+    }
+}

@@ -1,0 +1,118 @@
+//! The kernel's own view of a TCP connection (`getsockopt(TCP_INFO)`): smoothed RTT, its variation and the
+//! minimum RTT the kernel saw, all from ACK timing (RFC 6298), in microseconds.
+//!
+//! The one `unsafe` call is the `getsockopt` itself; the bytes it fills are decoded by plain offsets into
+//! `struct tcp_info` (linux/tcp.h), checking the length the kernel reported, so an older kernel that fills
+//! fewer fields gives `None` for them instead of garbage.
+
+use serde::Serialize;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// What `TCP_INFO` says about a connection's round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TcpRtt {
+    /// Smoothed RTT (`tcpi_rtt`), microsecond resolution.
+    #[serde(rename = "srtt_ns", serialize_with = "ser_ns")]
+    pub srtt: Duration,
+    /// RTT mean deviation (`tcpi_rttvar`).
+    #[serde(rename = "rttvar_ns", serialize_with = "ser_ns")]
+    pub rttvar: Duration,
+    /// Smallest RTT the kernel measured on the connection (`tcpi_min_rtt`), on kernels that report it.
+    #[serde(rename = "min_rtt_ns", serialize_with = "ser_opt_ns")]
+    pub min_rtt: Option<Duration>,
+}
+
+fn ser_ns<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn ser_opt_ns<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser_ns(d, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Offsets of the fields in `struct tcp_info`.
+const OFF_RTT: usize = 68;
+const OFF_RTTVAR: usize = 72;
+const OFF_MIN_RTT: usize = 148;
+const INFO_LEN: usize = 256;
+
+/// Decodes the fields from the bytes `getsockopt` filled (`len` of them).
+pub fn decode(buf: &[u8]) -> Option<TcpRtt> {
+    let u32_at = |off: usize| -> Option<u32> {
+        buf.get(off..off + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let us = |v: u32| Duration::from_micros(u64::from(v));
+    Some(TcpRtt {
+        srtt: us(u32_at(OFF_RTT)?),
+        rttvar: us(u32_at(OFF_RTTVAR)?),
+        // The kernel reports ~0U when it has no sample yet.
+        min_rtt: u32_at(OFF_MIN_RTT)
+            .filter(|&v| v != 0 && v != u32::MAX)
+            .map(us),
+    })
+}
+
+/// Reads `TCP_INFO` from a connected TCP socket.
+pub fn read(sock: &impl AsRawFd) -> io::Result<TcpRtt> {
+    let mut buf = [0u8; INFO_LEN];
+    let mut len = INFO_LEN as libc::socklen_t;
+    // SAFETY: `buf` is a live, writable buffer of `len` bytes; the kernel writes at most `len` bytes and
+    // stores the count it wrote in `len`. The fd is borrowed from a live socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = (len as usize).min(INFO_LEN);
+    decode(&buf[..len]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("TCP_INFO returned only {len} bytes, too short for tcpi_rtt"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_by_offset_and_length() {
+        let mut b = [0u8; 160];
+        b[OFF_RTT..OFF_RTT + 4].copy_from_slice(&250u32.to_ne_bytes());
+        b[OFF_RTTVAR..OFF_RTTVAR + 4].copy_from_slice(&40u32.to_ne_bytes());
+        b[OFF_MIN_RTT..OFF_MIN_RTT + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        let r = decode(&b).unwrap();
+        assert_eq!(r.srtt, Duration::from_micros(250));
+        assert_eq!(r.rttvar, Duration::from_micros(40));
+        assert_eq!(r.min_rtt, None);
+        b[OFF_MIN_RTT..OFF_MIN_RTT + 4].copy_from_slice(&17u32.to_ne_bytes());
+        assert_eq!(decode(&b).unwrap().min_rtt, Some(Duration::from_micros(17)));
+        // An old kernel that fills only 104 bytes: no min_rtt, still the smoothed RTT.
+        assert_eq!(decode(&b[..104]).unwrap().min_rtt, None);
+        assert!(decode(&b[..70]).is_none());
+    }
+
+    #[test]
+    fn reads_a_real_loopback_connection() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_s, _) = l.accept().unwrap();
+        let r = read(&c).unwrap();
+        // After the handshake the kernel has one RTT sample (the SYN-ACK).
+        assert!(r.srtt < Duration::from_secs(60), "{r:?}");
+    }
+}

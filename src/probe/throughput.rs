@@ -1,0 +1,829 @@
+//! One-way streaming throughput (sockperf throughput, oratcptest async and sync modes, iperf3-like).
+//!
+//! The client sends messages of a given size as fast as the connection takes them, over `streams` parallel
+//! TCP connections or UDP sockets, for a fixed time, and reports messages/s, MB/s and Mbit/s per interval and
+//! in total. With `reverse` a roundtrip server sends and the client counts (negotiated extension). With
+//! `sync` every message is answered before the next goes out (oratcptest `-mode=sync`): the rate is then
+//! one message per round trip. Several sizes run one after the other.
+//!
+//! What the receiver saw: against a roundtrip server the client asks, at the end, how many messages the
+//! server received ([`Feature::COUNTS`]), which gives the UDP loss and the exact TCP delivery. sockperf's
+//! protocol has no such report (sockperf throughput prints sender rates only), so against a sockperf server
+//! the UDP loss is reported as not measured.
+
+use super::ping::{PeerKind, Transport};
+use super::stream::{self, Conn, Counter, Framer, Sent, StreamError, io_error, is_timeout};
+use crate::stats::LatencyHistogram;
+use crate::wire::sockperf::{self, Control, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
+use serde::Serialize;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Most parallel streams.
+pub const MAX_STREAMS: usize = 256;
+/// How often blocked reads and writes wake up to check for the end of the run.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Settings of a throughput run. Build with [`ThroughputConfig::new`] and adjust the fields.
+#[derive(Debug, Clone)]
+pub struct ThroughputConfig {
+    /// The server.
+    pub addr: SocketAddr,
+    /// TCP or UDP.
+    pub transport: Transport,
+    /// Whole message sizes in bytes, header included; each is a separate run, in this order.
+    pub sizes: Vec<usize>,
+    /// Parallel connections (TCP) or sockets (UDP).
+    pub streams: usize,
+    /// Measuring time per size.
+    pub duration: Duration,
+    /// The server sends and the client receives (needs a roundtrip server).
+    pub reverse: bool,
+    /// Every message is answered before the next is sent (oratcptest sync mode).
+    pub sync: bool,
+    /// Period of the per-interval rows.
+    pub report_interval: Duration,
+    /// How long to wait for an answer, a count or the end of a reverse stream.
+    pub timeout: Duration,
+    /// Try roundtrip's extension (receiver counts, reverse). Off: behave exactly as a sockperf client.
+    pub extensions: bool,
+    /// Set from outside (Ctrl-C) to end the run early; results so far are kept.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl ThroughputConfig {
+    /// Defaults: TCP, one stream of 64-byte messages for 10 s, async, 1 s rows, 2 s timeout.
+    pub fn new(addr: SocketAddr) -> Self {
+        ThroughputConfig {
+            addr,
+            transport: Transport::Tcp,
+            sizes: vec![64],
+            streams: 1,
+            duration: Duration::from_secs(10),
+            reverse: false,
+            sync: false,
+            report_interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+            extensions: true,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Checks the settings before any I/O.
+    pub fn validate(&self) -> Result<(), StreamError> {
+        if self.sizes.is_empty() {
+            return Err(StreamError::Invalid("no message size given".into()));
+        }
+        for &s in &self.sizes {
+            stream::check_size(s, self.transport)?;
+        }
+        if self.streams == 0 || self.streams > MAX_STREAMS {
+            return Err(StreamError::Invalid(format!(
+                "--streams {} is outside 1..={MAX_STREAMS}",
+                self.streams
+            )));
+        }
+        if self.duration.is_zero() {
+            return Err(StreamError::Invalid("duration must be more than 0".into()));
+        }
+        if self.duration > sockperf::MAX_REVERSE_DURATION && self.reverse {
+            return Err(StreamError::Invalid(
+                "a reverse run lasts at most 1h per size".into(),
+            ));
+        }
+        if self.report_interval.is_zero() || self.timeout.is_zero() {
+            return Err(StreamError::Invalid(
+                "report interval and timeout must be more than 0".into(),
+            ));
+        }
+        if self.reverse && self.sync {
+            return Err(StreamError::Invalid(
+                "--reverse and --sync do not go together (sync mode is a client's ping-pong)"
+                    .into(),
+            ));
+        }
+        if self.reverse && !self.extensions {
+            return Err(StreamError::Invalid(
+                "--reverse needs roundtrip's extension; drop --no-extensions".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which way the data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends (the default, as sockperf throughput and iperf3).
+    ClientToServer,
+    /// The server sends (`--reverse`, as iperf3 -R).
+    ServerToClient,
+}
+
+/// Messages and bytes over a time span, with the rates they make.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RateRow {
+    /// End of the span since the start of the run, seconds.
+    pub end_s: f64,
+    /// Length of the span, seconds.
+    pub length_s: f64,
+    /// Messages in the span (sent by the sender; in sync mode, acknowledged).
+    pub messages: u64,
+    /// Bytes of those messages.
+    pub bytes: u64,
+    /// Messages per second.
+    pub messages_per_s: f64,
+    /// 10^6 bytes per second.
+    pub mb_per_s: f64,
+    /// 10^6 bits per second.
+    pub mbit_per_s: f64,
+}
+
+impl RateRow {
+    fn new(end: Duration, length: Duration, messages: u64, bytes: u64) -> Self {
+        let secs = length.as_secs_f64().max(1e-9);
+        RateRow {
+            end_s: end.as_secs_f64(),
+            length_s: length.as_secs_f64(),
+            messages,
+            bytes,
+            messages_per_s: messages as f64 / secs,
+            mb_per_s: bytes as f64 / secs / 1e6,
+            mbit_per_s: bytes as f64 * 8.0 / secs / 1e6,
+        }
+    }
+}
+
+/// UDP loss as counted by the receiving side.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Loss {
+    /// Messages the sender sent (whole run, including after the measuring window closed).
+    pub sent: u64,
+    /// Messages the receiver got.
+    pub received: u64,
+    /// `sent - received`.
+    pub lost: u64,
+    /// Lost share in percent.
+    pub lost_pct: f64,
+    /// Who counted the received messages: "server" (roundtrip server counts), "client" (reverse, sync).
+    pub counted_by: &'static str,
+}
+
+impl Loss {
+    fn new(sent: u64, received: u64, counted_by: &'static str) -> Self {
+        let lost = sent.saturating_sub(received);
+        Loss {
+            sent,
+            received,
+            lost,
+            lost_pct: if sent > 0 {
+                100.0 * lost as f64 / sent as f64
+            } else {
+                0.0
+            },
+            counted_by,
+        }
+    }
+}
+
+/// Totals of one stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamTotal {
+    /// Stream number, from 1.
+    pub stream: usize,
+    /// Rates over the measuring window.
+    pub rate: RateRow,
+    /// What the receiving side counted for this stream over the whole run, when known.
+    pub received_messages: Option<u64>,
+    /// Why this stream ended early, if it did.
+    pub error: Option<String>,
+}
+
+/// The result for one message size.
+#[derive(Debug, Clone)]
+pub struct SizeRun {
+    /// Message size in bytes.
+    pub size: usize,
+    /// Per-interval rows, all streams together.
+    pub intervals: Vec<RateRow>,
+    /// Over the whole measuring window, all streams together.
+    pub total: RateRow,
+    /// Per stream.
+    pub streams: Vec<StreamTotal>,
+    /// Messages and bytes the receiving side counted over the whole run, when known (roundtrip server, or
+    /// the client itself in reverse mode).
+    pub received: Option<(u64, u64)>,
+    /// UDP loss, when it could be counted.
+    pub loss: Option<Loss>,
+    /// Why the loss or receiver count is missing, when it is.
+    pub receiver_note: Option<&'static str>,
+    /// Round-trip times in sync mode.
+    pub rtt: LatencyHistogram,
+    /// The first error of a stream, if any stream ended early.
+    pub error: Option<Arc<StreamError>>,
+}
+
+/// The result of a throughput run, complete or cut short.
+#[derive(Debug, Clone)]
+pub struct ThroughputResult {
+    /// The server address.
+    pub addr: SocketAddr,
+    /// TCP or UDP.
+    pub transport: Transport,
+    /// Who answered the hello.
+    pub peer: PeerKind,
+    /// Which way the data flowed.
+    pub direction: Direction,
+    /// Sync mode.
+    pub sync: bool,
+    /// Number of streams.
+    pub streams: usize,
+    /// Wall-clock time the first size started.
+    pub started: SystemTime,
+    /// One entry per size that ran.
+    pub runs: Vec<SizeRun>,
+    /// True when cancelled from outside (Ctrl-C).
+    pub cancelled: bool,
+}
+
+impl ThroughputResult {
+    /// The first error of any size.
+    pub fn error(&self) -> Option<&Arc<StreamError>> {
+        self.runs.iter().find_map(|r| r.error.as_ref())
+    }
+}
+
+/// Receives progress from a running throughput probe.
+pub trait Observer {
+    /// Called when a size starts.
+    fn size_started(&mut self, _size: usize) {}
+    /// Called at the end of every report interval.
+    fn interval(&mut self, _size: usize, _row: &RateRow) {}
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// What one stream's thread returns.
+#[derive(Default)]
+struct Outcome {
+    /// What the receiving side counted (server counts, or the client in reverse mode).
+    received: Option<(u64, u64)>,
+    /// What the sending side sent over the whole run, when the client is not the sender.
+    sent_by_server: Option<u64>,
+    rtt: LatencyHistogram,
+    /// In sync mode: messages sent (answered ones are in the counter).
+    sync_sent: u64,
+    error: Option<StreamError>,
+}
+
+/// Runs every size in turn. `Err` only when nothing could be measured (bad settings, no connection for the
+/// first size); later failures are kept in the results.
+pub fn run(
+    config: &ThroughputConfig,
+    observer: &mut dyn Observer,
+) -> Result<ThroughputResult, StreamError> {
+    config.validate()?;
+    let mut result = ThroughputResult {
+        addr: config.addr,
+        transport: config.transport,
+        peer: PeerKind::Unknown,
+        direction: if config.reverse {
+            Direction::ServerToClient
+        } else {
+            Direction::ClientToServer
+        },
+        sync: config.sync,
+        streams: config.streams,
+        started: SystemTime::now(),
+        runs: Vec::new(),
+        cancelled: false,
+    };
+    for &size in &config.sizes {
+        if config.cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        observer.size_started(size);
+        match run_size(config, size, observer) {
+            Ok((peer, run)) => {
+                result.peer = peer;
+                let failed = run.error.is_some();
+                result.runs.push(run);
+                if failed {
+                    break;
+                }
+            }
+            Err(e) if result.runs.is_empty() => return Err(e),
+            Err(e) => {
+                result.runs.push(SizeRun {
+                    size,
+                    intervals: Vec::new(),
+                    total: RateRow::new(Duration::ZERO, Duration::ZERO, 0, 0),
+                    streams: Vec::new(),
+                    received: None,
+                    loss: None,
+                    receiver_note: None,
+                    rtt: LatencyHistogram::new(),
+                    error: Some(Arc::new(e)),
+                });
+                break;
+            }
+        }
+    }
+    result.cancelled = config.cancel.load(Ordering::Relaxed);
+    Ok(result)
+}
+
+fn run_size(
+    config: &ThroughputConfig,
+    size: usize,
+    observer: &mut dyn Observer,
+) -> Result<(PeerKind, SizeRun), StreamError> {
+    let addr = config.addr;
+    let nodelay = config.sync;
+    let wanted = if config.reverse {
+        Feature::REVERSE
+    } else {
+        Feature::COUNTS
+    };
+    // Connect and negotiate every stream before the clock starts.
+    let mut conns = Vec::with_capacity(config.streams);
+    let mut peer = PeerKind::Unknown;
+    let mut features = Feature::default();
+    for _ in 0..config.streams {
+        let mut c = stream::connect(addr, config.transport, nodelay, config.timeout, POLL)?;
+        if config.extensions {
+            (peer, features) = stream::negotiate(&mut c, addr, wanted, config.timeout)?;
+        }
+        conns.push(c);
+    }
+    if config.reverse && !features.contains(Feature::REVERSE) {
+        return Err(StreamError::Unsupported {
+            addr,
+            what: "does not offer reverse streaming (--reverse)",
+        });
+    }
+    let counts = features.contains(Feature::COUNTS);
+    let counters: Vec<Arc<Counter>> = (0..config.streams)
+        .map(|_| Arc::new(Counter::default()))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut workers = Vec::with_capacity(config.streams);
+    for (i, conn) in conns.into_iter().enumerate() {
+        let counter = counters[i].clone();
+        let stop = stop.clone();
+        let (duration, timeout, sync, reverse) =
+            (config.duration, config.timeout, config.sync, config.reverse);
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("tp-stream-{}", i + 1))
+                .spawn(move || {
+                    let mut out = Outcome::default();
+                    let r = match (conn, reverse, sync) {
+                        (mut c, true, _) => receive_reverse(
+                            &mut c, addr, size, duration, timeout, &counter, &stop, &mut out,
+                        ),
+                        (Conn::Tcp(mut s), false, true) => {
+                            sync_tcp(&mut s, addr, size, timeout, &counter, &stop, &mut out)
+                        }
+                        (Conn::Udp(s), false, true) => {
+                            sync_udp(&s, addr, size, timeout, &counter, &stop, &mut out)
+                        }
+                        (mut c, false, false) => send_async(
+                            &mut c, addr, size, timeout, counts, &counter, &stop, &mut out,
+                        ),
+                    };
+                    if let Err(e) = r {
+                        out.error = Some(e);
+                    }
+                    out
+                })
+                .expect("spawn stream thread"),
+        );
+    }
+
+    // Report intervals from this thread while the streams run.
+    let end = t0 + config.duration;
+    let mut intervals = Vec::new();
+    let mut last = (Duration::ZERO, 0u64, 0u64);
+    let mut next = t0 + config.report_interval;
+    let sum = |counters: &[Arc<Counter>]| {
+        counters
+            .iter()
+            .map(|c| c.get())
+            .fold((0u64, 0u64), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    loop {
+        let now = Instant::now();
+        if now >= end
+            || config.cancel.load(Ordering::Relaxed)
+            || workers.iter().all(|w| w.is_finished())
+        {
+            break;
+        }
+        if now >= next {
+            let at = now - t0;
+            let (m, b) = sum(&counters);
+            let row = RateRow::new(at, at - last.0, m - last.1, b - last.2);
+            observer.interval(size, &row);
+            intervals.push(row);
+            last = (at, m, b);
+            while next <= now {
+                next += config.report_interval;
+            }
+        }
+        std::thread::sleep((next.min(end) - now).min(Duration::from_millis(20)));
+    }
+    let elapsed = t0.elapsed();
+    let snapshot: Vec<(u64, u64)> = counters.iter().map(|c| c.get()).collect();
+    let (m, b) = snapshot.iter().fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1));
+    if elapsed > last.0 + Duration::from_millis(1) && m > last.1 {
+        let row = RateRow::new(elapsed, elapsed - last.0, m - last.1, b - last.2);
+        observer.interval(size, &row);
+        intervals.push(row);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let outcomes: Vec<Outcome> = workers
+        .into_iter()
+        .map(|w| w.join().unwrap_or_else(|_| Outcome::default()))
+        .collect();
+
+    let mut rtt = LatencyHistogram::new();
+    let mut streams = Vec::new();
+    let mut error = None;
+    let mut received_all: Option<(u64, u64)> = Some((0, 0));
+    let mut sent_all = 0u64;
+    let mut sent_by_server: Option<u64> = Some(0);
+    for (i, o) in outcomes.into_iter().enumerate() {
+        rtt.merge(&o.rtt);
+        let (sm, sb) = snapshot[i];
+        let final_sent = if config.sync {
+            o.sync_sent
+        } else {
+            counters[i].get().0
+        };
+        sent_all += final_sent;
+        received_all = match (received_all, o.received) {
+            (Some(a), Some(r)) => Some((a.0 + r.0, a.1 + r.1)),
+            _ => None,
+        };
+        sent_by_server = match (sent_by_server, o.sent_by_server) {
+            (Some(a), Some(s)) => Some(a + s),
+            _ => None,
+        };
+        streams.push(StreamTotal {
+            stream: i + 1,
+            rate: RateRow::new(elapsed, elapsed, sm, sb),
+            received_messages: o.received.map(|r| r.0),
+            error: o.error.as_ref().map(|e| e.to_string()),
+        });
+        if error.is_none()
+            && let Some(e) = o.error
+        {
+            error = Some(Arc::new(e));
+        }
+    }
+    let mut receiver_note = None;
+    let loss = if config.sync {
+        // The client counts answers itself.
+        (config.transport == Transport::Udp).then(|| Loss::new(sent_all, m, "client"))
+    } else if config.reverse {
+        match (sent_by_server, received_all) {
+            (Some(s), Some(r)) if config.transport == Transport::Udp => {
+                Some(Loss::new(s, r.0, "client"))
+            }
+            _ => None,
+        }
+    } else {
+        match received_all {
+            Some(r) if config.transport == Transport::Udp => {
+                Some(Loss::new(sent_all, r.0, "server"))
+            }
+            Some(_) => None,
+            None => {
+                receiver_note = Some(match peer {
+                    PeerKind::Roundtrip if error.is_some() => {
+                        "no server receive count: the run ended with an error"
+                    }
+                    PeerKind::Roundtrip => {
+                        "no server receive count: the server did not answer the count request"
+                    }
+                    _ if !config.extensions => {
+                        "no server receive count (so no UDP loss): extensions are off (--no-extensions)"
+                    }
+                    _ => {
+                        "no server receive count (so no UDP loss): a sockperf server does not report what it received; sockperf throughput reports sender rates only"
+                    }
+                });
+                None
+            }
+        }
+    };
+    if config.reverse && sent_by_server.is_none() && error.is_none() {
+        receiver_note = Some(
+            "the server's end-of-stream report never arrived, so its total (and the UDP loss) is unknown",
+        );
+    }
+    let run = SizeRun {
+        size,
+        intervals,
+        total: RateRow::new(elapsed, elapsed, m, b),
+        streams,
+        received: if config.sync { None } else { received_all },
+        loss,
+        receiver_note,
+        rtt,
+        error,
+    };
+    Ok((peer, run))
+}
+
+/// Sends `size`-byte messages, no answer requested, until `stop`; then asks a roundtrip server for counts.
+#[allow(clippy::too_many_arguments)]
+fn send_async(
+    conn: &mut Conn,
+    addr: SocketAddr,
+    size: usize,
+    timeout: Duration,
+    counts: bool,
+    counter: &Counter,
+    stop: &AtomicBool,
+    out: &mut Outcome,
+) -> Result<(), StreamError> {
+    let mut msg = stream::payload(size);
+    let len = size as u32;
+    let mut seq = 0u64;
+    match conn {
+        Conn::Tcp(s) => {
+            let mut blocked = None;
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                Header {
+                    seq,
+                    flags: Flags::CLIENT,
+                    len,
+                }
+                .write(&mut msg);
+                match stream::send_bounded(s, &msg, addr, stop, None, &mut blocked)? {
+                    Sent::All => counter.add(size as u64),
+                    Sent::Cut(stalled) => {
+                        if stalled >= Duration::from_millis(500) {
+                            return Err(StreamError::Stalled { addr, stalled });
+                        }
+                        // Stopped mid-message: the stream is not at a message boundary any more.
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Conn::Udp(s) => {
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                Header {
+                    seq,
+                    flags: Flags::CLIENT,
+                    len,
+                }
+                .write(&mut msg);
+                match s.send(&msg) {
+                    Ok(_) => counter.add(size as u64),
+                    Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => seq -= 1,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => seq -= 1,
+                    Err(e) => return Err(io_error("sending to", Transport::Udp, addr, e)),
+                }
+            }
+        }
+    }
+    if counts {
+        out.received = stream::request_counts(conn, addr, timeout.max(Duration::from_secs(5)))?;
+    }
+    Ok(())
+}
+
+/// Sync mode over TCP: one message, wait for its echo, repeat.
+fn sync_tcp(
+    s: &mut std::net::TcpStream,
+    addr: SocketAddr,
+    size: usize,
+    timeout: Duration,
+    counter: &Counter,
+    stop: &AtomicBool,
+    out: &mut Outcome,
+) -> Result<(), StreamError> {
+    let mut msg = stream::payload(size);
+    let mut framer = Framer::new(size);
+    let mut blocked = None;
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        Header {
+            seq,
+            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
+            len: size as u32,
+        }
+        .write(&mut msg);
+        let sent_at = Instant::now();
+        match stream::send_bounded(s, &msg, addr, stop, None, &mut blocked)? {
+            Sent::All => out.sync_sent += 1,
+            Sent::Cut(stalled) if stalled >= Duration::from_millis(500) => {
+                return Err(StreamError::Stalled { addr, stalled });
+            }
+            Sent::Cut(_) => return Ok(()),
+        }
+        let deadline = sent_at + timeout;
+        match framer.next_message(s, addr, deadline, None)? {
+            Some(answer) => {
+                let h = Header::parse(answer, sockperf::MAX_MESSAGE_LEN).map_err(|e| {
+                    StreamError::Protocol {
+                        addr,
+                        detail: e.to_string(),
+                    }
+                })?;
+                if h.seq != seq {
+                    return Err(StreamError::Protocol {
+                        addr,
+                        detail: format!(
+                            "expected the echo of message {seq}, got sequence {}",
+                            h.seq
+                        ),
+                    });
+                }
+                out.rtt.record(sent_at.elapsed());
+                counter.add(size as u64);
+            }
+            None => {
+                return Err(StreamError::Silent {
+                    proto: Transport::Tcp,
+                    addr,
+                    waited: timeout,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sync mode over UDP: one datagram, wait for its echo (or the timeout: lost), repeat.
+fn sync_udp(
+    s: &std::net::UdpSocket,
+    addr: SocketAddr,
+    size: usize,
+    timeout: Duration,
+    counter: &Counter,
+    stop: &AtomicBool,
+    out: &mut Outcome,
+) -> Result<(), StreamError> {
+    let mut msg = stream::payload(size);
+    let mut inbuf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        Header {
+            seq,
+            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
+            len: size as u32,
+        }
+        .write(&mut msg);
+        let sent_at = Instant::now();
+        match s.send(&msg) {
+            Ok(_) => out.sync_sent += 1,
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_error("sending to", Transport::Udp, addr, e)),
+        }
+        let deadline = sent_at + timeout;
+        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+            match s.recv(&mut inbuf) {
+                Ok(n) => {
+                    if let Ok(h) = Header::parse(&inbuf[..n], MAX_UDP_MESSAGE_LEN)
+                        && h.seq == seq
+                        && n == size
+                    {
+                        out.rtt.record(sent_at.elapsed());
+                        counter.add(size as u64);
+                        break;
+                    }
+                }
+                Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error("receiving from", Transport::Udp, addr, e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reverse mode: asks the server to stream for `duration` and counts what arrives until its end marker.
+#[allow(clippy::too_many_arguments)]
+fn receive_reverse(
+    conn: &mut Conn,
+    addr: SocketAddr,
+    size: usize,
+    duration: Duration,
+    timeout: Duration,
+    counter: &Arc<Counter>,
+    stop: &AtomicBool,
+    out: &mut Outcome,
+) -> Result<(), StreamError> {
+    let req = Control::ReverseRequest {
+        size: size as u32,
+        duration,
+    }
+    .encode(Flags::CLIENT.with(Flags::PONG_REQUEST));
+    let mut stopped_at: Option<Instant> = None;
+    let mut last_data = Instant::now();
+    match conn {
+        Conn::Tcp(s) => {
+            use std::io::Write;
+            s.write_all(&req)
+                .map_err(|e| io_error("sending to", Transport::Tcp, addr, e))?;
+            let mut framer = Framer::new(sockperf::CONTROL_LEN);
+            framer.live = Some(counter.clone());
+            loop {
+                let before = framer.bytes;
+                let got = framer.next_message(s, addr, Instant::now() + POLL, None)?;
+                if let Some(m) = got
+                    && let Some(Control::ReverseEnd { messages, .. }) = Control::decode(m)
+                {
+                    out.sent_by_server = Some(messages);
+                    out.received = Some((framer.messages, framer.bytes));
+                    return Ok(());
+                }
+                if framer.bytes != before {
+                    last_data = Instant::now();
+                }
+                if stop.load(Ordering::Relaxed) {
+                    let at = *stopped_at.get_or_insert_with(Instant::now);
+                    if at.elapsed() > timeout {
+                        // Cancelled, or the end marker is late: keep what arrived, without the server's total.
+                        out.received = Some((framer.messages, framer.bytes));
+                        return Ok(());
+                    }
+                } else if last_data.elapsed() > timeout {
+                    return Err(StreamError::Silent {
+                        proto: Transport::Tcp,
+                        addr,
+                        waited: last_data.elapsed(),
+                    });
+                }
+            }
+        }
+        Conn::Udp(s) => {
+            let mut buf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
+            let (mut messages, mut bytes) = (0u64, 0u64);
+            let mut requests = 0;
+            let mut last_request = Instant::now() - Duration::from_secs(10);
+            loop {
+                if messages == 0 && requests < 3 && last_request.elapsed() >= Duration::from_secs(1)
+                {
+                    s.send(&req)
+                        .map_err(|e| io_error("sending to", Transport::Udp, addr, e))?;
+                    requests += 1;
+                    last_request = Instant::now();
+                }
+                match s.recv(&mut buf) {
+                    Ok(n) => {
+                        let Ok(h) = Header::parse(&buf[..n], MAX_UDP_MESSAGE_LEN) else {
+                            continue;
+                        };
+                        if h.seq == sockperf::HELLO_SEQ {
+                            if let Some(Control::ReverseEnd { messages: sent, .. }) =
+                                Control::decode(&buf[..n])
+                            {
+                                out.sent_by_server = Some(sent);
+                                out.received = Some((messages, bytes));
+                                return Ok(());
+                            }
+                            continue;
+                        }
+                        messages += 1;
+                        bytes += n as u64;
+                        counter.add(n as u64);
+                        last_data = Instant::now();
+                    }
+                    Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_error("receiving from", Transport::Udp, addr, e)),
+                }
+                let silent_for = last_data.elapsed();
+                if stop.load(Ordering::Relaxed) {
+                    let at = *stopped_at.get_or_insert_with(Instant::now);
+                    if at.elapsed() > timeout {
+                        out.received = Some((messages, bytes));
+                        return Ok(());
+                    }
+                } else if silent_for > timeout && (messages > 0 || requests >= 3) {
+                    out.received = Some((messages, bytes));
+                    return Err(StreamError::Silent {
+                        proto: Transport::Udp,
+                        addr,
+                        waited: silent_for,
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The control API: a small HTTP/1.1 server (one request per connection).
+//!
+//! - `GET /impairment`: the impairment in force, as JSON ([`super::Impairment`]).
+//! - `PUT /impairment`: replace it (body: JSON; missing fields mean "none"). Open connections keep running
+//!   and follow the new values from their next chunk on (data already in the path keeps its release time, and
+//!   order is kept). Faults apply to connections accepted afterwards. 400 with `{"error": ...}` when refused.
+//! - `GET /counters`: totals and per-connection counters ([`super::CountersDoc`]).
+#![forbid(unsafe_code)]
+
+use super::{Impairment, ProxyError, Shared};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_BODY: usize = 1024 * 1024;
+
+/// Binds the control listener and starts its thread.
+pub(crate) fn start(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+    let bind_err = |source| ProxyError::Bind {
+        what: "the control api",
+        addr,
+        source,
+    };
+    let listener = TcpListener::bind(addr).map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
+    let thread = std::thread::Builder::new()
+        .name("proxy-control".into())
+        .spawn(move || {
+            for s in listener.incoming() {
+                if shared.stopping() {
+                    return;
+                }
+                if let Ok(s) = s {
+                    let shared = shared.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("proxy-control-req".into())
+                        .spawn(move || serve(s, &shared));
+                }
+            }
+        })
+        .map_err(bind_err)?;
+    Ok((local, thread))
+}
+
+/// A parsed request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    /// GET, PUT, ...
+    pub method: String,
+    /// The path, query removed.
+    pub path: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// Reads one request; `Err` carries the status line and message to answer with.
+pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err((431, "request head too large".into()));
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => {
+                return Err((
+                    400,
+                    "connection closed before the request head ended".into(),
+                ));
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err((400, format!("reading the request: {e}"))),
+        }
+    };
+    let head = std::str::from_utf8(&buf[..head_end])
+        .map_err(|_| (400, "request head is not UTF-8".to_string()))?;
+    let mut lines = head.split("\r\n");
+    let first = lines.next().unwrap_or_default();
+    let mut parts = first.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Err((400, format!("bad request line '{first}'")));
+    };
+    let mut len = 0usize;
+    for l in lines {
+        if let Some((k, v)) = l.split_once(':')
+            && k.trim().eq_ignore_ascii_case("content-length")
+        {
+            len = v
+                .trim()
+                .parse()
+                .map_err(|_| (400, format!("bad Content-Length '{}'", v.trim())))?;
+        }
+    }
+    if len > MAX_BODY {
+        return Err((
+            413,
+            format!("body of {len} bytes is too large (at most {MAX_BODY})"),
+        ));
+    }
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < len {
+        match s.read(&mut chunk) {
+            Ok(0) => return Err((400, "connection closed before the body ended".into())),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err((400, format!("reading the body: {e}"))),
+        }
+    }
+    body.truncate(len);
+    Ok(Request {
+        method: method.to_string(),
+        path: target.split('?').next().unwrap_or_default().to_string(),
+        body,
+    })
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
+        _ => "Error",
+    }
+}
+
+fn error_json(msg: &str) -> Vec<u8> {
+    let mut v = serde_json::to_vec(&serde_json::json!({ "error": msg })).expect("json");
+    v.push(b'\n');
+    v
+}
+
+/// Answers one request against `shared`: (status, JSON body).
+pub fn respond(req: &Request, shared: &Shared) -> (u16, Vec<u8>) {
+    let json = |v: &dyn erased::Ser| (200, v.bytes());
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/impairment") => json(&*shared.impairment()),
+        ("PUT", "/impairment") => match serde_json::from_slice::<Impairment>(&req.body) {
+            Ok(i) => match shared.set_impairment(i) {
+                Ok(_) => json(&*shared.impairment()),
+                Err(e) => (400, error_json(&e.to_string())),
+            },
+            Err(e) => (
+                400,
+                error_json(&format!(
+                    "the body is not an impairment: {e} (GET /impairment shows the fields)"
+                )),
+            ),
+        },
+        ("GET", "/counters") => json(&shared.counters()),
+        (_, "/impairment") | (_, "/counters") => {
+            (405, error_json("use GET (or PUT for /impairment)"))
+        }
+        _ => (
+            404,
+            error_json("unknown path: try /impairment or /counters"),
+        ),
+    }
+}
+
+mod erased {
+    pub trait Ser {
+        fn bytes(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn bytes(&self) -> Vec<u8> {
+            crate::report::json::to_bytes(self)
+        }
+    }
+}
+
+fn serve(mut s: TcpStream, shared: &Shared) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let (code, body) = match read_request(&mut s) {
+        Ok(req) => respond(&req, shared),
+        Err((code, msg)) => (code, error_json(&msg)),
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        reason(code),
+        body.len()
+    );
+    let _ = s.write_all(head.as_bytes());
+    let _ = s.write_all(&body);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    // Let the client read before the socket closes (unread request bytes would turn the close into a RST).
+    let mut sink = [0u8; 1024];
+    while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_requests_byte_by_byte() {
+        let raw = b"PUT /impairment?x=1 HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\n\r\nhello";
+        let r = read_request(&mut &raw[..]).unwrap();
+        assert_eq!(r.method, "PUT");
+        assert_eq!(r.path, "/impairment");
+        assert_eq!(r.body, b"hello");
+        assert_eq!(
+            read_request(&mut &b"GET /x HTTP/1.1\r\n"[..])
+                .unwrap_err()
+                .0,
+            400
+        );
+        assert_eq!(
+            read_request(&mut &b"GET /x HTTP/1.1\r\nContent-Length: nine\r\n\r\n"[..])
+                .unwrap_err()
+                .0,
+            400
+        );
+        assert_eq!(
+            read_request(&mut &b"\xff\xfe\r\n\r\n"[..]).unwrap_err().0,
+            400
+        );
+        assert_eq!(
+            read_request(&mut &b"PUT / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"[..])
+                .unwrap_err()
+                .0,
+            413
+        );
+    }
+}

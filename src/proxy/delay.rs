@@ -1,0 +1,273 @@
+//! The delay line: when a chunk that arrived at `t` leaves the emulated path, and a precise sleep to that moment.
+//!
+//! Accuracy: a sleeping thread wakes late by the kernel's timer slack (50 us by default) plus scheduling
+//! latency. Each releasing thread therefore sets its timer slack to 1 us, sleeps until [`SPIN`] before the
+//! release time, and spins (yielding) for the rest, so a 20 ms delay comes out at 20 ms plus a few microseconds.
+
+use super::impairment::JitterDist;
+use std::time::{Duration, Instant};
+
+/// How long before a release time the sleeping thread wakes and spins.
+pub const SPIN: Duration = Duration::from_micros(150);
+
+/// A small, fast pseudo-random generator (SplitMix64); impairment needs speed and independence between
+/// connections, not cryptographic strength.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// A generator seeded from the clock and a process-wide counter.
+    pub fn from_entropy() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Rng(t ^ COUNTER.fetch_add(0x6A09_E667_F3BC_C909, Ordering::Relaxed))
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.next_f64() < p
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.next_f64(); // (0, 1]
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
+    /// One delay sample in nanoseconds (may be negative before clipping) for `delay` +- `jitter`.
+    pub fn delay_sample_ns(&mut self, delay: Duration, jitter: Duration, dist: JitterDist) -> f64 {
+        let d = delay.as_nanos() as f64;
+        let j = jitter.as_nanos() as f64;
+        if j == 0.0 {
+            return d;
+        }
+        match dist {
+            JitterDist::Uniform => d + j * (2.0 * self.next_f64() - 1.0),
+            JitterDist::Normal => d + j * self.normal().clamp(-4.0, 4.0),
+            JitterDist::Pareto => {
+                const ALPHA: f64 = 3.0;
+                let u = 1.0 - self.next_f64(); // (0, 1]
+                // Pareto(x_m = 1, alpha) minus 1 has mean 1/(alpha-1); scale so the mean extra is j.
+                let extra = (u.powf(-1.0 / ALPHA) - 1.0) * (ALPHA - 1.0) * j;
+                d + extra.min(20.0 * j)
+            }
+        }
+    }
+}
+
+/// Release times of one direction: order-keeping and never earlier than arrival.
+#[derive(Debug, Clone)]
+pub struct DelayLine {
+    last: Option<Instant>,
+    rng: Rng,
+}
+
+impl DelayLine {
+    /// A delay line with its own random generator.
+    pub fn new(rng: Rng) -> Self {
+        DelayLine { last: None, rng }
+    }
+
+    /// The release time of a chunk that entered the path at `ready` (arrival, or the end of its serialisation
+    /// when rate limited): `ready + max(0, delay + jitter sample)`, but never before the previous release.
+    pub fn release(
+        &mut self,
+        ready: Instant,
+        delay: Duration,
+        jitter: Duration,
+        dist: JitterDist,
+    ) -> Instant {
+        let ns = self.rng.delay_sample_ns(delay, jitter, dist).max(0.0);
+        let mut t = ready + Duration::from_nanos(ns as u64);
+        if let Some(last) = self.last {
+            t = t.max(last);
+        }
+        self.last = Some(t);
+        t
+    }
+
+    /// The latest release time handed out so far.
+    pub fn last(&self) -> Option<Instant> {
+        self.last
+    }
+}
+
+/// Lowers this thread's timer slack to 1 us (Linux), so sleeps end on time.
+pub fn precise_timers_for_this_thread() {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and only changes this thread's slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// Asks for real-time scheduling (SCHED_FIFO, lowest priority) for this thread, so that on a loaded machine it
+/// still wakes at its release time; silently stays a normal thread when not permitted (not root, no
+/// CAP_SYS_NICE, RLIMIT_RTPRIO 0). Returns whether it worked. The kernel's real-time throttling keeps such
+/// threads from starving the machine.
+pub fn realtime_for_this_thread() -> bool {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pthread_self() is always valid for the calling thread, and param is a valid sched_param.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// Returns this thread to normal scheduling (after [`realtime_for_this_thread`]).
+pub fn normal_for_this_thread() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in realtime_for_this_thread.
+    unsafe {
+        libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);
+    }
+}
+
+/// Asks the kernel to timestamp arriving data on `fd` (SO_TIMESTAMPNS), read with [`read_stamped`].
+pub fn enable_rx_timestamps(fd: std::os::fd::RawFd) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option value and its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Reads like `read(2)` and returns when the data arrived: the kernel's receive timestamp (SO_TIMESTAMPNS, the
+/// newest segment read) mapped onto [`Instant`], or now when the kernel gave none. Arrival then does not include
+/// the time this thread took to wake up (on a virtual machine, waking an idle CPU costs tens of microseconds).
+pub fn read_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Instant)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 16]; // 128 bytes, 8-aligned: room for one timespec control message
+    // SAFETY: msghdr is plain data; zeroed is a valid empty value that is filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: iov points into `buf` (valid for its length), control into `cbuf`; both outlive the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    let now = Instant::now();
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut arrival = now;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                let stamp =
+                    std::time::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+                if let Ok(ago) = std::time::SystemTime::now().duration_since(stamp) {
+                    // Only trust a plausible stamp (clock steps would make it nonsense).
+                    if ago < Duration::from_millis(100) {
+                        arrival = now.checked_sub(ago).unwrap_or(now);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, arrival))
+}
+
+/// Sleeps until `t`: a kernel sleep until [`SPIN`] before it, then spinning.
+pub fn sleep_until(t: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= t {
+            return;
+        }
+        let left = t - now;
+        if left > SPIN {
+            std::thread::sleep(left - SPIN);
+        } else if left > Duration::from_micros(20) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_order_and_never_goes_negative() {
+        let mut line = DelayLine::new(Rng::new(7));
+        let t0 = Instant::now();
+        let mut prev = t0;
+        for i in 0..10_000u64 {
+            let arrival = t0 + Duration::from_micros(i * 10);
+            let r = line.release(
+                arrival,
+                Duration::from_millis(1),
+                Duration::from_millis(3),
+                JitterDist::Uniform,
+            );
+            assert!(r >= arrival, "released before arrival");
+            assert!(r >= prev, "reordered");
+            prev = r;
+        }
+    }
+
+    #[test]
+    fn distributions_have_the_documented_means() {
+        let mut rng = Rng::new(42);
+        let n = 200_000;
+        let d = Duration::from_millis(10);
+        let j = Duration::from_millis(1);
+        for (dist, want) in [
+            (JitterDist::Uniform, 10e6),
+            (JitterDist::Normal, 10e6),
+            (JitterDist::Pareto, 11e6),
+        ] {
+            let mean = (0..n).map(|_| rng.delay_sample_ns(d, j, dist)).sum::<f64>() / n as f64;
+            // Pareto is clipped at 20 x jitter, which takes a sliver off its mean.
+            assert!((mean - want).abs() < 0.03e6, "{dist:?}: mean {mean}");
+        }
+        for _ in 0..10_000 {
+            assert!(rng.delay_sample_ns(d, j, JitterDist::Pareto) >= 10e6);
+        }
+    }
+
+    #[test]
+    fn sleep_until_does_not_return_early() {
+        precise_timers_for_this_thread();
+        for _ in 0..5 {
+            let t = Instant::now() + Duration::from_millis(2);
+            sleep_until(t);
+            assert!(Instant::now() >= t);
+        }
+    }
+}

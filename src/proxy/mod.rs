@@ -1,0 +1,417 @@
+//! The impairment proxy: puts a far-away network between a client and its server, without root and without
+//! netem.
+//!
+//! - TCP ([`tcp`]): a terminating relay. Each direction of each connection has its own delay line
+//!   ([`delay`]) released by a dedicated thread with precise timers, so data keeps its order and a 20 ms delay
+//!   comes out at 20 ms plus microseconds. Rate limits ([`rate`]) per connection and for all together, window
+//!   emulation ([`window`]) so bulk transfers feel the latency as real TCP does, and faults ([`faults`]).
+//! - UDP ([`udp`]): per-datagram delay, jitter, loss (random and Gilbert-Elliott), reordering, duplication.
+//! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up,
+//!   and to read the counters.
+//!
+//! Concurrency model: plain threads. A direction with no impairment is relayed by its reader thread directly
+//! (no queue, no copies beyond read/write); as soon as it has delay, jitter or rate, a releasing thread is
+//! started for it that sleeps to each chunk's release time and spins the last [`delay::SPIN`].
+
+pub mod control;
+pub mod delay;
+pub mod faults;
+pub mod impairment;
+pub mod rate;
+pub mod tcp;
+pub mod udp;
+pub mod window;
+
+pub use impairment::{
+    Direction, GilbertElliott, Impairment, ImpairmentError, JitterDist, Trigger, Way,
+};
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Settings of a proxy.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Where clients connect (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The real server(s), tried in order.
+    pub upstream: Vec<SocketAddr>,
+    /// Relay UDP datagrams instead of TCP connections.
+    pub udp: bool,
+    /// Serve the control API here.
+    pub control: Option<SocketAddr>,
+    /// The impairment at start.
+    pub impairment: Impairment,
+    /// How long to wait for the upstream to accept a connection.
+    pub connect_timeout: Duration,
+}
+
+impl ProxyConfig {
+    /// A TCP proxy from `listen` to `upstream` with no impairment.
+    pub fn new(listen: SocketAddr, upstream: SocketAddr) -> Self {
+        ProxyConfig {
+            listen,
+            upstream: vec![upstream],
+            udp: false,
+            control: None,
+            impairment: Impairment::default(),
+            connect_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Why the proxy could not start or an impairment was refused.
+#[derive(Debug, Error)]
+pub enum ProxyError {
+    /// A listening socket could not be opened.
+    #[error(
+        "cannot listen for {what} on {addr}: {source} (is the port in use? try another port, or port 0)"
+    )]
+    Bind {
+        /// "tcp clients", "udp clients" or "the control api".
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: io::Error,
+    },
+    /// No upstream address.
+    #[error("no upstream address to relay to (give --upstream HOST:PORT)")]
+    NoUpstream,
+    /// The impairment is impossible.
+    #[error(transparent)]
+    Impairment(#[from] ImpairmentError),
+}
+
+/// Totals since start (counters endpoint, `total`).
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// TCP connections accepted.
+    pub accepted: AtomicU64,
+    /// TCP connections open now.
+    pub active: AtomicU64,
+    /// Connections closed because the upstream could not be reached.
+    pub upstream_failures: AtomicU64,
+    /// Bytes (TCP) or datagram payload bytes (UDP) relayed client to server.
+    pub bytes_up: AtomicU64,
+    /// Bytes relayed server to client.
+    pub bytes_down: AtomicU64,
+    /// Connections reset by the reset fault.
+    pub fault_resets: AtomicU64,
+    /// Connections stalled by the stall fault.
+    pub fault_stalls: AtomicU64,
+    /// Connections closed by the close fault.
+    pub fault_closes: AtomicU64,
+    /// UDP datagrams received (both directions).
+    pub datagrams_in: AtomicU64,
+    /// UDP datagrams sent (both directions, duplicates included).
+    pub datagrams_out: AtomicU64,
+    /// UDP datagrams dropped by loss emulation.
+    pub datagrams_lost: AtomicU64,
+    /// UDP datagrams sent twice.
+    pub datagrams_duplicated: AtomicU64,
+    /// UDP datagrams held back to be overtaken.
+    pub datagrams_reordered: AtomicU64,
+}
+
+/// Counters of one TCP connection (or UDP client).
+#[derive(Debug)]
+pub struct ConnCounters {
+    /// Connection number, from 1.
+    pub id: u64,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The upstream address used.
+    pub upstream: Mutex<Option<SocketAddr>>,
+    /// When it was accepted.
+    pub started: Instant,
+    /// Bytes relayed client to server.
+    pub bytes_up: AtomicU64,
+    /// Bytes relayed server to client.
+    pub bytes_down: AtomicU64,
+}
+
+/// Snapshot of the totals, as served by the counters endpoint.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize)]
+pub struct TotalsDoc {
+    /// TCP connections accepted.
+    pub accepted: u64,
+    /// TCP connections open now.
+    pub active: u64,
+    /// Connections closed because the upstream could not be reached.
+    pub upstream_failures: u64,
+    /// Bytes relayed client to server.
+    pub bytes_up: u64,
+    /// Bytes relayed server to client.
+    pub bytes_down: u64,
+    /// Connections reset by the reset fault.
+    pub fault_resets: u64,
+    /// Connections stalled by the stall fault.
+    pub fault_stalls: u64,
+    /// Connections closed by the close fault.
+    pub fault_closes: u64,
+    /// UDP datagrams received.
+    pub datagrams_in: u64,
+    /// UDP datagrams sent (duplicates included).
+    pub datagrams_out: u64,
+    /// UDP datagrams dropped.
+    pub datagrams_lost: u64,
+    /// UDP datagrams sent twice.
+    pub datagrams_duplicated: u64,
+    /// UDP datagrams held back.
+    pub datagrams_reordered: u64,
+}
+
+/// Snapshot of one connection.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize)]
+pub struct ConnDoc {
+    /// Connection number.
+    pub id: u64,
+    /// Client address.
+    pub client: String,
+    /// Upstream address, once connected.
+    pub upstream: Option<String>,
+    /// Age.
+    pub age_ns: u64,
+    /// Bytes client to server.
+    pub bytes_up: u64,
+    /// Bytes server to client.
+    pub bytes_down: u64,
+}
+
+/// The counters document.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize)]
+pub struct CountersDoc {
+    /// Totals since start.
+    pub total: TotalsDoc,
+    /// Open connections (TCP) or known clients (UDP).
+    pub connections: Vec<ConnDoc>,
+}
+
+/// State shared by every thread of one proxy.
+#[derive(Debug)]
+pub struct Shared {
+    impairment: RwLock<Arc<Impairment>>,
+    upstream: Vec<SocketAddr>,
+    connect_timeout: Duration,
+    total_links: [Mutex<rate::Link>; 2],
+    totals: Totals,
+    conns: Mutex<BTreeMap<u64, Arc<ConnCounters>>>,
+    next_id: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn new(config: &ProxyConfig) -> Self {
+        Shared {
+            impairment: RwLock::new(Arc::new(config.impairment.clone())),
+            upstream: config.upstream.clone(),
+            connect_timeout: config.connect_timeout,
+            total_links: [Mutex::new(rate::Link::new()), Mutex::new(rate::Link::new())],
+            totals: Totals::default(),
+            conns: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The impairment in force now.
+    pub fn impairment(&self) -> Arc<Impairment> {
+        self.impairment.read().expect("impairment lock").clone()
+    }
+
+    /// Replaces the impairment; open connections follow it from their next chunk on.
+    pub fn set_impairment(&self, i: Impairment) -> Result<Option<String>, ImpairmentError> {
+        let note = i.validate()?;
+        *self.impairment.write().expect("impairment lock") = Arc::new(i);
+        Ok(note)
+    }
+
+    /// The totals.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    fn total_link(&self, way: Way) -> &Mutex<rate::Link> {
+        &self.total_links[match way {
+            Way::Up => 0,
+            Way::Down => 1,
+        }]
+    }
+
+    fn register(&self, client: SocketAddr) -> Arc<ConnCounters> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let c = Arc::new(ConnCounters {
+            id,
+            client,
+            upstream: Mutex::new(None),
+            started: Instant::now(),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
+        });
+        self.conns
+            .lock()
+            .expect("connection list")
+            .insert(id, c.clone());
+        c
+    }
+
+    fn unregister(&self, id: u64) {
+        self.conns.lock().expect("connection list").remove(&id);
+    }
+
+    /// A snapshot of every counter.
+    pub fn counters(&self) -> CountersDoc {
+        let t = &self.totals;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CountersDoc {
+            total: TotalsDoc {
+                accepted: l(&t.accepted),
+                active: l(&t.active),
+                upstream_failures: l(&t.upstream_failures),
+                bytes_up: l(&t.bytes_up),
+                bytes_down: l(&t.bytes_down),
+                fault_resets: l(&t.fault_resets),
+                fault_stalls: l(&t.fault_stalls),
+                fault_closes: l(&t.fault_closes),
+                datagrams_in: l(&t.datagrams_in),
+                datagrams_out: l(&t.datagrams_out),
+                datagrams_lost: l(&t.datagrams_lost),
+                datagrams_duplicated: l(&t.datagrams_duplicated),
+                datagrams_reordered: l(&t.datagrams_reordered),
+            },
+            connections: self
+                .conns
+                .lock()
+                .expect("connection list")
+                .values()
+                .map(|c| ConnDoc {
+                    id: c.id,
+                    client: c.client.to_string(),
+                    upstream: c.upstream.lock().expect("upstream").map(|a| a.to_string()),
+                    age_ns: c.started.elapsed().as_nanos() as u64,
+                    bytes_up: l(&c.bytes_up),
+                    bytes_down: l(&c.bytes_down),
+                })
+                .collect(),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// A running proxy; [`ProxyHandle::shutdown`] (or dropping it) stops accepting and closes the control API.
+pub struct ProxyHandle {
+    listen_addr: SocketAddr,
+    control_addr: Option<SocketAddr>,
+    shared: Arc<Shared>,
+    wakers: Vec<Box<dyn Fn() + Send>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ProxyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyHandle")
+            .field("listen_addr", &self.listen_addr)
+            .field("control_addr", &self.control_addr)
+            .finish()
+    }
+}
+
+impl ProxyHandle {
+    /// The address clients connect to.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr
+    }
+    /// The control API's address, when enabled.
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        self.control_addr
+    }
+    /// The shared state (impairment, counters).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+    /// Stops accepting new connections and waits for the accept and control threads. Open TCP connections
+    /// finish on their own threads.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+    fn stop_now(&mut self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for w in &self.wakers {
+            w();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// The address to connect to in order to wake a thread blocked in accept on `addr` (unspecified -> loopback).
+pub(crate) fn wake_addr(addr: SocketAddr) -> SocketAddr {
+    let mut a = addr;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
+}
+
+/// Starts a proxy (TCP or UDP, and the control API when asked).
+pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
+    if config.upstream.is_empty() {
+        return Err(ProxyError::NoUpstream);
+    }
+    config.impairment.validate()?;
+    let shared = Arc::new(Shared::new(config));
+    let mut handle = ProxyHandle {
+        listen_addr: config.listen,
+        control_addr: None,
+        shared: shared.clone(),
+        wakers: Vec::new(),
+        threads: Vec::new(),
+    };
+    if config.udp {
+        let (addr, waker, thread) = udp::start(config.listen, shared.clone())?;
+        handle.listen_addr = addr;
+        handle.wakers.push(waker);
+        handle.threads.push(thread);
+    } else {
+        let (addr, thread) = tcp::start(config.listen, shared.clone())?;
+        handle.listen_addr = addr;
+        handle.wakers.push(Box::new(move || {
+            let _ =
+                std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
+        }));
+        handle.threads.push(thread);
+    }
+    if let Some(c) = config.control {
+        let (addr, thread) = control::start(c, shared.clone())?;
+        handle.control_addr = Some(addr);
+        handle.wakers.push(Box::new(move || {
+            let _ =
+                std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
+        }));
+        handle.threads.push(thread);
+    }
+    Ok(handle)
+}

@@ -1,0 +1,606 @@
+//! Text and JSON for the traffic commands: `throughput`, `load` and `sweep`.
+//!
+//! The JSON documents carry the same envelope as every other document (see [`super::json`]).
+
+use super::json::{Environment, FORMAT, FORMAT_VERSION};
+use super::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use crate::probe::load::LoadResult;
+use crate::probe::ping::{PeerKind, Transport};
+use crate::probe::sweep::SweepResult;
+use crate::probe::throughput::{Direction, Loss, RateRow, StreamTotal, ThroughputResult};
+use crate::stats::Summary;
+use crate::units::{fmt_bytes, fmt_nanos};
+use serde::Serialize;
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn peer_name(p: PeerKind) -> &'static str {
+    match p {
+        PeerKind::Roundtrip => "roundtrip server",
+        PeerKind::Sockperf => "sockperf-compatible server",
+        PeerKind::Unknown => "server",
+    }
+}
+
+/// Formats a message rate: `812/s`, `41.3k/s`, `1.25M/s`.
+pub fn fmt_rate(r: f64) -> String {
+    if r >= 1e6 {
+        format!("{:.2}M/s", r / 1e6)
+    } else if r >= 1e4 {
+        format!("{:.1}k/s", r / 1e3)
+    } else if r >= 1e3 {
+        format!("{:.2}k/s", r / 1e3)
+    } else {
+        format!("{r:.0}/s")
+    }
+}
+
+// ---------------------------------------------------------------- throughput
+
+/// Settings of a throughput run, as recorded in its document.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputSettings {
+    /// Target as the user gave it.
+    pub target: String,
+    /// Resolved address.
+    pub address: String,
+    /// "tcp" or "udp".
+    pub transport: Transport,
+    /// Message sizes, bytes.
+    pub sizes_bytes: Vec<usize>,
+    /// Parallel streams.
+    pub streams: usize,
+    /// Measuring time per size.
+    pub duration_s: f64,
+    /// Which way the data flowed.
+    pub direction: Direction,
+    /// Sync mode (each message answered before the next).
+    pub sync: bool,
+}
+
+/// One size of a throughput document.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputRunDoc {
+    /// Message size, bytes.
+    pub size_bytes: usize,
+    /// Over the measuring window, all streams; counted by the sender (in sync mode: acknowledged messages).
+    pub total: RateRow,
+    /// Per-interval rows.
+    pub intervals: Vec<RateRow>,
+    /// Per stream.
+    pub streams: Vec<StreamTotal>,
+    /// Messages the receiving side counted over the whole run, when known.
+    pub received_messages: Option<u64>,
+    /// Bytes the receiving side counted over the whole run, when known.
+    pub received_bytes: Option<u64>,
+    /// UDP loss, when counted.
+    pub loss: Option<Loss>,
+    /// Why the receiver's count or the loss is missing.
+    pub receiver_note: Option<&'static str>,
+    /// Round-trip times in sync mode.
+    pub rtt: Option<Summary>,
+    /// Why this size ended early, if it did.
+    pub error: Option<String>,
+}
+
+/// The document `roundtrip throughput --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputDoc {
+    /// Always [`FORMAT`].
+    pub format: &'static str,
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// "throughput".
+    pub kind: &'static str,
+    /// Where it ran.
+    pub environment: Environment,
+    /// Start, Unix seconds.
+    pub started_unix_s: f64,
+    /// Settings.
+    pub settings: ThroughputSettings,
+    /// Who answered.
+    pub peer: PeerKind,
+    /// One entry per size.
+    pub runs: Vec<ThroughputRunDoc>,
+    /// True when interrupted (Ctrl-C).
+    pub cancelled: bool,
+}
+
+impl ThroughputDoc {
+    /// Builds the document of a throughput result.
+    pub fn new(target: &str, r: &ThroughputResult, sizes: &[usize], duration: Duration) -> Self {
+        ThroughputDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "throughput",
+            environment: Environment::current(),
+            started_unix_s: unix_s(r.started),
+            settings: ThroughputSettings {
+                target: target.to_string(),
+                address: r.addr.to_string(),
+                transport: r.transport,
+                sizes_bytes: sizes.to_vec(),
+                streams: r.streams,
+                duration_s: duration.as_secs_f64(),
+                direction: r.direction,
+                sync: r.sync,
+            },
+            peer: r.peer,
+            runs: r
+                .runs
+                .iter()
+                .map(|run| ThroughputRunDoc {
+                    size_bytes: run.size,
+                    total: run.total,
+                    intervals: run.intervals.clone(),
+                    streams: run.streams.clone(),
+                    received_messages: run.received.map(|x| x.0),
+                    received_bytes: run.received.map(|x| x.1),
+                    loss: run.loss,
+                    receiver_note: run.receiver_note,
+                    rtt: (!run.rtt.is_empty()).then(|| run.rtt.summary()),
+                    error: run.error.as_ref().map(|e| e.to_string()),
+                })
+                .collect(),
+            cancelled: r.cancelled,
+        }
+    }
+}
+
+/// The heading printed before a throughput run.
+pub fn throughput_heading(
+    target: &str,
+    addr: &str,
+    transport: Transport,
+    streams: usize,
+    reverse: bool,
+    sync: bool,
+) -> String {
+    format!(
+        "roundtrip throughput {transport} {target} ({addr}), {streams} stream{}, {}{}; rates count whole messages, header included\n",
+        if streams == 1 { "" } else { "s" },
+        if reverse {
+            "server -> client"
+        } else {
+            "client -> server"
+        },
+        if sync {
+            ", sync mode (each message answered before the next)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// One per-interval line.
+pub fn throughput_interval_line(size: usize, row: &RateRow) -> String {
+    format!(
+        "{:>8.2}s  {:>9}  {:>12} msgs  {:>10}  {:>9.2} MB/s  {:>10.1} Mbit/s\n",
+        row.end_s,
+        fmt_bytes(size as u64),
+        row.messages,
+        fmt_rate(row.messages_per_s),
+        row.mb_per_s,
+        row.mbit_per_s
+    )
+}
+
+/// The totals table, one row per size (and per stream when there are several), then notes.
+pub fn throughput_summary(r: &ThroughputResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "--- {} {} throughput, {}, peer: {} ---",
+        r.transport,
+        r.addr,
+        match r.direction {
+            Direction::ClientToServer => "client -> server",
+            Direction::ServerToClient => "server -> client",
+        },
+        peer_name(r.peer)
+    );
+    let udp = r.transport == Transport::Udp;
+    let mut header = vec![
+        "size", "stream", "seconds", "messages", "msgs/s", "MB/s", "Mbit/s", "received",
+    ];
+    if udp {
+        header.push("lost");
+    }
+    let mut t = Table::new(&header);
+    for run in &r.runs {
+        let received = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
+        let lost = |l: &Option<Loss>| {
+            l.map_or("-".to_string(), |l| {
+                format!("{} ({:.2}%)", l.lost, l.lost_pct)
+            })
+        };
+        let mut row = vec![
+            fmt_bytes(run.size as u64),
+            if r.streams > 1 {
+                "all".into()
+            } else {
+                "1".into()
+            },
+            format!("{:.2}", run.total.length_s),
+            run.total.messages.to_string(),
+            fmt_rate(run.total.messages_per_s),
+            format!("{:.2}", run.total.mb_per_s),
+            format!("{:.1}", run.total.mbit_per_s),
+            received(run.received.map(|x| x.0)),
+        ];
+        if udp {
+            row.push(lost(&run.loss));
+        }
+        t.row(row);
+        if r.streams > 1 {
+            for s in &run.streams {
+                t.row(vec![
+                    String::new(),
+                    s.stream.to_string(),
+                    format!("{:.2}", s.rate.length_s),
+                    s.rate.messages.to_string(),
+                    fmt_rate(s.rate.messages_per_s),
+                    format!("{:.2}", s.rate.mb_per_s),
+                    format!("{:.1}", s.rate.mbit_per_s),
+                    received(s.received_messages),
+                ]);
+            }
+        }
+    }
+    out.push_str(&t.render(0));
+    out.push_str(match (r.direction, r.sync) {
+        (_, true) => "messages: acknowledged by the server (sync mode); received: -\n",
+        (Direction::ClientToServer, false) => {
+            "messages: sent by the client in the measuring window; received: what the server counted over the whole run\n"
+        }
+        (Direction::ServerToClient, false) => {
+            "messages: received by the client in the measuring window; received: the same over the whole stream\n"
+        }
+    });
+    for run in &r.runs {
+        if !run.rtt.is_empty() {
+            let mut t = Table::new(&[
+                "RTT (sync)",
+                "min",
+                "mean",
+                "stddev",
+                "p50",
+                "p90",
+                "p99",
+                "p99.9",
+                "p99.99",
+                "max",
+                "count",
+            ]);
+            let mut row = vec![fmt_bytes(run.size as u64)];
+            row.extend(summary_cells(&run.rtt.summary()));
+            t.row(row);
+            out.push_str(&t.render(0));
+        }
+        if let Some(note) = run.receiver_note {
+            let _ = writeln!(out, "{}: {note}", fmt_bytes(run.size as u64));
+        }
+    }
+    out
+}
+
+/// The first error of a throughput result, for the one-line error message.
+pub fn throughput_error(r: &ThroughputResult) -> Option<String> {
+    r.error().map(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------- load
+
+/// Counts and statistics of one load run (also one sweep cell).
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadSummary {
+    /// Message size, bytes.
+    pub size_bytes: usize,
+    /// Offered rate, messages per second.
+    pub rate_per_s: f64,
+    /// Messages the schedule called for in the measuring window.
+    pub scheduled: u64,
+    /// Messages sent in the measuring window.
+    pub sent: u64,
+    /// Messages per second actually sent.
+    pub achieved_rate_per_s: f64,
+    /// True when every scheduled message went out within the window.
+    pub rate_held: bool,
+    /// Answers requested (`seq % reply_every == 0`).
+    pub requested: u64,
+    /// Answers received.
+    pub answered: u64,
+    /// Requested answers that never came.
+    pub unanswered: u64,
+    /// Length of the measuring window as run.
+    pub elapsed_s: f64,
+    /// RTT from the scheduled send time (coordinated-omission corrected).
+    pub latency_from_scheduled: Summary,
+    /// RTT from the actual send time (what sockperf reports).
+    pub latency_from_sent: Summary,
+    /// How late messages left compared to their schedule.
+    pub schedule_lag: Summary,
+    /// Why the run ended early, if it did.
+    pub error: Option<String>,
+}
+
+/// The summary of a load result.
+pub fn load_summary(r: &LoadResult) -> LoadSummary {
+    LoadSummary {
+        size_bytes: r.size,
+        rate_per_s: r.rate,
+        scheduled: r.scheduled,
+        sent: r.sent,
+        achieved_rate_per_s: r.achieved_rate(),
+        rate_held: r.rate_held(),
+        requested: r.requested,
+        answered: r.answered,
+        unanswered: r.unanswered(),
+        elapsed_s: r.elapsed.as_secs_f64(),
+        latency_from_scheduled: r.latency_scheduled.summary(),
+        latency_from_sent: r.latency_sent.summary(),
+        schedule_lag: r.lag.summary(),
+        error: r.error.as_ref().map(|e| e.to_string()),
+    }
+}
+
+/// Settings of a load run or sweep, as recorded in its document.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadSettings {
+    /// Target as the user gave it.
+    pub target: String,
+    /// Resolved address.
+    pub address: String,
+    /// "tcp" or "udp".
+    pub transport: Transport,
+    /// One answer per this many messages.
+    pub reply_every: u64,
+    /// Measuring time (per cell for a sweep).
+    pub duration_s: f64,
+    /// Warm-up time (per cell for a sweep).
+    pub warmup_s: f64,
+}
+
+/// The document `roundtrip load --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadDoc {
+    /// Always [`FORMAT`].
+    pub format: &'static str,
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// "load".
+    pub kind: &'static str,
+    /// Where it ran.
+    pub environment: Environment,
+    /// Start of the measuring window, Unix seconds.
+    pub started_unix_s: f64,
+    /// Settings.
+    pub settings: LoadSettings,
+    /// Who answered.
+    pub peer: PeerKind,
+    /// The summary.
+    pub summary: LoadSummary,
+    /// True when interrupted (Ctrl-C).
+    pub cancelled: bool,
+}
+
+impl LoadDoc {
+    /// Builds the document of a load result.
+    pub fn new(target: &str, r: &LoadResult, duration: Duration, warmup: Duration) -> Self {
+        LoadDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "load",
+            environment: Environment::current(),
+            started_unix_s: unix_s(r.started),
+            settings: LoadSettings {
+                target: target.to_string(),
+                address: r.addr.to_string(),
+                transport: r.transport,
+                reply_every: r.reply_every,
+                duration_s: duration.as_secs_f64(),
+                warmup_s: warmup.as_secs_f64(),
+            },
+            peer: r.peer,
+            summary: load_summary(r),
+            cancelled: r.cancelled,
+        }
+    }
+}
+
+/// The heading printed before a load run.
+pub fn load_heading(
+    target: &str,
+    addr: &str,
+    transport: Transport,
+    size: usize,
+    rate: f64,
+    reply_every: u64,
+) -> String {
+    format!(
+        "roundtrip load {transport} {target} ({addr}), {size}-byte messages at {} on an open-loop schedule, one answer per {reply_every}; times are round trips (RTT)\n",
+        fmt_rate(rate)
+    )
+}
+
+/// The sentence saying whether the rate was held.
+pub fn rate_sentence(r: &LoadResult) -> String {
+    let lag = r.lag.summary();
+    if r.rate_held() {
+        format!(
+            "rate held: {} sent of {} scheduled ({}); schedule lag p99 {}",
+            r.sent,
+            r.scheduled,
+            fmt_rate(r.achieved_rate()),
+            fmt_nanos(lag.p99_ns as f64)
+        )
+    } else {
+        format!(
+            "rate NOT held: offered {}, achieved {} ({} of {} scheduled messages sent, {:.1}%); the sender fell up to {} behind its schedule",
+            fmt_rate(r.rate),
+            fmt_rate(r.achieved_rate()),
+            r.sent,
+            r.scheduled,
+            if r.scheduled > 0 {
+                100.0 * r.sent as f64 / r.scheduled as f64
+            } else {
+                0.0
+            },
+            fmt_nanos(lag.max_ns as f64)
+        )
+    }
+}
+
+/// The summary of a load run.
+pub fn load_text(r: &LoadResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "--- {} {} load: {} x {}-byte messages in {:.2}s, peer: {} ---",
+        r.transport,
+        r.addr,
+        r.sent,
+        r.size,
+        r.elapsed.as_secs_f64(),
+        peer_name(r.peer)
+    );
+    let _ = writeln!(
+        out,
+        "answers requested {}  received {}  unanswered {}",
+        r.requested,
+        r.answered,
+        r.unanswered()
+    );
+    let mut header = vec![""];
+    header.extend(SUMMARY_COLUMNS);
+    let mut t = Table::new(&header);
+    for (name, s) in [
+        ("RTT from scheduled send", r.latency_scheduled.summary()),
+        ("RTT from actual send", r.latency_sent.summary()),
+        ("schedule lag", r.lag.summary()),
+    ] {
+        let mut row = vec![name.to_string()];
+        row.extend(summary_cells(&s));
+        t.row(row);
+    }
+    out.push_str(&t.render(0));
+    out.push_str(&rate_sentence(r));
+    out.push('\n');
+    out
+}
+
+// ---------------------------------------------------------------- sweep
+
+/// The document `roundtrip sweep --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepDoc {
+    /// Always [`FORMAT`].
+    pub format: &'static str,
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// "sweep".
+    pub kind: &'static str,
+    /// Where it ran.
+    pub environment: Environment,
+    /// Settings shared by the cells.
+    pub settings: LoadSettings,
+    /// Message sizes crossed, bytes.
+    pub sizes_bytes: Vec<usize>,
+    /// Offered rates crossed, messages per second.
+    pub rates_per_s: Vec<f64>,
+    /// Who answered.
+    pub peer: PeerKind,
+    /// One entry per cell that ran, sizes outer, rates inner.
+    pub cells: Vec<LoadSummary>,
+    /// Why the sweep stopped early, if it did.
+    pub error: Option<String>,
+    /// True when interrupted (Ctrl-C).
+    pub cancelled: bool,
+}
+
+impl SweepDoc {
+    /// Builds the document of a sweep.
+    pub fn new(settings: LoadSettings, sizes: &[usize], rates: &[f64], r: &SweepResult) -> Self {
+        SweepDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "sweep",
+            environment: Environment::current(),
+            settings,
+            sizes_bytes: sizes.to_vec(),
+            rates_per_s: rates.to_vec(),
+            peer: r.cells.first().map_or(PeerKind::Unknown, |c| c.peer),
+            cells: r.cells.iter().map(load_summary).collect(),
+            error: r.error.as_ref().map(|e| e.to_string()).or_else(|| {
+                r.cells
+                    .iter()
+                    .find_map(|c| c.error.as_ref().map(|e| e.to_string()))
+            }),
+            cancelled: r.cells.iter().any(|c| c.cancelled),
+        }
+    }
+}
+
+/// The sweep table: one row per cell.
+pub fn sweep_table(r: &SweepResult) -> String {
+    let mut t = Table::new(&[
+        "size", "offered", "achieved", "held", "answers", "p50", "p90", "p99", "p99.9", "max",
+        "p99 sent", "lag p99",
+    ]);
+    for c in &r.cells {
+        let s = c.latency_scheduled.summary();
+        let f = |v: u64| {
+            if s.count > 0 {
+                fmt_nanos(v as f64)
+            } else {
+                "-".into()
+            }
+        };
+        let sent = c.latency_sent.summary();
+        t.row(vec![
+            fmt_bytes(c.size as u64),
+            fmt_rate(c.rate),
+            fmt_rate(c.achieved_rate()),
+            if c.rate_held() {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+            format!("{}/{}", c.answered, c.requested),
+            f(s.p50_ns),
+            f(s.p90_ns),
+            f(s.p99_ns),
+            f(s.p99_9_ns),
+            f(s.max_ns),
+            if sent.count > 0 {
+                fmt_nanos(sent.p99_ns as f64)
+            } else {
+                "-".into()
+            },
+            fmt_nanos(c.lag.summary().p99_ns as f64),
+        ]);
+    }
+    let mut out = t.render(0);
+    out.push_str(
+        "p50..max: RTT from the scheduled send time (corrected for coordinated omission); p99 sent: from the actual send time\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_format() {
+        assert_eq!(fmt_rate(812.0), "812/s");
+        assert_eq!(fmt_rate(1_500.0), "1.50k/s");
+        assert_eq!(fmt_rate(41_300.0), "41.3k/s");
+        assert_eq!(fmt_rate(1_250_000.0), "1.25M/s");
+    }
+}

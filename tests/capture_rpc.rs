@@ -1,0 +1,525 @@
+//! `capture rpc` and `capture match` on the shared real captures, cross-checked against tshark on the same
+//! files, plus the command line.
+
+mod common;
+
+use assert_cmd::Command;
+use roundtrip::capture::Filter;
+use roundtrip::capture::rpc::driver::ProtoChoice;
+use roundtrip::capture::rpc::run::{collect, run_rpc};
+use roundtrip::capture::rpc::stats::{RpcReport, StatsConfig};
+use roundtrip::capture::rpc::{AnomalyKind, Proto};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn shared(name: &str) -> Option<PathBuf> {
+    let dir = common::captures_dir()?;
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing from the shared captures",
+        p.display()
+    );
+    Some(p)
+}
+
+fn report(path: &Path, choice: ProtoChoice) -> RpcReport {
+    let cfg = StatsConfig {
+        top: 5,
+        interval: None,
+        by_conn: false,
+    };
+    run_rpc(path, &Filter::default(), choice, cfg)
+        .unwrap()
+        .report
+}
+
+fn tshark(args: &[&str]) -> String {
+    let o = std::process::Command::new("tshark")
+        .args(args)
+        .output()
+        .expect("tshark runs");
+    assert!(
+        o.status.success(),
+        "tshark {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Per-procedure (calls, mean seconds from Sum/Calls) from `tshark -q -z rpc,srt,100003,3`.
+fn tshark_srt(path: &Path) -> BTreeMap<String, (u64, f64)> {
+    let text = tshark(&["-q", "-z", "rpc,srt,100003,3", "-r", path.to_str().unwrap()]);
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 7 && f[0].parse::<u32>().is_ok() {
+            let calls: u64 = f[2].parse().unwrap();
+            let sum: f64 = f[6].parse().unwrap();
+            m.insert(f[1].to_string(), (calls, sum / calls as f64));
+        }
+    }
+    m
+}
+
+#[test]
+fn nfs_agrees_with_tshark_rpc_srt() {
+    if !common::have("tshark") {
+        return;
+    }
+    for name in [
+        "zeek/nfs_nfs_base.pcap",
+        "zeek/nfs_nfs_write.pcap",
+        "zeek/nfs_nfs_write_bad_stable_how.pcap",
+    ] {
+        let Some(p) = shared(name) else { return };
+        let theirs = tshark_srt(&p);
+        assert!(!theirs.is_empty(), "tshark found no NFSv3 calls in {name}");
+        let ours = report(&p, ProtoChoice::Auto);
+        for (proc_, (calls, mean_s)) in &theirs {
+            let o = ours
+                .ops
+                .iter()
+                .find(|o| o.proto == Proto::Nfs && &o.op == proc_)
+                .unwrap_or_else(|| panic!("{name}: {proc_} missing, ours: {:?}", ours.ops));
+            assert_eq!(o.latency.count, *calls, "{name} {proc_} count");
+            // tshark prints microseconds: the sums agree to within 1 us per call on average.
+            let diff_us = (o.latency.mean_ns / 1e3 - mean_s * 1e6).abs();
+            assert!(
+                diff_us <= 1.0,
+                "{name} {proc_}: ours {} ns, tshark {mean_s} s",
+                o.latency.mean_ns
+            );
+        }
+        // and nothing NFSv3 tshark did not count
+        let nfs3 = ours
+            .ops
+            .iter()
+            .filter(|o| o.proto == Proto::Nfs && !o.op.contains(' '))
+            .count();
+        assert_eq!(nfs3, theirs.len(), "{name}");
+    }
+}
+
+#[test]
+fn nfs_snaplen_cut_captures_give_the_same_answers() {
+    if !common::have("editcap") {
+        return;
+    }
+    let Some(p) = shared("zeek/nfs_nfs_write.pcap") else {
+        return;
+    };
+    let full = report(&p, ProtoChoice::Auto);
+    let dir = tempfile::tempdir().unwrap();
+    for snap in ["96", "512"] {
+        let cut = dir.path().join(format!("s{snap}.pcap"));
+        let st = std::process::Command::new("editcap")
+            .args(["-s", snap, p.to_str().unwrap(), cut.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let r = report(&cut, ProtoChoice::Auto);
+        let counts = |r: &RpcReport| -> BTreeMap<String, (u64, u64)> {
+            r.ops
+                .iter()
+                .map(|o| (o.op.clone(), (o.latency.count, o.latency.max_ns)))
+                .collect()
+        };
+        if snap == "512" {
+            assert_eq!(counts(&r), counts(&full), "-s {snap}");
+            continue;
+        }
+        // -s 96 keeps 30 bytes of TCP payload: frame 67 holds two pipelined calls and frame 70 their two
+        // replies; the second header of each lies beyond the snap, so that one GETATTR cannot be seen. Every
+        // other request is found with the same latency, and the loss is reported.
+        let (f, c) = (counts(&full), counts(&r));
+        for (op, (n, max)) in &f {
+            let (m, mx) = c.get(op).copied().unwrap_or((0, 0));
+            if op == "GETATTR" {
+                assert_eq!(m, n - 1, "-s 96 {op}");
+            } else {
+                assert_eq!((m, mx), (*n, *max), "-s 96 {op}");
+            }
+        }
+        let lost: u64 = r
+            .anomalies
+            .iter()
+            .filter(|a| a.kind == AnomalyKind::LostFraming.name())
+            .map(|a| a.count)
+            .sum();
+        assert_eq!(lost, 2, "{:?}", r.anomalies);
+    }
+}
+
+/// (count, mean seconds) of a tshark time field over the packets where it is set.
+fn tshark_times(path: &Path, field: &str) -> (u64, f64) {
+    let text = tshark(&["-r", path.to_str().unwrap(), "-T", "fields", "-e", field]);
+    let v: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let n = v.len() as u64;
+    (
+        n,
+        if n > 0 {
+            v.iter().sum::<f64>() / n as f64
+        } else {
+            0.0
+        },
+    )
+}
+
+#[test]
+fn dns_and_http_agree_with_tshark() {
+    if !common::have("tshark") {
+        return;
+    }
+    let cases = [
+        (
+            "chrissanders/dns_query_response.pcapng",
+            "dns.time",
+            Proto::Dns,
+        ),
+        ("zeek/dns53.pcap", "dns.time", Proto::Dns),
+        ("zeek/http_get.pcap", "http.time", Proto::Http),
+        ("chrissanders/http_google.pcapng", "http.time", Proto::Http),
+        ("chrissanders/latency1.pcapng", "http.time", Proto::Http),
+        ("chrissanders/latency2.pcapng", "http.time", Proto::Http),
+        ("chrissanders/latency3.pcapng", "http.time", Proto::Http),
+        ("chrissanders/latency4.pcapng", "http.time", Proto::Http),
+    ];
+    for (name, field, proto) in cases {
+        let Some(p) = shared(name) else { return };
+        let (n, mean_s) = tshark_times(&p, field);
+        let r = report(&p, ProtoChoice::Auto);
+        let ours: u64 = r
+            .ops
+            .iter()
+            .filter(|o| o.proto == proto)
+            .map(|o| o.latency.count)
+            .sum();
+        assert_eq!(ours, n, "{name}: transactions");
+        if n > 0 {
+            let total: f64 = r
+                .ops
+                .iter()
+                .map(|o| o.latency.mean_ns * o.latency.count as f64)
+                .sum();
+            let diff_us = (total / n as f64 / 1e3 - mean_s * 1e6).abs();
+            assert!(diff_us <= 1.0, "{name}: mean differs by {diff_us} us");
+        }
+    }
+}
+
+#[test]
+fn capture_ending_mid_response_and_reply_without_request_are_reported() {
+    for n in 1..=4 {
+        let Some(p) = shared(&format!("chrissanders/latency{n}.pcapng")) else {
+            return;
+        };
+        let r = report(&p, ProtoChoice::Auto);
+        assert_eq!(r.transactions, 0);
+        assert_eq!(r.anomalies.len(), 1, "{:?}", r.anomalies);
+        assert_eq!(r.anomalies[0].kind, AnomalyKind::IncompleteResponse.name());
+    }
+    // dns53.pcap holds a response only (the capture started after the query)
+    let Some(p) = shared("zeek/dns53.pcap") else {
+        return;
+    };
+    let r = report(&p, ProtoChoice::Auto);
+    assert_eq!(
+        r.anomalies[0].kind,
+        AnomalyKind::ResponseWithoutRequest.name()
+    );
+}
+
+/// Count of tshark's values of `field` over the capture, split at commas.
+fn tshark_values(path: &Path, field: &str) -> Vec<String> {
+    tshark(&["-r", path.to_str().unwrap(), "-T", "fields", "-e", field])
+        .lines()
+        .flat_map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+#[test]
+fn databases_agree_with_tshark_message_counts() {
+    if !common::have("tshark") {
+        return;
+    }
+    // PostgreSQL: one transaction per ReadyForQuery.
+    for name in [
+        "zeek/postgresql_psql-create-insert-select-delete-drop.pcap",
+        "zeek/postgresql_psql-select-now.pcap",
+    ] {
+        let Some(p) = shared(name) else { return };
+        let ready = tshark_values(&p, "pgsql.type")
+            .iter()
+            .filter(|t| *t == "Ready for query")
+            .count();
+        let queries = tshark_values(&p, "pgsql.type")
+            .iter()
+            .filter(|t| *t == "Simple query")
+            .count();
+        let r = report(&p, ProtoChoice::Auto);
+        assert_eq!(r.transactions as usize, ready, "{name}");
+        let ours_q: u64 = r
+            .ops
+            .iter()
+            .filter(|o| o.op != "STARTUP")
+            .map(|o| o.latency.count)
+            .sum();
+        assert_eq!(ours_q as usize, queries, "{name}");
+        assert!(r.anomalies.is_empty(), "{name}: {:?}", r.anomalies);
+    }
+    // MySQL: one transaction per command except COM_QUIT (1), plus the login.
+    for name in [
+        "zeek/mysql_mysql.pcap",
+        "zeek/mysql_selects_with_new_proto.pcap",
+    ] {
+        let Some(p) = shared(name) else { return };
+        let cmds = tshark_values(&p, "mysql.command")
+            .iter()
+            .filter(|c| *c != "1")
+            .count();
+        let r = report(&p, ProtoChoice::Auto);
+        let ours: u64 = r
+            .ops
+            .iter()
+            .filter(|o| o.op != "CONNECT")
+            .map(|o| o.latency.count)
+            .sum();
+        assert_eq!(ours as usize, cmds, "{name}: {:?}", r.ops);
+        assert!(r.anomalies.is_empty(), "{name}: {:?}", r.anomalies);
+    }
+}
+
+#[test]
+fn redis_pipelines_and_almost_resp() {
+    let Some(p) = shared("zeek/redis_pipeline-with-commands.pcap") else {
+        return;
+    };
+    let r = report(&p, ProtoChoice::Auto);
+    let ops: BTreeMap<String, u64> = r
+        .ops
+        .iter()
+        .map(|o| (o.op.clone(), o.latency.count))
+        .collect();
+    assert_eq!(
+        ops,
+        BTreeMap::from([("GET".into(), 1), ("PING".into(), 2), ("SET".into(), 1)])
+    );
+    let Some(p) = shared("zeek/redis_pipelining-example.pcap") else {
+        return;
+    };
+    let r = report(&p, ProtoChoice::Auto);
+    assert_eq!(r.transactions, 3);
+    // pipelined: the three replies came in one segment, so all three have the same end time
+    assert_eq!(r.ops[0].latency.min_ns, r.ops[0].latency.max_ns);
+    let Some(p) = shared("zeek/redis_almost-resp.pcap") else {
+        return;
+    };
+    let r = report(&p, ProtoChoice::Auto);
+    assert!(
+        r.anomalies
+            .iter()
+            .any(|a| a.kind == AnomalyKind::Unparseable.name()),
+        "{:?}",
+        r.anomalies
+    );
+}
+
+#[test]
+fn garbage_on_a_database_port() {
+    // The bad backend message: PostgreSQL's port, bytes that are not its protocol.
+    let Some(p) = shared("zeek/postgresql_bad-backend-message-1.pcap") else {
+        return;
+    };
+    let r = report(&p, ProtoChoice::Auto);
+    assert_eq!(r.transactions, 0);
+    assert!(
+        r.anomalies
+            .iter()
+            .any(|a| a.kind == AnomalyKind::Unparseable.name())
+    );
+    // HTTP traffic forced through the MySQL and PostgreSQL parsers.
+    let Some(p) = shared("chrissanders/http_google.pcapng") else {
+        return;
+    };
+    for proto in [
+        Proto::Mysql,
+        Proto::Pgsql,
+        Proto::Redis,
+        Proto::Nfs,
+        Proto::Tns,
+    ] {
+        let r = report(&p, ProtoChoice::Force(proto));
+        assert_eq!(r.transactions, 0, "{proto}");
+        assert!(
+            r.anomalies
+                .iter()
+                .any(|a| a.kind == AnomalyKind::Unparseable.name()),
+            "{proto}: {:?}",
+            r.anomalies
+        );
+    }
+}
+
+#[test]
+fn every_shared_capture_is_analysed_without_panic_by_every_parser() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    for sub in ["zeek", "chrissanders"] {
+        for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if !p.to_string_lossy().contains(".pcap") {
+                continue;
+            }
+            for proto in Proto::ALL {
+                let _ = report(&p, ProtoChoice::Force(proto));
+            }
+            let _ = report(&p, ProtoChoice::Auto);
+        }
+    }
+}
+
+#[test]
+fn match_pairs_a_capture_with_itself_and_rejects_unrelated_traffic() {
+    let Some(a) = shared("zeek/nfs_nfs_write.pcap") else {
+        return;
+    };
+    let Some(b) = shared("zeek/nfs_nfs_base.pcap") else {
+        return;
+    };
+    let (_, ca) = collect(&a, &Filter::default(), ProtoChoice::Auto).unwrap();
+    let (_, cb) = collect(&b, &Filter::default(), ProtoChoice::Auto).unwrap();
+    let same = roundtrip::capture::matching::match_captures(&ca.transactions, &ca.transactions);
+    assert!(!same.unrelated);
+    assert_eq!(same.matched as usize, ca.transactions.len());
+    assert_eq!(same.clock_offset_ns, Some(0));
+    assert!(same.ops.iter().all(|o| o.diff_mean_ns == 0.0));
+    let un = roundtrip::capture::matching::match_captures(&ca.transactions, &cb.transactions);
+    assert!(un.unrelated, "{}", un.verdict);
+    assert_eq!(un.matched, 0);
+    assert!(
+        un.verdict.contains("do not show the same traffic"),
+        "{}",
+        un.verdict
+    );
+}
+
+// ---------- command line ----------
+
+fn cmd() -> Command {
+    Command::cargo_bin("roundtrip").unwrap()
+}
+
+#[test]
+fn cli_rpc_text_and_json() {
+    let Some(p) = shared("zeek/nfs_nfs_write.pcap") else {
+        return;
+    };
+    let o = cmd()
+        .args(["capture", "rpc"])
+        .arg(&p)
+        .args(["--top", "2", "--interval", "100ms", "--by-conn"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    for want in [
+        "GETATTR",
+        "WRITE",
+        "slowest 2 requests",
+        "xid 0x",
+        "per interval",
+        "per connection",
+    ] {
+        assert!(text.contains(want), "missing {want} in\n{text}");
+    }
+    let o = cmd()
+        .args(["capture", "rpc", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kind"], "capture-rpc");
+    assert_eq!(v["report"]["transactions"], 56);
+    let ops = v["report"]["ops"].as_array().unwrap();
+    let getattr = ops.iter().find(|o| o["op"] == "GETATTR").unwrap();
+    assert_eq!(getattr["latency"]["count"], 29);
+    assert!(getattr["latency"]["mean_ns"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn cli_bad_input() {
+    // unknown protocol: rejected before reading anything
+    let o = cmd()
+        .args(["capture", "rpc", "--proto", "smtp", "x.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown protocol 'smtp'"));
+    // missing file
+    let o = cmd()
+        .args(["capture", "rpc", "/nonexistent/x.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("/nonexistent/x.pcap") && err.lines().count() == 1,
+        "{err}"
+    );
+    // not a capture
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("notes.txt");
+    std::fs::write(&f, "hello, this is not a capture file at all").unwrap();
+    let o = cmd().args(["capture", "rpc"]).arg(&f).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("notes.txt"));
+    // a capture with nothing to pair: says so, exit 1
+    let Some(p) = shared("chrissanders/tcp_zerowindowrecovery.pcapng") else {
+        return;
+    };
+    let o = cmd().args(["capture", "rpc"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no request/response pair"));
+}
+
+#[test]
+fn cli_match_unrelated_files_says_so() {
+    let Some(a) = shared("zeek/nfs_nfs_write.pcap") else {
+        return;
+    };
+    let Some(b) = shared("zeek/mysql_mysql.pcap") else {
+        return;
+    };
+    let o = cmd()
+        .args(["capture", "match"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("verdict: the two captures do not show the same traffic"),
+        "{text}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("do not show the same requests"));
+    let o = cmd()
+        .args(["capture", "match", "--json"])
+        .arg(&a)
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kind"], "capture-match");
+    assert_eq!(v["matched"], 56);
+    assert_eq!(v["unrelated"], false);
+}

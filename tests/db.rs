@@ -1,0 +1,1633 @@
+//! `roundtrip db` against the real PostgreSQL, MariaDB and Redis on this machine, in-test fake servers that
+//! speak the real message formats (PostgreSQL password methods, an Oracle listener), and misbehaving peers.
+
+mod common;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const PG: u16 = 5432;
+const MY: u16 = 3306;
+const REDIS: u16 = 6379;
+
+/// The command with no database variables inherited from the caller.
+fn rt() -> Command {
+    let mut c = Command::cargo_bin("roundtrip").unwrap();
+    for v in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "PGSSLMODE",
+        "MYSQL_PWD",
+        "MYSQL_HOST",
+        "MYSQL_TCP_PORT",
+        "REDISCLI_AUTH",
+    ] {
+        c.env_remove(v);
+    }
+    c.timeout(Duration::from_secs(120));
+    c
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(c: &mut Command) -> Out {
+    let o = c.output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn json_of(o: &Out) -> Value {
+    serde_json::from_str(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", o.stdout, o.stderr))
+}
+
+fn sh(program: &str, args: &[&str]) -> String {
+    let o = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .expect(program);
+    assert!(
+        o.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn psql(sql: &str) -> String {
+    sh(
+        "psql",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-tAc",
+            sql,
+        ],
+    )
+}
+fn mariadb(sql: &str) -> String {
+    sh("mariadb", &["-h127.0.0.1", "-uroot", "-N", "-e", sql])
+}
+fn redis_cli(args: &[&str]) -> String {
+    let mut a = vec!["-h", "127.0.0.1", "-p", "6379"];
+    a.extend_from_slice(args);
+    sh("redis-cli", &a)
+}
+
+/// Runs a cleanup command when dropped (users, roles, ACL entries made by a test).
+struct Cleanup(Box<dyn FnMut()>);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+fn assert_secret_absent(secret: &str, texts: &[&str]) {
+    for t in texts {
+        assert!(!t.contains(secret), "the password leaked into output:\n{t}");
+    }
+}
+
+fn tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}_{}", std::process::id(), nanos % 1_000_000)
+}
+
+// ---------------------------------------------------------------- real servers
+
+#[test]
+fn postgres_full_run_json_and_full_log() {
+    if !common::service_up(PG, "PostgreSQL") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pg.csv");
+    let o = run(rt().args([
+        "db",
+        "postgres://postgres@127.0.0.1/test?sslmode=disable",
+        "--json",
+        "--connects",
+        "2",
+        "-n",
+        "5",
+        "--rows",
+        "20",
+        "--row-bytes",
+        "300",
+        "--full-log",
+        log.to_str().unwrap(),
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["format"], "roundtrip");
+    assert_eq!(j["kind"], "db");
+    assert_eq!(j["settings"]["scheme"], "postgres");
+    assert_eq!(j["connects_ok"], 2);
+    assert_eq!(j["phases"]["tcp_handshake"]["count"], 2);
+    assert_eq!(j["phases"]["startup"]["count"], 2);
+    assert_eq!(j["phases"]["first_query"]["count"], 2);
+    assert_eq!(j["ping"]["count"], 5);
+    assert_eq!(j["query"]["count"], 5);
+    assert_eq!(j["fetch"]["summary"]["count"], 5);
+    assert_eq!(j["fetch"]["bytes_total"], 5 * 20 * 300);
+    assert!(
+        j["server_version"]
+            .as_str()
+            .unwrap()
+            .starts_with(char::is_numeric)
+    );
+    assert!(j["attribution"]["network_ns"].as_u64().unwrap() > 0);
+    assert!(j["error"].is_null());
+    let csv = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "op,seq,start_s,duration_ns,rows,bytes");
+    // 2 x (dns, tcp, startup, first query) + 5 x (ping, query, fetch).
+    assert_eq!(lines.len() - 1, 2 * 4 + 5 * 3, "{csv}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("fetch,4,") && l.ends_with(",20,6000")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn postgres_text_summary_and_sslmode() {
+    if !common::service_up(PG, "PostgreSQL") {
+        return;
+    }
+    let o = run(rt()
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", "test")
+        .args([
+            "db",
+            "postgres://127.0.0.1",
+            "-n",
+            "3",
+            "--connects",
+            "1",
+            "--query",
+            "SELECT now()",
+            "--rows",
+            "0",
+        ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for want in [
+        "tcp handshake",
+        "startup + auth",
+        "protocol ping (empty query)",
+        "query (SELECT now())",
+        "attribution (medians)",
+    ] {
+        assert!(o.stdout.contains(want), "missing {want}:\n{}", o.stdout);
+    }
+    assert!(!o.stdout.contains("fetch ("));
+    // Does this PostgreSQL offer TLS? (Here: yes, Debian's snakeoil certificate, issued to "localhost".)
+    let offers_tls = {
+        let mut s = TcpStream::connect(("127.0.0.1", PG)).unwrap();
+        s.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        b[0] == b'S'
+    };
+    let o = run(rt().args([
+        "db",
+        "postgres://postgres@127.0.0.1/test?sslmode=require",
+        "-n",
+        "3",
+        "--connects",
+        "2",
+        "--json",
+    ]));
+    if offers_tls {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let j = json_of(&o);
+        assert_eq!(j["phases"]["tls"]["count"], 2);
+        assert_eq!(j["settings"]["ssl_mode"], "require");
+        assert!(j["notes"].to_string().contains("TLS"), "{j}");
+        assert_eq!(j["ping"]["count"], 3);
+        // verify-full checks the name: no certificate is issued to 127.0.0.1.
+        let o = run(rt().args([
+            "db",
+            "postgres://postgres@127.0.0.1/test?sslmode=verify-full",
+            "-n",
+            "1",
+        ]));
+        assert_eq!(o.code, 1);
+        assert!(
+            o.stderr
+                .contains("TLS with PostgreSQL at 127.0.0.1:5432 failed"),
+            "{}",
+            o.stderr
+        );
+    } else {
+        eprintln!("NOTE: this PostgreSQL does not offer TLS; checking the error instead");
+        assert_eq!(o.code, 1);
+        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
+    }
+    // disable: no SSLRequest, no TLS row.
+    let o = run(rt().args([
+        "db",
+        "postgres://postgres@127.0.0.1/test?sslmode=disable",
+        "-n",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
+}
+
+#[test]
+fn mysql_full_run_and_password_user() {
+    if !common::service_up(MY, "MariaDB") {
+        return;
+    }
+    let o = run(rt().args([
+        "db",
+        "mysql://root@127.0.0.1/test",
+        "--json",
+        "-n",
+        "4",
+        "--connects",
+        "2",
+        "--rows",
+        "50",
+        "--row-bytes",
+        "1k",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["settings"]["scheme"], "mysql");
+    assert_eq!(j["ping"]["count"], 4);
+    assert_eq!(j["fetch"]["bytes_total"], 4 * 50 * 1024);
+    assert!(j["server_version"].as_str().unwrap().contains("MariaDB"));
+
+    let user = format!("rt_pw_{}", tag());
+    let pw = format!("Pw-{}-x9", std::process::id());
+    mariadb(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY '{pw}'; CREATE USER '{user}'@'localhost' IDENTIFIED BY '{pw}'; \
+         GRANT SELECT ON test.* TO '{user}'@'%'; GRANT SELECT ON test.* TO '{user}'@'localhost';"
+    ));
+    let u2 = user.clone();
+    let _drop = Cleanup(Box::new(move || {
+        let _ = std::process::Command::new("mariadb")
+            .args([
+                "-h127.0.0.1",
+                "-uroot",
+                "-e",
+                &format!("DROP USER IF EXISTS '{u2}'@'%', '{u2}'@'localhost'"),
+            ])
+            .status();
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("my.csv");
+    // Password in the URL.
+    let ok = run(rt().args([
+        "db",
+        &format!("mysql://{user}:{pw}@127.0.0.1/test"),
+        "-n",
+        "2",
+        "--connects",
+        "1",
+        "--rows",
+        "3",
+        "--full-log",
+        log.to_str().unwrap(),
+    ]));
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(
+        ok.stdout
+            .contains(&format!("mysql://{user}:***@127.0.0.1:3306/test")),
+        "{}",
+        ok.stdout
+    );
+    let csv = std::fs::read_to_string(&log).unwrap();
+    // Password from MYSQL_PWD, JSON output.
+    let env = run(rt().env("MYSQL_PWD", &pw).args([
+        "db",
+        &format!("mysql://{user}@127.0.0.1/test"),
+        "--json",
+        "-n",
+        "1",
+        "--connects",
+        "1",
+        "--rows",
+        "0",
+    ]));
+    assert_eq!(env.code, 0, "{}", env.stderr);
+    // Wrong password.
+    let bad_pw = format!("{pw}-wrong");
+    let bad = run(rt().args([
+        "db",
+        &format!("mysql://{user}:{bad_pw}@127.0.0.1/test"),
+        "--json",
+        "-n",
+        "1",
+    ]));
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.contains(&format!("rejected user '{user}'")),
+        "{}",
+        bad.stderr
+    );
+    assert!(bad.stderr.contains("1045"), "{}", bad.stderr);
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    let j = json_of(&bad);
+    assert!(j["error"].as_str().unwrap().contains("rejected user"));
+    assert_secret_absent(
+        &pw,
+        &[
+            &ok.stdout,
+            &ok.stderr,
+            &csv,
+            &env.stdout,
+            &env.stderr,
+            &bad.stdout,
+            &bad.stderr,
+        ],
+    );
+}
+
+#[test]
+fn redis_full_run_and_acl_user() {
+    if !common::service_up(REDIS, "Redis") {
+        return;
+    }
+    let o = run(rt().args([
+        "db",
+        "redis://127.0.0.1",
+        "--json",
+        "-n",
+        "4",
+        "--connects",
+        "2",
+        "--rows",
+        "30",
+        "--row-bytes",
+        "200",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["settings"]["scheme"], "redis");
+    assert_eq!(j["ping"]["count"], 4);
+    assert_eq!(j["fetch"]["bytes_total"], 4 * 30 * 200);
+    assert!(
+        j["server_version"]
+            .as_str()
+            .unwrap()
+            .starts_with(char::is_numeric)
+    );
+    // The temporary list is gone.
+    assert_eq!(
+        redis_cli(&["--scan", "--pattern", "roundtrip:db:fetch:*"]).trim(),
+        ""
+    );
+
+    let user = format!("rt_acl_{}", tag());
+    let pw = format!("Rpw-{}-7q", std::process::id());
+    redis_cli(&[
+        "ACL",
+        "SETUSER",
+        &user,
+        "on",
+        &format!(">{pw}"),
+        "~*",
+        "+@all",
+    ]);
+    let u2 = user.clone();
+    let _drop = Cleanup(Box::new(move || {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "ACL", "DELUSER", &u2])
+            .status();
+    }));
+    let ok = run(rt().args([
+        "db",
+        &format!("redis://{user}:{pw}@127.0.0.1/0"),
+        "-n",
+        "2",
+        "--connects",
+        "1",
+        "--rows",
+        "2",
+    ]));
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let env = run(rt().env("REDISCLI_AUTH", &pw).args([
+        "db",
+        &format!("redis://{user}@127.0.0.1"),
+        "--json",
+        "-n",
+        "1",
+        "--connects",
+        "1",
+        "--rows",
+        "0",
+    ]));
+    assert_eq!(env.code, 0, "{}", env.stderr);
+    let bad = run(rt().args([
+        "db",
+        &format!("redis://{user}:nope{pw}@127.0.0.1"),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.contains("rejected user") && bad.stderr.contains("WRONGPASS"),
+        "{}",
+        bad.stderr
+    );
+    assert_secret_absent(
+        &pw,
+        &[
+            &ok.stdout,
+            &ok.stderr,
+            &env.stdout,
+            &env.stderr,
+            &bad.stdout,
+            &bad.stderr,
+        ],
+    );
+}
+
+#[test]
+fn unknown_database_on_each_server() {
+    let cases = [
+        (
+            PG,
+            "PostgreSQL",
+            "postgres://postgres@127.0.0.1/no_such_db_rt",
+        ),
+        (MY, "MariaDB", "mysql://root@127.0.0.1/no_such_db_rt"),
+        (REDIS, "Redis", "redis://127.0.0.1/999"),
+    ];
+    for (port, name, url) in cases {
+        if !common::service_up(port, name) {
+            continue;
+        }
+        let o = run(rt().args(["db", url, "-n", "1"]));
+        assert_eq!(o.code, 1, "{url}");
+        assert!(o.stderr.contains("has no database"), "{url}: {}", o.stderr);
+        assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
+        // Partial results are still printed.
+        assert!(
+            o.stdout.contains("connection setup (0 of 5"),
+            "{url}: {}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn tls_required_but_not_offered() {
+    if common::service_up(MY, "MariaDB") {
+        let o = run(rt().args([
+            "db",
+            "mysql://root@127.0.0.1/test?ssl-mode=REQUIRED",
+            "-n",
+            "1",
+        ]));
+        assert_eq!(o.code, 1);
+        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
+    }
+    if common::service_up(REDIS, "Redis") {
+        let o = run(rt().args(["db", "rediss://127.0.0.1", "-n", "1"]));
+        assert_eq!(o.code, 1);
+        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
+    }
+    // A PostgreSQL server that answers SSLRequest with 'N'.
+    let fake = FakePg::start(FakeAuth::Trust, "");
+    let o = run(rt().args([
+        "db",
+        &format!("postgres://u@127.0.0.1:{}/d?sslmode=require", fake.port),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("does not offer TLS") && o.stderr.contains("sslmode=require"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn refused_port() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for scheme in ["postgres", "mysql", "redis", "oracle"] {
+        let o = run(rt().args([
+            "db",
+            &format!("{scheme}://127.0.0.1:{port}"),
+            "-n",
+            "1",
+            "--json",
+        ]));
+        assert_eq!(o.code, 1, "{scheme}");
+        assert!(
+            o.stderr.contains("cannot connect") && o.stderr.contains(&format!("127.0.0.1:{port}")),
+            "{}",
+            o.stderr
+        );
+        let j = json_of(&o);
+        assert_eq!(j["connects_ok"], 0);
+        assert!(j["error"].as_str().unwrap().contains("refused"), "{j}");
+    }
+}
+
+#[test]
+fn bad_arguments_fail_before_any_io() {
+    for args in [
+        vec!["db", "http://x"],
+        vec!["db", "postgres://u:topsecret@h/db?sslmode=maybe"],
+        vec!["db", "postgres://h", "--rows", "many"],
+        vec!["db", "postgres://h", "--row-bytes", "0"],
+        vec!["db", "postgres://h", "-n", "0"],
+        vec!["db", "postgres://h", "--timeout", "0s"],
+    ] {
+        let o = run(rt().args(&args));
+        assert_ne!(o.code, 0, "{args:?}");
+        assert!(!o.stderr.contains("topsecret"), "{}", o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+    }
+}
+
+// ---------------------------------------------------------------- server closing mid-run
+
+fn spawn_rt(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_roundtrip"))
+        .args(args)
+        .env_remove("PGPASSWORD")
+        .env_remove("MYSQL_PWD")
+        .env_remove("REDISCLI_AUTH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `seen()` is true, kills the session with `kill()`, and returns the finished run's output.
+fn kill_mid_run(mut child: std::process::Child, seen: impl Fn() -> bool, kill: impl Fn()) -> Out {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !seen() {
+        assert!(
+            Instant::now() < deadline,
+            "the session never showed up on the server"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Let a few iterations complete first, so there are partial results to keep.
+    std::thread::sleep(Duration::from_millis(500));
+    kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("roundtrip db did not stop after its session was killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    Out {
+        code: child.wait().unwrap().code().unwrap_or(-1),
+        stdout,
+        stderr,
+    }
+}
+
+#[test]
+fn postgres_session_terminated_mid_run() {
+    if !common::service_up(PG, "PostgreSQL") {
+        return;
+    }
+    let role = format!("rt_kill_{}", tag());
+    psql(&format!("CREATE ROLE {role} LOGIN"));
+    let r2 = role.clone();
+    let _drop = Cleanup(Box::new(move || {
+        let _ = std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "test",
+                "-tAc",
+                &format!("DROP ROLE IF EXISTS {r2}"),
+            ])
+            .status();
+    }));
+    let child = spawn_rt(&[
+        "db",
+        &format!("postgres://{role}@127.0.0.1/test"),
+        "--connects",
+        "1",
+        "-n",
+        "100000",
+        "-i",
+        "5ms",
+        "--rows",
+        "0",
+    ]);
+    let q = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'");
+    let o = kill_mid_run(
+        child,
+        || psql(&q).trim() == "1",
+        || {
+            psql(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+            ));
+        },
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
+    assert!(
+        o.stdout.contains("on one connection ("),
+        "partial results:\n{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn mysql_connection_killed_mid_run() {
+    if !common::service_up(MY, "MariaDB") {
+        return;
+    }
+    let user = format!("rt_kill_{}", tag());
+    mariadb(&format!(
+        "CREATE USER '{user}'@'%'; CREATE USER '{user}'@'localhost';"
+    ));
+    let u2 = user.clone();
+    let _drop = Cleanup(Box::new(move || {
+        let _ = std::process::Command::new("mariadb")
+            .args([
+                "-h127.0.0.1",
+                "-uroot",
+                "-e",
+                &format!("DROP USER IF EXISTS '{u2}'@'%', '{u2}'@'localhost'"),
+            ])
+            .status();
+    }));
+    let child = spawn_rt(&[
+        "db",
+        &format!("mysql://{user}@127.0.0.1"),
+        "--connects",
+        "1",
+        "-n",
+        "100000",
+        "-i",
+        "5ms",
+        "--rows",
+        "0",
+    ]);
+    let ids = format!("SELECT id FROM information_schema.processlist WHERE user = '{user}'");
+    let o = kill_mid_run(
+        child,
+        || !mariadb(&ids).trim().is_empty(),
+        || {
+            for id in mariadb(&ids).split_whitespace() {
+                let _ = std::process::Command::new("mariadb")
+                    .args(["-h127.0.0.1", "-uroot", "-e", &format!("KILL {id}")])
+                    .status();
+            }
+        },
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
+    assert!(o.stdout.contains("on one connection ("), "{}", o.stdout);
+}
+
+#[test]
+fn redis_client_killed_mid_run() {
+    if !common::service_up(REDIS, "Redis") {
+        return;
+    }
+    let user = format!("rt_kill_{}", tag());
+    redis_cli(&["ACL", "SETUSER", &user, "on", ">killme", "~*", "+@all"]);
+    let u2 = user.clone();
+    let _drop = Cleanup(Box::new(move || {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "ACL", "DELUSER", &u2])
+            .status();
+    }));
+    let child = spawn_rt(&[
+        "db",
+        &format!("redis://{user}:killme@127.0.0.1"),
+        "--connects",
+        "1",
+        "-n",
+        "100000",
+        "-i",
+        "5ms",
+        "--rows",
+        "0",
+    ]);
+    let o = kill_mid_run(
+        child,
+        || redis_cli(&["CLIENT", "LIST"]).contains(&format!("user={user} ")),
+        || {
+            redis_cli(&["CLIENT", "KILL", "USER", &user]);
+        },
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
+    assert!(o.stdout.contains("on one connection ("), "{}", o.stdout);
+    assert!(!o.stderr.contains("killme") && !o.stdout.contains("killme"));
+}
+
+// ---------------------------------------------------------------- fake PostgreSQL (password methods)
+
+#[derive(Clone, Copy, PartialEq)]
+enum FakeAuth {
+    Trust,
+    Cleartext,
+    Md5,
+    Scram,
+}
+
+struct FakePg {
+    port: u16,
+}
+
+fn read_exact_vec(s: &mut TcpStream, n: usize) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b).ok()?;
+    Some(b)
+}
+
+/// A startup-phase message: length-prefixed, no tag.
+fn read_untagged(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let l = read_exact_vec(s, 4)?;
+    let n = u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize;
+    read_exact_vec(s, n.checked_sub(4)?)
+}
+
+fn read_tagged(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let t = read_exact_vec(s, 1)?[0];
+    Some((t, read_untagged(s)?))
+}
+
+fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![tag];
+    v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+fn auth(code: u32, extra: &[u8]) -> Vec<u8> {
+    let mut b = code.to_be_bytes().to_vec();
+    b.extend_from_slice(extra);
+    msg(b'R', &b)
+}
+
+fn pg_error(code: &str, text: &str) -> Vec<u8> {
+    msg(
+        b'E',
+        format!("SFATAL\0VFATAL\0C{code}\0M{text}\0\0").as_bytes(),
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hmac256(key: &[u8], data: &[u8]) -> Vec<u8> {
+    use hmac::{KeyInit, Mac};
+    let mut m = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key).unwrap();
+    m.update(data);
+    m.finalize().into_bytes().to_vec()
+}
+
+/// The server side of SCRAM-SHA-256, written from RFC 5802 independently of the client under test.
+fn scram_server(s: &mut TcpStream, password: &str) -> Option<bool> {
+    use base64::Engine;
+    use sha2::Digest;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    s.write_all(&auth(10, b"SCRAM-SHA-256\0\0")).ok()?;
+    let (t, body) = read_tagged(s)?;
+    assert_eq!(t, b'p');
+    let end = body.iter().position(|&c| c == 0)?;
+    assert_eq!(&body[..end], b"SCRAM-SHA-256");
+    let client_first = String::from_utf8(body[end + 5..].to_vec()).ok()?;
+    let bare = client_first.strip_prefix("n,,")?.to_string();
+    let cnonce = bare
+        .split(',')
+        .find_map(|p| p.strip_prefix("r="))?
+        .to_string();
+    let salt = b"fake-pg-salt-123";
+    let iterations = 4096u32;
+    let server_first = format!("r={cnonce}SRVnonce,s={},i={iterations}", b64.encode(salt));
+    s.write_all(&auth(11, server_first.as_bytes())).ok()?;
+    let (t, body) = read_tagged(s)?;
+    assert_eq!(t, b'p');
+    let client_final = String::from_utf8(body).ok()?;
+    let (without_proof, proof) = client_final.rsplit_once(",p=")?;
+    // Hi(): PBKDF2-HMAC-SHA-256, one block.
+    let mut u = hmac256(password.as_bytes(), &[&salt[..], &[0, 0, 0, 1]].concat());
+    let mut salted = u.clone();
+    for _ in 1..iterations {
+        u = hmac256(password.as_bytes(), &u);
+        salted.iter_mut().zip(&u).for_each(|(a, b)| *a ^= b);
+    }
+    let client_key = hmac256(&salted, b"Client Key");
+    let stored_key = sha2::Sha256::digest(&client_key).to_vec();
+    let auth_message = format!("{bare},{server_first},{without_proof}");
+    let client_sig = hmac256(&stored_key, auth_message.as_bytes());
+    let proof = b64.decode(proof).ok()?;
+    let recovered: Vec<u8> = proof.iter().zip(&client_sig).map(|(a, b)| a ^ b).collect();
+    if sha2::Sha256::digest(&recovered).to_vec() != stored_key {
+        return Some(false);
+    }
+    let server_sig = hmac256(&hmac256(&salted, b"Server Key"), auth_message.as_bytes());
+    s.write_all(&auth(
+        12,
+        format!("v={}", b64.encode(server_sig)).as_bytes(),
+    ))
+    .ok()?;
+    Some(true)
+}
+
+fn fake_pg_conn(mut s: TcpStream, mode: FakeAuth, password: &str) -> Option<()> {
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let mut startup = read_untagged(&mut s)?;
+    if startup[..4] == 80_877_103u32.to_be_bytes() {
+        s.write_all(b"N").ok()?;
+        startup = read_untagged(&mut s)?;
+    }
+    assert_eq!(startup[..4], 196_608u32.to_be_bytes());
+    let fields: Vec<&[u8]> = startup[4..].split(|&c| c == 0).collect();
+    let user = fields
+        .chunks(2)
+        .find(|kv| kv[0] == b"user")
+        .map(|kv| String::from_utf8_lossy(kv[1]).into_owned())
+        .unwrap_or_default();
+    let ok = match mode {
+        FakeAuth::Trust => true,
+        FakeAuth::Cleartext => {
+            s.write_all(&auth(3, &[])).ok()?;
+            let (_, b) = read_tagged(&mut s)?;
+            b == [password.as_bytes(), b"\0"].concat()
+        }
+        FakeAuth::Md5 => {
+            use md5::Digest;
+            let salt = [7u8, 1, 9, 3];
+            s.write_all(&auth(5, &salt)).ok()?;
+            let (_, b) = read_tagged(&mut s)?;
+            let inner = hex(&md5::Md5::digest(format!("{password}{user}")));
+            let want = format!(
+                "md5{}",
+                hex(&md5::Md5::digest([inner.as_bytes(), &salt].concat()))
+            );
+            b == [want.as_bytes(), b"\0"].concat()
+        }
+        FakeAuth::Scram => scram_server(&mut s, password)?,
+    };
+    if !ok {
+        s.write_all(&pg_error(
+            "28P01",
+            &format!("password authentication failed for user \"{user}\""),
+        ))
+        .ok()?;
+        return Some(());
+    }
+    let mut hello = auth(0, &[]);
+    hello.extend(msg(
+        b'S',
+        &[&b"server_version\0"[..], b"15.0-fake\0"].concat(),
+    ));
+    hello.extend(msg(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]));
+    hello.extend(msg(b'Z', b"I"));
+    s.write_all(&hello).ok()?;
+    loop {
+        let (t, body) = read_tagged(&mut s)?;
+        match t {
+            b'Q' if body == b"\0" => s
+                .write_all(&[msg(b'I', &[]), msg(b'Z', b"I")].concat())
+                .ok()?,
+            b'Q' => {
+                let mut r = msg(
+                    b'T',
+                    &[
+                        0, 1, b'x', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 23, 0, 4, 0xff, 0xff, 0xff, 0xff,
+                        0, 0,
+                    ],
+                );
+                r.extend(msg(b'D', &[0, 1, 0, 0, 0, 1, b'1']));
+                r.extend(msg(b'C', b"SELECT 1\0"));
+                r.extend(msg(b'Z', b"I"));
+                s.write_all(&r).ok()?;
+            }
+            _ => return Some(()),
+        }
+    }
+}
+
+impl FakePg {
+    fn start(mode: FakeAuth, password: &str) -> FakePg {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let password = password.to_string();
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let pw = password.clone();
+                std::thread::spawn(move || fake_pg_conn(s, mode, &pw));
+            }
+        });
+        FakePg { port }
+    }
+}
+
+#[test]
+fn postgres_password_methods_against_a_fake_server() {
+    // pg_hba.conf on this machine is trust-only for 127.0.0.1, so the password methods are tested against an
+    // in-test server speaking the real v3 messages and checking the answers itself.
+    let pw = "Fake-Pg-Pw-42";
+    for mode in [FakeAuth::Cleartext, FakeAuth::Md5, FakeAuth::Scram] {
+        let fake = FakePg::start(mode, pw);
+        let ok = run(rt().env("PGPASSWORD", pw).args([
+            "db",
+            &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
+            "--json",
+            "-n",
+            "3",
+            "--connects",
+            "2",
+            "--rows",
+            "0",
+        ]));
+        assert_eq!(ok.code, 0, "{}", ok.stderr);
+        let j = json_of(&ok);
+        assert_eq!(j["server_version"], "15.0-fake");
+        assert_eq!(j["connects_ok"], 2);
+        assert_eq!(j["ping"]["count"], 3);
+        let bad = run(rt().args([
+            "db",
+            &format!("postgres://alice:wrong-{pw}@127.0.0.1:{}/db", fake.port),
+            "-n",
+            "1",
+        ]));
+        assert_eq!(bad.code, 1);
+        assert!(
+            bad.stderr.contains("rejected user 'alice'") && bad.stderr.contains("28P01"),
+            "{}",
+            bad.stderr
+        );
+        let none = run(rt().args([
+            "db",
+            &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
+            "-n",
+            "1",
+        ]));
+        assert_eq!(none.code, 1);
+        assert!(
+            none.stderr.contains("wants a password") && none.stderr.contains("PGPASSWORD"),
+            "{}",
+            none.stderr
+        );
+        assert_secret_absent(pw, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
+    }
+}
+
+// ---------------------------------------------------------------- Oracle listener
+
+/// A listener that answers a TNS ping as Oracle's does: REFUSE carrying (ERR=err). The bytes are built here by
+/// hand from the public layout, not with the code under test.
+fn fake_tns_listener(err: u32) -> (u16, std::sync::mpsc::Receiver<Vec<u8>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut hdr = [0u8; 8];
+            if s.read_exact(&mut hdr).is_err() {
+                continue;
+            }
+            let len = u16::from_be_bytes([hdr[0], hdr[1]]) as usize;
+            let mut rest = vec![0u8; len.saturating_sub(8)];
+            if s.read_exact(&mut rest).is_err() {
+                continue;
+            }
+            let mut whole = hdr.to_vec();
+            whole.extend_from_slice(&rest);
+            let _ = tx.send(whole);
+            let text = format!("(DESCRIPTION=(TMP=)(VSNNUM=318767104)(ERR={err})(ALIAS=LISTENER))");
+            let mut p = vec![0, 0, 0, 0, 4, 0, 0, 0, 0x22, 0];
+            p.extend_from_slice(&(text.len() as u16).to_be_bytes());
+            p.extend_from_slice(text.as_bytes());
+            let n = p.len() as u16;
+            p[..2].copy_from_slice(&n.to_be_bytes());
+            let _ = s.write_all(&p);
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn oracle_listener_ping() {
+    let (port, seen) = fake_tns_listener(0);
+    let o = run(rt().args([
+        "db",
+        &format!("oracle://127.0.0.1:{port}/ORCLPDB1"),
+        "-n",
+        "3",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["settings"]["scheme"], "oracle");
+    assert_eq!(j["ping"]["count"], 3);
+    assert_eq!(j["phases"]["tcp_handshake"]["count"], 3);
+    assert_eq!(j["server_version"], "TNS listener 19.0.0.0.0");
+    assert!(j["attribution"]["network_ns"].as_u64().is_some());
+    let pkt = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(pkt[4], 1, "CONNECT packet type");
+    let off = u16::from_be_bytes([pkt[26], pkt[27]]) as usize;
+    let dlen = u16::from_be_bytes([pkt[24], pkt[25]]) as usize;
+    assert_eq!(&pkt[off..off + dlen], b"(CONNECT_DATA=(COMMAND=ping))");
+    assert_eq!(u16::from_be_bytes([pkt[0], pkt[1]]) as usize, pkt.len());
+
+    let text = run(rt().args(["db", &format!("oracle://127.0.0.1:{port}"), "-n", "2"]));
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout.contains("TNS ping (CONNECT -> REFUSE)"),
+        "{}",
+        text.stdout
+    );
+
+    let (bad_port, _rx) = fake_tns_listener(12514);
+    let o = run(rt().args(["db", &format!("oracle://127.0.0.1:{bad_port}"), "-n", "1"]));
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("ERR=12514"), "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------- peers that are not what they seem
+
+fn answering_listener(answer: Vec<u8>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let a = answer.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut b = [0u8; 512];
+                let _ = s.read(&mut b);
+                let _ = s.write_all(&a);
+                std::thread::sleep(Duration::from_millis(200));
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_listener_answering_something_unexpected() {
+    let port =
+        answering_listener(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec());
+    for url in [
+        format!("postgres://u@127.0.0.1:{port}/d"),
+        format!("postgres://u@127.0.0.1:{port}/d?sslmode=disable"),
+        format!("mysql://u@127.0.0.1:{port}/d"),
+        format!("redis://127.0.0.1:{port}"),
+        format!("oracle://127.0.0.1:{port}"),
+    ] {
+        let o = run(rt().args(["db", &url, "-n", "1", "--timeout", "10s"]));
+        assert_eq!(o.code, 1, "{url}");
+        assert!(
+            o.stderr.contains("unexpected answer from"),
+            "{url}: {}",
+            o.stderr
+        );
+        assert!(o.stderr.contains("is this really a"), "{url}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn random_bytes_from_a_peer_never_panic() {
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    for round in 0..8 {
+        let bytes: Vec<u8> = (0..600)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let port = answering_listener(bytes);
+        for scheme in ["postgres", "mysql", "redis", "oracle"] {
+            let o = run(rt().args([
+                "db",
+                &format!("{scheme}://u@127.0.0.1:{port}/1"),
+                "-n",
+                "1",
+                "--timeout",
+                "2s",
+            ]));
+            assert_eq!(o.code, 1, "round {round} {scheme}: {}", o.stdout);
+            assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+            assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- TLS against a real Redis started here
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A self-signed certificate for "localhost" made with openssl: (cert, key).
+fn self_signed(dir: &std::path::Path) -> (String, String) {
+    let cert = dir.join("cert.pem").to_str().unwrap().to_string();
+    let key = dir.join("key.pem").to_str().unwrap().to_string();
+    sh(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ],
+    );
+    (cert, key)
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn rediss_against_a_redis_with_tls() {
+    if !common::have("redis-server") || !common::have("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let port = free_port();
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _kill = KillOnDrop(child);
+    wait_for_port(port);
+    let o = run(rt().args([
+        "db",
+        &format!("rediss://127.0.0.1:{port}?sslmode=require"),
+        "-n",
+        "3",
+        "--connects",
+        "2",
+        "--rows",
+        "5",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["phases"]["tls"]["count"], 2);
+    assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
+    assert!(j["notes"].to_string().contains("TLS"), "{j}");
+    // rediss:// verifies by default, and this certificate is signed by nobody the platform trusts.
+    let o = run(rt().args(["db", &format!("rediss://localhost:{port}"), "-n", "1"]));
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("TLS with Redis") && o.stderr.contains("certificate"),
+        "{}",
+        o.stderr
+    );
+    // The same server spoken to without TLS: it is a TLS port, the answer is not RESP.
+    let o = run(rt().args([
+        "db",
+        &format!("redis://127.0.0.1:{port}"),
+        "-n",
+        "1",
+        "--timeout",
+        "3s",
+    ]));
+    assert_eq!(o.code, 1);
+}
+
+#[test]
+fn mysql_tls_against_a_mariadb_started_with_tls() {
+    if !common::have("mariadb-install-db") || !common::have("mariadbd") || !common::have("openssl")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let data = dir.path().join("data");
+    let data_s = data.to_str().unwrap().to_string();
+    sh(
+        "mariadb-install-db",
+        &[
+            "--no-defaults",
+            &format!("--datadir={data_s}"),
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+    );
+    let port = free_port();
+    let child = std::process::Command::new("mariadbd")
+        .args([
+            "--no-defaults".to_string(),
+            format!("--datadir={data_s}"),
+            format!("--port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--socket={}", dir.path().join("sock").display()),
+            format!("--pid-file={}", dir.path().join("pid").display()),
+            "--user=root".into(),
+            format!("--ssl-cert={cert}"),
+            format!("--ssl-key={key}"),
+            "--skip-grant-tables".into(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _kill = KillOnDrop(child);
+    wait_for_port(port);
+    let url = format!("mysql://root@127.0.0.1:{port}/mysql");
+    let o = run(rt().args([
+        "db",
+        &format!("{url}?ssl-mode=REQUIRED"),
+        "-n",
+        "3",
+        "--connects",
+        "2",
+        "--rows",
+        "5",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["phases"]["tls"]["count"], 2);
+    assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
+    assert!(j["notes"].to_string().contains("TLS"), "{j}");
+    // VERIFY_IDENTITY: self-signed, not trusted by the platform.
+    let o = run(rt().args([
+        "db",
+        &format!("mysql://root@localhost:{port}/mysql?ssl-mode=VERIFY_IDENTITY"),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("TLS with MySQL"), "{}", o.stderr);
+    // DISABLED: plain, no TLS phase.
+    let o = run(rt().args([
+        "db",
+        &format!("{url}?ssl-mode=DISABLED"),
+        "-n",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
+}
+
+// ---------------------------------------------------------------- fake MySQL (caching_sha2_password)
+
+fn my_packet(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+    v.push(seq);
+    v.extend_from_slice(payload);
+    v
+}
+
+fn read_my_packet(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let h = read_exact_vec(s, 4)?;
+    let n = usize::from(h[0]) | usize::from(h[1]) << 8 | usize::from(h[2]) << 16;
+    Some((h[3], read_exact_vec(s, n)?))
+}
+
+/// How the fake server authenticates.
+#[derive(Clone, Copy)]
+enum MyAuth {
+    /// Greets with caching_sha2_password; answers the scramble with fast-auth success (0x01 0x03).
+    CachingFast,
+    /// Greets with mysql_native_password, then switches to caching_sha2_password with a new scramble.
+    SwitchToCaching,
+    /// caching_sha2_password, but the password is not cached: full authentication (0x01 0x04).
+    CachingFull,
+}
+
+fn caching_sha2_expected(password: &str, scramble: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let h1 = Sha256::digest(password.as_bytes());
+    let h2 = Sha256::digest(h1);
+    let h3 = Sha256::digest([&h2[..], scramble].concat());
+    h1.iter().zip(h3.iter()).map(|(a, b)| a ^ b).collect()
+}
+
+fn fake_my_conn(mut s: TcpStream, mode: MyAuth, password: &str) -> Option<()> {
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let scramble1 = b"ABCDEFGHIJKLMNOPQRST";
+    let plugin = match mode {
+        MyAuth::SwitchToCaching => "mysql_native_password",
+        _ => "caching_sha2_password",
+    };
+    // Handshake v10: PROTOCOL_41 | SECURE_CONNECTION | PLUGIN_AUTH | CONNECT_WITH_DB, no SSL.
+    let caps: u32 = 0x200 | 0x8000 | 0x8_0000 | 0x8;
+    let mut g = vec![10];
+    g.extend_from_slice(b"8.0.36-fake\0");
+    g.extend_from_slice(&7u32.to_le_bytes());
+    g.extend_from_slice(&scramble1[..8]);
+    g.push(0);
+    g.extend_from_slice(&(caps as u16).to_le_bytes());
+    g.push(45);
+    g.extend_from_slice(&2u16.to_le_bytes());
+    g.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
+    g.push(21);
+    g.extend_from_slice(&[0u8; 10]);
+    g.extend_from_slice(&scramble1[8..]);
+    g.push(0);
+    g.extend_from_slice(plugin.as_bytes());
+    g.push(0);
+    s.write_all(&my_packet(0, &g)).ok()?;
+    let (seq, resp) = read_my_packet(&mut s)?;
+    // HandshakeResponse41: caps(4) max(4) charset(1) filler(23) user\0 len auth ...
+    let rest = &resp[32..];
+    let user_end = rest.iter().position(|&c| c == 0)?;
+    let n = usize::from(rest[user_end + 1]);
+    let mut auth = rest[user_end + 2..user_end + 2 + n].to_vec();
+    let mut seq = seq;
+    let mut scramble: Vec<u8> = scramble1.to_vec();
+    if let MyAuth::SwitchToCaching = mode {
+        scramble = b"zyxwvutsrqponmlkjihg".to_vec();
+        let mut sw = vec![0xfe];
+        sw.extend_from_slice(b"caching_sha2_password\0");
+        sw.extend_from_slice(&scramble);
+        sw.push(0);
+        seq = seq.wrapping_add(1);
+        s.write_all(&my_packet(seq, &sw)).ok()?;
+        let (sq, a) = read_my_packet(&mut s)?;
+        seq = sq;
+        auth = a;
+    }
+    let ok_packet = [0u8, 0, 0, 2, 0, 0, 0];
+    if auth != caching_sha2_expected(password, &scramble) {
+        let mut e = vec![0xff, 0x15, 0x04, b'#'];
+        e.extend_from_slice(b"28000Access denied for user 'fake'");
+        s.write_all(&my_packet(seq.wrapping_add(1), &e)).ok()?;
+        return Some(());
+    }
+    if let MyAuth::CachingFull = mode {
+        s.write_all(&my_packet(seq.wrapping_add(1), &[0x01, 0x04]))
+            .ok()?;
+        let _ = read_my_packet(&mut s);
+        return Some(());
+    }
+    s.write_all(&my_packet(seq.wrapping_add(1), &[0x01, 0x03]))
+        .ok()?;
+    s.write_all(&my_packet(seq.wrapping_add(2), &ok_packet))
+        .ok()?;
+    loop {
+        let (_, cmd) = read_my_packet(&mut s)?;
+        match cmd.first()? {
+            0x0e => s.write_all(&my_packet(1, &ok_packet)).ok()?,
+            0x03 => {
+                let mut r = my_packet(1, &[1]);
+                r.extend(my_packet(
+                    2,
+                    b"\x03def\0\0\0\x011\0\x0c\x3f\0\x01\0\0\0\x08\x81\0\0\0\0",
+                ));
+                r.extend(my_packet(3, &[0xfe, 0, 0, 2, 0]));
+                r.extend(my_packet(4, &[1, b'1']));
+                r.extend(my_packet(5, &[0xfe, 0, 0, 2, 0]));
+                s.write_all(&r).ok()?;
+            }
+            _ => return Some(()),
+        }
+    }
+}
+
+fn fake_mysql(mode: MyAuth, password: &str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let password = password.to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let pw = password.clone();
+            std::thread::spawn(move || fake_my_conn(s, mode, &pw));
+        }
+    });
+    port
+}
+
+#[test]
+fn mysql_caching_sha2_password_against_a_fake_server() {
+    // MariaDB has no caching_sha2_password (a MySQL 8 default), so the fast path is tested against an in-test
+    // server that checks the scramble itself.
+    let pw = "Sha2-Fake-Pw";
+    for mode in [MyAuth::CachingFast, MyAuth::SwitchToCaching] {
+        let port = fake_mysql(mode, pw);
+        let ok = run(rt().env("MYSQL_PWD", pw).args([
+            "db",
+            &format!("mysql://app@127.0.0.1:{port}/db"),
+            "-n",
+            "3",
+            "--connects",
+            "2",
+            "--rows",
+            "0",
+            "--json",
+        ]));
+        assert_eq!(ok.code, 0, "{}", ok.stderr);
+        let j = json_of(&ok);
+        assert_eq!(j["server_version"], "8.0.36-fake");
+        assert_eq!(j["ping"]["count"], 3);
+        assert_eq!(j["query"]["count"], 3);
+        let bad = run(rt().args([
+            "db",
+            &format!("mysql://app:no-{pw}@127.0.0.1:{port}/db"),
+            "-n",
+            "1",
+        ]));
+        assert_eq!(bad.code, 1);
+        assert!(bad.stderr.contains("rejected user 'app'"), "{}", bad.stderr);
+        assert_secret_absent(pw, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
+    }
+    let port = fake_mysql(MyAuth::CachingFull, pw);
+    let o = run(rt().env("MYSQL_PWD", pw).args([
+        "db",
+        &format!("mysql://app@127.0.0.1:{port}/db"),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("full authentication"), "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------- password prompt on a terminal
+
+/// Runs roundtrip under `script` (a pseudo-terminal), types `password` once the prompt shows, and returns
+/// the exit code and everything the terminal showed.
+fn run_on_terminal(args: &str, password: &str) -> (i32, String) {
+    let mut child = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_roundtrip")),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut b) {
+            if n == 0 || tx.send(b[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&seen).contains("Password for") {
+        assert!(
+            Instant::now() < deadline,
+            "no prompt: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        if let Ok(b) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.extend(b);
+        }
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(format!("{password}\n").as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "roundtrip did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(stdin);
+    while let Ok(b) = rx.recv_timeout(Duration::from_millis(500)) {
+        seen.extend(b);
+    }
+    (code, String::from_utf8_lossy(&seen).into_owned())
+}
+
+#[test]
+fn password_prompt_on_a_terminal() {
+    if !common::have("script") {
+        return;
+    }
+    let pw = "Typed-Pw-77";
+    let fake = FakePg::start(FakeAuth::Md5, pw);
+    let url = format!(
+        "postgres://alice@127.0.0.1:{}/db -n 2 --connects 1 --rows 0",
+        fake.port
+    );
+    // -W asks before connecting.
+    let (code, screen) = run_on_terminal(&format!("db {url} -W"), pw);
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains("Password for PostgreSQL user 'alice'"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("on one connection (2 iterations)"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains(pw),
+        "the password was echoed or printed: {screen}"
+    );
+    // Without -W, a server that asks for a password gets a prompt when a person is at the terminal.
+    let (code, screen) = run_on_terminal(&format!("db {url}"), pw);
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains("Password for PostgreSQL user 'alice'"),
+        "{screen}"
+    );
+    assert!(!screen.contains(pw), "{screen}");
+}

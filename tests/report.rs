@@ -1,0 +1,891 @@
+//! Reports: the drawn SVG read back through its labelled axes must give the input values; bad input gives
+//! one-line errors; a real report rendered by headless Chromium is not blank.
+
+mod common;
+
+use assert_cmd::Command;
+use roundtrip::probe::ping::{self, PingConfig, Stop};
+use roundtrip::report::charts::{self, Options, Run, percentile_points};
+use roundtrip::report::csv::FullLog;
+use roundtrip::report::json::PingDoc;
+use roundtrip::report::load;
+use roundtrip::server::{self, ServerConfig};
+use std::path::Path;
+use std::time::Duration;
+
+fn rt() -> Command {
+    Command::cargo_bin("roundtrip").unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reading an SVG back as a reader of the picture would: tick labels give the axis, paths give the points.
+
+/// The value of attribute `name` in the tag starting at `tag`.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let i = tag.find(&key)? + key.len();
+    let end = tag[i..].find('"')?;
+    Some(&tag[i..i + end])
+}
+
+/// The standalone SVG of one chart of the page.
+fn figure_svg(page: &roundtrip::report::html::Page, id: &str) -> String {
+    page.sections
+        .iter()
+        .flat_map(|s| &s.figures)
+        .find(|f| f.id == id)
+        .unwrap_or_else(|| panic!("no {id} figure"))
+        .chart
+        .render(true)
+}
+
+/// (pixel, label) of every tick on the `x` or `y` axis.
+fn ticks(svg: &str, axis: &str) -> Vec<(f64, String)> {
+    let marker = format!("<g class=\"tick {axis}\">");
+    svg.match_indices(&marker)
+        .map(|(i, _)| {
+            let g = &svg[i..i + svg[i..].find("</g>").unwrap()];
+            let px: f64 = attr(g, if axis == "x" { "x1" } else { "y1" })
+                .unwrap()
+                .parse()
+                .unwrap();
+            let t = g.rfind("</text>").unwrap();
+            let s = g[..t].rfind('>').unwrap();
+            (px, g[s + 1..t].to_string())
+        })
+        .collect()
+}
+
+fn duration_label(l: &str) -> f64 {
+    roundtrip::units::parse_duration(l)
+        .unwrap_or_else(|e| panic!("tick label {l:?}: {e}"))
+        .as_nanos() as f64
+}
+
+fn tail_label(l: &str) -> f64 {
+    let p: f64 = l.trim_end_matches('%').parse().unwrap();
+    1.0 / (1.0 - p / 100.0)
+}
+
+fn count_label(l: &str) -> f64 {
+    let (num, mult) = match l.strip_suffix('k') {
+        Some(n) => (n, 1e3),
+        None => match l.strip_suffix('M') {
+            Some(n) => (n, 1e6),
+            None => (l, 1.0),
+        },
+    };
+    num.trim_end_matches('%').parse::<f64>().unwrap() * mult
+}
+
+/// An axis recovered from its ticks: pixel -> value. Checks that every tick sits where the first and last
+/// ticks say it should (so the tick placement is tested too).
+struct ReadAxis {
+    log: bool,
+    p0: f64,
+    t0: f64,
+    slope: f64,
+}
+
+impl ReadAxis {
+    fn new(ticks: &[(f64, String)], parse: fn(&str) -> f64, log: bool) -> Self {
+        assert!(ticks.len() >= 2, "need two ticks, got {ticks:?}");
+        let t = |v: f64| if log { v.log10() } else { v };
+        let (pa, va) = (ticks[0].0, parse(&ticks[0].1));
+        let (pb, vb) = (ticks[ticks.len() - 1].0, parse(&ticks[ticks.len() - 1].1));
+        let slope = (t(vb) - t(va)) / (pb - pa);
+        let ax = ReadAxis {
+            log,
+            p0: pa,
+            t0: t(va),
+            slope,
+        };
+        for (px, l) in ticks {
+            let want = parse(l);
+            let got = ax.value(*px);
+            assert!(
+                (got - want).abs() <= want.abs() * 0.01 + 1e-9,
+                "tick {l} at {px} reads {got}"
+            );
+        }
+        ax
+    }
+
+    fn value(&self, px: f64) -> f64 {
+        let t = self.t0 + (px - self.p0) * self.slope;
+        if self.log { 10f64.powf(t) } else { t }
+    }
+
+    /// The value span of 0.06 pixel around `px` (the coordinates are written to 0.1 px).
+    fn tolerance(&self, px: f64) -> f64 {
+        (self.value(px + 0.06) - self.value(px - 0.06)).abs()
+    }
+}
+
+/// Commands of a path's `d`: (letter, numbers).
+fn path_cmds(d: &str) -> Vec<(char, Vec<f64>)> {
+    let mut out: Vec<(char, Vec<f64>)> = Vec::new();
+    let mut num = String::new();
+    let flush = |num: &mut String, out: &mut Vec<(char, Vec<f64>)>| {
+        if !num.is_empty() {
+            out.last_mut().unwrap().1.push(num.parse().unwrap());
+            num.clear();
+        }
+    };
+    for c in d.chars() {
+        if c.is_ascii_alphabetic() {
+            flush(&mut num, &mut out);
+            out.push((c, Vec::new()));
+        } else if c == ' ' || c == ',' {
+            flush(&mut num, &mut out);
+        } else {
+            num.push(c);
+        }
+    }
+    flush(&mut num, &mut out);
+    out
+}
+
+/// The `d` of every path with this class prefix (e.g. "line c0").
+fn paths<'a>(svg: &'a str, class: &str) -> Vec<&'a str> {
+    let marker = format!("<path class=\"{class}");
+    svg.match_indices(&marker)
+        .map(|(i, _)| {
+            let tag = &svg[i..i + svg[i..].find("/>").unwrap()];
+            attr(tag, "d").unwrap()
+        })
+        .collect()
+}
+
+fn is_log(svg: &str, axis_word: &str) -> bool {
+    svg.contains(&format!("{axis_word} (log scale)"))
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+/// A hand-written document with round numbers, so every expected value is known exactly.
+fn known_doc() -> serde_json::Value {
+    let factor = 10f64.powf(1.0 / 20.0);
+    // Buckets from 50us up: counts rising then a long tail, and one lonely 20ms bucket.
+    let mut hist = Vec::new();
+    let mut le = 50_000.0f64;
+    for count in [5u64, 40, 300, 1200, 900, 400, 120, 60, 20, 8, 3] {
+        hist.push(serde_json::json!({"le_ns": le.ceil() as u64, "count": count}));
+        le *= factor;
+    }
+    hist.push(serde_json::json!({"le_ns": 20_000_000u64, "count": 1}));
+    serde_json::json!({
+        "format": "roundtrip", "format_version": 1, "kind": "ping",
+        "environment": {"roundtrip_version": "0.1.0", "hostname": "known-host", "kernel": "6.1.0-test"},
+        "started_unix_s": 1_700_000_000.0,
+        "settings": {"target": "10.0.0.1", "address": "10.0.0.1:11111", "transport": "udp", "size_bytes": 64,
+                     "stop": {"count": 3017}, "interval_ns": null, "warmup_ns": 1_000_000_000u64,
+                     "timeout_ns": 2_000_000_000u64},
+        "peer": "roundtrip",
+        "summary": {"sent": 3017, "received": 3017, "lost": 0, "duplicated": 0, "out_of_order": 0, "late": 0,
+                    "elapsed_s": 3.0,
+                    "rtt": {"count": 3017, "min_ns": 47_000, "mean_ns": 81_000.0, "stddev_ns": 9_000.0,
+                            "p50_ns": 72_000, "p90_ns": 110_000, "p99_ns": 400_000, "p99_9_ns": 3_000_000,
+                            "p99_99_ns": 20_000_000, "max_ns": 20_000_000},
+                    "server_turnaround": null},
+        "intervals": [
+            {"end_s": 1.0, "length_s": 1.0, "round_trips": 1000, "sent": 1000, "mb_per_s": 0.1,
+             "p50_ns": 70_000, "p99_ns": 300_000, "max_ns": 2_000_000},
+            {"end_s": 2.0, "length_s": 1.0, "round_trips": 1000, "sent": 1000, "mb_per_s": 0.1,
+             "p50_ns": 75_000, "p99_ns": 500_000, "max_ns": 20_000_000},
+            {"end_s": 3.0, "length_s": 1.0, "round_trips": 1017, "sent": 1017, "mb_per_s": 0.1,
+             "p50_ns": 72_000, "p99_ns": 350_000, "max_ns": 900_000}
+        ],
+        "histogram": hist,
+        "percentiles": [
+            {"percentile": 0.0, "value_ns": 47_000}, {"percentile": 50.0, "value_ns": 72_000},
+            {"percentile": 75.0, "value_ns": 85_000}, {"percentile": 90.0, "value_ns": 110_000},
+            {"percentile": 99.0, "value_ns": 400_000}, {"percentile": 99.9, "value_ns": 3_000_000},
+            {"percentile": 99.99, "value_ns": 9_000_000}, {"percentile": 100.0, "value_ns": 20_000_000}
+        ],
+        "error": null, "cancelled": false
+    })
+}
+
+fn known_run() -> Run {
+    Run {
+        label: "known".into(),
+        doc: load::from_value("known.json", known_doc()).unwrap(),
+        full_log: None,
+    }
+}
+
+#[test]
+fn percentile_curve_points_read_back_to_the_input() {
+    let page = charts::page("t", &[known_run()], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "percentiles");
+    let x = ReadAxis::new(&ticks(&svg, "x"), tail_label, true);
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "RTT"));
+    let d = paths(&svg, "line c0");
+    assert_eq!(d.len(), 1);
+    let pts: Vec<(f64, f64)> = path_cmds(d[0])
+        .into_iter()
+        .map(|(_, v)| (v[0], v[1]))
+        .collect();
+    let doc: charts::PingIn = serde_json::from_value(known_doc()).unwrap();
+    let want = percentile_points(&doc.percentiles);
+    assert_eq!(pts.len(), want.len(), "{}", d[0]);
+    for ((px, py), (wx, wy)) in pts.iter().zip(&want) {
+        let (gx, gy) = (x.value(*px), y.value(*py));
+        assert!((gx - wx).abs() <= x.tolerance(*px), "x {gx} vs {wx}");
+        assert!((gy - wy).abs() <= y.tolerance(*py), "y {gy} vs {wy}");
+    }
+    // The curve reaches the maximum (20ms), drawn last.
+    assert!((y.value(pts.last().unwrap().1) - 20e6).abs() <= y.tolerance(pts.last().unwrap().1));
+}
+
+#[test]
+fn histogram_bars_read_back_to_the_counts() {
+    for log_counts in [false, true] {
+        let opts = Options {
+            log_counts,
+            ..Options::default()
+        };
+        let page = charts::page("t", &[known_run()], &opts).unwrap();
+        let svg = figure_svg(&page, "distribution");
+        let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, true);
+        let y = ReadAxis::new(&ticks(&svg, "y"), count_label, log_counts);
+        assert_eq!(svg.contains("round trips (count, log scale)"), log_counts);
+        let d = paths(&svg, "hist c0");
+        assert_eq!(d.len(), 1);
+        // Each bar is "V top H right"; its right edge is the bucket's upper bound.
+        let cmds = path_cmds(d[0]);
+        let mut bars = Vec::new();
+        for w in cmds.windows(2) {
+            if let (('V', top), ('H', right)) = (&w[0], &w[1]) {
+                bars.push((y.value(top[0]), x.value(right[0]), top[0], right[0]));
+            }
+        }
+        let doc: charts::PingIn = serde_json::from_value(known_doc()).unwrap();
+        assert_eq!(bars.len(), doc.histogram.len());
+        for ((count, le, py, px), b) in bars.iter().zip(&doc.histogram) {
+            assert!(
+                (count - b.count as f64).abs() <= y.tolerance(*py).max(1e-6),
+                "count {count} vs {}",
+                b.count
+            );
+            assert!(
+                (le - b.le_ns as f64).abs() <= x.tolerance(*px),
+                "le {le} vs {}",
+                b.le_ns
+            );
+        }
+    }
+}
+
+#[test]
+fn interval_bands_read_back_to_the_interval_rows() {
+    let page = charts::page("t", &[known_run()], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "rtt-time");
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "RTT"));
+    // The max line: a staircase M x y (H x V y)*.
+    let d = paths(&svg, "step c0 dash");
+    assert_eq!(d.len(), 1);
+    let cmds = path_cmds(d[0]);
+    let mut levels = vec![y.value(cmds[0].1[1])];
+    for c in &cmds {
+        if c.0 == 'V' {
+            levels.push(y.value(c.1[0]));
+        }
+    }
+    // Start level, then one V per change (the last closes the final interval).
+    let want = [2e6, 20e6, 0.9e6, 0.9e6];
+    assert_eq!(levels.len(), want.len(), "{}", d[0]);
+    for (g, w) in levels.iter().zip(want) {
+        assert!((g - w).abs() / w < 0.01, "{g} vs {w}");
+    }
+    // The staircase spans 0 to 3 s.
+    assert!(x.value(cmds[0].1[0]).abs() < 0.01e9);
+    let last_h = cmds.iter().rev().find(|c| c.0 == 'H').unwrap().1[0];
+    assert!((x.value(last_h) - 3e9).abs() < 0.01e9);
+}
+
+/// A real run against the embedded server; its full log written to `log` as `ping --full-log` writes it.
+/// Returns the document and every RTT in nanoseconds.
+fn real_run(count: u64, log: &Path) -> (PingDoc, Vec<u64>) {
+    let srv = server::start(
+        &ServerConfig {
+            bind: Some([127, 0, 0, 1].into()),
+            port: 0,
+            tcp: true,
+            udp: true,
+        },
+        |_| {},
+    )
+    .unwrap();
+    let mut c = PingConfig::new(srv.tcp_addr().unwrap());
+    c.stop = Stop::Count(count);
+    c.warmup = Duration::from_millis(20);
+    c.timeout = Duration::from_secs(10);
+    c.report_interval = Duration::from_millis(50);
+    struct Both(FullLog<std::io::BufWriter<std::fs::File>>, Vec<u64>);
+    impl ping::Observer for Both {
+        fn sample(&mut self, s: &ping::Sample) {
+            self.0.write_sample(s);
+            self.1.push(s.rtt().as_nanos() as u64);
+        }
+    }
+    let file = std::io::BufWriter::new(std::fs::File::create(log).unwrap());
+    let mut obs = Both(FullLog::new(file).unwrap(), Vec::new());
+    let r = ping::run(&c, &mut obs).unwrap();
+    assert_eq!(r.received, count);
+    let Both(full, rtts) = obs;
+    assert_eq!(full.finish().unwrap(), count);
+    srv.shutdown();
+    (
+        PingDoc::new("local", &r, c.stop, None, c.warmup, c.timeout),
+        rtts,
+    )
+}
+
+#[test]
+fn full_log_columns_keep_every_extreme_of_a_real_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.csv");
+    let (doc, rtts) = real_run(5000, &log);
+    let run = Run {
+        label: "real".into(),
+        doc: load::from_value("real", serde_json::to_value(&doc).unwrap()).unwrap(),
+        full_log: Some(load::load_full_log(&log).unwrap()),
+    };
+    assert_eq!(run.full_log.as_ref().unwrap().rows, 5000);
+    let page = charts::page("t", &[run], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "RTT"));
+    let d = paths(&svg, "cols c0");
+    assert_eq!(d.len(), 1);
+    let cmds = path_cmds(d[0]);
+    // Strokes: M x lo V hi, at most one per pixel column.
+    let mut xs = Vec::new();
+    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+    let (mut lo_px, mut hi_px) = (0.0, 0.0);
+    for c in &cmds {
+        match c.0 {
+            'M' => {
+                xs.push(c.1[0].floor() as i64);
+                let v = y.value(c.1[1]);
+                if v < lo {
+                    (lo, lo_px) = (v, c.1[1]);
+                }
+            }
+            'V' => {
+                let v = y.value(c.1[0]);
+                if v > hi {
+                    (hi, hi_px) = (v, c.1[0]);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut dedup = xs.clone();
+    dedup.dedup();
+    assert_eq!(dedup.len(), xs.len(), "two strokes in one pixel column");
+    let want_lo = *rtts.iter().min().unwrap() as f64;
+    let want_hi = *rtts.iter().max().unwrap() as f64;
+    assert!(
+        (lo - want_lo).abs() <= y.tolerance(lo_px),
+        "min {lo} vs {want_lo}"
+    );
+    assert!(
+        (hi - want_hi).abs() <= y.tolerance(hi_px),
+        "max {hi} vs {want_hi}"
+    );
+}
+
+#[test]
+fn saved_document_round_trips_through_the_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (doc, _) = real_run(300, &dir.path().join("l.csv"));
+    let bytes = roundtrip::report::json::to_bytes(&doc);
+    let l = load::parse("saved.json", &bytes).unwrap();
+    assert_eq!(l.kind, "ping");
+    let p: charts::PingIn = l.typed().unwrap();
+    assert_eq!(p.summary.rtt.count, 300);
+    assert_eq!(p.summary.rtt.max_ns, doc.summary.rtt.max_ns);
+    assert_eq!(p.percentiles.len(), doc.percentiles.len());
+    assert_eq!(l.environment.kernel, doc.environment.kernel);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The command line.
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn report_err(args: &[&std::ffi::OsStr]) -> String {
+    let out = rt().arg("report").args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("roundtrip: error: "), "{err}");
+    err
+}
+
+#[test]
+fn bad_inputs_give_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = d.join("r.html");
+    let o = out.as_os_str();
+    // hyperfine --export-json
+    let hf = write(
+        d,
+        "hf.json",
+        r#"{"results":[{"command":"sleep 0.1","mean":0.1,"times":[0.1]}]}"#,
+    );
+    let e = report_err(&[hf.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("hf.json is not a roundtrip result: it has no \"format\" field"),
+        "{e}"
+    );
+    // iperf3 -J
+    let ip = write(
+        d,
+        "ip.json",
+        r#"{"start":{"version":"iperf 3.12"},"intervals":[],"end":{}}"#,
+    );
+    let e = report_err(&[ip.as_os_str(), "-o".as_ref(), o]);
+    assert!(e.contains("no \"format\" field"), "{e}");
+    let mut v2 = known_doc();
+    v2["format_version"] = 2.into();
+    let v2 = write(d, "v2.json", &v2.to_string());
+    let e = report_err(&[v2.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("v2.json has format_version 2, this roundtrip reads format_version 1"),
+        "{e}"
+    );
+    let mut nop = known_doc();
+    nop.as_object_mut().unwrap().remove("percentiles");
+    let nop = write(d, "nop.json", &nop.to_string());
+    let e = report_err(&[nop.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("nop.json: the \"ping\" result is incomplete: missing field `percentiles`"),
+        "{e}"
+    );
+    let mut db = known_doc();
+    db["kind"] = "db".into();
+    let db = write(d, "db.json", &db.to_string());
+    let e = report_err(&[db.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("holds a \"db\" result, which has no report yet"),
+        "{e}"
+    );
+    let mut sweep = known_doc();
+    sweep["kind"] = "sweep".into();
+    let sweep = write(d, "sweep.json", &sweep.to_string());
+    let e = report_err(&[sweep.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("sweep.json: the \"sweep\" result is incomplete: missing field `cells`"),
+        "{e}"
+    );
+    let garbage = d.join("g.json");
+    std::fs::write(&garbage, b"\xff\x00{{{").unwrap();
+    let e = report_err(&[garbage.as_os_str(), "-o".as_ref(), o]);
+    assert!(e.contains("g.json is not JSON"), "{e}");
+    let e = report_err(&[d.join("missing.json").as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("cannot read") && e.contains("missing.json"),
+        "{e}"
+    );
+    let good = write(d, "good.json", &known_doc().to_string());
+    let e = report_err(&[good.as_os_str()]);
+    assert!(e.contains("nothing to write"), "{e}");
+    let badlog = write(
+        d,
+        "bad.csv",
+        "seq,send_ns,recv_ns,rtt_ns,server_ns\n1,2,3,4,\n2,3,oops,5,\n",
+    );
+    let e = report_err(&[
+        good.as_os_str(),
+        "--full-log".as_ref(),
+        badlog.as_os_str(),
+        "-o".as_ref(),
+        o,
+    ]);
+    assert!(e.contains("bad.csv line 3: recv_ns is \"oops\""), "{e}");
+    let e = report_err(&[
+        good.as_os_str(),
+        "--full-log".as_ref(),
+        badlog.as_os_str(),
+        "--full-log".as_ref(),
+        badlog.as_os_str(),
+        "-o".as_ref(),
+        o,
+    ]);
+    assert!(e.contains("2 --full-log files for 1 results"), "{e}");
+    let e = report_err(&[
+        good.as_os_str(),
+        "-o".as_ref(),
+        d.join("no/such/dir/r.html").as_os_str(),
+    ]);
+    assert!(e.contains("does not exist"), "{e}");
+    let e = report_err(&[
+        good.as_os_str(),
+        "-o".as_ref(),
+        o,
+        "--svg".as_ref(),
+        "x.svg".as_ref(),
+        "--chart".as_ref(),
+        "compare".as_ref(),
+    ]);
+    assert!(e.contains("no compare chart for these results"), "{e}");
+    assert!(!out.exists(), "no report written for bad input");
+}
+
+#[test]
+fn report_command_compares_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = write(d, "direct.json", &known_doc().to_string());
+    let mut slower = known_doc();
+    for p in slower["percentiles"].as_array_mut().unwrap() {
+        let v = p["value_ns"].as_u64().unwrap();
+        p["value_ns"] = (v * 3).into();
+    }
+    let b = write(d, "proxy.json", &slower.to_string());
+    let html = d.join("cmp.html");
+    let svg = d.join("cmp.svg");
+    rt().arg("report")
+        .args([&a, &b])
+        .args(["--name", "direct", "--name", "through proxy", "-o"])
+        .arg(&html)
+        .arg("--svg")
+        .arg(&svg)
+        .args(["--chart", "compare"])
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    for want in [
+        "direct",
+        "through proxy",
+        "known-host",
+        "6.1.0-test",
+        "2023-11-14 22:13:20",
+        "<svg",
+        "RTT by percentile",
+        "RTT percentiles side by side",
+    ] {
+        assert!(page.contains(want), "page lacks {want}");
+    }
+    assert!(!page.contains("<script") && !page.contains("http://") && !page.contains("https://"));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.starts_with("<svg")
+            && svg.contains("xmlns=\"http://www.w3.org/2000/svg\"")
+            && svg.contains("<style>")
+    );
+    assert_eq!(svg.matches("<rect class=\"bar c0").count(), 6);
+    assert_eq!(svg.matches("<rect class=\"bar c1").count(), 6);
+}
+
+#[test]
+fn ping_writes_report_and_svg() {
+    let srv = server::start(
+        &ServerConfig {
+            bind: Some([127, 0, 0, 1].into()),
+            port: 0,
+            tcp: true,
+            udp: true,
+        },
+        |_| {},
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("p.html");
+    let svg = dir.path().join("p.svg");
+    let log = dir.path().join("p.csv");
+    rt().args([
+        "ping",
+        &srv.udp_addr().unwrap().to_string(),
+        "-u",
+        "-n",
+        "2000",
+        "--warmup",
+        "50ms",
+        "-q",
+        "--report",
+    ])
+    .arg(&html)
+    .arg("--svg")
+    .arg(&svg)
+    .args(["--chart", "rtt-time", "--full-log"])
+    .arg(&log)
+    .timeout(Duration::from_secs(120))
+    .assert()
+    .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(page.contains(host.trim()) && page.contains(kernel.trim()));
+    assert!(
+        page.contains("full log") && page.contains("(2000 rows)"),
+        "the full log is drawn"
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<path class=\"cols c0"));
+
+    // Output checked before any I/O: nothing measured, nothing printed to stdout.
+    let out = rt()
+        .args([
+            "ping",
+            &srv.udp_addr().unwrap().to_string(),
+            "-u",
+            "-n",
+            "10",
+            "--report",
+        ])
+        .arg(dir.path().join("nope/r.html"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Headless Chromium: the page renders to something that is not blank.
+
+/// Decodes an 8-bit RGB or RGBA PNG (what Chromium writes) into RGB pixels.
+fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
+    use std::io::Read;
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let mut i = 8;
+    let (mut w, mut h, mut ctype) = (0usize, 0usize, 0u8);
+    let mut idat = Vec::new();
+    while i + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+        let kind = &bytes[i + 4..i + 8];
+        let data = &bytes[i + 8..i + 8 + len];
+        match kind {
+            b"IHDR" => {
+                w = u32::from_be_bytes(data[0..4].try_into().unwrap()) as usize;
+                h = u32::from_be_bytes(data[4..8].try_into().unwrap()) as usize;
+                assert_eq!(data[8], 8, "bit depth");
+                ctype = data[9];
+                assert_eq!(data[12], 0, "interlaced");
+            }
+            b"IDAT" => idat.extend_from_slice(data),
+            _ => {}
+        }
+        i += 12 + len;
+    }
+    let bpp = match ctype {
+        2 => 3,
+        6 => 4,
+        other => panic!("colour type {other}"),
+    };
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let stride = w * bpp;
+    let mut prev = vec![0u8; stride];
+    let mut px = Vec::with_capacity(w * h);
+    for row in 0..h {
+        let f = raw[row * (stride + 1)];
+        let mut cur = raw[row * (stride + 1) + 1..(row + 1) * (stride + 1)].to_vec();
+        for x in 0..stride {
+            let a = if x >= bpp { cur[x - bpp] as i32 } else { 0 };
+            let b = prev[x] as i32;
+            let c = if x >= bpp { prev[x - bpp] as i32 } else { 0 };
+            let add = match f {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let p = a + b - c;
+                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                other => panic!("filter {other}"),
+            };
+            cur[x] = cur[x].wrapping_add(add as u8);
+        }
+        for x in 0..w {
+            px.push([cur[x * bpp], cur[x * bpp + 1], cur[x * bpp + 2]]);
+        }
+        prev = cur;
+    }
+    (w, h, px)
+}
+
+#[test]
+fn chromium_renders_a_report_that_is_not_blank() {
+    if !common::have("chromium") {
+        eprintln!(
+            "SKIPPED: chromium is not installed (apt-get install chromium); the screenshot check needs it"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.csv");
+    let (doc, _) = real_run(3000, &log);
+    let json = dir.path().join("run.json");
+    std::fs::write(&json, roundtrip::report::json::to_bytes(&doc)).unwrap();
+    let html = dir.path().join("run.html");
+    rt().arg("report")
+        .arg(&json)
+        .arg("--full-log")
+        .arg(&log)
+        .arg("-o")
+        .arg(&html)
+        .assert()
+        .success();
+    let png = dir.path().join("shot.png");
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1200,2000")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    assert!(
+        png.exists(),
+        "chromium wrote no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (w, h, px) = decode_png(&std::fs::read(&png).unwrap());
+    assert_eq!((w, h), (1200, 2000));
+    let bg = px[0];
+    let differ = px.iter().filter(|p| **p != bg).count();
+    assert!(
+        differ > w * h / 50,
+        "only {differ} pixels differ from the background {bg:?}"
+    );
+    // The first series colour (#1f77b4 light, #5eaaf0 dark) is on the page: the data was drawn.
+    let near = |p: &[u8; 3], c: [u8; 3]| {
+        p.iter()
+            .zip(c)
+            .all(|(a, b)| (*a as i32 - b as i32).abs() < 40)
+    };
+    let series = px
+        .iter()
+        .filter(|p| near(p, [0x1f, 0x77, 0xb4]) || near(p, [0x5e, 0xaa, 0xf0]))
+        .count();
+    assert!(series > 2000, "only {series} pixels in the series colour");
+    // Text was drawn: many distinct grey levels from anti-aliased glyphs.
+    let mut colours: Vec<[u8; 3]> = px.clone();
+    colours.sort_unstable();
+    colours.dedup();
+    assert!(colours.len() > 50, "only {} colours", colours.len());
+}
+
+#[test]
+fn a_result_with_no_samples_still_draws() {
+    let mut d = known_doc();
+    d["intervals"] = serde_json::json!([]);
+    d["histogram"] = serde_json::json!([]);
+    d["percentiles"] = serde_json::json!([]);
+    let run = Run {
+        label: "empty".into(),
+        doc: load::from_value("empty.json", d).unwrap(),
+        full_log: None,
+    };
+    let page = charts::page("t", &[run], &Options::default()).unwrap();
+    for id in ["rtt-time", "distribution", "percentiles"] {
+        let svg = figure_svg(&page, id);
+        assert!(svg.ends_with("</svg>") && !svg.contains("NaN") && !svg.contains("inf"));
+    }
+}
+
+#[test]
+fn a_real_sweep_is_drawn_as_latency_against_rate() {
+    let srv = server::start(
+        &ServerConfig {
+            bind: Some([127, 0, 0, 1].into()),
+            port: 0,
+            tcp: true,
+            udp: true,
+        },
+        |_| {},
+    )
+    .unwrap();
+    let out = rt()
+        .args([
+            "sweep",
+            &srv.tcp_addr().unwrap().to_string(),
+            "--sizes",
+            "64",
+            "--rates",
+            "500,1000,2000",
+        ])
+        .args(["-t", "300ms", "--warmup", "50ms", "--json"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = load::parse("sweep.json", &out.stdout).unwrap();
+    let cells: charts::SweepIn = doc.typed().unwrap();
+    let run = Run {
+        label: "sweep".into(),
+        doc,
+        full_log: None,
+    };
+    let page = charts::page("t", &[run], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "sweep");
+    let x = ReadAxis::new(&ticks(&svg, "x"), count_label, true);
+    let y = ReadAxis::new(
+        &ticks(&svg, "y"),
+        duration_label,
+        is_log(&svg, "latency from scheduled send"),
+    );
+    let d = paths(&svg, "line c0\"");
+    assert_eq!(d.len(), 1, "one p50 line for the one size");
+    let pts: Vec<(f64, f64)> = path_cmds(d[0])
+        .into_iter()
+        .map(|(_, v)| (v[0], v[1]))
+        .collect();
+    let mut want: Vec<(f64, f64)> = cells
+        .cells
+        .iter()
+        .filter(|c| c.latency_from_scheduled.count > 0)
+        .map(|c| (c.rate_per_s, c.latency_from_scheduled.p50_ns as f64))
+        .collect();
+    want.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(pts.len(), want.len());
+    for ((px, py), (wx, wy)) in pts.iter().zip(&want) {
+        assert!(
+            (x.value(*px) - wx).abs() <= x.tolerance(*px),
+            "rate {} vs {wx}",
+            x.value(*px)
+        );
+        assert!(
+            (y.value(*py) - wy).abs() <= y.tolerance(*py),
+            "p50 {} vs {wy}",
+            y.value(*py)
+        );
+    }
+}
