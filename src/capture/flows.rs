@@ -875,18 +875,28 @@ impl Flow {
             && t.seq == h.next_seq.wrapping_sub(1);
         let mut retransmission = false;
         let mut out_of_order = false;
-        if seglen > 0 && h.has_next && seq_lt(t.seq, h.next_seq) && !keep_alive {
+        if seglen > 0 && !keep_alive {
+            // Wireshark's order: spurious (data the receiver already ACKed), fast retransmission,
+            // out-of-order, then any other segment below the highest sequence sent. A segment starting one
+            // below it that carries more than one byte is new data after a zero-window probe.
+            let not_advanced = h.has_next
+                && seq_lt(t.seq, h.next_seq)
+                && !(plen > 1 && t.seq == h.next_seq.wrapping_sub(1));
+            let spurious =
+                plen > 0 && oh.acked && seq_le(t.seq.wrapping_add(plen as u32), oh.last_ack);
             let irtt = match (self.syn_ts, self.hs_ack_ts) {
                 (Some(a), Some(b)) if b > a => b - a,
                 _ => 3_000_000,
             };
-            let since = ts - h.last_data_ts;
-            let fast =
-                oh.dup_ack_run >= 2 && oh.last_ack == t.seq && ts - oh.last_ack_ts < 20_000_000;
-            if !fast && since < irtt && h.next_seq != end {
+            let since = ts.saturating_sub(h.last_data_ts);
+            let fast = not_advanced
+                && oh.dup_ack_run >= 2
+                && oh.last_ack == t.seq
+                && ts.saturating_sub(oh.last_ack_ts) < 20_000_000;
+            if !spurious && !fast && not_advanced && since < irtt && h.next_seq != end {
                 out_of_order = true;
                 h.out_of_order += 1;
-            } else {
+            } else if spurious || not_advanced {
                 retransmission = true;
                 h.retransmissions += 1;
                 h.retransmitted_bytes += plen as u64;
@@ -1387,6 +1397,33 @@ mod tests {
         assert_eq!(s.server_to_client.acks, 4);
         assert_eq!(c.segments_per_ack, Some(1.0));
         assert!(s.diagnosis.contains("retransmission"), "{}", s.diagnosis);
+    }
+
+    /// Wireshark 4.0 checks for a spurious retransmission before out-of-order: data the receiver has already
+    /// ACKed is a retransmission however soon it follows the highest segment (seen on loopback, where the
+    /// handshake RTT that bounds out-of-order is tens of microseconds).
+    #[test]
+    fn spurious_retransmission_beats_out_of_order() {
+        let mut f = Feed::new();
+        f.pkt(0, true, 1000, 0, flags::SYN, 0);
+        f.pkt(1_000, false, 5000, 1001, flags::SYN | A, 0);
+        f.pkt(2_000, true, 1001, 5001, A, 0); // handshake RTT 2 ms bounds out-of-order
+        f.pkt(10_000, true, 1001, 5001, PA, 100);
+        f.pkt(10_100, true, 1101, 5001, PA, 100);
+        f.pkt(10_200, false, 5001, 1201, A, 0);
+        // 0.2 ms after the highest segment, but already ACKed: spurious, so a retransmission.
+        let r = f.pkt(10_300, true, 1001, 5001, PA, 100);
+        assert!(r.retransmission && !r.out_of_order);
+        // Not yet ACKed and soon after the highest: out of order.
+        f.pkt(10_400, true, 1301, 5001, PA, 100);
+        let o = f.pkt(10_500, true, 1201, 5001, PA, 100);
+        assert!(o.out_of_order && !o.retransmission);
+        // New data starting one byte below the highest sequence (after a zero-window probe) is neither.
+        let n = f.pkt(20_000, true, 1400, 5001, PA, 100);
+        assert!(!n.out_of_order && !n.retransmission);
+        let (flows, _) = f.tr.finish_all(None);
+        let c = &flows[0].client_to_server;
+        assert_eq!((c.retransmissions, c.out_of_order), (1, 1));
     }
 
     #[test]
