@@ -471,12 +471,21 @@ fn bad_inputs_give_one_line_errors() {
         e.contains("nop.json: the \"ping\" result is incomplete: missing field `percentiles`"),
         "{e}"
     );
+    // A ping document relabelled as db: the db report names the part it lacks.
     let mut db = known_doc();
     db["kind"] = "db".into();
     let db = write(d, "db.json", &db.to_string());
     let e = report_err(&[db.as_os_str(), "-o".as_ref(), o]);
     assert!(
-        e.contains("holds a \"db\" result, which has no report yet"),
+        e.contains("db.json: the \"db\" result is incomplete: missing field `phases`"),
+        "{e}"
+    );
+    let mut tl = known_doc();
+    tl["kind"] = "capture-timeline".into();
+    let tl = write(d, "tl.json", &tl.to_string());
+    let e = report_err(&[tl.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("holds a \"capture-timeline\" result, which has no report yet"),
         "{e}"
     );
     let mut sweep = known_doc();

@@ -11,14 +11,28 @@ use std::path::{Path, PathBuf};
 /// Which chart `--svg` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ChartId {
-    /// RTT by percentile on a log 1/(1-p) axis.
+    /// Latency by percentile on a log 1/(1-p) axis (ping, connect, icmp, load).
     Percentiles,
-    /// RTT histogram.
+    /// Latency histogram (ping, connect, icmp, load).
     Distribution,
-    /// RTT over time.
+    /// Latency over time (ping, connect, icmp).
     RttTime,
-    /// Percentiles of several results side by side (needs two or more results).
+    /// Percentiles of several ping results side by side (needs two or more results).
     Compare,
+    /// Side-by-side bars: compare probes, db phases, load percentiles, capture match operations.
+    Bars,
+    /// Latency against offered rate or message size (sweep).
+    Sweep,
+    /// Throughput per interval (throughput).
+    ThroughputTime,
+    /// Throughput against message size (throughput with several sizes).
+    ThroughputSize,
+    /// Latency per operation (capture rpc).
+    Ops,
+    /// Bytes in flight against the advertised window over time, one connection (capture flows).
+    Flow,
+    /// On-wire rate per interval (capture stats).
+    Traffic,
 }
 
 impl ChartId {
@@ -28,6 +42,13 @@ impl ChartId {
             ChartId::Distribution => "distribution",
             ChartId::RttTime => "rtt-time",
             ChartId::Compare => "compare",
+            ChartId::Bars => "bars",
+            ChartId::Sweep => "sweep",
+            ChartId::ThroughputTime => "throughput-time",
+            ChartId::ThroughputSize => "throughput-size",
+            ChartId::Ops => "ops",
+            ChartId::Flow => "flow",
+            ChartId::Traffic => "traffic",
         }
     }
 }
@@ -35,15 +56,16 @@ impl ChartId {
 /// Picture options shared by every measuring command (`#[command(flatten)]`).
 #[derive(Debug, Clone, Args)]
 pub struct PictureArgs {
-    /// Also write a self-contained HTML report with charts (RTT over time, distribution, percentiles).
+    /// Also write a self-contained HTML report: settings, environment, tables and the charts this command's
+    /// result allows (see README, Reports).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
     /// Also write one chart as a standalone SVG file (which one: --chart).
     #[arg(long, value_name = "FILE.svg")]
     pub svg: Option<PathBuf>,
-    /// The chart --svg writes.
-    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
-    pub chart: ChartId,
+    /// The chart --svg writes [default: percentiles where drawn, else the result's first chart].
+    #[arg(long, value_enum, requires = "svg")]
+    pub chart: Option<ChartId>,
     /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
     #[arg(long)]
     pub log_counts: bool,
@@ -81,10 +103,17 @@ impl PictureArgs {
         // Pick the SVG's chart first, so a wrong --chart writes nothing.
         let svg = match &self.svg {
             Some(path) => {
-                let want = self.chart.id();
                 let figures = || page.sections.iter().flat_map(|s| &s.figures);
+                let want = match self.chart {
+                    Some(c) => c.id(),
+                    None if figures().any(|f| f.id == "percentiles") => "percentiles",
+                    None => figures().next().map_or("percentiles", |f| f.id.as_str()),
+                };
                 let Some(fig) = figures().find(|f| f.id == want) else {
-                    let have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
+                    let mut have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
+                    if have.is_empty() {
+                        have.push("none");
+                    }
                     bail!(
                         "no {want} chart for these results (charts drawn: {}); pick another with --chart",
                         have.join(", ")
@@ -157,9 +186,9 @@ struct SvgOnly {
     /// Write one chart as a standalone SVG file (which one: --chart).
     #[arg(long, value_name = "FILE.svg")]
     svg: Option<PathBuf>,
-    /// The chart --svg writes.
-    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
-    chart: ChartId,
+    /// The chart --svg writes [default: percentiles where drawn, else the result's first chart].
+    #[arg(long, value_enum, requires = "svg")]
+    chart: Option<ChartId>,
     /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
     #[arg(long)]
     log_counts: bool,

@@ -3,8 +3,8 @@
 //!
 //! # Adding a kind
 //!
-//! Each command's `--json` document has a `kind`. To draw a new kind (e.g. `compare`, `db`, `sweep`,
-//! `capture-rpc`, `capture-flows`):
+//! Each command's `--json` document has a `kind`. To draw a new kind (the builders of the kinds other than
+//! `ping` and `sweep` are in [`crate::report::kinds`]):
 //! 1. write a `fn my_kind(runs: &[Run], opts: &Options) -> Result<Section, LoadError>` that reads its own typed
 //!    input with [`Loaded::typed`] (a `#[derive(Deserialize)]` struct of just the fields it draws, so a missing
 //!    field becomes a one-line error naming it) and returns the section's tables and figures, built with the
@@ -17,6 +17,7 @@
 
 use super::downsample::per_pixel;
 use super::html::{Figure, Page, RunInfo, Section, Table};
+use super::kinds;
 use super::load::{FullLogSeries, LoadError, Loaded};
 use super::svg::{Axis, Chart, Mark, ScaleKind, Series, Unit};
 use super::text::{SUMMARY_COLUMNS, summary_cells};
@@ -90,6 +91,46 @@ pub const KINDS: &[KindReport] = &[
     KindReport {
         kind: "sweep",
         build: sweep,
+    },
+    KindReport {
+        kind: "connect",
+        build: kinds::connect,
+    },
+    KindReport {
+        kind: "icmp",
+        build: kinds::icmp,
+    },
+    KindReport {
+        kind: "load",
+        build: kinds::load,
+    },
+    KindReport {
+        kind: "throughput",
+        build: kinds::throughput,
+    },
+    KindReport {
+        kind: "compare",
+        build: kinds::compare,
+    },
+    KindReport {
+        kind: "db",
+        build: kinds::db,
+    },
+    KindReport {
+        kind: "capture-stats",
+        build: kinds::capture_stats,
+    },
+    KindReport {
+        kind: "capture-flows",
+        build: kinds::capture_flows,
+    },
+    KindReport {
+        kind: "capture-rpc",
+        build: kinds::capture_rpc,
+    },
+    KindReport {
+        kind: "capture-match",
+        build: kinds::capture_match,
     },
 ];
 
@@ -567,7 +608,7 @@ pub struct TimeSource<'a> {
 }
 
 /// A log latency axis when the values span more than a factor of `ratio`, else linear from zero.
-fn latency_axis(label: &str, lo: f64, hi: f64, ratio: f64) -> Axis {
+pub(crate) fn latency_axis(label: &str, lo: f64, hi: f64, ratio: f64) -> Axis {
     if lo > 0.0 && hi / lo > ratio {
         Axis::log(label, Unit::Nanos)
     } else {
@@ -676,7 +717,7 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
 }
 
 /// Staircase points for interval rows: each value holds from the interval's start to its end.
-fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -> Vec<(f64, f64)> {
+pub(crate) fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = Vec::new();
     for r in rows.iter().filter(|r| r.round_trips > 0) {
         let start = (r.end_s - r.length_s).max(0.0);
@@ -809,12 +850,12 @@ mod tests {
     fn unknown_kinds_are_named() {
         let doc = super::super::load::parse(
             "s.json",
-            br#"{"format":"roundtrip","format_version":1,"kind":"db"}"#,
+            br#"{"format":"roundtrip","format_version":1,"kind":"capture-timeline"}"#,
         )
         .unwrap();
         let e = check_kind(&doc).unwrap_err().to_string();
         assert!(
-            e.contains("\"db\" result, which has no report yet (reports exist for: ping, sweep)"),
+            e.contains("\"capture-timeline\" result, which has no report yet (reports exist for: ping, sweep, connect,"),
             "{e}"
         );
     }

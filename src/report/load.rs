@@ -146,11 +146,34 @@ impl Loaded {
         })
     }
 
-    /// The `settings` object as (name, value) pairs, nested objects flattened as `a.b`.
+    /// The `settings` object as (name, value) pairs, nested objects flattened as `a.b`. Documents without a
+    /// `settings` object (connect, icmp, compare, capture ...) give their top-level single values instead, and
+    /// the capture file descriptions (`capture`, `client_capture`, `server_capture`).
     pub fn settings(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(s) = self.value.get("settings") {
             flatten("", s, &mut out);
+            return out;
+        }
+        const ENVELOPE: [&str; 5] = [
+            "format",
+            "format_version",
+            "kind",
+            "environment",
+            "started_unix_s",
+        ];
+        if let Some(m) = self.value.as_object() {
+            for (k, v) in m {
+                if ENVELOPE.contains(&k.as_str()) {
+                    continue;
+                }
+                match v {
+                    Value::Array(_) => {}
+                    Value::Object(_) if k.ends_with("capture") => flatten(k, v, &mut out),
+                    Value::Object(_) => {}
+                    _ => flatten(k, v, &mut out),
+                }
+            }
         }
         out
     }

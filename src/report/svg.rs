@@ -58,6 +58,8 @@ pub enum Unit {
     TailPercentile,
     /// Byte counts, labelled `64B`, `1kB`, `1MB` (powers of ten).
     Bytes,
+    /// Bit rates given in bits per second, labelled `500kbit/s`, `2Gbit/s` (powers of ten).
+    BitsPerSecond,
     /// A plain number with no unit.
     Plain,
 }
@@ -113,6 +115,7 @@ impl Axis {
             Unit::Count => "count",
             Unit::Percent => "%",
             Unit::Bytes => "bytes",
+            Unit::BitsPerSecond => "bit/s",
             _ => "",
         };
         let log = self.scale == ScaleKind::Log;
@@ -897,6 +900,18 @@ pub fn label(v: f64, unit: Unit) -> String {
                 format!("{}kB", trim(v / 1e3, 3))
             } else {
                 format!("{}B", trim(v, 2))
+            }
+        }
+        Unit::BitsPerSecond => {
+            let a = v.abs();
+            if a >= 1e9 {
+                format!("{}Gbit/s", trim(v / 1e9, 3))
+            } else if a >= 1e6 {
+                format!("{}Mbit/s", trim(v / 1e6, 3))
+            } else if a >= 1e3 {
+                format!("{}kbit/s", trim(v / 1e3, 3))
+            } else {
+                format!("{}bit/s", trim(v, 2))
             }
         }
         Unit::Percent => format!("{}%", trim(v, 4)),
