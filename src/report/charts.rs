@@ -842,6 +842,21 @@ pub fn grouped_bars(
     chart
 }
 
+/// Grouped horizontal bars: one row of bars per category, the value axis `x` along the bottom (for many
+/// categories or long names: `compare` probes, `db` phases, `capture rpc` operations).
+pub fn grouped_hbars(
+    title: &str,
+    categories: &[&str],
+    groups: &[(&str, Vec<f64>)],
+    x: Axis,
+    opts: &Options,
+) -> Chart {
+    let mut chart = grouped_bars(title, categories, groups, x, opts);
+    chart.horizontal = true;
+    chart.fit_height_to_categories();
+    chart
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

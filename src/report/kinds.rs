@@ -8,7 +8,7 @@
 
 use super::charts::{
     BucketIn, Options, PercentileIn, Run, SummaryIn, TimeSource, distribution, grouped_bars,
-    latency_axis, latency_over_time, percentile_curve,
+    grouped_hbars, latency_axis, latency_over_time, percentile_curve,
 };
 use super::downsample::MinMaxColumns;
 use super::html::{Figure, Section, Table};
@@ -96,7 +96,7 @@ fn min_p50_p99_bars(
         .iter()
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
-    let mut c = grouped_bars(title, &cats, &refs, y, opts);
+    let mut c = grouped_hbars(title, &cats, &refs, y, opts);
     c.note = Some(
         "Bars per row: smallest, median and 99th percentile; a missing bar: nothing measured."
             .into(),
@@ -911,7 +911,7 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         .iter()
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
-    let mut c = grouped_bars(
+    let mut c = grouped_hbars(
         "Latency per operation",
         &cats,
         &refs,
@@ -1021,7 +1021,7 @@ pub(crate) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
         .iter()
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
-    let mut c = grouped_bars(
+    let mut c = grouped_hbars(
         "Latency at the server and at the client",
         &cats.iter().map(String::as_str).collect::<Vec<_>>(),
         &refs,
