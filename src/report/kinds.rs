@@ -176,18 +176,22 @@ fn sample_figures(
         .zip(&hp)
         .map(|(r, (b, _))| (r.label.as_str(), b.as_slice()))
         .collect();
+    let mut c = distribution(&format!("{what} distribution"), &hists, opts);
+    c.x.label = what.to_string();
     sec.figures.push(Figure {
         id: "distribution".into(),
-        chart: distribution(&format!("{what} distribution"), &hists, opts),
+        chart: c,
     });
     let curves: Vec<(&str, &[PercentileIn])> = runs
         .iter()
         .zip(&hp)
         .map(|(r, (_, p))| (r.label.as_str(), p.as_slice()))
         .collect();
+    let mut c = percentile_curve(&format!("{what} by percentile"), &curves, opts);
+    c.y.label = what.to_string();
     sec.figures.push(Figure {
         id: "percentiles".into(),
-        chart: percentile_curve(&format!("{what} by percentile"), &curves, opts),
+        chart: c,
     });
 }
 
