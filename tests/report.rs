@@ -1655,12 +1655,21 @@ fn every_measuring_command_writes_a_report() {
         ),
         (
             vec!["connect", tcp.as_str(), "-n", "5", "-i", "10ms"],
-            "handshake time by percentile",
+            "Handshake time by percentile",
         ),
     ] {
         let (page, svg) = run_with_report(&args, None);
         assert!(page.contains(want), "{args:?}: no {want}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+    }
+    if common::is_root() {
+        // Every echo reply is a sample of the ICMP charts.
+        let (page, svg) = run_with_report(
+            &["icmp", "127.0.0.1", "-n", "20", "-i", "5ms"],
+            Some("rtt-time"),
+        );
+        assert!(page.contains("RTT by percentile"));
+        assert!(svg.contains("every sample"), "{svg}");
     }
     if let Some(dir) = common::captures_dir() {
         let f = dir.join("zeek/http_get.pcap");
@@ -1707,4 +1716,41 @@ fn documents_of_other_commands_name_what_they_lack() {
         .success();
     let page = std::fs::read_to_string(&o).unwrap();
     assert!(page.contains("Round trip per probe") && page.contains("Time per phase"));
+}
+
+#[test]
+fn match_bars_read_back_to_both_ends() {
+    let op = |name: &str, server: serde_json::Value, client: serde_json::Value| {
+        serde_json::json!({"proto": "pgsql", "op": name, "client_count": 10, "server_count": 10, "matched": 10,
+            "server": server, "client": client, "diff_mean_ns": 1.0, "diff_p50_ns": 1})
+    };
+    let doc = envelope(
+        "capture-match",
+        serde_json::json!({
+            "client_capture": {"file": "c.pcap"}, "server_capture": {"file": "s.pcap"},
+            "client_requests": 20, "server_requests": 20, "matched": 20,
+            "ops": [
+                op("SELECT", summary(50_000, 130_000, 900_000, 1_000_000),
+                   summary(250_000, 330_000, 1_700_000, 2_000_000)),
+                op("COMMIT", summary(20_000, 40_000, 60_000, 70_000),
+                   summary(220_000, 240_000, 410_000, 500_000)),
+            ],
+            "unmatched": [], "clock_offset_ns": 12, "unrelated": false, "verdict": "the network adds 200us"
+        }),
+    );
+    let page = page_of("match", doc);
+    let svg = figure_svg(&page, "bars");
+    check_hbars(
+        &svg,
+        "latency",
+        &["SELECT", "COMMIT"],
+        &[
+            ("server p50", vec![Some(130e3), Some(40e3)]),
+            ("client p50", vec![Some(330e3), Some(240e3)]),
+            ("server p99", vec![Some(900e3), Some(60e3)]),
+            ("client p99", vec![Some(1.7e6), Some(410e3)]),
+        ],
+    );
+    let html = roundtrip::report::html::render(&page);
+    assert!(html.contains("the network adds 200us") && html.contains("c.pcap"));
 }

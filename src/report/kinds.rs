@@ -151,10 +151,7 @@ fn sample_figures(
     samples: &[Vec<(f64, u64)>],
     opts: &Options,
 ) {
-    let series: Vec<FullLogSeries> = samples
-        .iter()
-        .map(|s| sample_series(&format!("the {} {what} samples of the result", s.len()), s))
-        .collect();
+    let series: Vec<FullLogSeries> = samples.iter().map(|s| sample_series(what, s)).collect();
     let time: Vec<TimeSource> = runs
         .iter()
         .zip(&series)
@@ -164,8 +161,23 @@ fn sample_figures(
             intervals: &[],
         })
         .collect();
-    let mut c = latency_over_time(&format!("{what} over time"), &time, opts);
+    let mut cap = what.to_string();
+    if let Some(f) = cap.get_mut(0..1) {
+        f.make_ascii_uppercase();
+    }
+    let mut c = latency_over_time(&format!("{cap} over time"), &time, opts);
     c.y.label = what.to_string();
+    for s in &mut c.series {
+        s.name = s.name.replace("every round trip", "every sample");
+    }
+    c.note = Some(format!(
+        "Every sample ({}): min to max per pixel column (no extreme dropped).",
+        samples
+            .iter()
+            .map(|s| s.len().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     sec.figures.push(Figure {
         id: "rtt-time".into(),
         chart: c,
@@ -176,7 +188,7 @@ fn sample_figures(
         .zip(&hp)
         .map(|(r, (b, _))| (r.label.as_str(), b.as_slice()))
         .collect();
-    let mut c = distribution(&format!("{what} distribution"), &hists, opts);
+    let mut c = distribution(&format!("{cap} distribution"), &hists, opts);
     c.x.label = what.to_string();
     sec.figures.push(Figure {
         id: "distribution".into(),
@@ -187,7 +199,7 @@ fn sample_figures(
         .zip(&hp)
         .map(|(r, (_, p))| (r.label.as_str(), p.as_slice()))
         .collect();
-    let mut c = percentile_curve(&format!("{what} by percentile"), &curves, opts);
+    let mut c = percentile_curve(&format!("{cap} by percentile"), &curves, opts);
     c.y.label = what.to_string();
     sec.figures.push(Figure {
         id: "percentiles".into(),
@@ -438,13 +450,15 @@ pub(crate) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             .zip(&docs)
             .map(|(r, d)| (r.label.as_str(), d.histogram_from_scheduled.as_slice()))
             .collect();
+        let mut c = distribution(
+            "Latency distribution (from the scheduled send)",
+            &hists,
+            opts,
+        );
+        c.x.label = "latency from scheduled send".into();
         sec.figures.push(Figure {
             id: "distribution".into(),
-            chart: distribution(
-                "Latency distribution (from the scheduled send)",
-                &hists,
-                opts,
-            ),
+            chart: c,
         });
         let names: Vec<(String, String)> = runs
             .iter()
