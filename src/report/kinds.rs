@@ -1303,7 +1303,6 @@ pub(crate) fn capture_flows(runs: &[Run], opts: &Options) -> Result<Section, Loa
             "in flight max",
             "window max",
             "retrans",
-            "diagnosis",
         ]
         .map(String::from)
         .to_vec(),
@@ -1333,8 +1332,9 @@ pub(crate) fn capture_flows(runs: &[Run], opts: &Options) -> Result<Section, Loa
                 fmt_bytes(recv.window_max_bytes),
                 (f.client_to_server.retransmissions + f.server_to_client.retransmissions)
                     .to_string(),
-                f.diagnosis.clone(),
             ]);
+            sec.notes
+                .push(format!("{} #{}: {}", r.label, f.id, f.diagnosis));
         }
         match &d.window_series {
             Some(s) => sec.figures.push(Figure {

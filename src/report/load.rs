@@ -202,7 +202,11 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
             fmt_nanos(n.as_f64().unwrap_or(0.0) * 1e9),
         )),
         Value::Number(n) if prefix.ends_with("_bytes") && n.as_u64().is_some() => out.push((
-            prefix.trim_end_matches("_bytes").to_string(),
+            match prefix.trim_end_matches("_bytes") {
+                // `file` beside `file_bytes` (a capture's name and size).
+                p if p.ends_with("file") => format!("{p} size"),
+                p => p.to_string(),
+            },
             fmt_bytes(n.as_u64().unwrap_or(0)),
         )),
         other => out.push((prefix.to_string(), other.to_string())),
