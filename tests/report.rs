@@ -212,6 +212,7 @@ fn known_run() -> Run {
         label: "known".into(),
         doc: load::from_value("known.json", known_doc()).unwrap(),
         full_log: None,
+        phase_log: None,
     }
 }
 
@@ -353,6 +354,7 @@ fn full_log_columns_keep_every_extreme_of_a_real_run() {
         label: "real".into(),
         doc: load::from_value("real", serde_json::to_value(&doc).unwrap()).unwrap(),
         full_log: Some(load::load_full_log(&log).unwrap()),
+        phase_log: None,
     };
     assert_eq!(run.full_log.as_ref().unwrap().rows, 5000);
     let page = charts::page("t", &[run], &Options::default()).unwrap();
@@ -818,6 +820,7 @@ fn a_result_with_no_samples_still_draws() {
         label: "empty".into(),
         doc: load::from_value("empty.json", d).unwrap(),
         full_log: None,
+        phase_log: None,
     };
     let page = charts::page("t", &[run], &Options::default()).unwrap();
     for id in ["rtt-time", "distribution", "percentiles"] {
@@ -862,6 +865,7 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
         label: "sweep".into(),
         doc,
         full_log: None,
+        phase_log: None,
     };
     let page = charts::page("t", &[run], &Options::default()).unwrap();
     let svg = figure_svg(&page, "sweep");
@@ -919,6 +923,7 @@ fn page_of(name: &str, doc: serde_json::Value) -> roundtrip::report::html::Page 
         label: name.into(),
         doc: load::from_value(&format!("{name}.json"), doc).unwrap(),
         full_log: None,
+        phase_log: None,
     };
     charts::page("t", &[run], &Options::default()).unwrap()
 }
@@ -1512,6 +1517,39 @@ fn db_writes_a_report_of_phases() {
     for want in ["tcp handshake", "startup", "ping"] {
         assert!(cats.iter().any(|c| c == want), "{cats:?}");
     }
+    // With --full-log every timed operation is drawn too, and the slowest ping in the log ends its curve.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("db.csv");
+    let (page, svg) = run_with_report(
+        &[
+            "db",
+            "redis://127.0.0.1:6379",
+            "-n",
+            "50",
+            "--full-log",
+            log.to_str().unwrap(),
+        ],
+        Some("percentiles"),
+    );
+    assert!(page.contains("Every operation over time") && page.contains("db.csv"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let slowest_ping = text
+        .lines()
+        .filter(|l| l.starts_with("ping,"))
+        .map(|l| l.split(',').nth(3).unwrap().parse::<f64>().unwrap())
+        .fold(0.0, f64::max);
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "duration"));
+    let names: Vec<&str> = svg
+        .match_indices("<path class=\"line ")
+        .map(|(i, _)| attr(&svg[i..], "data-name").unwrap())
+        .collect();
+    let k = names.iter().position(|n| *n == "ping").unwrap();
+    let end = path_cmds(paths(&svg, "line ")[k]).last().unwrap().1[1];
+    assert!(
+        (y.value(end) - slowest_ping).abs() <= y.tolerance(end),
+        "{} vs {slowest_ping}",
+        y.value(end)
+    );
 }
 
 #[test]
@@ -1753,4 +1791,61 @@ fn match_bars_read_back_to_both_ends() {
     );
     let html = roundtrip::report::html::render(&page);
     assert!(html.contains("the network adds 200us") && html.contains("c.pcap"));
+}
+
+#[test]
+fn db_full_log_samples_read_back_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("op,seq,start_s,duration_ns,rows,bytes\n");
+    let mut pings = Vec::new();
+    for i in 0..200u64 {
+        let t = i as f64 * 0.01;
+        let ping = if i == 123 {
+            7_300_000
+        } else {
+            30_000 + (i * 37) % 9_000
+        };
+        pings.push((t, ping));
+        csv.push_str(&format!("ping,{i},{t:.9},{ping},0,0\n"));
+        csv.push_str(&format!("query,{i},{:.9},{},1,8\n", t + 0.001, 45_000 + i));
+    }
+    let log = write(dir.path(), "db.csv", &csv);
+    let phase_log = match load::load_any_log(&log).unwrap() {
+        load::AnyLog::Db(l) => l,
+        load::AnyLog::Ping(_) => panic!("read as a ping log"),
+    };
+    assert_eq!(phase_log.rows, 400);
+    let run = Run {
+        label: "db".into(),
+        doc: load::from_value("db.json", db_doc()).unwrap(),
+        full_log: None,
+        phase_log: Some(phase_log),
+    };
+    let page = charts::page("t", &[run], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "duration"));
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    // The ping strokes: every sample 10 ms apart, so one dot per sample at its own value and time.
+    let cmds = path_cmds(paths(&svg, "cols c0")[0]);
+    assert_eq!(cmds.len(), 2 * pings.len());
+    for (k, (t, v)) in pings.iter().enumerate() {
+        let (m, top) = (&cmds[2 * k], &cmds[2 * k + 1]);
+        assert!(
+            (y.value(m.1[1]) - *v as f64).abs() <= y.tolerance(m.1[1]),
+            "ping {k}"
+        );
+        assert!((y.value(top.1[0]) - *v as f64).abs() <= y.tolerance(top.1[0]));
+        assert!(
+            (x.value(m.1[0]) - t * 1e9).abs() <= 0.006e9,
+            "time of ping {k}"
+        );
+    }
+    // A bad row names its line.
+    let bad = write(
+        dir.path(),
+        "bad.csv",
+        "op,seq,start_s,duration_ns,rows,bytes\nping,0,0.1,500,0,0\nping,1,0.2,x,0,0\n",
+    );
+    let e = load::load_any_log(&bad).unwrap_err().to_string();
+    assert!(e.contains("bad.csv line 3: duration_ns is \"x\""), "{e}");
 }

@@ -209,7 +209,12 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     }
     if a.pictures.wanted() {
         let doc = DbDoc::new(&config, &result);
-        super::report::after_run(&a.pictures, &doc, None, &config.url.redacted())?;
+        super::report::after_run(
+            &a.pictures,
+            &doc,
+            a.full_log.as_deref(),
+            &config.url.redacted(),
+        )?;
     }
     if let Some(e) = &result.error {
         error_line(e);

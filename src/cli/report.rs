@@ -225,9 +225,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
     for (i, path) in a.results.iter().enumerate() {
         let doc = load::load(path)?;
         charts::check_kind(&doc)?;
-        let full_log = match a.full_log.get(i) {
-            Some(p) => Some(load::load_full_log(p)?),
-            None => None,
+        let (full_log, phase_log) = match a.full_log.get(i) {
+            Some(p) => read_log(p, &doc)?,
+            None => (None, None),
         };
         let label = a.name.get(i).cloned().unwrap_or_else(|| {
             path.file_stem().map_or_else(
@@ -239,6 +239,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
             label,
             doc,
             full_log,
+            phase_log,
         });
     }
     pictures.write(&a.title, &runs)?;
@@ -254,14 +255,37 @@ pub fn after_run<T: serde::Serialize>(
 ) -> anyhow::Result<()> {
     let value = serde_json::to_value(doc).context("preparing the report")?;
     let doc = load::from_value("this run", value)?;
-    let full_log = match full_log {
-        Some(p) => Some(load::load_full_log(p)?),
-        None => None,
+    let (full_log, phase_log) = match full_log {
+        Some(p) => read_log(p, &doc)?,
+        None => (None, None),
     };
     let runs = [Run {
         label: label.to_string(),
         doc,
         full_log,
+        phase_log,
     }];
     pictures.write(&format!("roundtrip {}: {label}", runs[0].doc.kind), &runs)
+}
+
+/// Reads a full log of `ping` or `db` and checks that it goes with the result's kind.
+fn read_log(
+    path: &Path,
+    doc: &load::Loaded,
+) -> anyhow::Result<(Option<load::FullLogSeries>, Option<load::PhaseLog>)> {
+    match load::load_any_log(path)? {
+        load::AnyLog::Ping(f) if doc.kind == "ping" => Ok((Some(f), None)),
+        load::AnyLog::Db(f) if doc.kind == "db" => Ok((None, Some(f))),
+        log => bail!(
+            "{} is a {} full log but {} holds a \"{}\" result: give each --full-log after the result it was written with",
+            path.display(),
+            if matches!(log, load::AnyLog::Ping(_)) {
+                "ping"
+            } else {
+                "db"
+            },
+            doc.path,
+            doc.kind
+        ),
+    }
 }

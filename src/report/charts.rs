@@ -18,7 +18,7 @@
 use super::downsample::per_pixel;
 use super::html::{Figure, Page, RunInfo, Section, Table};
 use super::kinds;
-use super::load::{FullLogSeries, LoadError, Loaded};
+use super::load::{FullLogSeries, LoadError, Loaded, PhaseLog};
 use super::svg::{Axis, Chart, Mark, ScaleKind, Series, Unit};
 use super::text::{SUMMARY_COLUMNS, summary_cells};
 use crate::stats::Summary;
@@ -33,6 +33,8 @@ pub struct Run {
     pub doc: Loaded,
     /// Its full log, when one was given.
     pub full_log: Option<FullLogSeries>,
+    /// Its `db --full-log`, when one was given (db results).
+    pub phase_log: Option<PhaseLog>,
 }
 
 impl Run {
@@ -47,7 +49,11 @@ impl Run {
             version: self.doc.environment.roundtrip_version.clone(),
             started_unix_s: self.doc.started_unix_s,
             settings: self.doc.settings(),
-            full_log: self.full_log.as_ref().map(|f| (f.path.clone(), f.rows)),
+            full_log: self
+                .full_log
+                .as_ref()
+                .map(|f| (f.path.clone(), f.rows))
+                .or_else(|| self.phase_log.as_ref().map(|f| (f.path.clone(), f.rows))),
         }
     }
 }

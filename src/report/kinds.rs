@@ -673,7 +673,98 @@ pub(crate) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         id: "bars".into(),
         chart: min_p50_p99_bars("Time per phase", &cats, runs, &rows, opts),
     });
+    if runs.iter().any(|r| r.phase_log.is_some()) {
+        phase_log_figures(&mut sec, runs, opts);
+    }
     Ok(sec)
+}
+
+/// Every timed operation of `db --full-log` files: durations over time (min and max per pixel column) and
+/// the percentile curve of each operation.
+fn phase_log_figures(sec: &mut Section, runs: &[Run], opts: &Options) {
+    let (mut lo, mut hi, mut x_end) = (f64::INFINITY, 0.0f64, 0.0f64);
+    for l in runs.iter().filter_map(|r| r.phase_log.as_ref()) {
+        for o in &l.ops {
+            if let Some((a, b)) = o.columns.extremes() {
+                lo = lo.min(a);
+                hi = hi.max(b);
+            }
+            x_end = x_end.max(o.columns.width() * o.columns.columns().len() as f64);
+        }
+    }
+    let mut x = Axis::linear("time since start", Unit::Seconds);
+    x.min = Some(0.0);
+    if x_end > 0.0 {
+        x.max = Some(x_end);
+    }
+    let mut time = Chart::new(
+        "Every operation over time",
+        x,
+        latency_axis("duration", lo, hi, 20.0),
+    );
+    time.width = opts.width;
+    let mut curves = Chart::new(
+        "Time per operation by percentile",
+        Axis::log("percentile", Unit::TailPercentile),
+        latency_axis("duration", lo, hi, 50.0),
+    );
+    curves.width = opts.width;
+    let mut color = 0;
+    let mut files = Vec::new();
+    for r in runs {
+        let Some(l) = &r.phase_log else { continue };
+        files.push(format!("{} ({} rows)", l.path, l.rows));
+        for o in &l.ops {
+            let name = if runs.len() == 1 {
+                o.op.replace('_', " ")
+            } else {
+                format!("{} {}", r.label, o.op.replace('_', " "))
+            };
+            time.push(Series::new(
+                name.clone(),
+                color,
+                Mark::Columns(o.columns.ranges()),
+            ));
+            let pts: Vec<PercentileIn> = o
+                .histogram
+                .percentile_curve()
+                .iter()
+                .map(|p| PercentileIn {
+                    percentile: p.percentile,
+                    value_ns: p.value_ns,
+                })
+                .collect();
+            let line = super::charts::percentile_points(&pts);
+            if let Some(max) = line.last() {
+                curves.push(Series::new("", color, Mark::Points(vec![*max])));
+            }
+            curves.push(Series::new(name, color, Mark::Line(line)));
+            color += 1;
+        }
+    }
+    if let Some(xs) = time.x_scale() {
+        for s in &mut time.series {
+            if let Mark::Columns(c) = &mut s.mark {
+                *c = super::downsample::per_pixel(c, |v| xs.map(v), |p| xs.invert(p));
+            }
+        }
+    }
+    time.note = Some(format!(
+        "Every timed operation from {}: min to max per pixel column (no extreme dropped).",
+        files.join(", ")
+    ));
+    curves.note = Some(
+        "x: 1/(1-p), so each step right is ten times rarer; the dot at the end of a curve is the maximum."
+            .into(),
+    );
+    sec.figures.push(Figure {
+        id: "rtt-time".into(),
+        chart: time,
+    });
+    sec.figures.push(Figure {
+        id: "percentiles".into(),
+        chart: curves,
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------------
