@@ -979,11 +979,11 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
     t.head.push("errors".into());
     sec.tables.push(t);
     let ops = chart_ops(&docs);
-    let total: usize = categories(
-        docs.iter()
-            .flat_map(|d| d.report.ops.iter().map(|o| o.op.as_str())),
-    )
-    .len();
+    let pairs: Vec<String> = docs
+        .iter()
+        .flat_map(|d| d.report.ops.iter().map(|o| format!("{} {}", o.proto, o.op)))
+        .collect();
+    let total = categories(pairs.iter().map(String::as_str)).len();
     if total > ops.len() {
         sec.notes.push(format!(
             "The chart shows the {} busiest of {total} operations; the table lists all.",
