@@ -1743,6 +1743,22 @@ fn documents_of_other_commands_name_what_they_lack() {
         e.contains("ws.json is not a roundtrip result: it holds a JSON array"),
         "{e}"
     );
+    // A capture without TCP: the page says so, and --svg has nothing to write.
+    let mut none = flows_doc();
+    none["flows"] = serde_json::json!([]);
+    none["window_series"] = serde_json::Value::Null;
+    let none = write(d, "none.json", &none.to_string());
+    let e = report_err(&[
+        none.as_os_str(),
+        "-o".as_ref(),
+        o.as_os_str(),
+        "--svg".as_ref(),
+        d.join("n.svg").as_os_str(),
+    ]);
+    assert!(
+        e.contains("no chart can be drawn from these results") && e.contains("no TCP connection"),
+        "{e}"
+    );
     // Several kinds on one page: each gets its section.
     let a = write(d, "cmp.json", &compare_doc().to_string());
     let b = write(d, "db.json", &db_doc().to_string());

@@ -110,9 +110,19 @@ impl PictureArgs {
                     None => figures().next().map_or("percentiles", |f| f.id.as_str()),
                 };
                 let Some(fig) = figures().find(|f| f.id == want) else {
-                    let mut have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
+                    let have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
                     if have.is_empty() {
-                        have.push("none");
+                        let why = page
+                            .sections
+                            .iter()
+                            .flat_map(|s| &s.notes)
+                            .next()
+                            .map_or("nothing was measured", |n| n.trim_end_matches('.'))
+                            .to_string();
+                        bail!(
+                            "no chart can be drawn from these results for {} ({why}); drop --svg",
+                            path.display()
+                        );
                     }
                     bail!(
                         "no {want} chart for these results (charts drawn: {}); pick another with --chart",

@@ -268,7 +268,24 @@ pub(crate) fn connect(runs: &[Run], opts: &Options) -> Result<Section, LoadError
     }
     sec.tables.push(t);
     let samples: Vec<Vec<(f64, u64)>> = docs.iter().map(connect_samples).collect();
-    sample_figures(&mut sec, "handshake time", runs, &samples, opts);
+    if samples.iter().all(Vec::is_empty) && docs.iter().any(|d| d.refused.count > 0) {
+        // Nothing listened: the RST answers are the round trips there are.
+        let refused: Vec<Vec<(f64, u64)>> = docs
+            .iter()
+            .map(|d| {
+                d.attempts
+                    .iter()
+                    .filter(|a| a.state == "closed")
+                    .filter_map(|a| a.time_ns.map(|t| (a.at_ns as f64 / 1e9, t)))
+                    .collect()
+            })
+            .collect();
+        sec.notes
+            .push("No handshake completed: the charts show the SYN -> RST times.".into());
+        sample_figures(&mut sec, "SYN -> RST time", runs, &refused, opts);
+    } else {
+        sample_figures(&mut sec, "handshake time", runs, &samples, opts);
+    }
     Ok(sec)
 }
 
