@@ -1865,3 +1865,42 @@ fn db_full_log_samples_read_back_per_operation() {
     let e = load::load_any_log(&bad).unwrap_err().to_string();
     assert!(e.contains("bad.csv line 3: duration_ns is \"x\""), "{e}");
 }
+
+#[test]
+fn rpc_intervals_read_back_and_gaps_stay_empty() {
+    let mut doc = rpc_doc();
+    let row = |start: f64, count: u64, p50: u64, p99: u64, max: u64| {
+        serde_json::json!({"start_s": start, "count": count, "mean_ns": 1.0, "p50_ns": p50, "p99_ns": p99,
+            "max_ns": max})
+    };
+    // 0-1 s and 1-2 s, nothing from 2 to 4 s, then 4-5 s.
+    doc["report"]["intervals"] = serde_json::json!([
+        row(0.0, 10, 110_000, 470_000, 2_300_000),
+        row(1.0, 12, 130_000, 650_000, 900_000),
+        row(4.0, 3, 170_000, 180_000, 23_000_000),
+    ]);
+    doc["report"]["interval_s"] = 1.0.into();
+    let page = page_of("rpc", doc);
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "latency"));
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let maxes = paths(&svg, "step c0 dash");
+    assert_eq!(maxes.len(), 2, "one staircase per stretch without a gap");
+    let levels = |d: &str| {
+        let c = path_cmds(d);
+        let mut v = vec![(x.value(c[0].1[0]), y.value(c[0].1[1]), c[0].1[1])];
+        for k in c.iter().filter(|k| k.0 == 'V') {
+            v.push((f64::NAN, y.value(k.1[0]), k.1[0]));
+        }
+        let end = c.iter().rev().find(|k| k.0 == 'H').unwrap().1[0];
+        (v, x.value(end))
+    };
+    let (a, a_end) = levels(maxes[0]);
+    assert!(a[0].0.abs() < 0.01e9 && (a_end - 2e9).abs() < 0.01e9);
+    for ((_, got, px), want) in a.iter().zip([2.3e6, 0.9e6, 0.9e6]) {
+        assert!((got - want).abs() <= y.tolerance(*px), "{got} vs {want}");
+    }
+    let (b, b_end) = levels(maxes[1]);
+    assert!((b[0].0 - 4e9).abs() < 0.01e9 && (b_end - 5e9).abs() < 0.01e9);
+    assert!((b[0].1 - 23e6).abs() <= y.tolerance(b[0].2));
+}

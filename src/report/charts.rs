@@ -674,32 +674,31 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
                 );
             }
         } else {
-            let band: Vec<(f64, f64, f64)> = s
-                .intervals
-                .iter()
-                .filter(|r| r.round_trips > 0)
-                .flat_map(|r| {
-                    let start = (r.end_s - r.length_s).max(0.0);
-                    [
-                        (start, r.p50_ns as f64, r.p99_ns as f64),
-                        (r.end_s, r.p50_ns as f64, r.p99_ns as f64),
-                    ]
-                })
-                .collect();
-            chart.push(Series::new(name("p50 to p99"), i, Mark::Band(band)));
-            chart.push(Series::new(
-                name("median"),
-                i,
-                Mark::Step(step_points(s.intervals, |r| r.p50_ns)),
-            ));
-            chart.push(
-                Series::new(
-                    name("max"),
+            // One band and two staircases per stretch of consecutive intervals with round trips, so nothing
+            // is drawn across an interval without any.
+            for (k, seg) in segments(s.intervals).iter().enumerate() {
+                let named = |what: &str| if k == 0 { name(what) } else { String::new() };
+                let band: Vec<(f64, f64, f64)> = seg
+                    .iter()
+                    .flat_map(|r| {
+                        let start = (r.end_s - r.length_s).max(0.0);
+                        [
+                            (start, r.p50_ns as f64, r.p99_ns as f64),
+                            (r.end_s, r.p50_ns as f64, r.p99_ns as f64),
+                        ]
+                    })
+                    .collect();
+                chart.push(Series::new(named("p50 to p99"), i, Mark::Band(band)));
+                chart.push(Series::new(
+                    named("median"),
                     i,
-                    Mark::Step(step_points(s.intervals, |r| r.max_ns)),
-                )
-                .dashed(),
-            );
+                    Mark::Step(step_points(seg, |r| r.p50_ns)),
+                ));
+                chart.push(
+                    Series::new(named("max"), i, Mark::Step(step_points(seg, |r| r.max_ns)))
+                        .dashed(),
+                );
+            }
         }
     }
     // Merge the full-log columns down to one stroke per pixel column now that the scale is known.
@@ -720,6 +719,26 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
         )
     });
     chart
+}
+
+/// Stretches of consecutive interval rows that have round trips (a row without any, or a gap in time, ends
+/// a stretch).
+fn segments(rows: &[IntervalIn]) -> Vec<Vec<IntervalIn>> {
+    let mut out: Vec<Vec<IntervalIn>> = Vec::new();
+    let mut prev_end: Option<f64> = None;
+    for r in rows {
+        if r.round_trips == 0 {
+            prev_end = None;
+            continue;
+        }
+        let start = (r.end_s - r.length_s).max(0.0);
+        match (prev_end, out.last_mut()) {
+            (Some(e), Some(last)) if (e - start).abs() < 1e-9 => last.push(*r),
+            _ => out.push(vec![*r]),
+        }
+        prev_end = Some(r.end_s);
+    }
+    out
 }
 
 /// Staircase points for interval rows: each value holds from the interval's start to its end.

@@ -7,8 +7,8 @@
 #![forbid(unsafe_code)]
 
 use super::charts::{
-    BucketIn, Options, PercentileIn, Run, SummaryIn, TimeSource, distribution, grouped_bars,
-    grouped_hbars, latency_axis, latency_over_time, percentile_curve,
+    BucketIn, IntervalIn, Options, PercentileIn, Run, SummaryIn, TimeSource, distribution,
+    grouped_bars, grouped_hbars, latency_axis, latency_over_time, percentile_curve,
 };
 use super::downsample::MinMaxColumns;
 use super::html::{Figure, Section, Table};
@@ -928,11 +928,32 @@ pub struct OpIn {
     pub latency: SummaryIn,
 }
 
+/// One interval row of a `capture rpc -i` document.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct RpcIntervalIn {
+    /// Start, seconds since the first request.
+    pub start_s: f64,
+    /// Transactions that completed in it.
+    pub count: u64,
+    /// Median latency.
+    pub p50_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Slowest.
+    pub max_ns: u64,
+}
+
 /// The report part of a `capture rpc` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct RpcReportIn {
     /// Per operation.
     pub ops: Vec<OpIn>,
+    /// Per-interval rows (with `-i`).
+    #[serde(default)]
+    pub intervals: Vec<RpcIntervalIn>,
+    /// Their length, seconds (absent in documents of older versions).
+    #[serde(default)]
+    pub interval_s: Option<f64>,
     /// Transactions in all.
     pub transactions: u64,
 }
@@ -1052,6 +1073,47 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         id: "ops".into(),
         chart: c,
     });
+    let rows: Vec<Vec<IntervalIn>> = docs
+        .iter()
+        .map(|d| match d.report.interval_s {
+            Some(len) if len > 0.0 => d
+                .report
+                .intervals
+                .iter()
+                .map(|i| IntervalIn {
+                    end_s: i.start_s + len,
+                    length_s: len,
+                    round_trips: i.count,
+                    p50_ns: i.p50_ns,
+                    p99_ns: i.p99_ns,
+                    max_ns: i.max_ns,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    if rows.iter().any(|r| !r.is_empty()) {
+        let time: Vec<TimeSource> = runs
+            .iter()
+            .zip(&rows)
+            .map(|(r, i)| TimeSource {
+                label: &r.label,
+                full_log: None,
+                intervals: i,
+            })
+            .collect();
+        let mut c = latency_over_time("Latency over time, all operations", &time, opts);
+        c.y.label = "latency".into();
+        c.x.label = "time since the first request".into();
+        c.note = Some(
+            "Per interval (-i), by response time: band from the median to the 99th percentile, dashed line the slowest."
+                .into(),
+        );
+        sec.figures.push(Figure {
+            id: "rtt-time".into(),
+            chart: c,
+        });
+    }
     Ok(sec)
 }
 
