@@ -212,6 +212,7 @@ fn known_run() -> Run {
         label: "known".into(),
         doc: load::from_value("known.json", known_doc()).unwrap(),
         full_log: None,
+        phase_log: None,
     }
 }
 
@@ -353,6 +354,7 @@ fn full_log_columns_keep_every_extreme_of_a_real_run() {
         label: "real".into(),
         doc: load::from_value("real", serde_json::to_value(&doc).unwrap()).unwrap(),
         full_log: Some(load::load_full_log(&log).unwrap()),
+        phase_log: None,
     };
     assert_eq!(run.full_log.as_ref().unwrap().rows, 5000);
     let page = charts::page("t", &[run], &Options::default()).unwrap();
@@ -471,12 +473,21 @@ fn bad_inputs_give_one_line_errors() {
         e.contains("nop.json: the \"ping\" result is incomplete: missing field `percentiles`"),
         "{e}"
     );
+    // A ping document relabelled as db: the db report names the part it lacks.
     let mut db = known_doc();
     db["kind"] = "db".into();
     let db = write(d, "db.json", &db.to_string());
     let e = report_err(&[db.as_os_str(), "-o".as_ref(), o]);
     assert!(
-        e.contains("holds a \"db\" result, which has no report yet"),
+        e.contains("db.json: the \"db\" result is incomplete: missing field `phases`"),
+        "{e}"
+    );
+    let mut tl = known_doc();
+    tl["kind"] = "capture-timeline".into();
+    let tl = write(d, "tl.json", &tl.to_string());
+    let e = report_err(&[tl.as_os_str(), "-o".as_ref(), o]);
+    assert!(
+        e.contains("holds a \"capture-timeline\" result, which has no report yet"),
         "{e}"
     );
     let mut sweep = known_doc();
@@ -809,6 +820,7 @@ fn a_result_with_no_samples_still_draws() {
         label: "empty".into(),
         doc: load::from_value("empty.json", d).unwrap(),
         full_log: None,
+        phase_log: None,
     };
     let page = charts::page("t", &[run], &Options::default()).unwrap();
     for id in ["rtt-time", "distribution", "percentiles"] {
@@ -853,6 +865,7 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
         label: "sweep".into(),
         doc,
         full_log: None,
+        phase_log: None,
     };
     let page = charts::page("t", &[run], &Options::default()).unwrap();
     let svg = figure_svg(&page, "sweep");
@@ -888,4 +901,1006 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
             y.value(*py)
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The other kinds: each chart read back through its labelled axes gives the document's values.
+
+fn envelope(kind: &str, body: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "format": "roundtrip", "format_version": 1, "kind": kind,
+        "environment": {"roundtrip_version": "0.1.0", "hostname": "known-host", "kernel": "6.1.0-test"},
+        "started_unix_s": 1_700_000_000.0,
+    });
+    for (k, x) in body.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+fn page_of(name: &str, doc: serde_json::Value) -> roundtrip::report::html::Page {
+    let run = Run {
+        label: name.into(),
+        doc: load::from_value(&format!("{name}.json"), doc).unwrap(),
+        full_log: None,
+        phase_log: None,
+    };
+    charts::page("t", &[run], &Options::default()).unwrap()
+}
+
+/// A latency summary whose percentiles are the given values (count 100).
+fn summary(min: u64, p50: u64, p99: u64, max: u64) -> serde_json::Value {
+    serde_json::json!({"count": 100, "min_ns": min, "mean_ns": p50 as f64, "stddev_ns": 1.0, "p50_ns": p50,
+        "p90_ns": (p50 + p99) / 2, "p99_ns": p99, "p99_9_ns": max, "p99_99_ns": max, "max_ns": max})
+}
+
+fn empty_summary() -> serde_json::Value {
+    serde_json::json!({"count": 0, "min_ns": 0, "mean_ns": 0.0, "stddev_ns": 0.0, "p50_ns": 0, "p90_ns": 0,
+        "p99_ns": 0, "p99_9_ns": 0, "p99_99_ns": 0, "max_ns": 0})
+}
+
+/// Every bar: (series name, x, y, width, height).
+fn bar_rects(svg: &str) -> Vec<(String, f64, f64, f64, f64)> {
+    svg.match_indices("<rect class=\"bar ")
+        .map(|(i, _)| {
+            let tag = &svg[i..i + svg[i..].find('>').unwrap()];
+            let f = |n: &str| attr(tag, n).unwrap().parse::<f64>().unwrap();
+            (
+                attr(tag, "data-name").unwrap().to_string(),
+                f("x"),
+                f("y"),
+                f("width"),
+                f("height"),
+            )
+        })
+        .collect()
+}
+
+/// Category labels down the left of a horizontal bar chart, top to bottom.
+fn hbar_categories(svg: &str) -> Vec<String> {
+    svg.match_indices("<g class=\"tick y cat\">")
+        .map(|(i, _)| {
+            let g = &svg[i..i + svg[i..].find("</g>").unwrap()];
+            let t = g.rfind("</text>").unwrap();
+            g[g[..t].rfind('>').unwrap() + 1..t].to_string()
+        })
+        .collect()
+}
+
+/// Checks a horizontal bar chart: categories top to bottom as `cats`, and for each series name the bar ends
+/// read back through the value axis to `want[series][category]` (None: no bar).
+fn check_hbars(svg: &str, log_word: &str, cats: &[&str], want: &[(&str, Vec<Option<f64>>)]) {
+    assert_eq!(hbar_categories(svg), cats);
+    let x = ReadAxis::new(&ticks(svg, "x"), duration_label, is_log(svg, log_word));
+    let rects = bar_rects(svg);
+    let (_, (pt, pb)) = ((), plot_y_of(svg));
+    let step = (pb - pt) / cats.len() as f64;
+    for (name, values) in want {
+        let mine: Vec<_> = rects.iter().filter(|r| r.0 == *name).collect();
+        assert_eq!(
+            mine.len(),
+            values.iter().filter(|v| v.is_some()).count(),
+            "{name}"
+        );
+        let mut k = 0;
+        for (ci, v) in values.iter().enumerate() {
+            let Some(v) = v else { continue };
+            let r = mine[k];
+            k += 1;
+            // The bar sits in its category's row.
+            let row = ((r.2 - pt) / step).floor() as usize;
+            assert_eq!(row, ci, "{name} bar of {} in row {row}", cats[ci]);
+            let end = r.1 + r.3;
+            let got = x.value(end);
+            let tol = (x.value(end + 0.12) - x.value(end - 0.12)).abs();
+            assert!((got - v).abs() <= tol, "{name} {}: {got} vs {v}", cats[ci]);
+        }
+    }
+}
+
+/// Top and bottom of the plot area, from the axis line `M left top V bottom H right`.
+fn plot_y_of(svg: &str) -> (f64, f64) {
+    let d = paths(svg, "axis\"")[0];
+    let c = path_cmds(d);
+    (c[0].1[1], c[1].1[0])
+}
+
+fn compare_doc() -> serde_json::Value {
+    let row = |label: &str, s: serde_json::Value| {
+        serde_json::json!({"kind": "icmp", "label": label, "size_bytes": null, "attempts": 100, "summary": s,
+            "error": null, "interpretation": "x"})
+    };
+    envelope(
+        "compare",
+        serde_json::json!({
+            "target": null, "address": "127.0.0.1:1", "embedded_server": true, "dns_ns": null, "count": 100,
+            "interval_ns": 20_000_000u64, "timeout_ns": 1_000_000_000u64, "size_bytes": 250,
+            "rows": [
+                row("ICMP echo", summary(23_000, 31_000, 270_000, 400_000)),
+                row("TCP handshake", summary(41_000, 57_000, 730_000, 900_000)),
+                row("roundtrip ping 250 B", summary(37_000, 66_000, 3_300_000, 4_000_000)),
+                row("kernel srtt (TCP_INFO)", empty_summary()),
+            ],
+            "tcp_info": null, "conclusion": "known", "cancelled": false
+        }),
+    )
+}
+
+#[test]
+fn compare_bars_read_back_to_the_rows() {
+    let page = page_of("cmp", compare_doc());
+    let svg = figure_svg(&page, "bars");
+    let cats = [
+        "ICMP echo",
+        "TCP handshake",
+        "roundtrip ping 250 B",
+        "kernel srtt (TCP_INFO)",
+    ];
+    check_hbars(
+        &svg,
+        "latency",
+        &cats,
+        &[
+            ("min", vec![Some(23e3), Some(41e3), Some(37e3), None]),
+            ("p50", vec![Some(31e3), Some(57e3), Some(66e3), None]),
+            ("p99", vec![Some(270e3), Some(730e3), Some(3.3e6), None]),
+        ],
+    );
+    // Values spanning two decades get a log axis, so the 23us bar and the 3.3ms bar both show.
+    assert!(is_log(&svg, "latency"));
+}
+
+fn db_doc() -> serde_json::Value {
+    envelope(
+        "db",
+        serde_json::json!({
+            "elapsed_s": 1.0,
+            "settings": {"target": "redis://127.0.0.1:6379", "scheme": "redis", "address": "127.0.0.1:6379",
+                "connects": 3, "count": 100, "interval_ns": null, "query": "PING", "rows": 0, "row_bytes": 0,
+                "timeout_ns": 1_000_000_000u64, "ssl_mode": "disable"},
+            "server_version": "7", "connects_ok": 3,
+            "phases": {"dns": empty_summary(), "tcp_handshake": summary(31_000, 45_000, 120_000, 130_000),
+                "tls": empty_summary(), "startup": summary(52_000, 70_000, 90_000, 95_000),
+                "first_query": summary(61_000, 75_000, 150_000, 160_000)},
+            "ping": summary(27_000, 33_000, 71_000, 80_000),
+            "query": summary(28_000, 36_000, 88_000, 99_000),
+            "fetch": {"summary": empty_summary(), "rows": 0, "bytes_total": 0, "per_row_ns": null,
+                "throughput_bytes_per_s": null},
+            "attribution": null, "notes": [], "error": null, "cancelled": false
+        }),
+    )
+}
+
+#[test]
+fn db_phase_bars_read_back_to_the_phases() {
+    let page = page_of("db", db_doc());
+    let svg = figure_svg(&page, "bars");
+    // Phases nothing was measured in (dns of a literal address, tls off, no fetch) are left out.
+    let cats = ["tcp handshake", "startup", "first query", "ping", "query"];
+    check_hbars(
+        &svg,
+        "latency",
+        &cats,
+        &[
+            (
+                "min",
+                vec![Some(31e3), Some(52e3), Some(61e3), Some(27e3), Some(28e3)],
+            ),
+            (
+                "p50",
+                vec![Some(45e3), Some(70e3), Some(75e3), Some(33e3), Some(36e3)],
+            ),
+            (
+                "p99",
+                vec![Some(120e3), Some(90e3), Some(150e3), Some(71e3), Some(88e3)],
+            ),
+        ],
+    );
+    // The page carries the run's settings.
+    let html = roundtrip::report::html::render(&page);
+    assert!(html.contains("redis://127.0.0.1:6379") && html.contains("PING"));
+}
+
+fn rpc_doc() -> serde_json::Value {
+    let op = |op: &str, s: serde_json::Value| serde_json::json!({"proto": "nfs", "op": op, "errors": 0, "latency": s});
+    envelope(
+        "capture-rpc",
+        serde_json::json!({
+            "capture": {"file": "known.pcap", "format": "pcap", "gzip": false, "file_bytes": 1000,
+                "packets_read": 10, "packets_matched": 10, "packets_not_ip": 0, "not_ip_example": null,
+                "link_types": ["ethernet"], "warning": null, "warning_offset": null},
+            "forced_proto": null, "counts": {},
+            "report": {"ops": [
+                op("GETATTR", serde_json::json!({"count": 900, "min_ns": 90_000, "mean_ns": 1.0e5,
+                    "stddev_ns": 1.0, "p50_ns": 110_000, "p90_ns": 130_000, "p99_ns": 470_000,
+                    "p99_9_ns": 9_000_000, "p99_99_ns": 9_000_000, "max_ns": 23_000_000})),
+                op("WRITE", summary(300_000, 650_000, 2_900_000, 7_100_000)),
+                op("READDIRPLUS", serde_json::json!({"count": 3, "min_ns": 170_000, "mean_ns": 1.0e5,
+                    "stddev_ns": 1.0, "p50_ns": 170_000, "p90_ns": 180_000, "p99_ns": 180_000,
+                    "p99_9_ns": 180_000, "p99_99_ns": 180_000, "max_ns": 180_000})),
+            ], "slowest": [], "anomalies": [], "intervals": [], "connections": [], "transactions": 1003}
+        }),
+    )
+}
+
+#[test]
+fn rpc_operation_bars_read_back_to_the_operations() {
+    let page = page_of("rpc", rpc_doc());
+    let svg = figure_svg(&page, "ops");
+    // Busiest first; log axis so the 23 ms slowest GETATTR shows beside 110 us medians.
+    check_hbars(
+        &svg,
+        "latency",
+        &["GETATTR", "WRITE", "READDIRPLUS"],
+        &[
+            ("p50", vec![Some(110e3), Some(650e3), Some(170e3)]),
+            ("p99", vec![Some(470e3), Some(2.9e6), Some(180e3)]),
+            ("max", vec![Some(23e6), Some(7.1e6), Some(180e3)]),
+        ],
+    );
+    assert!(is_log(&svg, "latency"));
+}
+
+fn bytes_label(l: &str) -> f64 {
+    let (num, mult) = if let Some(n) = l.strip_suffix("GB") {
+        (n, 1e9)
+    } else if let Some(n) = l.strip_suffix("MB") {
+        (n, 1e6)
+    } else if let Some(n) = l.strip_suffix("kB") {
+        (n, 1e3)
+    } else {
+        (l.strip_suffix('B').unwrap_or(l), 1.0)
+    };
+    num.parse::<f64>().unwrap() * mult
+}
+
+fn rate_label(l: &str) -> f64 {
+    let n = l.strip_suffix("bit/s").unwrap_or_else(|| panic!("{l}"));
+    let (num, mult) = match n.chars().last() {
+        Some('G') => (&n[..n.len() - 1], 1e9),
+        Some('M') => (&n[..n.len() - 1], 1e6),
+        Some('k') => (&n[..n.len() - 1], 1e3),
+        _ => (n, 1.0),
+    };
+    num.parse::<f64>().unwrap() * mult
+}
+
+fn flows_doc() -> serde_json::Value {
+    let dir = |payload: u64| {
+        serde_json::json!({"packets": 10, "wire_bytes": 1, "payload_bytes": payload, "data_segments": 1,
+            "retransmissions": 0, "retransmitted_bytes": 0, "out_of_order": 0, "dup_acks": 0, "zero_windows": 0,
+            "acks": 1, "segments_per_ack": null, "rtt": empty_summary(), "in_flight_max_bytes": 37_000,
+            "in_flight_p50_bytes": 1, "window_min_bytes": 1, "window_max_bytes": 131_000, "mss": null,
+            "wscale": null, "receiver_limited_segments": 0, "sender_limited_segments": 0,
+            "app_limited_segments": 0})
+    };
+    envelope(
+        "capture-flows",
+        serde_json::json!({
+            "capture": {"file": "known.pcap"},
+            "counters": {"tcp_packets": 20, "max_open_flows": 1, "idle_evictions": 0},
+            "flows": [{"id": 1, "client": "10.0.0.1:40000", "server": "10.0.0.2:5201", "handshake_seen": true,
+                "first_ts_ns": 0, "last_ts_ns": 3_000_000_000i64, "duration_s": 3.0, "handshake": null,
+                "state": "closed", "client_to_server": dir(9_000_000), "server_to_client": dir(10),
+                "diagnosis": "known"}],
+            "window_series": {"flow_id": 1, "client": "10.0.0.1:40000", "server": "10.0.0.2:5201",
+                "direction": "client_to_server", "chosen": "only", "bucket_s": 0.5, "buckets": [
+                {"start_s": 0.0, "in_flight_min_bytes": 1_400, "in_flight_max_bytes": 13_000,
+                 "window_min_bytes": 29_000, "window_max_bytes": 64_000},
+                {"start_s": 0.5, "in_flight_min_bytes": null, "in_flight_max_bytes": null,
+                 "window_min_bytes": 64_000, "window_max_bytes": 64_000},
+                {"start_s": 1.5, "in_flight_min_bytes": 0, "in_flight_max_bytes": 37_000,
+                 "window_min_bytes": 17_000, "window_max_bytes": 131_000},
+                {"start_s": 2.5, "in_flight_min_bytes": 2_900, "in_flight_max_bytes": 2_900,
+                 "window_min_bytes": null, "window_max_bytes": null}
+            ]}
+        }),
+    )
+}
+
+#[test]
+fn flow_in_flight_and_window_read_back_to_the_series() {
+    let page = page_of("flows", flows_doc());
+    let svg = figure_svg(&page, "flow");
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);
+    let close = |got: f64, want: f64, tol: f64, what: &str| {
+        assert!((got - want).abs() <= tol, "{what}: {got} vs {want}")
+    };
+    // In flight: one stroke per bucket with data, from its min to its max, at the bucket's middle.
+    let d = paths(&svg, "cols c0");
+    assert_eq!(d.len(), 1);
+    let cmds = path_cmds(d[0]);
+    let want = [
+        (0.25, 1_400.0, 13_000.0),
+        (1.75, 0.0, 37_000.0),
+        (2.75, 2_900.0, 2_900.0),
+    ];
+    assert_eq!(cmds.len(), 2 * want.len(), "{}", d[0]);
+    for (k, (t, lo, hi)) in want.iter().enumerate() {
+        let (m, v) = (&cmds[2 * k], &cmds[2 * k + 1]);
+        assert_eq!((m.0, v.0), ('M', 'V'));
+        close(x.value(m.1[0]) / 1e9, *t, x.tolerance(m.1[0]) / 1e9, "time");
+        close(y.value(m.1[1]), *lo, y.tolerance(m.1[1]), "in flight min");
+        close(y.value(v.1[0]), *hi, y.tolerance(v.1[0]), "in flight max");
+    }
+    // The window: a band from min to max (max forward, then min backward).
+    let d = paths(&svg, "band c1");
+    let pts: Vec<(f64, f64)> = path_cmds(d[0])
+        .into_iter()
+        .filter(|c| c.0 != 'Z')
+        .map(|(_, v)| (v[0], v[1]))
+        .collect();
+    let want = [
+        (0.25, 64_000.0),
+        (0.75, 64_000.0),
+        (1.75, 131_000.0),
+        (1.75, 17_000.0),
+        (0.75, 64_000.0),
+        (0.25, 29_000.0),
+    ];
+    assert_eq!(pts.len(), want.len());
+    for ((px, py), (t, v)) in pts.iter().zip(want) {
+        close(x.value(*px) / 1e9, t, x.tolerance(*px) / 1e9, "window time");
+        close(y.value(*py), v, y.tolerance(*py), "window");
+    }
+}
+
+fn throughput_doc() -> serde_json::Value {
+    let rate = |end: f64, len: f64, mbit: f64| {
+        serde_json::json!({"end_s": end, "length_s": len, "messages": 1000, "bytes": 1,
+            "messages_per_s": 1.0, "mb_per_s": mbit / 8.0, "mbit_per_s": mbit})
+    };
+    let run = |size: u64, total: f64, iv: Vec<serde_json::Value>| {
+        serde_json::json!({"size_bytes": size, "total": rate(2.0, 2.0, total), "intervals": iv,
+            "streams": [], "received_messages": null, "received_bytes": null, "loss": null,
+            "receiver_note": null, "rtt": null, "error": null})
+    };
+    envelope(
+        "throughput",
+        serde_json::json!({
+            "settings": {"target": "h", "address": "10.0.0.1:11111", "transport": "tcp",
+                "sizes_bytes": [64, 8000], "streams": 1, "duration_s": 2.0, "direction": "send", "sync": false},
+            "peer": "roundtrip", "cancelled": false,
+            "runs": [
+                run(64, 230.0, vec![rate(1.0, 1.0, 210.0), rate(2.0, 1.0, 250.0)]),
+                run(8000, 7300.0, vec![rate(1.0, 1.0, 7100.0), rate(2.0, 1.0, 7500.0)]),
+            ]
+        }),
+    )
+}
+
+#[test]
+fn throughput_levels_and_sizes_read_back() {
+    let page = page_of("tp", throughput_doc());
+    let svg = figure_svg(&page, "throughput-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), rate_label, false);
+    for (class, want) in [("step c0", [210e6, 250e6]), ("step c1", [7100e6, 7500e6])] {
+        let d = paths(&svg, class);
+        let cmds = path_cmds(d[0]);
+        let mut levels = vec![cmds[0].1[1]];
+        levels.extend(cmds.iter().filter(|c| c.0 == 'V').map(|c| c.1[0]));
+        // Start level, change to the second, and the closing level.
+        assert_eq!(levels.len(), 3, "{}", d[0]);
+        for (px, w) in levels.iter().zip([want[0], want[1], want[1]]) {
+            assert!((y.value(*px) - w).abs() <= y.tolerance(*px), "{class}");
+        }
+    }
+    let svg = figure_svg(&page, "throughput-size");
+    let x = ReadAxis::new(&ticks(&svg, "x"), bytes_label, true);
+    let y = ReadAxis::new(&ticks(&svg, "y"), rate_label, false);
+    let d = paths(&svg, "line c0");
+    let pts: Vec<(f64, f64)> = path_cmds(d[0])
+        .into_iter()
+        .map(|(_, v)| (v[0], v[1]))
+        .collect();
+    for ((px, py), (s, r)) in pts.iter().zip([(64.0, 230e6), (8000.0, 7300e6)]) {
+        assert!((x.value(*px) - s).abs() <= x.tolerance(*px));
+        assert!((y.value(*py) - r).abs() <= y.tolerance(*py));
+    }
+}
+
+#[test]
+fn connect_samples_read_back_over_time_and_by_percentile() {
+    // 40 handshakes, one slow one; a closed attempt and a timeout are not handshake samples.
+    let mut attempts = Vec::new();
+    let mut rtts = Vec::new();
+    for i in 0..40u64 {
+        let t = if i == 17 {
+            9_700_000
+        } else {
+            41_000 + i * 1_300
+        };
+        rtts.push(t);
+        attempts.push(
+            serde_json::json!({"seq": i + 1, "state": "open", "time_ns": t,
+            "at_ns": i * 50_000_000, "detail": null}),
+        );
+    }
+    attempts.push(
+        serde_json::json!({"seq": 41, "state": "closed", "time_ns": 20_000,
+        "at_ns": 2_000_000_000u64, "detail": "RST"}),
+    );
+    attempts.push(
+        serde_json::json!({"seq": 42, "state": "filtered", "time_ns": null,
+        "at_ns": 2_050_000_000u64, "detail": null}),
+    );
+    let doc = envelope(
+        "connect",
+        serde_json::json!({"target": "h:1", "address": "10.0.0.1:1", "mode": "kernel", "count": 42,
+            "interval_ns": 50_000_000u64, "timeout_ns": 1_000_000_000u64, "dns_ns": null, "verdict": "open",
+            "counts": {"open": 40, "closed": 1, "filtered": 1, "unreachable": 0},
+            "handshake": summary(41_000, 66_000, 9_700_000, 9_700_000),
+            "refused": summary(20_000, 20_000, 20_000, 20_000),
+            "attempts": attempts, "error": null, "cancelled": false}),
+    );
+    let page = page_of("connect", doc);
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(
+        &ticks(&svg, "y"),
+        duration_label,
+        is_log(&svg, "handshake time"),
+    );
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let d = paths(&svg, "cols c0");
+    let cmds = path_cmds(d[0]);
+    // One stroke per sample here (they are 50 ms apart), each a dot at its value.
+    assert_eq!(cmds.len(), 2 * rtts.len());
+    for (k, want) in rtts.iter().enumerate() {
+        let (m, v) = (&cmds[2 * k], &cmds[2 * k + 1]);
+        assert!((y.value(m.1[1]) - *want as f64).abs() <= y.tolerance(m.1[1]));
+        assert!((y.value(v.1[0]) - *want as f64).abs() <= y.tolerance(v.1[0]));
+        let t = k as f64 * 0.05e9;
+        assert!(
+            (x.value(m.1[0]) - t).abs() <= 0.01e9,
+            "sample {k} at {}",
+            x.value(m.1[0])
+        );
+    }
+    // The percentile curve ends at the slowest handshake.
+    let svg = figure_svg(&page, "percentiles");
+    let y = ReadAxis::new(
+        &ticks(&svg, "y"),
+        duration_label,
+        is_log(&svg, "handshake time"),
+    );
+    let d = paths(&svg, "line c0");
+    let last = path_cmds(d[0]).last().unwrap().1[1];
+    assert!((y.value(last) - 9.7e6).abs() <= y.tolerance(last));
+    // The distribution counts every handshake once.
+    let svg = figure_svg(&page, "distribution");
+    let y = ReadAxis::new(&ticks(&svg, "y"), count_label, false);
+    let total: f64 = path_cmds(paths(&svg, "hist c0")[0])
+        .windows(2)
+        .filter_map(|w| match (&w[0], &w[1]) {
+            (('V', top), ('H', _)) => Some(y.value(top[0]).round()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(total, 40.0);
+}
+
+#[test]
+fn load_bars_read_back_to_the_summaries() {
+    let doc = envelope(
+        "load",
+        serde_json::json!({
+            "settings": {"target": "h", "address": "10.0.0.1:11111", "transport": "udp", "reply_every": 100,
+                "duration_s": 10.0, "warmup_s": 1.0},
+            "peer": "roundtrip",
+            "summary": {"size_bytes": 64, "rate_per_s": 10000.0, "scheduled": 100000, "sent": 100000,
+                "achieved_rate_per_s": 10000.0, "rate_held": true, "requested": 1000, "answered": 1000,
+                "unanswered": 0, "elapsed_s": 10.0,
+                "latency_from_scheduled": summary(33_000, 61_000, 2_700_000, 8_300_000),
+                "latency_from_sent": summary(31_000, 52_000, 330_000, 1_900_000),
+                "schedule_lag": summary(1_000, 3_000, 2_400_000, 8_000_000), "error": null},
+            "cancelled": false
+        }),
+    );
+    let page = page_of("load", doc);
+    // An older document without histograms still gets the bars, and says what it lacks.
+    assert!(
+        page.sections[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("no latency histogram"))
+    );
+    let svg = figure_svg(&page, "bars");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "latency"));
+    let rects = bar_rects(&svg);
+    for (name, want) in [
+        (
+            "from scheduled send",
+            [33e3, 61e3, 1_380_500.0, 2.7e6, 8.3e6, 8.3e6],
+        ),
+        (
+            "from actual send",
+            [31e3, 52e3, 191_000.0, 330e3, 1.9e6, 1.9e6],
+        ),
+    ] {
+        let mine: Vec<_> = rects.iter().filter(|r| r.0 == name).collect();
+        assert_eq!(mine.len(), 6);
+        for (r, w) in mine.iter().zip(want) {
+            // Vertical bars grow up from the axis: their top is the value.
+            let top = r.2;
+            let tol = (y.value(top + 0.12) - y.value(top - 0.12)).abs();
+            assert!(
+                (y.value(top) - w).abs() <= tol.max(w * 1e-3),
+                "{name}: {} vs {w}",
+                y.value(top)
+            );
+        }
+    }
+}
+
+#[test]
+fn capture_stats_levels_read_back() {
+    let row = |start: f64, bps: f64| {
+        serde_json::json!({"start_s": start, "direction": "all", "packets": 10, "bytes": 1,
+            "packets_per_s": 10.0, "bits_per_s": bps, "size_min": 60, "size_mean": 60.0, "size_max": 60,
+            "size_stddev": 0.0})
+    };
+    let doc = envelope(
+        "capture-stats",
+        serde_json::json!({"capture": {"file": "k.pcap"}, "interval_s": 0.5, "first_ts_ns": 0,
+            "last_ts_ns": 1_500_000_000i64,
+            "rows": [row(0.0, 45_300.0), row(0.5, 2_100_000.0), row(1.0, 730_000.0)],
+            "total": row(0.0, 900_000.0)}),
+    );
+    let page = page_of("stats", doc);
+    let svg = figure_svg(&page, "traffic");
+    let y = ReadAxis::new(&ticks(&svg, "y"), rate_label, false);
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let cmds = path_cmds(paths(&svg, "step c0")[0]);
+    let mut levels = vec![cmds[0].1[1]];
+    levels.extend(cmds.iter().filter(|c| c.0 == 'V').map(|c| c.1[0]));
+    for (px, w) in levels
+        .iter()
+        .zip([45_300.0, 2_100_000.0, 730_000.0, 730_000.0])
+    {
+        assert!(
+            (y.value(*px) - w).abs() <= y.tolerance(*px),
+            "{} vs {w}",
+            y.value(*px)
+        );
+    }
+    let last_h = cmds.iter().rev().find(|c| c.0 == 'H').unwrap().1[0];
+    assert!((x.value(last_h) - 1.5e9).abs() <= x.tolerance(last_h));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// --report on the other commands.
+
+/// Runs `roundtrip ARGS... --report R.html --svg R.svg [--chart CHART]` and returns (page, svg).
+fn run_with_report(args: &[&str], chart: Option<&str>) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let svg = dir.path().join("r.svg");
+    let mut cmd = rt();
+    cmd.args(args)
+        .arg("--report")
+        .arg(&html)
+        .arg("--svg")
+        .arg(&svg);
+    if let Some(c) = chart {
+        cmd.args(["--chart", c]);
+    }
+    let out = cmd.timeout(Duration::from_secs(180)).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("<script") && page.contains("prefers-color-scheme: dark"));
+    (page, std::fs::read_to_string(&svg).unwrap())
+}
+
+#[test]
+fn compare_writes_a_report_of_bars() {
+    let (page, svg) = run_with_report(&["compare", "-n", "10", "-i", "5ms", "--no-raw"], None);
+    assert!(page.contains("Round trip per probe") && page.contains("TCP handshake"));
+    // --svg defaults to the first chart of a result without a percentile curve.
+    assert!(svg.contains("Round trip per probe") && svg.contains("<rect class=\"bar c0"));
+    let cats = hbar_categories(&svg);
+    assert!(cats.iter().any(|c| c == "TCP handshake"), "{cats:?}");
+}
+
+#[test]
+fn db_writes_a_report_of_phases() {
+    if !common::service_up(6379, "Redis") {
+        return;
+    }
+    let (page, svg) = run_with_report(&["db", "redis://127.0.0.1:6379", "-n", "50"], None);
+    assert!(page.contains("Time per phase") && page.contains("127.0.0.1:6379"));
+    let cats = hbar_categories(&svg);
+    for want in ["tcp handshake", "startup", "ping"] {
+        assert!(cats.iter().any(|c| c == want), "{cats:?}");
+    }
+    // With --full-log every timed operation is drawn too, and the slowest ping in the log ends its curve.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("db.csv");
+    let (page, svg) = run_with_report(
+        &[
+            "db",
+            "redis://127.0.0.1:6379",
+            "-n",
+            "50",
+            "--full-log",
+            log.to_str().unwrap(),
+        ],
+        Some("percentiles"),
+    );
+    assert!(page.contains("Every operation over time") && page.contains("db.csv"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let slowest_ping = text
+        .lines()
+        .filter(|l| l.starts_with("ping,"))
+        .map(|l| l.split(',').nth(3).unwrap().parse::<f64>().unwrap())
+        .fold(0.0, f64::max);
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "duration"));
+    let names: Vec<&str> = svg
+        .match_indices("<path class=\"line ")
+        .map(|(i, _)| attr(&svg[i..], "data-name").unwrap())
+        .collect();
+    let k = names.iter().position(|n| *n == "ping").unwrap();
+    let end = path_cmds(paths(&svg, "line ")[k]).last().unwrap().1[1];
+    assert!(
+        (y.value(end) - slowest_ping).abs() <= y.tolerance(end),
+        "{} vs {slowest_ping}",
+        y.value(end)
+    );
+}
+
+#[test]
+fn capture_rpc_writes_a_report_of_operations() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    let file = dir.join("zeek/nfs_nfs_write.pcap");
+    let f = file.to_str().unwrap();
+    let (page, svg) = run_with_report(&["capture", "rpc", f], Some("ops"));
+    assert!(page.contains("Latency per operation") && page.contains("nfs_nfs_write.pcap"));
+    // The bars are the JSON document's numbers.
+    let out = rt().args(["capture", "rpc", f, "--json"]).output().unwrap();
+    let doc = load::parse("rpc.json", &out.stdout).unwrap();
+    let ops: roundtrip::report::kinds::RpcIn = doc.typed().unwrap();
+    let chosen = roundtrip::report::kinds::chart_ops(std::slice::from_ref(&ops));
+    let cats: Vec<&str> = chosen.iter().map(|(_, _, n)| n.as_str()).collect();
+    let p50: Vec<Option<f64>> = chosen
+        .iter()
+        .map(|(p, o, _)| {
+            ops.report
+                .ops
+                .iter()
+                .find(|x| &x.proto == p && &x.op == o)
+                .map(|x| x.latency.p50_ns as f64)
+        })
+        .collect();
+    assert!(!cats.is_empty());
+    check_hbars(&svg, "latency", &cats, &[("p50", p50)]);
+}
+
+#[test]
+fn capture_flows_writes_in_flight_against_the_window() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    let file = dir.join("zeek/nfs_nfs_write.pcap");
+    let f = file.to_str().unwrap();
+    let (page, svg) = run_with_report(&["capture", "flows", f], Some("flow"));
+    assert!(page.contains("Bytes in flight vs advertised window"));
+    // The series in the JSON document is what is drawn.
+    let out = rt()
+        .args(["capture", "flows", f, "--json"])
+        .output()
+        .unwrap();
+    let doc = load::parse("flows.json", &out.stdout).unwrap();
+    let flows: roundtrip::report::kinds::FlowsIn = doc.typed().unwrap();
+    let s = flows.window_series.expect("a series");
+    assert!(s.buckets.len() <= roundtrip::capture::FLOW_SERIES_BUCKETS);
+    // The largest connection is drawn.
+    let biggest = flows
+        .flows
+        .iter()
+        .max_by_key(|f| f.client_to_server.payload_bytes + f.server_to_client.payload_bytes)
+        .unwrap();
+    assert_eq!(s.flow_id, biggest.id);
+    let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);
+    let cmds = path_cmds(paths(&svg, "cols c0")[0]);
+    let want: Vec<(f64, f64)> = s
+        .buckets
+        .iter()
+        .filter_map(|b| Some((b.in_flight_min_bytes? as f64, b.in_flight_max_bytes? as f64)))
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(cmds.len(), 2 * want.len());
+    for (k, (lo, hi)) in want.iter().enumerate() {
+        let (m, v) = (&cmds[2 * k], &cmds[2 * k + 1]);
+        assert!(
+            (y.value(m.1[1]) - lo).abs() <= y.tolerance(m.1[1]),
+            "min {k}"
+        );
+        assert!(
+            (y.value(v.1[0]) - hi).abs() <= y.tolerance(v.1[0]),
+            "max {k}"
+        );
+    }
+    // The largest in-flight drawn is the connection's own maximum.
+    let (_, bulk_max) = want.iter().fold((0.0, 0.0f64), |a, b| (0.0, a.1.max(b.1)));
+    let dir_max = biggest
+        .client_to_server
+        .in_flight_max_bytes
+        .max(biggest.server_to_client.in_flight_max_bytes) as f64;
+    assert_eq!(bulk_max, dir_max);
+}
+
+#[test]
+fn every_measuring_command_writes_a_report() {
+    let srv = server::start(
+        &ServerConfig {
+            bind: Some([127, 0, 0, 1].into()),
+            port: 0,
+            tcp: true,
+            udp: true,
+        },
+        |_| {},
+    )
+    .unwrap();
+    let tcp = srv.tcp_addr().unwrap().to_string();
+    let udp = srv.udp_addr().unwrap().to_string();
+    for (args, want) in [
+        (
+            vec![
+                "throughput",
+                tcp.as_str(),
+                "-m",
+                "64,1k",
+                "-t",
+                "300ms",
+                "-q",
+            ],
+            "Throughput vs message size",
+        ),
+        (
+            vec![
+                "load",
+                udp.as_str(),
+                "-u",
+                "-r",
+                "2000",
+                "-t",
+                "300ms",
+                "--warmup",
+                "50ms",
+            ],
+            "Latency by percentile",
+        ),
+        (
+            vec![
+                "sweep",
+                tcp.as_str(),
+                "--sizes",
+                "64",
+                "--rates",
+                "500,1000",
+                "-t",
+                "200ms",
+                "--warmup",
+                "50ms",
+            ],
+            "Latency vs offered rate",
+        ),
+        (
+            vec!["connect", tcp.as_str(), "-n", "5", "-i", "10ms"],
+            "Handshake time by percentile",
+        ),
+    ] {
+        let (page, svg) = run_with_report(&args, None);
+        assert!(page.contains(want), "{args:?}: no {want}");
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+    }
+    if common::is_root() {
+        // Every echo reply is a sample of the ICMP charts.
+        let (page, svg) = run_with_report(
+            &["icmp", "127.0.0.1", "-n", "20", "-i", "5ms"],
+            Some("rtt-time"),
+        );
+        assert!(page.contains("RTT by percentile"));
+        assert!(svg.contains("every sample"), "{svg}");
+    }
+    if let Some(dir) = common::captures_dir() {
+        let f = dir.join("zeek/http_get.pcap");
+        let (page, _) = run_with_report(&["capture", "stats", f.to_str().unwrap()], None);
+        assert!(page.contains("On-wire rate per interval"));
+    }
+    srv.shutdown();
+}
+
+#[test]
+fn documents_of_other_commands_name_what_they_lack() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = d.join("r.html");
+    // A flows document whose flows were removed, an rpc document without its report.
+    let mut fl = flows_doc();
+    fl.as_object_mut().unwrap().remove("flows");
+    let fl = write(d, "fl.json", &fl.to_string());
+    let e = report_err(&[fl.as_os_str(), "-o".as_ref(), o.as_os_str()]);
+    assert!(
+        e.contains("fl.json: the \"capture-flows\" result is incomplete: missing field `flows`"),
+        "{e}"
+    );
+    let mut rpc = rpc_doc();
+    rpc.as_object_mut().unwrap().remove("report");
+    let rpc = write(d, "rpc.json", &rpc.to_string());
+    let e = report_err(&[rpc.as_os_str(), "-o".as_ref(), o.as_os_str()]);
+    assert!(e.contains("missing field `report`"), "{e}");
+    // sockperf's own --full-log is CSV, not a result; Wireshark's JSON export is an array.
+    let ws = write(d, "ws.json", r#"[{"_source":{"layers":{}}}]"#);
+    let e = report_err(&[ws.as_os_str(), "-o".as_ref(), o.as_os_str()]);
+    assert!(
+        e.contains("ws.json is not a roundtrip result: it holds a JSON array"),
+        "{e}"
+    );
+    // A capture without TCP: the page says so, and --svg has nothing to write.
+    let mut none = flows_doc();
+    none["flows"] = serde_json::json!([]);
+    none["window_series"] = serde_json::Value::Null;
+    let none = write(d, "none.json", &none.to_string());
+    let e = report_err(&[
+        none.as_os_str(),
+        "-o".as_ref(),
+        o.as_os_str(),
+        "--svg".as_ref(),
+        d.join("n.svg").as_os_str(),
+    ]);
+    assert!(
+        e.contains("no chart can be drawn from these results") && e.contains("no TCP connection"),
+        "{e}"
+    );
+    // Several kinds on one page: each gets its section.
+    let a = write(d, "cmp.json", &compare_doc().to_string());
+    let b = write(d, "db.json", &db_doc().to_string());
+    rt().arg("report")
+        .args([&a, &b])
+        .arg("-o")
+        .arg(&o)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&o).unwrap();
+    assert!(page.contains("Round trip per probe") && page.contains("Time per phase"));
+}
+
+#[test]
+fn match_bars_read_back_to_both_ends() {
+    let op = |name: &str, server: serde_json::Value, client: serde_json::Value| {
+        serde_json::json!({"proto": "pgsql", "op": name, "client_count": 10, "server_count": 10, "matched": 10,
+            "server": server, "client": client, "diff_mean_ns": 1.0, "diff_p50_ns": 1})
+    };
+    let doc = envelope(
+        "capture-match",
+        serde_json::json!({
+            "client_capture": {"file": "c.pcap"}, "server_capture": {"file": "s.pcap"},
+            "client_requests": 20, "server_requests": 20, "matched": 20,
+            "ops": [
+                op("SELECT", summary(50_000, 130_000, 900_000, 1_000_000),
+                   summary(250_000, 330_000, 1_700_000, 2_000_000)),
+                op("COMMIT", summary(20_000, 40_000, 60_000, 70_000),
+                   summary(220_000, 240_000, 410_000, 500_000)),
+            ],
+            "unmatched": [], "clock_offset_ns": 12, "unrelated": false, "verdict": "the network adds 200us"
+        }),
+    );
+    let page = page_of("match", doc);
+    let svg = figure_svg(&page, "bars");
+    check_hbars(
+        &svg,
+        "latency",
+        &["SELECT", "COMMIT"],
+        &[
+            ("server p50", vec![Some(130e3), Some(40e3)]),
+            ("client p50", vec![Some(330e3), Some(240e3)]),
+            ("server p99", vec![Some(900e3), Some(60e3)]),
+            ("client p99", vec![Some(1.7e6), Some(410e3)]),
+        ],
+    );
+    let html = roundtrip::report::html::render(&page);
+    assert!(html.contains("the network adds 200us") && html.contains("c.pcap"));
+}
+
+#[test]
+fn db_full_log_samples_read_back_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("op,seq,start_s,duration_ns,rows,bytes\n");
+    let mut pings = Vec::new();
+    for i in 0..200u64 {
+        let t = i as f64 * 0.01;
+        let ping = if i == 123 {
+            7_300_000
+        } else {
+            30_000 + (i * 37) % 9_000
+        };
+        pings.push((t, ping));
+        csv.push_str(&format!("ping,{i},{t:.9},{ping},0,0\n"));
+        csv.push_str(&format!("query,{i},{:.9},{},1,8\n", t + 0.001, 45_000 + i));
+    }
+    let log = write(dir.path(), "db.csv", &csv);
+    let phase_log = match load::load_any_log(&log).unwrap() {
+        load::AnyLog::Db(l) => l,
+        load::AnyLog::Ping(_) => panic!("read as a ping log"),
+    };
+    assert_eq!(phase_log.rows, 400);
+    let run = Run {
+        label: "db".into(),
+        doc: load::from_value("db.json", db_doc()).unwrap(),
+        full_log: None,
+        phase_log: Some(phase_log),
+    };
+    let page = charts::page("t", &[run], &Options::default()).unwrap();
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "duration"));
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    // The ping strokes: every sample 10 ms apart, so one dot per sample at its own value and time.
+    let cmds = path_cmds(paths(&svg, "cols c0")[0]);
+    assert_eq!(cmds.len(), 2 * pings.len());
+    for (k, (t, v)) in pings.iter().enumerate() {
+        let (m, top) = (&cmds[2 * k], &cmds[2 * k + 1]);
+        assert!(
+            (y.value(m.1[1]) - *v as f64).abs() <= y.tolerance(m.1[1]),
+            "ping {k}"
+        );
+        assert!((y.value(top.1[0]) - *v as f64).abs() <= y.tolerance(top.1[0]));
+        assert!(
+            (x.value(m.1[0]) - t * 1e9).abs() <= 0.006e9,
+            "time of ping {k}"
+        );
+    }
+    // A bad row names its line.
+    let bad = write(
+        dir.path(),
+        "bad.csv",
+        "op,seq,start_s,duration_ns,rows,bytes\nping,0,0.1,500,0,0\nping,1,0.2,x,0,0\n",
+    );
+    let e = load::load_any_log(&bad).unwrap_err().to_string();
+    assert!(e.contains("bad.csv line 3: duration_ns is \"x\""), "{e}");
+}
+
+#[test]
+fn rpc_intervals_read_back_and_gaps_stay_empty() {
+    let mut doc = rpc_doc();
+    let row = |start: f64, count: u64, p50: u64, p99: u64, max: u64| {
+        serde_json::json!({"start_s": start, "count": count, "mean_ns": 1.0, "p50_ns": p50, "p99_ns": p99,
+            "max_ns": max})
+    };
+    // 0-1 s and 1-2 s, nothing from 2 to 4 s, then 4-5 s.
+    doc["report"]["intervals"] = serde_json::json!([
+        row(0.0, 10, 110_000, 470_000, 2_300_000),
+        row(1.0, 12, 130_000, 650_000, 900_000),
+        row(4.0, 3, 170_000, 180_000, 23_000_000),
+    ]);
+    doc["report"]["interval_s"] = 1.0.into();
+    let page = page_of("rpc", doc);
+    let svg = figure_svg(&page, "rtt-time");
+    let y = ReadAxis::new(&ticks(&svg, "y"), duration_label, is_log(&svg, "latency"));
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let maxes = paths(&svg, "step c0 dash");
+    assert_eq!(maxes.len(), 2, "one staircase per stretch without a gap");
+    let levels = |d: &str| {
+        let c = path_cmds(d);
+        let mut v = vec![(x.value(c[0].1[0]), y.value(c[0].1[1]), c[0].1[1])];
+        for k in c.iter().filter(|k| k.0 == 'V') {
+            v.push((f64::NAN, y.value(k.1[0]), k.1[0]));
+        }
+        let end = c.iter().rev().find(|k| k.0 == 'H').unwrap().1[0];
+        (v, x.value(end))
+    };
+    let (a, a_end) = levels(maxes[0]);
+    assert!(a[0].0.abs() < 0.01e9 && (a_end - 2e9).abs() < 0.01e9);
+    for ((_, got, px), want) in a.iter().zip([2.3e6, 0.9e6, 0.9e6]) {
+        assert!((got - want).abs() <= y.tolerance(*px), "{got} vs {want}");
+    }
+    let (b, b_end) = levels(maxes[1]);
+    assert!((b[0].0 - 4e9).abs() < 0.01e9 && (b_end - 5e9).abs() < 0.01e9);
+    assert!((b[0].1 - 23e6).abs() <= y.tolerance(b[0].2));
 }

@@ -318,6 +318,128 @@ pub struct FlowsResult {
     pub counters: TrackerCounters,
     /// One summary per TCP connection, in order of first packet.
     pub flows: Vec<FlowSummary>,
+    /// In flight against the receiver's window over time for one connection (see [`flow_series`]); `None`
+    /// when not asked for or when no TCP connection matched.
+    pub window_series: Option<FlowSeries>,
+}
+
+/// Buckets of a [`FlowSeries`]: about one per pixel column of a report chart.
+pub const FLOW_SERIES_BUCKETS: usize = 800;
+
+/// One time bucket of a [`FlowSeries`]: the smallest and largest value seen in it (empty buckets are left out).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SeriesBucket {
+    /// Start of the bucket, seconds since the connection's first packet.
+    pub start_s: f64,
+    /// Smallest bytes in flight after a data segment of the data direction, when one was sent in the bucket.
+    pub in_flight_min_bytes: Option<u64>,
+    /// Largest bytes in flight in the bucket.
+    pub in_flight_max_bytes: Option<u64>,
+    /// Smallest window (scaled) advertised by the receiving side in the bucket.
+    pub window_min_bytes: Option<u64>,
+    /// Largest window advertised by the receiving side in the bucket.
+    pub window_max_bytes: Option<u64>,
+}
+
+/// Bytes in flight of one connection's data direction against the window its receiver advertised, over
+/// time: a bounded series (at most [`FLOW_SERIES_BUCKETS`] buckets of equal length over the connection's
+/// life), min and max per bucket, so no extreme is dropped.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowSeries {
+    /// The connection's number (as in `flows`).
+    pub flow_id: u64,
+    /// The client end.
+    pub client: SocketAddr,
+    /// The server end.
+    pub server: SocketAddr,
+    /// The data direction drawn (the one that carried more payload).
+    pub direction: flows::Dir,
+    /// Why this connection: "only" (one matched) or "largest" (most payload bytes of several).
+    pub chosen: &'static str,
+    /// Length of one bucket, seconds.
+    pub bucket_s: f64,
+    /// Non-empty buckets in time order.
+    pub buckets: Vec<SeriesBucket>,
+}
+
+/// Reads `path` again for the connection of `flows` that carried the most payload and returns its
+/// [`FlowSeries`] (None when `flows` is empty). `filter` is the one the flows were found with.
+pub fn flow_series(
+    path: &Path,
+    filter: &Filter,
+    config: TrackerConfig,
+    flows: &[FlowSummary],
+) -> Result<Option<FlowSeries>, CaptureError> {
+    let Some(f) = flows.iter().max_by_key(|f| {
+        (
+            f.client_to_server.payload_bytes + f.server_to_client.payload_bytes,
+            std::cmp::Reverse(f.id),
+        )
+    }) else {
+        return Ok(None);
+    };
+    let (dir, _) = f.bulk();
+    let n = FLOW_SERIES_BUCKETS;
+    let span_ns = (f.last_ts_ns - f.first_ts_ns).max(1);
+    let bucket_ns = (span_ns as f64 / n as f64).max(1.0);
+    let only = Filter {
+        flow: Some((f.client, f.server)),
+        ..filter.clone()
+    };
+    #[derive(Clone, Copy, Default)]
+    struct Acc {
+        fl: Option<(u64, u64)>,
+        win: Option<(u64, u64)>,
+    }
+    fn widen(r: &mut Option<(u64, u64)>, v: u64) {
+        *r = Some(match *r {
+            Some((a, b)) => (a.min(v), b.max(v)),
+            None => (v, v),
+        });
+    }
+    let mut acc = vec![Acc::default(); n];
+    let mut pk = Packets::open(path)?;
+    let mut tr = FlowTracker::new(config);
+    while let Some((p, d)) = pk.next_decoded() {
+        let Some(d) = d else { continue };
+        if p.ts_ns < f.first_ts_ns || p.ts_ns > f.last_ts_ns || !only.matches(Some(&d)) {
+            continue;
+        }
+        let Some(info) = tr.process(p.ts_ns, p.orig_len, &d) else {
+            continue;
+        };
+        let i = (((p.ts_ns - f.first_ts_ns) as f64 / bucket_ns) as usize).min(n - 1);
+        if info.dir == dir {
+            if info.payload_len > 0
+                && let Some(v) = info.in_flight
+            {
+                widen(&mut acc[i].fl, v);
+            }
+        } else {
+            widen(&mut acc[i].win, info.window);
+        }
+    }
+    let buckets = acc
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.fl.is_some() || a.win.is_some())
+        .map(|(i, a)| SeriesBucket {
+            start_s: i as f64 * bucket_ns / 1e9,
+            in_flight_min_bytes: a.fl.map(|x| x.0),
+            in_flight_max_bytes: a.fl.map(|x| x.1),
+            window_min_bytes: a.win.map(|x| x.0),
+            window_max_bytes: a.win.map(|x| x.1),
+        })
+        .collect();
+    Ok(Some(FlowSeries {
+        flow_id: f.id,
+        client: f.client,
+        server: f.server,
+        direction: dir,
+        chosen: if flows.len() == 1 { "only" } else { "largest" },
+        bucket_s: bucket_ns / 1e9,
+        buckets,
+    }))
 }
 
 /// `capture flows`: one summary per TCP connection. `sink`, when given, receives every connection's payload
@@ -345,6 +467,7 @@ pub fn run_flows(
         capture: pk.finish(),
         counters,
         flows,
+        window_series: None,
     })
 }
 

@@ -5,7 +5,7 @@ use super::output::{Exit, error_line, note, out};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::capture::{self, CaptureInfo, Filter};
-use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::report::json::{Envelope, envelope_bytes as doc};
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
@@ -97,6 +97,8 @@ struct StatsArgs {
     /// one, the higher port is the client's).
     #[arg(long)]
     by_direction: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +117,8 @@ struct FlowsArgs {
     /// A connection silent this long (capture time) is finished and its memory freed.
     #[arg(long, default_value = "300s", value_parser = args::positive_duration)]
     idle_timeout: Duration,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
 }
 
 /// Runs `roundtrip capture ...`.
@@ -177,7 +181,17 @@ fn fmt_bits(bps: f64) -> String {
 
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
+    a.pictures.validate()?;
     let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
+    if a.pictures.wanted() {
+        let doc = Envelope::new("capture-stats", &r);
+        super::report::after_run(
+            &a.pictures,
+            &doc,
+            None,
+            &a.common.file.display().to_string(),
+        )?;
+    }
     if a.common.json {
         out(doc("capture-stats", &r))?;
         return Ok(finish(&r.capture, true));
@@ -384,7 +398,20 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         idle_timeout: a.idle_timeout,
         ..TrackerConfig::default()
     };
-    let r = capture::run_flows(&a.common.file, &filter, config, None)?;
+    a.pictures.validate()?;
+    let mut r = capture::run_flows(&a.common.file, &filter, config, None)?;
+    if a.common.json || a.pictures.wanted() {
+        r.window_series = capture::flow_series(&a.common.file, &filter, config, &r.flows)?;
+    }
+    if a.pictures.wanted() {
+        let doc = Envelope::new("capture-flows", &r);
+        super::report::after_run(
+            &a.pictures,
+            &doc,
+            None,
+            &a.common.file.display().to_string(),
+        )?;
+    }
     if a.common.json {
         out(doc("capture-flows", &r))?;
         return Ok(finish(&r.capture, true));

@@ -11,7 +11,7 @@ use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::{CaptureInfo, Filter};
-use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::report::json::{Envelope, envelope_bytes as doc};
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use serde::Serialize;
@@ -57,6 +57,8 @@ pub struct RpcArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
 }
 
 /// Arguments of `roundtrip capture match`.
@@ -74,6 +76,8 @@ pub struct MatchArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
 }
 
 fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
@@ -266,8 +270,13 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         interval: a.interval,
         by_conn: a.by_conn,
     };
+    a.pictures.validate()?;
     let r = run::run_rpc(&a.file, &filter, a.proto, config)
         .with_context(|| format!("cannot analyse {}", a.file.display()))?;
+    if a.pictures.wanted() {
+        let doc = Envelope::new("capture-rpc", &r);
+        super::report::after_run(&a.pictures, &doc, None, &a.file.display().to_string())?;
+    }
     if a.json {
         out(doc("capture-rpc", &r))?;
     } else {
@@ -353,11 +362,24 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     let filter = Filter::default();
+    a.pictures.validate()?;
     let (ci, c) = run::collect(&a.client, &filter, a.proto)
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
     let (si, s) = run::collect(&a.server, &filter, a.proto)
         .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
     let r = matching::match_captures(&c.transactions, &s.transactions);
+    if a.pictures.wanted() {
+        let doc = Envelope::new(
+            "capture-match",
+            MatchDoc {
+                client_capture: &ci,
+                server_capture: &si,
+                report: &r,
+            },
+        );
+        let label = format!("{} vs {}", a.client.display(), a.server.display());
+        super::report::after_run(&a.pictures, &doc, None, &label)?;
+    }
     if a.json {
         out(doc(
             "capture-match",

@@ -48,6 +48,8 @@ pub struct CompareArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     ipv4: bool,
@@ -101,6 +103,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     config.icmp_mode = IcmpMode::Auto;
     config.loopback_v6 = a.ipv6;
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let mut dns_ns = None;
     let mut dns_line = String::new();
     if let Some(t) = &target {
@@ -122,30 +125,30 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         ));
     }
     let result = compare::run(&config)?;
+    let doc = || CompareDoc {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        kind: "compare",
+        environment: Environment::current(),
+        started_unix_s: result
+            .started
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        target: a.target.clone(),
+        address: result.addr.to_string(),
+        embedded_server: result.embedded_server,
+        dns_ns,
+        count: config.count,
+        interval_ns: ns(config.interval),
+        timeout_ns: ns(config.timeout),
+        size_bytes: config.size,
+        rows: result.rows.clone(),
+        tcp_info: result.tcp_info,
+        conclusion: result.conclusion(),
+        cancelled: result.cancelled,
+    };
     if a.json {
-        let doc = CompareDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: "compare",
-            environment: Environment::current(),
-            started_unix_s: result
-                .started
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            target: a.target.clone(),
-            address: result.addr.to_string(),
-            embedded_server: result.embedded_server,
-            dns_ns,
-            count: config.count,
-            interval_ns: ns(config.interval),
-            timeout_ns: ns(config.timeout),
-            size_bytes: config.size,
-            rows: result.rows.clone(),
-            tcp_info: result.tcp_info,
-            conclusion: result.conclusion(),
-            cancelled: result.cancelled,
-        };
-        out(json::to_bytes(&doc))?;
+        out(json::to_bytes(&doc()))?;
     } else {
         let whom = if result.embedded_server {
             format!("embedded roundtrip server on {} (loopback)", result.addr)
@@ -188,6 +191,10 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         if let Some(c) = result.conclusion() {
             out(format!("\nIn short: {c}.\n"))?;
         }
+    }
+    if a.pictures.wanted() {
+        let label = a.target.clone().unwrap_or_else(|| "embedded server".into());
+        super::report::after_run(&a.pictures, &doc(), None, &label)?;
     }
     if !result.measured_anything() && !result.cancelled {
         let first = result

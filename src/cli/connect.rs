@@ -36,6 +36,8 @@ pub struct ConnectArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     ipv4: bool,
@@ -148,6 +150,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         ConnectMode::Kernel
     };
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
 
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr;
@@ -170,32 +173,32 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         unreachable: result.count(PortState::Unreachable),
     };
     let verdict = result.verdict();
+    let doc = || ConnectDoc {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        kind: "connect",
+        environment: Environment::current(),
+        started_unix_s: result
+            .started
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        target: a.target.clone(),
+        address: addr.to_string(),
+        mode: result.mode,
+        count: config.count,
+        interval_ns: ns(config.interval),
+        timeout_ns: ns(config.timeout),
+        dns_ns: (!literal).then(|| ns(dns)),
+        verdict,
+        counts: counts.clone(),
+        handshake: result.handshake.summary(),
+        refused: result.refused.summary(),
+        attempts: result.attempts.clone(),
+        error: result.error.as_ref().map(|e| e.to_string()),
+        cancelled: result.cancelled,
+    };
     if a.json {
-        let doc = ConnectDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: "connect",
-            environment: Environment::current(),
-            started_unix_s: result
-                .started
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            target: a.target.clone(),
-            address: addr.to_string(),
-            mode: result.mode,
-            count: config.count,
-            interval_ns: ns(config.interval),
-            timeout_ns: ns(config.timeout),
-            dns_ns: (!literal).then(|| ns(dns)),
-            verdict,
-            counts: counts.clone(),
-            handshake: result.handshake.summary(),
-            refused: result.refused.summary(),
-            attempts: result.attempts.clone(),
-            error: result.error.as_ref().map(|e| e.to_string()),
-            cancelled: result.cancelled,
-        };
-        out(json::to_bytes(&doc))?;
+        out(json::to_bytes(&doc()))?;
     } else {
         out(format!(
             "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",
@@ -230,6 +233,9 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
                  (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
             )?;
         }
+    }
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;
     }
     if let Some(e) = &result.error {
         error_line(e);

@@ -48,6 +48,8 @@ pub struct DbArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// Write one CSV row per timed operation to FILE (op, seq, start, duration, rows, bytes).
     #[arg(long, value_name = "FILE.csv")]
     full_log: Option<PathBuf>,
@@ -137,6 +139,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     config.row_bytes = a.row_bytes;
     config.timeout = a.timeout;
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let mut log = match &a.full_log {
         Some(p) => {
             let mut w = BufWriter::new(
@@ -203,6 +206,15 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
                 path.display()
             ));
         }
+    }
+    if a.pictures.wanted() {
+        let doc = DbDoc::new(&config, &result);
+        super::report::after_run(
+            &a.pictures,
+            &doc,
+            a.full_log.as_deref(),
+            &config.url.redacted(),
+        )?;
     }
     if let Some(e) = &result.error {
         error_line(e);

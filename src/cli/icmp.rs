@@ -45,6 +45,8 @@ pub struct IcmpArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     ipv4: bool,
@@ -131,6 +133,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         _ => IcmpMode::Auto,
     };
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -141,34 +144,34 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         probes: Vec::new(),
     };
     let result = icmp::run(&config, &mut printer)?;
+    let doc = || IcmpDoc {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        kind: "icmp",
+        environment: Environment::current(),
+        started_unix_s: result
+            .started
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        target: a.host.clone(),
+        address: addr.ip().to_string(),
+        socket: result.socket,
+        payload_bytes: result.size,
+        count: config.count,
+        interval_ns: ns(config.interval),
+        timeout_ns: ns(config.timeout),
+        dns_ns: (!literal).then(|| ns(dns)),
+        sent: result.sent,
+        received: result.received,
+        lost: result.lost(),
+        errors: result.errors,
+        rtt: result.rtt.summary(),
+        probes: printer.probes.clone(),
+        error: result.error.as_ref().map(|e| e.to_string()),
+        cancelled: result.cancelled,
+    };
     if a.json {
-        let doc = IcmpDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: "icmp",
-            environment: Environment::current(),
-            started_unix_s: result
-                .started
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            target: a.host.clone(),
-            address: addr.ip().to_string(),
-            socket: result.socket,
-            payload_bytes: result.size,
-            count: config.count,
-            interval_ns: ns(config.interval),
-            timeout_ns: ns(config.timeout),
-            dns_ns: (!literal).then(|| ns(dns)),
-            sent: result.sent,
-            received: result.received,
-            lost: result.lost(),
-            errors: result.errors,
-            rtt: result.rtt.summary(),
-            probes: printer.probes,
-            error: result.error.as_ref().map(|e| e.to_string()),
-            cancelled: result.cancelled,
-        };
-        out(json::to_bytes(&doc))?;
+        out(json::to_bytes(&doc()))?;
     } else {
         let pct = if result.sent > 0 {
             100.0 * result.lost() as f64 / result.sent as f64
@@ -195,6 +198,9 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             t.row(row);
             out(t.render(0))?;
         }
+    }
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &doc(), None, &target.host)?;
     }
     if let Some(e) = &result.error {
         error_line(e);

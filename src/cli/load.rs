@@ -47,6 +47,8 @@ pub struct LoadArgs {
     /// Behave exactly as a sockperf client: no hello.
     #[arg(long)]
     no_extensions: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
     /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
     #[arg(long)]
@@ -78,6 +80,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     config.extensions = !a.no_extensions;
     config.realtime = a.realtime;
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
     config.addr = addr;
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -98,6 +101,10 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::load_text(&result))?;
+    }
+    if a.pictures.wanted() {
+        let doc = traffic::LoadDoc::new(&a.target, &result, a.duration, a.warmup);
+        super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
     if !result.rate_held() && !result.cancelled && a.json {
         note(traffic::rate_sentence(&result));

@@ -11,14 +11,28 @@ use std::path::{Path, PathBuf};
 /// Which chart `--svg` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ChartId {
-    /// RTT by percentile on a log 1/(1-p) axis.
+    /// Latency by percentile on a log 1/(1-p) axis (ping, connect, icmp, load).
     Percentiles,
-    /// RTT histogram.
+    /// Latency histogram (ping, connect, icmp, load).
     Distribution,
-    /// RTT over time.
+    /// Latency over time (ping, connect, icmp).
     RttTime,
-    /// Percentiles of several results side by side (needs two or more results).
+    /// Percentiles of several ping results side by side (needs two or more results).
     Compare,
+    /// Side-by-side bars: compare probes, db phases, load percentiles, capture match operations.
+    Bars,
+    /// Latency against offered rate or message size (sweep).
+    Sweep,
+    /// Throughput per interval (throughput).
+    ThroughputTime,
+    /// Throughput against message size (throughput with several sizes).
+    ThroughputSize,
+    /// Latency per operation (capture rpc).
+    Ops,
+    /// Bytes in flight against the advertised window over time, one connection (capture flows).
+    Flow,
+    /// On-wire rate per interval (capture stats).
+    Traffic,
 }
 
 impl ChartId {
@@ -28,6 +42,13 @@ impl ChartId {
             ChartId::Distribution => "distribution",
             ChartId::RttTime => "rtt-time",
             ChartId::Compare => "compare",
+            ChartId::Bars => "bars",
+            ChartId::Sweep => "sweep",
+            ChartId::ThroughputTime => "throughput-time",
+            ChartId::ThroughputSize => "throughput-size",
+            ChartId::Ops => "ops",
+            ChartId::Flow => "flow",
+            ChartId::Traffic => "traffic",
         }
     }
 }
@@ -35,15 +56,16 @@ impl ChartId {
 /// Picture options shared by every measuring command (`#[command(flatten)]`).
 #[derive(Debug, Clone, Args)]
 pub struct PictureArgs {
-    /// Also write a self-contained HTML report with charts (RTT over time, distribution, percentiles).
+    /// Also write a self-contained HTML report: settings, environment, tables and the charts this command's
+    /// result allows (see README, Reports).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
     /// Also write one chart as a standalone SVG file (which one: --chart).
     #[arg(long, value_name = "FILE.svg")]
     pub svg: Option<PathBuf>,
-    /// The chart --svg writes.
-    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
-    pub chart: ChartId,
+    /// The chart --svg writes [default: percentiles where drawn, else the result's first chart].
+    #[arg(long, value_enum, requires = "svg")]
+    pub chart: Option<ChartId>,
     /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
     #[arg(long)]
     pub log_counts: bool,
@@ -81,10 +103,27 @@ impl PictureArgs {
         // Pick the SVG's chart first, so a wrong --chart writes nothing.
         let svg = match &self.svg {
             Some(path) => {
-                let want = self.chart.id();
                 let figures = || page.sections.iter().flat_map(|s| &s.figures);
+                let want = match self.chart {
+                    Some(c) => c.id(),
+                    None if figures().any(|f| f.id == "percentiles") => "percentiles",
+                    None => figures().next().map_or("percentiles", |f| f.id.as_str()),
+                };
                 let Some(fig) = figures().find(|f| f.id == want) else {
                     let have: Vec<&str> = figures().map(|f| f.id.as_str()).collect();
+                    if have.is_empty() {
+                        let why = page
+                            .sections
+                            .iter()
+                            .flat_map(|s| &s.notes)
+                            .next()
+                            .map_or("nothing was measured", |n| n.trim_end_matches('.'))
+                            .to_string();
+                        bail!(
+                            "no chart can be drawn from these results for {} ({why}); drop --svg",
+                            path.display()
+                        );
+                    }
                     bail!(
                         "no {want} chart for these results (charts drawn: {}); pick another with --chart",
                         have.join(", ")
@@ -157,9 +196,9 @@ struct SvgOnly {
     /// Write one chart as a standalone SVG file (which one: --chart).
     #[arg(long, value_name = "FILE.svg")]
     svg: Option<PathBuf>,
-    /// The chart --svg writes.
-    #[arg(long, value_enum, default_value = "percentiles", requires = "svg")]
-    chart: ChartId,
+    /// The chart --svg writes [default: percentiles where drawn, else the result's first chart].
+    #[arg(long, value_enum, requires = "svg")]
+    chart: Option<ChartId>,
     /// Histogram counts on a log axis, so single slow round trips show beside the bulk.
     #[arg(long)]
     log_counts: bool,
@@ -196,9 +235,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
     for (i, path) in a.results.iter().enumerate() {
         let doc = load::load(path)?;
         charts::check_kind(&doc)?;
-        let full_log = match a.full_log.get(i) {
-            Some(p) => Some(load::load_full_log(p)?),
-            None => None,
+        let (full_log, phase_log) = match a.full_log.get(i) {
+            Some(p) => read_log(p, &doc)?,
+            None => (None, None),
         };
         let label = a.name.get(i).cloned().unwrap_or_else(|| {
             path.file_stem().map_or_else(
@@ -210,6 +249,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
             label,
             doc,
             full_log,
+            phase_log,
         });
     }
     pictures.write(&a.title, &runs)?;
@@ -225,14 +265,37 @@ pub fn after_run<T: serde::Serialize>(
 ) -> anyhow::Result<()> {
     let value = serde_json::to_value(doc).context("preparing the report")?;
     let doc = load::from_value("this run", value)?;
-    let full_log = match full_log {
-        Some(p) => Some(load::load_full_log(p)?),
-        None => None,
+    let (full_log, phase_log) = match full_log {
+        Some(p) => read_log(p, &doc)?,
+        None => (None, None),
     };
     let runs = [Run {
         label: label.to_string(),
         doc,
         full_log,
+        phase_log,
     }];
     pictures.write(&format!("roundtrip {}: {label}", runs[0].doc.kind), &runs)
+}
+
+/// Reads a full log of `ping` or `db` and checks that it goes with the result's kind.
+fn read_log(
+    path: &Path,
+    doc: &load::Loaded,
+) -> anyhow::Result<(Option<load::FullLogSeries>, Option<load::PhaseLog>)> {
+    match load::load_any_log(path)? {
+        load::AnyLog::Ping(f) if doc.kind == "ping" => Ok((Some(f), None)),
+        load::AnyLog::Db(f) if doc.kind == "db" => Ok((None, Some(f))),
+        log => bail!(
+            "{} is a {} full log but {} holds a \"{}\" result: give each --full-log after the result it was written with",
+            path.display(),
+            if matches!(log, load::AnyLog::Ping(_)) {
+                "ping"
+            } else {
+                "db"
+            },
+            doc.path,
+            doc.kind
+        ),
+    }
 }

@@ -48,6 +48,8 @@ pub struct SweepArgs {
     /// Behave exactly as a sockperf client: no hello.
     #[arg(long)]
     no_extensions: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
     /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
     #[arg(long)]
@@ -121,6 +123,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         rates: a.rates.0.clone(),
     };
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
     config.base.addr = addr;
     config.base.cancel = super::ping::cancel_on_ctrl_c();
@@ -139,7 +142,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         total,
     };
     let result = sweep::run(&config, &mut progress)?;
-    if a.json {
+    let doc = || {
         let settings = traffic::LoadSettings {
             target: a.target.clone(),
             address: addr.to_string(),
@@ -148,12 +151,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
             duration_s: a.duration.as_secs_f64(),
             warmup_s: a.warmup.as_secs_f64(),
         };
-        out(json::to_bytes(&traffic::SweepDoc::new(
-            settings,
-            &config.sizes,
-            &config.rates,
-            &result,
-        )))?;
+        traffic::SweepDoc::new(settings, &config.sizes, &config.rates, &result)
+    };
+    if a.json {
+        out(json::to_bytes(&doc()))?;
     } else {
         out(traffic::sweep_table(&result))?;
         for c in result
@@ -168,6 +169,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
                 traffic::rate_sentence(c)
             ))?;
         }
+    }
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;
     }
     let error = result.error.as_ref().map(|e| e.to_string()).or_else(|| {
         result

@@ -52,6 +52,8 @@ pub struct ThroughputArgs {
     /// Behave exactly as a sockperf client: no hello, so no receiver counts and no --reverse.
     #[arg(long)]
     no_extensions: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
     /// IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     ipv4: bool,
@@ -119,6 +121,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
     config.validate().context("checking the arguments")?;
+    a.pictures.validate()?;
     let (addr, _) = target.resolve(super::args::family(a.ipv4, a.ipv6))?;
     config.addr = addr;
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -145,6 +148,10 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::throughput_summary(&result))?;
+    }
+    if a.pictures.wanted() {
+        let doc = traffic::ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);
+        super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
     if let Some(e) = result.error() {
         error_line(e);

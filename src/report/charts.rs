@@ -3,8 +3,8 @@
 //!
 //! # Adding a kind
 //!
-//! Each command's `--json` document has a `kind`. To draw a new kind (e.g. `compare`, `db`, `sweep`,
-//! `capture-rpc`, `capture-flows`):
+//! Each command's `--json` document has a `kind`. To draw a new kind (the builders of the kinds other than
+//! `ping` and `sweep` are in [`crate::report::kinds`]):
 //! 1. write a `fn my_kind(runs: &[Run], opts: &Options) -> Result<Section, LoadError>` that reads its own typed
 //!    input with [`Loaded::typed`] (a `#[derive(Deserialize)]` struct of just the fields it draws, so a missing
 //!    field becomes a one-line error naming it) and returns the section's tables and figures, built with the
@@ -17,7 +17,8 @@
 
 use super::downsample::per_pixel;
 use super::html::{Figure, Page, RunInfo, Section, Table};
-use super::load::{FullLogSeries, LoadError, Loaded};
+use super::kinds;
+use super::load::{FullLogSeries, LoadError, Loaded, PhaseLog};
 use super::svg::{Axis, Chart, Mark, ScaleKind, Series, Unit};
 use super::text::{SUMMARY_COLUMNS, summary_cells};
 use crate::stats::Summary;
@@ -32,6 +33,8 @@ pub struct Run {
     pub doc: Loaded,
     /// Its full log, when one was given.
     pub full_log: Option<FullLogSeries>,
+    /// Its `db --full-log`, when one was given (db results).
+    pub phase_log: Option<PhaseLog>,
 }
 
 impl Run {
@@ -46,7 +49,11 @@ impl Run {
             version: self.doc.environment.roundtrip_version.clone(),
             started_unix_s: self.doc.started_unix_s,
             settings: self.doc.settings(),
-            full_log: self.full_log.as_ref().map(|f| (f.path.clone(), f.rows)),
+            full_log: self
+                .full_log
+                .as_ref()
+                .map(|f| (f.path.clone(), f.rows))
+                .or_else(|| self.phase_log.as_ref().map(|f| (f.path.clone(), f.rows))),
         }
     }
 }
@@ -90,6 +97,46 @@ pub const KINDS: &[KindReport] = &[
     KindReport {
         kind: "sweep",
         build: sweep,
+    },
+    KindReport {
+        kind: "connect",
+        build: kinds::connect,
+    },
+    KindReport {
+        kind: "icmp",
+        build: kinds::icmp,
+    },
+    KindReport {
+        kind: "load",
+        build: kinds::load,
+    },
+    KindReport {
+        kind: "throughput",
+        build: kinds::throughput,
+    },
+    KindReport {
+        kind: "compare",
+        build: kinds::compare,
+    },
+    KindReport {
+        kind: "db",
+        build: kinds::db,
+    },
+    KindReport {
+        kind: "capture-stats",
+        build: kinds::capture_stats,
+    },
+    KindReport {
+        kind: "capture-flows",
+        build: kinds::capture_flows,
+    },
+    KindReport {
+        kind: "capture-rpc",
+        build: kinds::capture_rpc,
+    },
+    KindReport {
+        kind: "capture-match",
+        build: kinds::capture_match,
     },
 ];
 
@@ -567,7 +614,7 @@ pub struct TimeSource<'a> {
 }
 
 /// A log latency axis when the values span more than a factor of `ratio`, else linear from zero.
-fn latency_axis(label: &str, lo: f64, hi: f64, ratio: f64) -> Axis {
+pub(crate) fn latency_axis(label: &str, lo: f64, hi: f64, ratio: f64) -> Axis {
     if lo > 0.0 && hi / lo > ratio {
         Axis::log(label, Unit::Nanos)
     } else {
@@ -627,32 +674,31 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
                 );
             }
         } else {
-            let band: Vec<(f64, f64, f64)> = s
-                .intervals
-                .iter()
-                .filter(|r| r.round_trips > 0)
-                .flat_map(|r| {
-                    let start = (r.end_s - r.length_s).max(0.0);
-                    [
-                        (start, r.p50_ns as f64, r.p99_ns as f64),
-                        (r.end_s, r.p50_ns as f64, r.p99_ns as f64),
-                    ]
-                })
-                .collect();
-            chart.push(Series::new(name("p50 to p99"), i, Mark::Band(band)));
-            chart.push(Series::new(
-                name("median"),
-                i,
-                Mark::Step(step_points(s.intervals, |r| r.p50_ns)),
-            ));
-            chart.push(
-                Series::new(
-                    name("max"),
+            // One band and two staircases per stretch of consecutive intervals with round trips, so nothing
+            // is drawn across an interval without any.
+            for (k, seg) in segments(s.intervals).iter().enumerate() {
+                let named = |what: &str| if k == 0 { name(what) } else { String::new() };
+                let band: Vec<(f64, f64, f64)> = seg
+                    .iter()
+                    .flat_map(|r| {
+                        let start = (r.end_s - r.length_s).max(0.0);
+                        [
+                            (start, r.p50_ns as f64, r.p99_ns as f64),
+                            (r.end_s, r.p50_ns as f64, r.p99_ns as f64),
+                        ]
+                    })
+                    .collect();
+                chart.push(Series::new(named("p50 to p99"), i, Mark::Band(band)));
+                chart.push(Series::new(
+                    named("median"),
                     i,
-                    Mark::Step(step_points(s.intervals, |r| r.max_ns)),
-                )
-                .dashed(),
-            );
+                    Mark::Step(step_points(seg, |r| r.p50_ns)),
+                ));
+                chart.push(
+                    Series::new(named("max"), i, Mark::Step(step_points(seg, |r| r.max_ns)))
+                        .dashed(),
+                );
+            }
         }
     }
     // Merge the full-log columns down to one stroke per pixel column now that the scale is known.
@@ -675,8 +721,28 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
     chart
 }
 
+/// Stretches of consecutive interval rows that have round trips (a row without any, or a gap in time, ends
+/// a stretch).
+fn segments(rows: &[IntervalIn]) -> Vec<Vec<IntervalIn>> {
+    let mut out: Vec<Vec<IntervalIn>> = Vec::new();
+    let mut prev_end: Option<f64> = None;
+    for r in rows {
+        if r.round_trips == 0 {
+            prev_end = None;
+            continue;
+        }
+        let start = (r.end_s - r.length_s).max(0.0);
+        match (prev_end, out.last_mut()) {
+            (Some(e), Some(last)) if (e - start).abs() < 1e-9 => last.push(*r),
+            _ => out.push(vec![*r]),
+        }
+        prev_end = Some(r.end_s);
+    }
+    out
+}
+
 /// Staircase points for interval rows: each value holds from the interval's start to its end.
-fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -> Vec<(f64, f64)> {
+pub(crate) fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = Vec::new();
     for r in rows.iter().filter(|r| r.round_trips > 0) {
         let start = (r.end_s - r.length_s).max(0.0);
@@ -801,6 +867,21 @@ pub fn grouped_bars(
     chart
 }
 
+/// Grouped horizontal bars: one row of bars per category, the value axis `x` along the bottom (for many
+/// categories or long names: `compare` probes, `db` phases, `capture rpc` operations).
+pub fn grouped_hbars(
+    title: &str,
+    categories: &[&str],
+    groups: &[(&str, Vec<f64>)],
+    x: Axis,
+    opts: &Options,
+) -> Chart {
+    let mut chart = grouped_bars(title, categories, groups, x, opts);
+    chart.horizontal = true;
+    chart.fit_height_to_categories();
+    chart
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -809,12 +890,12 @@ mod tests {
     fn unknown_kinds_are_named() {
         let doc = super::super::load::parse(
             "s.json",
-            br#"{"format":"roundtrip","format_version":1,"kind":"db"}"#,
+            br#"{"format":"roundtrip","format_version":1,"kind":"capture-timeline"}"#,
         )
         .unwrap();
         let e = check_kind(&doc).unwrap_err().to_string();
         assert!(
-            e.contains("\"db\" result, which has no report yet (reports exist for: ping, sweep)"),
+            e.contains("\"capture-timeline\" result, which has no report yet (reports exist for: ping, sweep, connect,"),
             "{e}"
         );
     }

@@ -191,15 +191,22 @@ pub struct Envelope<T: Serialize> {
     pub result: T,
 }
 
+impl<T: Serialize> Envelope<T> {
+    /// Wraps `result` in the envelope of this machine.
+    pub fn new(kind: &'static str, result: T) -> Self {
+        Envelope {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind,
+            environment: Environment::current(),
+            result,
+        }
+    }
+}
+
 /// Wraps `result` in an [`Envelope`] of this machine and serialises it with [`to_bytes`].
 pub fn envelope_bytes<T: Serialize>(kind: &'static str, result: T) -> Vec<u8> {
-    to_bytes(&Envelope {
-        format: FORMAT,
-        format_version: FORMAT_VERSION,
-        kind,
-        environment: Environment::current(),
-        result,
-    })
+    to_bytes(&Envelope::new(kind, result))
 }
 
 /// Serialises any document as pretty JSON followed by a newline.

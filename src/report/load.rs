@@ -80,7 +80,7 @@ pub enum LoadError {
     },
     /// A full log whose first line is not the full-log header.
     #[error(
-        "{path} is not a roundtrip full log: its first line is {found:?}, expected {expected:?}; give a file written by `roundtrip ping --full-log`"
+        "{path} is not a roundtrip full log: its first line is {found:?}, expected {expected:?}; give a file written by `roundtrip ping --full-log` (or `roundtrip db --full-log` with a db result)"
     )]
     FullLogHeader {
         /// The file.
@@ -146,11 +146,34 @@ impl Loaded {
         })
     }
 
-    /// The `settings` object as (name, value) pairs, nested objects flattened as `a.b`.
+    /// The `settings` object as (name, value) pairs, nested objects flattened as `a.b`. Documents without a
+    /// `settings` object (connect, icmp, compare, capture ...) give their top-level single values instead, and
+    /// the capture file descriptions (`capture`, `client_capture`, `server_capture`).
     pub fn settings(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(s) = self.value.get("settings") {
             flatten("", s, &mut out);
+            return out;
+        }
+        const ENVELOPE: [&str; 5] = [
+            "format",
+            "format_version",
+            "kind",
+            "environment",
+            "started_unix_s",
+        ];
+        if let Some(m) = self.value.as_object() {
+            for (k, v) in m {
+                if ENVELOPE.contains(&k.as_str()) {
+                    continue;
+                }
+                match v {
+                    Value::Array(_) => {}
+                    Value::Object(_) if k.ends_with("capture") => flatten(k, v, &mut out),
+                    Value::Object(_) => {}
+                    _ => flatten(k, v, &mut out),
+                }
+            }
         }
         out
     }
@@ -179,7 +202,11 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
             fmt_nanos(n.as_f64().unwrap_or(0.0) * 1e9),
         )),
         Value::Number(n) if prefix.ends_with("_bytes") && n.as_u64().is_some() => out.push((
-            prefix.trim_end_matches("_bytes").to_string(),
+            match prefix.trim_end_matches("_bytes") {
+                // `file` beside `file_bytes` (a capture's name and size).
+                p if p.ends_with("file") => format!("{p} size"),
+                p => p.to_string(),
+            },
             fmt_bytes(n.as_u64().unwrap_or(0)),
         )),
         other => out.push((prefix.to_string(), other.to_string())),
@@ -290,6 +317,122 @@ pub struct FullLogSeries {
     pub rows: u64,
     /// RTT in nanoseconds per column of send time in seconds.
     pub columns: MinMaxColumns,
+}
+
+/// Header of the `roundtrip db --full-log` CSV.
+pub const DB_LOG_HEADER: &str = "op,seq,start_s,duration_ns,rows,bytes";
+
+/// The samples of one operation of a db full log.
+#[derive(Debug, Clone)]
+pub struct PhaseSamples {
+    /// Operation name as in the log (`tcp_handshake`, `ping`, `query`, ...).
+    pub op: String,
+    /// Duration (ns) against start time (s), min and max per column.
+    pub columns: MinMaxColumns,
+    /// Every duration.
+    pub histogram: crate::stats::LatencyHistogram,
+}
+
+/// A `db --full-log` file summarised for plotting: one [`PhaseSamples`] per operation, in order of first
+/// appearance.
+#[derive(Debug, Clone)]
+pub struct PhaseLog {
+    /// The file it came from.
+    pub path: String,
+    /// Data rows read.
+    pub rows: u64,
+    /// Per operation.
+    pub ops: Vec<PhaseSamples>,
+}
+
+/// A full log of either layout.
+#[derive(Debug, Clone)]
+pub enum AnyLog {
+    /// `ping --full-log`: one round trip per row.
+    Ping(FullLogSeries),
+    /// `db --full-log`: one timed operation per row.
+    Db(PhaseLog),
+}
+
+/// Reads a full log of `ping` or `db`, told apart by the header.
+pub fn load_any_log(path: &Path) -> Result<AnyLog, LoadError> {
+    let name = path.display().to_string();
+    let io = |source| LoadError::Io {
+        path: name.clone(),
+        source,
+    };
+    let f = std::fs::File::open(path).map_err(io)?;
+    let mut r = std::io::BufReader::new(f);
+    let mut first = Vec::new();
+    std::io::BufRead::read_until(&mut r, b'\n', &mut first).map_err(io)?;
+    if trim_eol(&first) == DB_LOG_HEADER.as_bytes() {
+        return read_phase_log(&name, r).map(AnyLog::Db);
+    }
+    load_full_log(path).map(AnyLog::Ping)
+}
+
+/// Reads the rows (after the header) of a `db --full-log` file.
+pub fn read_phase_log(name: &str, r: impl std::io::BufRead) -> Result<PhaseLog, LoadError> {
+    let mut log = PhaseLog {
+        path: name.to_string(),
+        rows: 0,
+        ops: Vec::new(),
+    };
+    for (i, line) in r.split(b'\n').enumerate() {
+        let lineno = i as u64 + 2;
+        let line = line.map_err(|source| LoadError::Io {
+            path: name.to_string(),
+            source,
+        })?;
+        let l = trim_eol(&line);
+        if l.is_empty() {
+            continue;
+        }
+        let bad = |why: String| LoadError::FullLogRow {
+            path: name.to_string(),
+            line: lineno,
+            why,
+        };
+        let f: Vec<&[u8]> = l.split(|&b| b == b',').collect();
+        if f.len() != 6 {
+            return Err(bad(format!(
+                "{} columns instead of 6 ({DB_LOG_HEADER})",
+                f.len()
+            )));
+        }
+        let op = String::from_utf8_lossy(f[0]).into_owned();
+        let start: f64 = std::str::from_utf8(f[2])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| {
+                bad(format!(
+                    "start_s is {:?}, not a time in seconds",
+                    String::from_utf8_lossy(f[2])
+                ))
+            })?;
+        let d = parse_u64(f[3]).ok_or_else(|| {
+            bad(format!(
+                "duration_ns is {:?}, not a whole number",
+                String::from_utf8_lossy(f[3])
+            ))
+        })?;
+        let k = match log.ops.iter().position(|o| o.op == op) {
+            Some(k) => k,
+            None => {
+                log.ops.push(PhaseSamples {
+                    op,
+                    columns: MinMaxColumns::new(1e-6, FULL_LOG_COLUMNS),
+                    histogram: crate::stats::LatencyHistogram::new(),
+                });
+                log.ops.len() - 1
+            }
+        };
+        log.ops[k].columns.add(start, d as f64);
+        log.ops[k].histogram.record_ns(d);
+        log.rows += 1;
+    }
+    Ok(log)
 }
 
 /// Columns kept while reading a full log: about two per pixel of the widest chart.

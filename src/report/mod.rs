@@ -1,7 +1,8 @@
 //! Exporters: turn typed results into bytes (terminal text, JSON, CSV). Nothing here does network I/O.
 //!
 //! One file per format, as hyperfine does: [`text`], [`json`], [`csv`]. Pictures: [`svg`] (the chart library),
-//! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`), [`load`] (reading
+//! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`), [`kinds`] (the
+//! builders of every kind but ping and sweep), [`load`] (reading
 //! saved results and full logs back), [`downsample`] (min/max per pixel column).
 
 pub mod charts;
@@ -9,6 +10,7 @@ pub mod csv;
 pub mod downsample;
 pub mod html;
 pub mod json;
+pub mod kinds;
 pub mod load;
 pub mod svg;
 pub mod text;

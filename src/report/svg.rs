@@ -58,6 +58,8 @@ pub enum Unit {
     TailPercentile,
     /// Byte counts, labelled `64B`, `1kB`, `1MB` (powers of ten).
     Bytes,
+    /// Bit rates given in bits per second, labelled `500kbit/s`, `2Gbit/s` (powers of ten).
+    BitsPerSecond,
     /// A plain number with no unit.
     Plain,
 }
@@ -113,6 +115,7 @@ impl Axis {
             Unit::Count => "count",
             Unit::Percent => "%",
             Unit::Bytes => "bytes",
+            Unit::BitsPerSecond => "bit/s",
             _ => "",
         };
         let log = self.scale == ScaleKind::Log;
@@ -185,8 +188,11 @@ pub struct Chart {
     pub x: Axis,
     /// Vertical axis.
     pub y: Axis,
-    /// Categories of a bar chart; when set the x axis is categorical.
+    /// Categories of a bar chart; when set the x axis is categorical (the y axis with `horizontal`).
     pub categories: Option<Vec<String>>,
+    /// Bar charts only: categories down the left side and bars growing to the right along the value axis
+    /// (`y` still describes the value axis), so long category names stay readable.
+    pub horizontal: bool,
     /// The series, drawn in order.
     pub series: Vec<Series>,
     /// A line of small print under the plot (what was downsampled, where the data came from).
@@ -211,6 +217,7 @@ impl Chart {
             x,
             y,
             categories: None,
+            horizontal: false,
             series: Vec::new(),
             note: None,
             width: 960,
@@ -225,7 +232,42 @@ impl Chart {
 
     /// Horizontal pixel span of the plot area: (left, right).
     pub fn plot_x(&self) -> (f64, f64) {
-        (LEFT, f64::from(self.width) - RIGHT)
+        let left = match (&self.categories, self.horizontal) {
+            (Some(c), true) => {
+                let longest = c.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+                (14.0 + 7.2 * longest as f64).clamp(LEFT, f64::from(self.width) / 3.0)
+            }
+            _ => LEFT,
+        };
+        (left, f64::from(self.width) - RIGHT)
+    }
+
+    fn horizontal_bars(&self) -> bool {
+        self.horizontal && self.categories.is_some()
+    }
+
+    /// The value scale of a bar chart: vertical, or horizontal along the plot width with `horizontal`.
+    pub fn value_scale(&self) -> Scale {
+        if self.horizontal_bars() {
+            let (l, r) = self.plot_x();
+            let (lo, hi) = self.bounds(false);
+            Scale::fitted(&self.y, lo, hi, l, r)
+        } else {
+            self.y_scale()
+        }
+    }
+
+    /// Sets the height of a horizontal bar chart so every category gets room for its bars.
+    pub fn fit_height_to_categories(&mut self) {
+        let cats = self.categories.as_ref().map_or(0, Vec::len) as f64;
+        let bars = self
+            .series
+            .iter()
+            .filter(|s| matches!(s.mark, Mark::Bars(_)))
+            .count()
+            .max(1) as f64;
+        let fixed = TOP + LEGEND_ROW * self.legend_rows() as f64 + 8.0 + BOTTOM + 14.0;
+        self.height = (fixed + cats * (bars * 9.0 + 10.0)).clamp(220.0, 4000.0) as u32;
     }
 
     fn legend_rows(&self) -> usize {
@@ -372,123 +414,127 @@ impl Chart {
             esc(&self.title)
         );
         self.render_legend(&mut o);
-        let (pl, pr) = self.plot_x();
-        let (pt, pb) = self.plot_y();
-        let ys = self.y_scale();
-        // Horizontal grid and y ticks.
-        o.push_str("<g class=\"yaxis\">");
-        for v in ys.ticks() {
-            let y = ys.map(v);
-            let _ = write!(
-                o,
-                "<g class=\"tick y\"><line class=\"grid\" x1=\"{pl}\" x2=\"{pr}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text></g>",
-                pl - 6.0,
-                y + 4.0,
-                esc(&label(v, self.y.unit))
-            );
-        }
-        let _ = write!(
-            o,
-            "<text class=\"axis-title\" transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text></g>",
-            (pt + pb) / 2.0,
-            esc(&self.y.title())
-        );
-        // X ticks or categories.
-        o.push_str("<g class=\"xaxis\">");
-        match (&self.categories, self.x_scale()) {
-            (Some(cats), _) => {
-                let n = cats.len().max(1) as f64;
-                let step = (pr - pl) / n;
-                for (i, c) in cats.iter().enumerate() {
-                    let x = pl + step * (i as f64 + 0.5);
-                    let _ = write!(
-                        o,
-                        "<g class=\"tick x cat\"><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
-                        pb + 16.0,
-                        esc(c)
-                    );
-                }
-            }
-            (None, Some(xs)) => {
-                for v in xs.ticks() {
-                    let x = xs.map(v);
-                    let _ = write!(
-                        o,
-                        "<g class=\"tick x\"><line class=\"grid\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{pt}\" y2=\"{pb}\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
-                        pb + 16.0,
-                        esc(&label(v, self.x.unit))
-                    );
-                }
+        if self.horizontal_bars() {
+            self.render_horizontal(&mut o);
+        } else {
+            let (pl, pr) = self.plot_x();
+            let (pt, pb) = self.plot_y();
+            let ys = self.y_scale();
+            // Horizontal grid and y ticks.
+            o.push_str("<g class=\"yaxis\">");
+            for v in ys.ticks() {
+                let y = ys.map(v);
                 let _ = write!(
                     o,
-                    "<text class=\"axis-title\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                    (pl + pr) / 2.0,
-                    pb + 38.0,
-                    esc(&self.x.title())
+                    "<g class=\"tick y\"><line class=\"grid\" x1=\"{pl}\" x2=\"{pr}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text></g>",
+                    pl - 6.0,
+                    y + 4.0,
+                    esc(&label(v, self.y.unit))
                 );
             }
-            (None, None) => {}
-        }
-        o.push_str("</g>");
-        // Axis lines.
-        let _ = write!(
-            o,
-            "<path class=\"axis\" d=\"M{pl} {pt}V{pb}H{pr}\" fill=\"none\"/>"
-        );
-        // Data, clipped to the plot area.
-        let clip = format!(
-            "clip{:x}",
-            hash(&self.title) ^ u64::from(w) << 32 ^ u64::from(h)
-        );
-        let _ = write!(
-            o,
-            "<clipPath id=\"{clip}\"><rect x=\"{pl}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"/></clipPath><g class=\"data\" clip-path=\"url(#{clip})\">",
-            pt - 4.0,
-            pr - pl + 4.0,
-            pb - pt + 8.0
-        );
-        let nbars = self
-            .series
-            .iter()
-            .filter(|s| matches!(s.mark, Mark::Bars(_)))
-            .count();
-        let mut bar_index = 0;
-        for s in &self.series {
-            let class = format!(
-                "c{}{}",
-                s.color % COLORS,
-                if s.dashed { " dash" } else { "" }
+            let _ = write!(
+                o,
+                "<text class=\"axis-title\" transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text></g>",
+                (pt + pb) / 2.0,
+                esc(&self.y.title())
             );
-            let name = esc(&s.name);
-            match (&s.mark, self.x_scale()) {
-                (Mark::Bars(vals), _) => {
-                    let cats = self.categories.as_ref().map_or(vals.len(), |c| c.len());
-                    let step = (pr - pl) / cats.max(1) as f64;
-                    let group = step * 0.8;
-                    let bw = group / nbars.max(1) as f64;
-                    let base = ys.map(ys.base());
-                    for (i, &v) in vals.iter().enumerate().take(cats) {
-                        if !v.is_finite() {
-                            continue;
-                        }
-                        let x = pl + step * i as f64 + step * 0.1 + bw * bar_index as f64;
-                        let y = ys.map(v);
+            // X ticks or categories.
+            o.push_str("<g class=\"xaxis\">");
+            match (&self.categories, self.x_scale()) {
+                (Some(cats), _) => {
+                    let n = cats.len().max(1) as f64;
+                    let step = (pr - pl) / n;
+                    for (i, c) in cats.iter().enumerate() {
+                        let x = pl + step * (i as f64 + 0.5);
                         let _ = write!(
                             o,
-                            "<rect class=\"bar {class}\" data-name=\"{name}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{name}: {}</title></rect>",
-                            y.min(base),
-                            (bw - 1.0).max(1.0),
-                            (base - y).abs(),
-                            esc(&label(v, self.y.unit))
+                            "<g class=\"tick x cat\"><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
+                            pb + 16.0,
+                            esc(c)
                         );
                     }
-                    bar_index += 1;
                 }
-                (_, None) => {}
-                (mark, Some(xs)) => render_mark(&mut o, mark, &class, &name, &xs, &ys),
+                (None, Some(xs)) => {
+                    for v in xs.ticks() {
+                        let x = xs.map(v);
+                        let _ = write!(
+                            o,
+                            "<g class=\"tick x\"><line class=\"grid\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{pt}\" y2=\"{pb}\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
+                            pb + 16.0,
+                            esc(&label(v, self.x.unit))
+                        );
+                    }
+                    let _ = write!(
+                        o,
+                        "<text class=\"axis-title\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                        (pl + pr) / 2.0,
+                        pb + 38.0,
+                        esc(&self.x.title())
+                    );
+                }
+                (None, None) => {}
             }
+            o.push_str("</g>");
+            // Axis lines.
+            let _ = write!(
+                o,
+                "<path class=\"axis\" d=\"M{pl} {pt}V{pb}H{pr}\" fill=\"none\"/>"
+            );
+            // Data, clipped to the plot area.
+            let clip = format!(
+                "clip{:x}",
+                hash(&self.title) ^ u64::from(w) << 32 ^ u64::from(h)
+            );
+            let _ = write!(
+                o,
+                "<clipPath id=\"{clip}\"><rect x=\"{pl}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"/></clipPath><g class=\"data\" clip-path=\"url(#{clip})\">",
+                pt - 4.0,
+                pr - pl + 4.0,
+                pb - pt + 8.0
+            );
+            let nbars = self
+                .series
+                .iter()
+                .filter(|s| matches!(s.mark, Mark::Bars(_)))
+                .count();
+            let mut bar_index = 0;
+            for s in &self.series {
+                let class = format!(
+                    "c{}{}",
+                    s.color % COLORS,
+                    if s.dashed { " dash" } else { "" }
+                );
+                let name = esc(&s.name);
+                match (&s.mark, self.x_scale()) {
+                    (Mark::Bars(vals), _) => {
+                        let cats = self.categories.as_ref().map_or(vals.len(), |c| c.len());
+                        let step = (pr - pl) / cats.max(1) as f64;
+                        let group = step * 0.8;
+                        let bw = group / nbars.max(1) as f64;
+                        let base = ys.map(ys.base());
+                        for (i, &v) in vals.iter().enumerate().take(cats) {
+                            if !v.is_finite() {
+                                continue;
+                            }
+                            let x = pl + step * i as f64 + step * 0.1 + bw * bar_index as f64;
+                            let y = ys.map(v);
+                            let _ = write!(
+                                o,
+                                "<rect class=\"bar {class}\" data-name=\"{name}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{name}: {}</title></rect>",
+                                y.min(base),
+                                (bw - 1.0).max(1.0),
+                                (base - y).abs(),
+                                esc(&label(v, self.y.unit))
+                            );
+                        }
+                        bar_index += 1;
+                    }
+                    (_, None) => {}
+                    (mark, Some(xs)) => render_mark(&mut o, mark, &class, &name, &xs, &ys),
+                }
+            }
+            o.push_str("</g>");
         }
-        o.push_str("</g>");
         if let Some(note) = &self.note {
             let _ = write!(
                 o,
@@ -499,6 +545,80 @@ impl Chart {
         }
         o.push_str("</svg>");
         o
+    }
+
+    /// Axes and bars of a horizontal bar chart: value ticks along the bottom, categories down the left.
+    fn render_horizontal(&self, o: &mut String) {
+        let (pl, pr) = self.plot_x();
+        let (pt, pb) = self.plot_y();
+        let xs = self.value_scale();
+        o.push_str("<g class=\"xaxis\">");
+        for v in xs.ticks() {
+            let x = xs.map(v);
+            let _ = write!(
+                o,
+                "<g class=\"tick x\"><line class=\"grid\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{pt}\" y2=\"{pb}\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
+                pb + 16.0,
+                esc(&label(v, self.y.unit))
+            );
+        }
+        let _ = write!(
+            o,
+            "<text class=\"axis-title\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
+            (pl + pr) / 2.0,
+            pb + 38.0,
+            esc(&self.y.title())
+        );
+        let cats = self.categories.as_deref().unwrap_or_default();
+        let step = (pb - pt) / cats.len().max(1) as f64;
+        o.push_str("<g class=\"yaxis\">");
+        for (i, c) in cats.iter().enumerate() {
+            let y = pt + step * (i as f64 + 0.5);
+            let _ = write!(
+                o,
+                "<g class=\"tick y cat\"><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text></g>",
+                pl - 6.0,
+                y + 4.0,
+                esc(c)
+            );
+        }
+        o.push_str("</g>");
+        let _ = write!(
+            o,
+            "<path class=\"axis\" d=\"M{pl} {pt}V{pb}H{pr}\" fill=\"none\"/><g class=\"data\">"
+        );
+        let nbars = self
+            .series
+            .iter()
+            .filter(|s| matches!(s.mark, Mark::Bars(_)))
+            .count()
+            .max(1);
+        let bh = step * 0.8 / nbars as f64;
+        let base = xs.map(xs.base());
+        let mut bar_index = 0;
+        for s in &self.series {
+            let Mark::Bars(vals) = &s.mark else { continue };
+            let class = format!("c{}", s.color % COLORS);
+            let name = esc(&s.name);
+            for (i, &v) in vals.iter().enumerate().take(cats.len()) {
+                if !v.is_finite() || !xs.shows(v) {
+                    continue;
+                }
+                let y = pt + step * i as f64 + step * 0.1 + bh * bar_index as f64;
+                let x = xs.map(v);
+                let _ = write!(
+                    o,
+                    "<rect class=\"bar {class}\" data-name=\"{name}\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}: {name}: {}</title></rect>",
+                    x.min(base),
+                    (x - base).abs(),
+                    (bh - 1.0).max(1.0),
+                    esc(&cats[i]),
+                    esc(&label(v, self.y.unit))
+                );
+            }
+            bar_index += 1;
+        }
+        o.push_str("</g>");
     }
 
     fn render_legend(&self, o: &mut String) {
@@ -897,6 +1017,18 @@ pub fn label(v: f64, unit: Unit) -> String {
                 format!("{}kB", trim(v / 1e3, 3))
             } else {
                 format!("{}B", trim(v, 2))
+            }
+        }
+        Unit::BitsPerSecond => {
+            let a = v.abs();
+            if a >= 1e9 {
+                format!("{}Gbit/s", trim(v / 1e9, 3))
+            } else if a >= 1e6 {
+                format!("{}Mbit/s", trim(v / 1e6, 3))
+            } else if a >= 1e3 {
+                format!("{}kbit/s", trim(v / 1e3, 3))
+            } else {
+                format!("{}bit/s", trim(v, 2))
             }
         }
         Unit::Percent => format!("{}%", trim(v, 4)),

@@ -385,6 +385,12 @@ pub struct LoadDoc {
     pub peer: PeerKind,
     /// The summary.
     pub summary: LoadSummary,
+    /// Histogram of the latency from the scheduled send time, 20 buckets per decade.
+    pub histogram_from_scheduled: Vec<crate::stats::Bucket>,
+    /// Percentile curve of the latency from the scheduled send time.
+    pub percentiles_from_scheduled: Vec<crate::stats::PercentilePoint>,
+    /// Percentile curve of the latency from the actual send time.
+    pub percentiles_from_sent: Vec<crate::stats::PercentilePoint>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
 }
@@ -408,6 +414,9 @@ impl LoadDoc {
             },
             peer: r.peer,
             summary: load_summary(r),
+            histogram_from_scheduled: r.latency_scheduled.buckets(20),
+            percentiles_from_scheduled: r.latency_scheduled.percentile_curve(),
+            percentiles_from_sent: r.latency_sent.percentile_curve(),
             cancelled: r.cancelled,
         }
     }

@@ -284,6 +284,7 @@ impl RpcStats {
                 })
                 .collect(),
             intervals: self.intervals,
+            interval_s: self.config.interval.map(|d| d.as_secs_f64()),
             connections: self.conns.into_values().collect(),
             transactions: self.transactions,
         }
@@ -334,6 +335,8 @@ pub struct RpcReport {
     pub anomalies: Vec<AnomalyRow>,
     /// Per-interval rows (when asked).
     pub intervals: Vec<IntervalRow>,
+    /// Length of the interval rows, seconds (None: not asked).
+    pub interval_s: Option<f64>,
     /// Per-connection rows (when asked).
     pub connections: Vec<ConnStats>,
     /// Transactions in all.
