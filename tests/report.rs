@@ -1224,7 +1224,9 @@ fn flow_in_flight_and_window_read_back_to_the_series() {
         close(y.value(m.1[1]), *lo, y.tolerance(m.1[1]), "in flight min");
         close(y.value(v.1[0]), *hi, y.tolerance(v.1[0]), "in flight max");
     }
-    // The window: a band from min to max (max forward, then min backward).
+    // The window: a band from min to max (max forward, then min backward), each bucket's range held until
+    // the next bucket with a reading (the window only changes when a packet says so), the last one to the
+    // end of the series.
     let d = paths(&svg, "band c1");
     let pts: Vec<(f64, f64)> = path_cmds(d[0])
         .into_iter()
@@ -1232,12 +1234,18 @@ fn flow_in_flight_and_window_read_back_to_the_series() {
         .map(|(_, v)| (v[0], v[1]))
         .collect();
     let want = [
-        (0.25, 64_000.0),
-        (0.75, 64_000.0),
-        (1.75, 131_000.0),
-        (1.75, 17_000.0),
-        (0.75, 64_000.0),
-        (0.25, 29_000.0),
+        (0.0, 64_000.0),
+        (0.5, 64_000.0),
+        (0.5, 64_000.0),
+        (1.5, 64_000.0),
+        (1.5, 131_000.0),
+        (3.0, 131_000.0),
+        (3.0, 17_000.0),
+        (1.5, 17_000.0),
+        (1.5, 64_000.0),
+        (0.5, 64_000.0),
+        (0.5, 29_000.0),
+        (0.0, 29_000.0),
     ];
     assert_eq!(pts.len(), want.len());
     for ((px, py), (t, v)) in pts.iter().zip(want) {

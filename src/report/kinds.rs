@@ -1411,14 +1411,29 @@ pub fn flow_chart(title: &str, s: &FlowSeriesIn, opts: &Options) -> Chart {
     let mut c = Chart::new(title, x, Axis::linear("bytes", Unit::Bytes));
     c.width = opts.width;
     let mid = |b: &SeriesBucketIn| b.start_s + s.bucket_s / 2.0;
-    let win: Vec<(f64, f64, f64)> = s
+    // The window holds its value until the next packet changes it: each bucket's min..max is drawn as a
+    // block from the bucket's start to the start of the next bucket with a window reading (or one bucket
+    // wide for the last), so sparse captures show steps, never slopes that no packet carried.
+    let readings: Vec<(f64, f64, f64)> = s
         .buckets
         .iter()
         .filter_map(|b| match (b.window_min_bytes, b.window_max_bytes) {
-            (Some(lo), Some(hi)) => Some((mid(b), lo as f64, hi as f64)),
+            (Some(lo), Some(hi)) => Some((b.start_s, lo as f64, hi as f64)),
             _ => None,
         })
         .collect();
+    // The last reading holds to the end of the series (packets that carry no window, such as the other
+    // side's data, still extend it).
+    let series_end = s.buckets.last().map_or(0.0, |b| b.start_s + s.bucket_s);
+    let mut win: Vec<(f64, f64, f64)> = Vec::with_capacity(2 * readings.len());
+    for (i, &(start, lo, hi)) in readings.iter().enumerate() {
+        let end = readings
+            .get(i + 1)
+            .map_or(series_end.max(start + s.bucket_s), |r| r.0);
+        win.push((start, lo, hi));
+        win.push((end, lo, hi));
+    }
+    let upper: Vec<(f64, f64)> = win.iter().map(|&(x, _, hi)| (x, hi)).collect();
     let fl: Vec<(f64, f64, f64)> = s
         .buckets
         .iter()
@@ -1427,13 +1442,12 @@ pub fn flow_chart(title: &str, s: &FlowSeriesIn, opts: &Options) -> Chart {
             _ => None,
         })
         .collect();
-    let win_max: Vec<(f64, f64)> = win.iter().map(|&(x, _, hi)| (x, hi)).collect();
     c.push(Series::new(
         "advertised window (min to max)",
         1,
         Mark::Band(win),
     ));
-    c.push(Series::new("advertised window max", 1, Mark::Line(win_max)).dashed());
+    c.push(Series::new("advertised window max", 1, Mark::Line(upper)).dashed());
     c.push(Series::new(
         "bytes in flight (min to max)",
         0,
