@@ -882,8 +882,7 @@ impl Flow {
             let not_advanced = h.has_next
                 && seq_lt(t.seq, h.next_seq)
                 && !(plen > 1 && t.seq == h.next_seq.wrapping_sub(1));
-            let spurious =
-                plen > 0 && oh.acked && seq_le(t.seq.wrapping_add(plen as u32), oh.last_ack);
+            let spurious = plen > 0 && oh.acked && seq_le(t.seq.wrapping_add(plen), oh.last_ack);
             let irtt = match (self.syn_ts, self.hs_ack_ts) {
                 (Some(a), Some(b)) if b > a => b - a,
                 _ => 3_000_000,
