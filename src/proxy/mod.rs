@@ -209,6 +209,8 @@ pub struct Shared {
     total_links: [Mutex<rate::Link>; 2],
     totals: Totals,
     conns: Mutex<BTreeMap<u64, Arc<ConnCounters>>>,
+    /// Open TCP connections, told when the impairment changes.
+    live: Mutex<BTreeMap<u64, std::sync::Weak<tcp::Conn>>>,
     next_id: AtomicU64,
     stop: AtomicBool,
 }
@@ -222,6 +224,7 @@ impl Shared {
             total_links: [Mutex::new(rate::Link::new()), Mutex::new(rate::Link::new())],
             totals: Totals::default(),
             conns: Mutex::new(BTreeMap::new()),
+            live: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
         }
@@ -232,11 +235,28 @@ impl Shared {
         self.impairment.read().expect("impairment lock").clone()
     }
 
-    /// Replaces the impairment; open connections follow it from their next chunk on.
+    /// Replaces the impairment; open connections follow it from their next chunk on, and their faults are
+    /// planned again when the fault settings changed (times and byte counts from now).
     pub fn set_impairment(&self, i: Impairment) -> Result<Option<String>, ImpairmentError> {
         let note = i.validate()?;
-        *self.impairment.write().expect("impairment lock") = Arc::new(i);
+        let i = Arc::new(i);
+        *self.impairment.write().expect("impairment lock") = i.clone();
+        let now = Instant::now();
+        let live: Vec<_> = self
+            .live
+            .lock()
+            .expect("connection list")
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for c in live {
+            c.impairment_changed(&i, now);
+        }
         Ok(note)
+    }
+
+    fn watch(&self, id: u64, conn: std::sync::Weak<tcp::Conn>) {
+        self.live.lock().expect("connection list").insert(id, conn);
     }
 
     /// The totals.
@@ -270,6 +290,7 @@ impl Shared {
 
     fn unregister(&self, id: u64) {
         self.conns.lock().expect("connection list").remove(&id);
+        self.live.lock().expect("connection list").remove(&id);
     }
 
     /// A snapshot of every counter.
