@@ -6,12 +6,14 @@
 //!   comes out at 20 ms plus microseconds. Rate limits ([`rate`]) per connection and for all together, window
 //!   emulation ([`window`]) so bulk transfers feel the latency as real TCP does, and faults ([`faults`]).
 //! - UDP ([`udp`]): per-datagram delay, jitter, loss (random and Gilbert-Elliott), reordering, duplication.
-//! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up,
+//! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up
+//!   (open connections follow delay, jitter and rate from their next chunk, and faults from the change on),
 //!   and to read the counters.
 //!
 //! Concurrency model: plain threads. A direction with no impairment is relayed by its reader thread directly
 //! (no queue, no copies beyond read/write); as soon as it has delay, jitter or rate, a releasing thread is
-//! started for it that sleeps to each chunk's release time and spins the last [`delay::SPIN`].
+//! started for it that sleeps (absolute deadline) to each chunk's release time and spins the last
+//! [`delay::wake_margin`], keeping idle CPUs awake meanwhile so the receiver wakes at once.
 
 pub mod control;
 pub mod delay;
