@@ -3,7 +3,7 @@
 //! Accuracy: a sleeping thread wakes late by the kernel's timer slack (50 us by default) plus scheduling
 //! latency. Each releasing thread therefore sets its timer slack to 1 ns, sleeps with an absolute deadline
 //! (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, the clock [`Instant`] uses) until a margin before the
-//! release time, and spins (yielding) for the rest. The margin adapts: it follows the worst recent oversleep of
+//! release time, and spins (yielding) for the rest. The margin adapts: it follows the recent oversleeps of
 //! the kernel sleep plus a reserve, between [`SPIN`] and [`MAX_MARGIN`], so the release itself is on time to
 //! a few microseconds even where waking a thread is slow.
 //!
@@ -213,7 +213,7 @@ pub fn read_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<(
 }
 
 /// The largest wake-up margin: a release thread never spins longer than this before a release.
-pub const MAX_MARGIN: Duration = Duration::from_millis(2);
+pub const MAX_MARGIN: Duration = Duration::from_millis(1);
 
 /// Reserve added to the worst recent oversleep to make the margin.
 const RESERVE: Duration = Duration::from_micros(50);
@@ -234,17 +234,23 @@ pub fn wake_margin() -> Duration {
     Duration::from_nanos(MARGIN_NS.load(Ordering::Relaxed))
 }
 
-/// Learns from one kernel sleep that ended `late` after its deadline: the margin jumps up to cover it (plus
-/// the reserve) and decays slowly (1/64 of the difference per sleep) when sleeps are punctual.
+/// Learns from one kernel sleep that ended `late` after its deadline: the margin moves 1/8 of the way up to
+/// cover it (plus the reserve), so a wake-up that is slow every time is covered after a few sleeps while a
+/// single outlier (the host pausing the machine) does not make every later release spin long; it decays by
+/// 1/64 of the difference per punctual sleep.
 fn learn_oversleep(late: Duration) {
-    let want = (late + RESERVE).clamp(SPIN, MAX_MARGIN).as_nanos() as u64;
     let cur = MARGIN_NS.load(Ordering::Relaxed);
-    let next = if want >= cur {
-        want
+    MARGIN_NS.store(next_margin(cur, late), Ordering::Relaxed);
+}
+
+/// The margin (ns) after a sleep that ended `late`, from the margin `cur` (ns); see [`learn_oversleep`].
+fn next_margin(cur: u64, late: Duration) -> u64 {
+    let want = (late + RESERVE).clamp(SPIN, MAX_MARGIN).as_nanos() as u64;
+    if want >= cur {
+        cur + (want - cur).div_ceil(8)
     } else {
         cur - (cur - want) / 64
-    };
-    MARGIN_NS.store(next, Ordering::Relaxed);
+    }
 }
 
 /// Process-wide CPU-latency request: a count of holders and the open `/dev/cpu_dma_latency` (None when it
@@ -417,6 +423,29 @@ mod tests {
         for _ in 0..10_000 {
             assert!(rng.delay_sample_ns(d, j, JitterDist::Pareto) >= 10e6);
         }
+    }
+
+    #[test]
+    fn wake_margin_follows_slow_wakeups_but_not_one_outlier() {
+        let us = |ns: u64| Duration::from_nanos(ns);
+        let start = SPIN.as_nanos() as u64;
+        let m = next_margin(start, Duration::from_millis(50)); // one outlier
+        assert!(
+            us(m) <= SPIN + MAX_MARGIN / 8 + Duration::from_micros(1),
+            "{m}"
+        );
+        let mut m = start;
+        for _ in 0..100 {
+            m = next_margin(m, Duration::from_micros(600)); // slow every time
+        }
+        assert!(
+            us(m) >= Duration::from_micros(600) && us(m) <= MAX_MARGIN,
+            "{m}"
+        );
+        for _ in 0..2000 {
+            m = next_margin(m, Duration::ZERO);
+        }
+        assert!(us(m) < Duration::from_micros(200), "{m}");
     }
 
     #[test]
