@@ -6,8 +6,11 @@
 #   throughput: iperf3 (one TCP stream), direct / via roundtrip proxy / via socat
 #   accuracy:   roundtrip ping through `roundtrip proxy --delay 20ms` (both directions): median and p99
 #
+#   idle CPUs:  the same with --no-cpu-wake (the wake-up of halted CPUs not hidden)
+#
 # Interleaved: every round runs every peer once, in turn; the figures are medians over the rounds.
 # Usage: bench/proxy.sh [ROUNDS (default 5)] [SECONDS per run (default 3)]
+# With BASELINE=/path/to/an/older/roundtrip, that build's proxy runs as one more peer in the same rounds.
 set -euo pipefail
 
 ROUNDS=${1:-5}
@@ -38,6 +41,19 @@ iperf3 -s -B 127.0.0.1 -p "$I" >/dev/null 2>&1 & PIDS+=($!)
 socat TCP-LISTEN:"$X_S",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$S" & PIDS+=($!)
 socat TCP-LISTEN:"$X_I",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$I" & PIDS+=($!)
 "$RT" proxy --listen 127.0.0.1:"$D_S" --upstream 127.0.0.1:"$S" --delay 20ms >/dev/null 2>&1 & PIDS+=($!)
+DN_S=$(free_port)
+"$RT" proxy --listen 127.0.0.1:"$DN_S" --upstream 127.0.0.1:"$S" --delay 20ms --no-cpu-wake >/dev/null 2>&1 & PIDS+=($!)
+PING_PEERS="direct:$S roundtrip:$P_S socat:$X_S"
+IPERF_PEERS="direct:$I roundtrip:$P_I socat:$X_I"
+DELAY_PEERS="delay20:$D_S delay20-no-cpu-wake:$DN_S"
+if [ -n "${BASELINE:-}" ]; then
+    B_S=$(free_port); B_I=$(free_port); B_D=$(free_port)
+    "$BASELINE" proxy --listen 127.0.0.1:"$B_S" --upstream 127.0.0.1:"$S" >/dev/null 2>&1 & PIDS+=($!)
+    "$BASELINE" proxy --listen 127.0.0.1:"$B_I" --upstream 127.0.0.1:"$I" >/dev/null 2>&1 & PIDS+=($!)
+    "$BASELINE" proxy --listen 127.0.0.1:"$B_D" --upstream 127.0.0.1:"$S" --delay 20ms >/dev/null 2>&1 & PIDS+=($!)
+    PING_PEERS="$PING_PEERS baseline:$B_S"; IPERF_PEERS="$IPERF_PEERS baseline:$B_I"
+    DELAY_PEERS="$DELAY_PEERS delay20-baseline:$B_D"
+fi
 sleep 1
 
 ping_json() { "$RT" ping 127.0.0.1:"$1" -t "${2}s" --warmup 500ms --json > "$3"; }
@@ -45,19 +61,23 @@ iperf_json() { iperf3 -c 127.0.0.1 -p "$1" -t "$SECS" -J > "$2"; }
 
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) (shared with other jobs), kernel $(uname -r)"
 for r in $(seq 1 "$ROUNDS"); do
-    for peer in direct:$S roundtrip:$P_S socat:$X_S; do
+    for peer in $PING_PEERS; do
         ping_json "${peer#*:}" "$SECS" "$WORK/ping.${peer%%:*}.$r.json"
     done
-    for peer in direct:$I roundtrip:$P_I socat:$X_I; do
+    for peer in $IPERF_PEERS; do
         iperf_json "${peer#*:}" "$WORK/iperf.${peer%%:*}.$r.json"
     done
-    ping_json "$D_S" $((SECS + 2)) "$WORK/ping.delay20.$r.json"
+    for peer in $DELAY_PEERS; do
+        ping_json "${peer#*:}" $((SECS + 2)) "$WORK/ping.${peer%%:*}.$r.json"
+    done
     echo "round $r/$ROUNDS done" >&2
 done
 
-python3 - "$WORK" "$ROUNDS" <<'PY'
+python3 - "$WORK" "$ROUNDS" "$PING_PEERS" "$IPERF_PEERS" "$DELAY_PEERS" <<'PY'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
+names = lambda arg: [p.split(":")[0] for p in arg.split()]
+ping_peers, iperf_peers, delay_peers = names(sys.argv[3]), names(sys.argv[4]), names(sys.argv[5])
 def load(kind, peer):
     return [json.load(open(f"{work}/{kind}.{peer}.{r}.json")) for r in range(1, rounds + 1)]
 def ping(peer):
@@ -72,15 +92,17 @@ def iperf(peer):
 print(f"\n{rounds} interleaved rounds, medians over rounds\n")
 d50, d99, dl = ping("direct")
 print(f"{'TCP 64 B RTT':28} {'p50':>10} {'p99':>10} {'p50 added':>10}   per-round p50 (us)")
-for peer in ["direct", "roundtrip", "socat"]:
+for peer in ping_peers:
     p50, p99, l = ping(peer)
     print(f"{peer:28} {p50/1e3:8.1f}us {p99/1e3:8.1f}us {(p50-d50)/1e3:8.1f}us   {[round(x/1e3,1) for x in l]}")
 dt, _ = iperf("direct")
 print(f"\n{'iperf3 1 stream':28} {'Gbit/s':>10} {'x direct':>10}   per-round Gbit/s")
-for peer in ["direct", "roundtrip", "socat"]:
+for peer in iperf_peers:
     t, l = iperf(peer)
     print(f"{peer:28} {t/1e9:10.2f} {t/dt:10.2f}   {[round(x/1e9,2) for x in l]}")
-p50, p99, l = ping("delay20")
-print(f"\nroundtrip proxy --delay 20ms (40 ms RTT): p50 {p50/1e6:.3f} ms, p99 {p99/1e6:.3f} ms "
-      f"(ideal 40 ms + direct {d50/1e3:.1f} us = {(40e6+d50)/1e6:.3f} ms); per-round p50 ms {[round(x/1e6,3) for x in l]}")
+print(f"\nproxy --delay 20ms (40 ms RTT; ideal 40 ms + direct {d50/1e3:.1f} us = {(40e6+d50)/1e6:.3f} ms)")
+print(f"{'':28} {'p50':>10} {'p99':>10} {'p50 excess':>10}   per-round p50 (ms)")
+for peer in delay_peers:
+    p50, p99, l = ping(peer)
+    print(f"{peer:28} {p50/1e6:8.3f}ms {p99/1e6:8.3f}ms {(p50-40e6-d50)/1e3:8.1f}us   {[round(x/1e6,3) for x in l]}")
 PY

@@ -353,6 +353,61 @@ fn control_api_changes_delay_without_dropping_the_connection() {
 }
 
 #[test]
+fn control_api_faults_apply_to_open_connections() {
+    // Byte limit set on an open connection: counted from the change.
+    let l = TcpListener::bind(local()).unwrap();
+    let p = start_proxy(l.local_addr().unwrap(), Impairment::default(), false, true);
+    let ctl = p.control_addr().unwrap();
+    let sink = sink_one(l);
+    let mut c = TcpStream::connect(p.listen_addr()).unwrap();
+    c.write_all(&[1u8; 5000]).unwrap();
+    // The proxy has relayed those 5000 bytes before the change (wait for its counter).
+    for _ in 0..200 {
+        if p.shared().counters().total.bytes_up == 5000 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let (code, body) = http(ctl, "PUT", "/impairment", r#"{"close_after_bytes": 1000}"#);
+    assert_eq!(code, 200, "{body}");
+    let _ = c.write_all(&[2u8; 3000]);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        c.read(&mut buf).unwrap(),
+        0,
+        "client should see a clean close"
+    );
+    let (got, end, _) = sink.join().unwrap();
+    assert_eq!((got.len(), end), (6000, None));
+    assert_eq!(p.shared().counters().total.fault_closes, 1);
+
+    // Time trigger set on an idle open connection: counted from the change.
+    let l = TcpListener::bind(local()).unwrap();
+    let p = start_proxy(l.local_addr().unwrap(), Impairment::default(), false, true);
+    let ctl = p.control_addr().unwrap();
+    let sink = sink_one(l);
+    let mut c = TcpStream::connect(p.listen_addr()).unwrap();
+    c.write_all(b"hello").unwrap();
+    let t = Instant::now();
+    let (code, body) = http(
+        ctl,
+        "PUT",
+        "/impairment",
+        r#"{"reset_after": {"after_ns": 200000000}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(
+        c.read(&mut buf).unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert_eq!(sink.join().unwrap().1, Some(ErrorKind::ConnectionReset));
+    assert_eq!(p.shared().counters().total.fault_resets, 1);
+}
+
+#[test]
 fn upstream_down_gives_a_clean_close_and_the_proxy_keeps_running() {
     let closed = TcpListener::bind(local()).unwrap().local_addr().unwrap(); // bound, then closed
     let p = start_proxy(closed, Impairment::default(), false, false);

@@ -1,13 +1,25 @@
 //! The delay line: when a chunk that arrived at `t` leaves the emulated path, and a precise sleep to that moment.
 //!
 //! Accuracy: a sleeping thread wakes late by the kernel's timer slack (50 us by default) plus scheduling
-//! latency. Each releasing thread therefore sets its timer slack to 1 us, sleeps until [`SPIN`] before the
-//! release time, and spins (yielding) for the rest, so a 20 ms delay comes out at 20 ms plus a few microseconds.
+//! latency. Each releasing thread therefore sets its timer slack to 1 ns, sleeps with an absolute deadline
+//! (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, the clock [`Instant`] uses) until a margin before the
+//! release time, and spins (yielding) for the rest. The margin adapts: it follows the recent oversleeps of
+//! the kernel sleep plus a reserve, between [`SPIN`] and [`MAX_MARGIN`], so the release itself is on time to
+//! a few microseconds even where waking a thread is slow.
+//!
+//! The receiving application must wake up too: on a virtual machine an idle CPU halts, and waking it costs
+//! from tens of microseconds to half a millisecond, which would be added to every delayed message that comes
+//! after a quiet spell. So while a release thread spins its margin, the proxy holds a CPU-latency request of
+//! 0 (`/dev/cpu_dma_latency`, the Linux PM QoS interface): the kernel wakes idle CPUs then (off the critical
+//! path) and lets them poll instead of halting until the data is written, so the receiver wakes at once.
+//! Where that device cannot be opened (not root) it is skipped. [`set_cpu_wake`] turns it off.
 
 use super::impairment::JitterDist;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long before a release time the sleeping thread wakes and spins.
+/// The smallest margin before a release time at which the sleeping thread wakes and spins.
 pub const SPIN: Duration = Duration::from_micros(150);
 
 /// A small, fast pseudo-random generator (SplitMix64); impairment needs speed and independence between
@@ -115,11 +127,11 @@ impl DelayLine {
     }
 }
 
-/// Lowers this thread's timer slack to 1 us (Linux), so sleeps end on time.
+/// Lowers this thread's timer slack to 1 ns (Linux), so sleeps end on time.
 pub fn precise_timers_for_this_thread() {
     // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and only changes this thread's slack.
     unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
 }
 
@@ -200,16 +212,168 @@ pub fn read_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<(
     Ok((n as usize, arrival))
 }
 
-/// Sleeps until `t`: a kernel sleep until [`SPIN`] before it, then spinning.
-pub fn sleep_until(t: Instant) {
+/// The largest wake-up margin: a release thread never spins longer than this before a release.
+pub const MAX_MARGIN: Duration = Duration::from_millis(1);
+
+/// Reserve added to the worst recent oversleep to make the margin.
+const RESERVE: Duration = Duration::from_micros(50);
+
+/// The current wake-up margin in nanoseconds (process-wide: the oversleep is a property of the machine).
+static MARGIN_NS: AtomicU64 = AtomicU64::new(SPIN.as_nanos() as u64);
+
+/// Whether release threads may hold a CPU-latency request while they spin (see the module documentation).
+static CPU_WAKE: AtomicBool = AtomicBool::new(true);
+
+/// Allows or forbids waking idle CPUs (a CPU-latency request of 0) during the last margin before a release.
+pub fn set_cpu_wake(on: bool) {
+    CPU_WAKE.store(on, Ordering::Relaxed);
+}
+
+/// The current margin before a release time at which a release thread stops sleeping and spins.
+pub fn wake_margin() -> Duration {
+    Duration::from_nanos(MARGIN_NS.load(Ordering::Relaxed))
+}
+
+/// Learns from one kernel sleep that ended `late` after its deadline: the margin moves 1/8 of the way up to
+/// cover it (plus the reserve), so a wake-up that is slow every time is covered after a few sleeps while a
+/// single outlier (the host pausing the machine) does not make every later release spin long; it decays by
+/// 1/64 of the difference per punctual sleep.
+fn learn_oversleep(late: Duration) {
+    let cur = MARGIN_NS.load(Ordering::Relaxed);
+    MARGIN_NS.store(next_margin(cur, late), Ordering::Relaxed);
+}
+
+/// The margin (ns) after a sleep that ended `late`, from the margin `cur` (ns); see [`learn_oversleep`].
+fn next_margin(cur: u64, late: Duration) -> u64 {
+    let want = (late + RESERVE).clamp(SPIN, MAX_MARGIN).as_nanos() as u64;
+    if want >= cur {
+        cur + (want - cur).div_ceil(8)
+    } else {
+        cur - (cur - want) / 64
+    }
+}
+
+/// Process-wide CPU-latency request: a count of holders and the open `/dev/cpu_dma_latency` (None when it
+/// could not be opened: then nothing is done).
+struct CpuLatency {
+    holders: u32,
+    file: Option<std::fs::File>,
+    tried: bool,
+}
+
+static CPU_LATENCY: Mutex<CpuLatency> = Mutex::new(CpuLatency {
+    holders: 0,
+    file: None,
+    tried: false,
+});
+
+/// The "no constraint" value of the CPU-latency request (the kernel's default), in microseconds.
+const NO_LATENCY_LIMIT: i32 = 2_000_000_000;
+
+fn cpu_latency_write(f: &mut std::fs::File, us: i32) {
+    use std::io::Write;
+    let _ = f.write_all(&us.to_ne_bytes());
+}
+
+/// While alive, idle CPUs poll instead of halting (CPU-latency request 0); see the module documentation.
+#[derive(Debug)]
+pub struct CpusAwake(bool);
+
+impl CpusAwake {
+    /// Wakes idle CPUs and keeps them polling until dropped (nothing when not permitted or turned off).
+    pub fn hold() -> CpusAwake {
+        if !CPU_WAKE.load(Ordering::Relaxed) {
+            return CpusAwake(false);
+        }
+        let mut l = CPU_LATENCY.lock().unwrap_or_else(|e| e.into_inner());
+        if !l.tried {
+            l.tried = true;
+            l.file = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/cpu_dma_latency")
+                .ok();
+            if let Some(f) = l.file.as_mut() {
+                cpu_latency_write(f, NO_LATENCY_LIMIT);
+            }
+        }
+        let first = l.holders == 0;
+        let Some(f) = l.file.as_mut() else {
+            return CpusAwake(false);
+        };
+        if first {
+            cpu_latency_write(f, 0);
+        }
+        l.holders += 1;
+        CpusAwake(true)
+    }
+}
+
+impl Drop for CpusAwake {
+    fn drop(&mut self) {
+        if !self.0 {
+            return;
+        }
+        let mut l = CPU_LATENCY.lock().unwrap_or_else(|e| e.into_inner());
+        l.holders = l.holders.saturating_sub(1);
+        if l.holders == 0
+            && let Some(f) = l.file.as_mut()
+        {
+            cpu_latency_write(f, NO_LATENCY_LIMIT);
+        }
+    }
+}
+
+/// Kernel sleep until `t` on CLOCK_MONOTONIC with an absolute deadline (no drift from a relative sleep that
+/// starts late); returns early on a signal, which the caller's loop handles.
+fn sleep_abs(t: Instant) {
+    let now = Instant::now();
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let left = t.saturating_duration_since(now);
+    let mut sec = ts.tv_sec + left.as_secs() as libc::time_t;
+    let mut nsec = ts.tv_nsec + left.subsec_nanos() as libc::c_long;
+    if nsec >= 1_000_000_000 {
+        sec += 1;
+        nsec -= 1_000_000_000;
+    }
+    let deadline = libc::timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    // SAFETY: a valid absolute timespec; no remainder is asked for with TIMER_ABSTIME.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &deadline,
+            std::ptr::null_mut(),
+        );
+    }
+}
+
+/// Sleeps until `t`: a kernel sleep until the [`wake_margin`] before it, then spinning. When it had to sleep,
+/// idle CPUs are kept awake from the end of the sleep until the returned guard is dropped (drop it right
+/// after the write that `t` was for).
+pub fn sleep_until(t: Instant) -> Option<CpusAwake> {
+    let mut awake = None;
     loop {
         let now = Instant::now();
         if now >= t {
-            return;
+            return awake;
         }
         let left = t - now;
-        if left > SPIN {
-            std::thread::sleep(left - SPIN);
+        let margin = wake_margin();
+        if left > margin {
+            let wake = t - margin;
+            sleep_abs(wake);
+            learn_oversleep(Instant::now().saturating_duration_since(wake));
+            if awake.is_none() {
+                awake = Some(CpusAwake::hold());
+            }
         } else if left > Duration::from_micros(20) {
             std::thread::yield_now();
         } else {
@@ -259,6 +423,29 @@ mod tests {
         for _ in 0..10_000 {
             assert!(rng.delay_sample_ns(d, j, JitterDist::Pareto) >= 10e6);
         }
+    }
+
+    #[test]
+    fn wake_margin_follows_slow_wakeups_but_not_one_outlier() {
+        let us = |ns: u64| Duration::from_nanos(ns);
+        let start = SPIN.as_nanos() as u64;
+        let m = next_margin(start, Duration::from_millis(50)); // one outlier
+        assert!(
+            us(m) <= SPIN + MAX_MARGIN / 8 + Duration::from_micros(1),
+            "{m}"
+        );
+        let mut m = start;
+        for _ in 0..100 {
+            m = next_margin(m, Duration::from_micros(600)); // slow every time
+        }
+        assert!(
+            us(m) >= Duration::from_micros(600) && us(m) <= MAX_MARGIN,
+            "{m}"
+        );
+        for _ in 0..2000 {
+            m = next_margin(m, Duration::ZERO);
+        }
+        assert!(us(m) < Duration::from_micros(200), "{m}");
     }
 
     #[test]

@@ -6,12 +6,14 @@
 //!   comes out at 20 ms plus microseconds. Rate limits ([`rate`]) per connection and for all together, window
 //!   emulation ([`window`]) so bulk transfers feel the latency as real TCP does, and faults ([`faults`]).
 //! - UDP ([`udp`]): per-datagram delay, jitter, loss (random and Gilbert-Elliott), reordering, duplication.
-//! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up,
+//! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up
+//!   (open connections follow delay, jitter and rate from their next chunk, and faults from the change on),
 //!   and to read the counters.
 //!
 //! Concurrency model: plain threads. A direction with no impairment is relayed by its reader thread directly
 //! (no queue, no copies beyond read/write); as soon as it has delay, jitter or rate, a releasing thread is
-//! started for it that sleeps to each chunk's release time and spins the last [`delay::SPIN`].
+//! started for it that sleeps (absolute deadline) to each chunk's release time and spins the last
+//! [`delay::wake_margin`], keeping idle CPUs awake meanwhile so the receiver wakes at once.
 
 pub mod control;
 pub mod delay;
@@ -51,6 +53,10 @@ pub struct ProxyConfig {
     pub impairment: Impairment,
     /// How long to wait for the upstream to accept a connection.
     pub connect_timeout: Duration,
+    /// Keep idle CPUs polling during the last moments before each delayed release, so the receiver wakes at
+    /// once (see [`delay`]; needs permission to write `/dev/cpu_dma_latency`, else nothing is done).
+    /// Process-wide: the last proxy started decides.
+    pub cpu_wake: bool,
 }
 
 impl ProxyConfig {
@@ -63,6 +69,7 @@ impl ProxyConfig {
             control: None,
             impairment: Impairment::default(),
             connect_timeout: Duration::from_secs(3),
+            cpu_wake: true,
         }
     }
 }
@@ -204,6 +211,8 @@ pub struct Shared {
     total_links: [Mutex<rate::Link>; 2],
     totals: Totals,
     conns: Mutex<BTreeMap<u64, Arc<ConnCounters>>>,
+    /// Open TCP connections, told when the impairment changes.
+    live: Mutex<BTreeMap<u64, std::sync::Weak<tcp::Conn>>>,
     next_id: AtomicU64,
     stop: AtomicBool,
 }
@@ -217,6 +226,7 @@ impl Shared {
             total_links: [Mutex::new(rate::Link::new()), Mutex::new(rate::Link::new())],
             totals: Totals::default(),
             conns: Mutex::new(BTreeMap::new()),
+            live: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
         }
@@ -227,11 +237,28 @@ impl Shared {
         self.impairment.read().expect("impairment lock").clone()
     }
 
-    /// Replaces the impairment; open connections follow it from their next chunk on.
+    /// Replaces the impairment; open connections follow it from their next chunk on, and their faults are
+    /// planned again when the fault settings changed (times and byte counts from now).
     pub fn set_impairment(&self, i: Impairment) -> Result<Option<String>, ImpairmentError> {
         let note = i.validate()?;
-        *self.impairment.write().expect("impairment lock") = Arc::new(i);
+        let i = Arc::new(i);
+        *self.impairment.write().expect("impairment lock") = i.clone();
+        let now = Instant::now();
+        let live: Vec<_> = self
+            .live
+            .lock()
+            .expect("connection list")
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for c in live {
+            c.impairment_changed(&i, now);
+        }
         Ok(note)
+    }
+
+    fn watch(&self, id: u64, conn: std::sync::Weak<tcp::Conn>) {
+        self.live.lock().expect("connection list").insert(id, conn);
     }
 
     /// The totals.
@@ -265,6 +292,7 @@ impl Shared {
 
     fn unregister(&self, id: u64) {
         self.conns.lock().expect("connection list").remove(&id);
+        self.live.lock().expect("connection list").remove(&id);
     }
 
     /// A snapshot of every counter.
@@ -382,6 +410,7 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         return Err(ProxyError::NoUpstream);
     }
     config.impairment.validate()?;
+    delay::set_cpu_wake(config.cpu_wake);
     let shared = Arc::new(Shared::new(config));
     let mut handle = ProxyHandle {
         listen_addr: config.listen,

@@ -75,7 +75,8 @@ const RESET: u8 = 1;
 const STALLED: u8 = 2;
 const CLOSING: u8 = 3;
 
-struct Conn {
+/// One relayed TCP connection.
+pub(crate) struct Conn {
     client: TcpStream,
     server: TcpStream,
     plan: FaultPlan,
@@ -84,6 +85,10 @@ struct Conn {
     counters: Arc<ConnCounters>,
     shared: Arc<Shared>,
     ended: AtomicBool,
+    /// The thread firing time-triggered faults, once one is planned.
+    timer: std::sync::Mutex<Option<JoinHandle<()>>>,
+    /// Tells the fault timer to stop (the connection is over).
+    timer_done: AtomicBool,
 }
 
 fn idx(way: Way) -> usize {
@@ -146,6 +151,33 @@ impl Conn {
             for s in [&self.client, &self.server] {
                 let _ = s.shutdown(Shutdown::Both);
             }
+        }
+    }
+
+    /// Starts the fault timer thread when a time-triggered fault is planned, or wakes it to read the new plan.
+    fn start_fault_timer(self: &Arc<Self>) {
+        if self.plan.next_timer().is_none() {
+            return;
+        }
+        let mut t = self.timer.lock().expect("fault timer");
+        match t.as_ref() {
+            Some(h) => h.thread().unpark(),
+            None if !self.timer_done.load(Ordering::SeqCst) => {
+                let conn = self.clone();
+                *t = std::thread::Builder::new()
+                    .name("proxy-faults".into())
+                    .spawn(move || fault_timer(conn))
+                    .ok();
+            }
+            None => {}
+        }
+    }
+
+    /// Follows an impairment set while the connection is open: its faults apply from now on (the other
+    /// settings are read chunk by chunk anyway).
+    pub(crate) fn impairment_changed(self: &Arc<Self>, imp: &super::Impairment, now: Instant) {
+        if self.plan.replan(imp, now) {
+            self.start_fault_timer();
         }
     }
 
@@ -228,6 +260,7 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     t.active.fetch_add(1, Ordering::Relaxed);
     let counters = shared.register(peer);
     let _guard = ActiveGuard(&shared, counters.id);
+    let started = counters.started;
     let imp = shared.impairment();
     let (server, upstream) = match connect_upstream(&shared) {
         Ok(s) => s,
@@ -243,18 +276,22 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let conn = Arc::new(Conn {
         client,
         server,
-        plan: FaultPlan::from_impairment(&imp),
+        plan: FaultPlan::from_impairment(&imp, started),
         fault: AtomicU8::new(OPEN),
         windows: [Window::new(), Window::new()],
         counters,
         shared: shared.clone(),
         ended: AtomicBool::new(false),
+        timer: std::sync::Mutex::new(None),
+        timer_done: AtomicBool::new(false),
     });
-    let done = Arc::new(AtomicBool::new(false));
-    let timer = (!conn.plan.timers.is_empty()).then(|| {
-        let (conn, done) = (conn.clone(), done.clone());
-        std::thread::spawn(move || fault_timer(conn, done))
-    });
+    shared.watch(conn.counters.id, Arc::downgrade(&conn));
+    // The impairment may have changed between the accept and the watch: plan again if so.
+    let now_imp = shared.impairment();
+    if !Arc::ptr_eq(&imp, &now_imp) {
+        conn.plan.replan(&now_imp, Instant::now());
+    }
+    conn.start_fault_timer();
     let up = {
         let conn = conn.clone();
         std::thread::Builder::new()
@@ -268,28 +305,27 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
         Err(_) => conn.end(),
     }
-    done.store(true, Ordering::SeqCst);
+    conn.timer_done.store(true, Ordering::SeqCst);
+    let timer = conn.timer.lock().expect("fault timer").take();
     if let Some(t) = timer {
         t.thread().unpark();
         let _ = t.join();
     }
 }
 
-fn fault_timer(conn: Arc<Conn>, done: Arc<AtomicBool>) {
-    let started = conn.counters.started;
-    for &(after, kind) in &conn.plan.timers {
-        let at = started + after;
-        loop {
-            if done.load(Ordering::SeqCst) {
-                return;
-            }
-            let now = Instant::now();
-            if now >= at {
-                break;
-            }
-            std::thread::park_timeout(at - now);
+/// Fires the time-triggered faults of `conn` at their times; unparked when the plan changes or the connection
+/// ends.
+fn fault_timer(conn: Arc<Conn>) {
+    while !conn.timer_done.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if let Some(kind) = conn.plan.take_due_timer(now) {
+            conn.fire(kind);
+            continue;
         }
-        conn.fire(kind);
+        match conn.plan.next_timer() {
+            Some((at, _)) => std::thread::park_timeout(at - now),
+            None => std::thread::park(),
+        }
     }
 }
 
@@ -328,8 +364,10 @@ fn release_loop(conn: &Conn, way: Way, rx: mpsc::Receiver<Item>, pending: &Atomi
                 let n = bytes.len() as u64;
                 let f = conn.fault();
                 if !failed && f != RESET && f != STALLED {
-                    delay::sleep_until(release);
-                    if conn.dst(way).write_all(&bytes).is_err() {
+                    let awake = delay::sleep_until(release);
+                    let written = conn.dst(way).write_all(&bytes);
+                    drop(awake);
+                    if written.is_err() {
                         failed = true;
                         conn.end();
                     } else {
@@ -341,7 +379,7 @@ fn release_loop(conn: &Conn, way: Way, rx: mpsc::Receiver<Item>, pending: &Atomi
             }
             Item::Fin { at } => {
                 if !failed && conn.fault() != RESET {
-                    delay::sleep_until(at);
+                    let _awake = delay::sleep_until(at);
                     let _ = conn.dst(way).shutdown(Shutdown::Write);
                 }
             }
@@ -409,11 +447,13 @@ fn pump(conn: &Arc<Conn>, way: Way) {
             realtime = Some(!fast);
         }
         let (rate, total) = imp.rates(way);
+        // Splice pays off for bulk data; small messages (ping-pong) are cheaper with plain read and write.
+        let use_splice = fast && bulk && conn.plan.no_byte_limits() && pipe.is_some();
         let mut want = match rate.into_iter().chain(total).min() {
             Some(bps) => rate::chunk_for_rate(bps),
             None => BUF,
         };
-        if !conn.plan.no_byte_limits() {
+        if !use_splice {
             want = want.min(conn.plan.room()).max(1);
         }
         let reserved = if fast {
@@ -426,8 +466,6 @@ fn pump(conn: &Arc<Conn>, way: Way) {
         }
         // Data that waited in the socket buffer for the window to open entered the emulated path only now.
         let window_open = Instant::now();
-        // Splice pays off for bulk data; small messages (ping-pong) are cheaper with plain read and write.
-        let use_splice = fast && bulk && conn.plan.no_byte_limits() && pipe.is_some();
         let read = if use_splice {
             let p = pipe.as_ref().expect("pipe");
             splice(src.as_raw_fd(), p.w.as_raw_fd(), reserved).map(|n| (n, Instant::now()))
@@ -490,6 +528,9 @@ fn pump(conn: &Arc<Conn>, way: Way) {
                 continue;
             }
             // The impairment arrived while the data sat in the pipe: take it out and delay it.
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
             if (&std::fs::File::from(p.r.try_clone().expect("pipe fd")))
                 .read_exact(&mut buf[..n])
                 .is_err()
@@ -579,13 +620,13 @@ fn send_fin(
     if let Some(last) = line.last() {
         at = at.max(last);
     }
-    at += conn.plan.slow_close;
+    at += conn.plan.slow_close();
     match rel {
         Some(r) => {
             let _ = r.tx.send(Item::Fin { at });
         }
         None => {
-            delay::sleep_until(at);
+            let _awake = delay::sleep_until(at);
             let _ = conn.dst(way).shutdown(Shutdown::Write);
         }
     }

@@ -72,6 +72,9 @@ impl Sched {
         delay::precise_timers_for_this_thread();
         delay::realtime_for_this_thread();
         let mut h = self.heap.lock().expect("udp queue");
+        // Held from the end of a wait to the send after it (see delay::CpusAwake).
+        let mut awake: Option<delay::CpusAwake> = None;
+        let mut waited = false;
         loop {
             if shared.stopping() {
                 return;
@@ -87,19 +90,25 @@ impl Sched {
                         Some(to) => e.sock.send_to(&e.data, to),
                         None => e.sock.send(&e.data),
                     };
+                    drop(awake.take());
                     if sent.is_ok() {
                         shared.totals.datagrams_out.fetch_add(1, Ordering::Relaxed);
                     }
                     h = self.heap.lock().expect("udp queue");
                 }
-                Some(at) if at - now > delay::SPIN => {
+                Some(at) if at - now > delay::wake_margin() => {
                     h = self
                         .cv
-                        .wait_timeout(h, (at - now - delay::SPIN).min(POLL))
+                        .wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
                         .expect("udp queue")
                         .0;
+                    waited = true;
                 }
                 Some(_) => {
+                    if waited && awake.is_none() {
+                        awake = Some(delay::CpusAwake::hold());
+                    }
+                    waited = false;
                     drop(h);
                     std::hint::spin_loop();
                     h = self.heap.lock().expect("udp queue");
