@@ -6,7 +6,7 @@
 #   throughput: iperf3 (one TCP stream), direct / via roundtrip proxy / via socat
 #   accuracy:   roundtrip ping through `roundtrip proxy --delay 20ms` (both directions): median and p99
 #
-#   idle CPUs:  the same with --no-cpu-wake (the wake-up of halted CPUs not hidden)
+#   idle CPUs:  the same with --cpu-wake (the wake-up of halted CPUs hidden; root)
 #
 # Interleaved: every round runs every peer once, in turn; the figures are medians over the rounds.
 # Usage: bench/proxy.sh [ROUNDS (default 5)] [SECONDS per run (default 3)]
@@ -42,10 +42,10 @@ socat TCP-LISTEN:"$X_S",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$S" & PIDS+
 socat TCP-LISTEN:"$X_I",bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:"$I" & PIDS+=($!)
 "$RT" proxy --listen 127.0.0.1:"$D_S" --upstream 127.0.0.1:"$S" --delay 20ms >/dev/null 2>&1 & PIDS+=($!)
 DN_S=$(free_port)
-"$RT" proxy --listen 127.0.0.1:"$DN_S" --upstream 127.0.0.1:"$S" --delay 20ms --no-cpu-wake >/dev/null 2>&1 & PIDS+=($!)
+"$RT" proxy --listen 127.0.0.1:"$DN_S" --upstream 127.0.0.1:"$S" --delay 20ms --cpu-wake >/dev/null 2>&1 & PIDS+=($!)
 PING_PEERS="direct:$S roundtrip:$P_S socat:$X_S"
 IPERF_PEERS="direct:$I roundtrip:$P_I socat:$X_I"
-DELAY_PEERS="delay20:$D_S delay20-no-cpu-wake:$DN_S"
+DELAY_PEERS="delay20:$D_S delay20-cpu-wake:$DN_S"
 if [ -n "${BASELINE:-}" ]; then
     B_S=$(free_port); B_I=$(free_port); B_D=$(free_port)
     "$BASELINE" proxy --listen 127.0.0.1:"$B_S" --upstream 127.0.0.1:"$S" >/dev/null 2>&1 & PIDS+=($!)

@@ -121,12 +121,13 @@ pub struct ProxyArgs {
     /// How long to wait for the upstream to accept a connection.
     #[arg(long, value_parser = args::positive_duration, default_value = "3s", value_name = "DURATION")]
     connect_timeout: Duration,
-    /// Do not wake idle CPUs before delayed releases. By default, for the last moments before it writes
-    /// delayed data the proxy asks the kernel to keep idle CPUs polling (CPU-latency request 0 on
-    /// /dev/cpu_dma_latency, when permitted), so the receiving program wakes at once instead of paying the
-    /// wake-up of a halted CPU (up to half a millisecond on virtual machines) on top of the delay.
+    /// Wake idle CPUs before delayed releases: for the last moments before it writes delayed data the proxy
+    /// asks the kernel to keep idle CPUs polling (CPU-latency request 0 on /dev/cpu_dma_latency; root), so
+    /// the receiving program wakes at once instead of paying the wake-up of a halted CPU (up to half a
+    /// millisecond on virtual machines) on top of the delay. Off by default: it changes a machine-wide power
+    /// setting while it is held, and a program talking to a really distant server pays that wake-up too.
     #[arg(long)]
-    no_cpu_wake: bool,
+    cpu_wake: bool,
     /// At exit (Ctrl-C), print the counters as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -301,7 +302,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         control: a.control,
         impairment: imp.clone(),
         connect_timeout: a.connect_timeout,
-        cpu_wake: !a.no_cpu_wake,
+        cpu_wake: a.cpu_wake,
     };
     let cancel = super::ping::cancel_on_ctrl_c();
     let handle = proxy::start(&config)?;

@@ -8,11 +8,12 @@
 //! a few microseconds even where waking a thread is slow.
 //!
 //! The receiving application must wake up too: on a virtual machine an idle CPU halts, and waking it costs
-//! from tens of microseconds to half a millisecond, which would be added to every delayed message that comes
-//! after a quiet spell. So while a release thread spins its margin, the proxy holds a CPU-latency request of
-//! 0 (`/dev/cpu_dma_latency`, the Linux PM QoS interface): the kernel wakes idle CPUs then (off the critical
+//! from tens of microseconds to half a millisecond, which is added to every delayed message that comes
+//! after a quiet spell (as it would be behind a really distant network). When asked ([`set_cpu_wake`]),
+//! while a release thread spins its margin the proxy holds a CPU-latency request of 0
+//! (`/dev/cpu_dma_latency`, the Linux PM QoS interface): the kernel wakes idle CPUs then (off the critical
 //! path) and lets them poll instead of halting until the data is written, so the receiver wakes at once.
-//! Where that device cannot be opened (not root) it is skipped. [`set_cpu_wake`] turns it off.
+//! Where that device cannot be opened (not root) it is skipped. Off by default: it is a machine-wide setting.
 
 use super::impairment::JitterDist;
 use std::sync::Mutex;
@@ -222,7 +223,7 @@ const RESERVE: Duration = Duration::from_micros(50);
 static MARGIN_NS: AtomicU64 = AtomicU64::new(SPIN.as_nanos() as u64);
 
 /// Whether release threads may hold a CPU-latency request while they spin (see the module documentation).
-static CPU_WAKE: AtomicBool = AtomicBool::new(true);
+static CPU_WAKE: AtomicBool = AtomicBool::new(false);
 
 /// Allows or forbids waking idle CPUs (a CPU-latency request of 0) during the last margin before a release.
 pub fn set_cpu_wake(on: bool) {

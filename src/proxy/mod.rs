@@ -55,7 +55,7 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// Keep idle CPUs polling during the last moments before each delayed release, so the receiver wakes at
     /// once (see [`delay`]; needs permission to write `/dev/cpu_dma_latency`, else nothing is done).
-    /// Process-wide: the last proxy started decides.
+    /// Process-wide: the last proxy started decides. Off by default (a machine-wide power setting).
     pub cpu_wake: bool,
 }
 
@@ -69,7 +69,7 @@ impl ProxyConfig {
             control: None,
             impairment: Impairment::default(),
             connect_timeout: Duration::from_secs(3),
-            cpu_wake: true,
+            cpu_wake: false,
         }
     }
 }
