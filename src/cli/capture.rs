@@ -5,7 +5,7 @@ use super::output::{Exit, error_line, note, out};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::capture::{self, CaptureInfo, Filter};
-use roundtrip::report::json::{Envelope, envelope_bytes as doc};
+use roundtrip::report::json::envelope_bytes as doc;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
@@ -183,17 +183,9 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
     a.pictures.validate()?;
     let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
-    if a.pictures.wanted() {
-        let doc = Envelope::new("capture-stats", &r);
-        super::report::after_run(
-            &a.pictures,
-            &doc,
-            None,
-            &a.common.file.display().to_string(),
-        )?;
-    }
+    let label = a.common.file.display().to_string();
+    super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
     if a.common.json {
-        out(doc("capture-stats", &r))?;
         return Ok(finish(&r.capture, true));
     }
     let mut s = String::new();
@@ -403,17 +395,9 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
     if a.common.json || a.pictures.wanted() {
         r.window_series = capture::flow_series(&a.common.file, &filter, config, &r.flows)?;
     }
-    if a.pictures.wanted() {
-        let doc = Envelope::new("capture-flows", &r);
-        super::report::after_run(
-            &a.pictures,
-            &doc,
-            None,
-            &a.common.file.display().to_string(),
-        )?;
-    }
+    let label = a.common.file.display().to_string();
+    super::report::draw_and_print(&a.pictures, a.common.json, "capture-flows", &r, &label)?;
     if a.common.json {
-        out(doc("capture-flows", &r))?;
         return Ok(finish(&r.capture, true));
     }
     let mut s = String::new();

@@ -11,7 +11,6 @@ use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::{CaptureInfo, Filter};
-use roundtrip::report::json::{Envelope, envelope_bytes as doc};
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use serde::Serialize;
@@ -273,13 +272,9 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     a.pictures.validate()?;
     let r = run::run_rpc(&a.file, &filter, a.proto, config)
         .with_context(|| format!("cannot analyse {}", a.file.display()))?;
-    if a.pictures.wanted() {
-        let doc = Envelope::new("capture-rpc", &r);
-        super::report::after_run(&a.pictures, &doc, None, &a.file.display().to_string())?;
-    }
-    if a.json {
-        out(doc("capture-rpc", &r))?;
-    } else {
+    let label = a.file.display().to_string();
+    super::report::draw_and_print(&a.pictures, a.json, "capture-rpc", &r, &label)?;
+    if !a.json {
         out(rpc_text(&r))?;
     }
     let exit = warn_exit(&r.capture);
@@ -368,28 +363,14 @@ pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     let (si, s) = run::collect(&a.server, &filter, a.proto)
         .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
     let r = matching::match_captures(&c.transactions, &s.transactions);
-    if a.pictures.wanted() {
-        let doc = Envelope::new(
-            "capture-match",
-            MatchDoc {
-                client_capture: &ci,
-                server_capture: &si,
-                report: &r,
-            },
-        );
-        let label = format!("{} vs {}", a.client.display(), a.server.display());
-        super::report::after_run(&a.pictures, &doc, None, &label)?;
-    }
-    if a.json {
-        out(doc(
-            "capture-match",
-            MatchDoc {
-                client_capture: &ci,
-                server_capture: &si,
-                report: &r,
-            },
-        ))?;
-    } else {
+    let label = format!("{} vs {}", a.client.display(), a.server.display());
+    let doc = MatchDoc {
+        client_capture: &ci,
+        server_capture: &si,
+        report: &r,
+    };
+    super::report::draw_and_print(&a.pictures, a.json, "capture-match", doc, &label)?;
+    if !a.json {
         out(match_text(&ci, &si, &r))?;
     }
     let e1 = warn_exit(&ci);

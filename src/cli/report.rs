@@ -1,10 +1,11 @@
 //! `roundtrip report`: draw saved `--json` results (and their full logs) into one HTML page or one SVG chart;
 //! and [`PictureArgs`], the `--report`/`--svg` options every measuring command flattens into its arguments.
 
-use super::output::{Exit, note};
+use super::output::{Exit, note, out};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use roundtrip::report::charts::{self, Options, Run};
+use roundtrip::report::json::{Envelope, to_bytes};
 use roundtrip::report::{html, load};
 use std::path::{Path, PathBuf};
 
@@ -254,6 +255,28 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
     }
     pictures.write(&a.title, &runs)?;
     Ok(Exit::Ok)
+}
+
+/// Wraps `result` in one envelope (the environment is read once), draws it when pictures were asked for,
+/// then prints it as JSON when `json` is set: what the capture commands do with their results.
+pub fn draw_and_print<T: serde::Serialize>(
+    pictures: &PictureArgs,
+    json: bool,
+    kind: &'static str,
+    result: T,
+    label: &str,
+) -> anyhow::Result<()> {
+    if !pictures.wanted() && !json {
+        return Ok(());
+    }
+    let doc = Envelope::new(kind, result);
+    if pictures.wanted() {
+        after_run(pictures, &doc, None, label)?;
+    }
+    if json {
+        out(to_bytes(&doc))?;
+    }
+    Ok(())
 }
 
 /// Draws the result a command just measured (its `--json` document, and its full log when one was written).

@@ -243,9 +243,14 @@ pub struct ConnectIn {
 
 /// The handshake samples of a connect document: (seconds since start, ns) of every open attempt.
 pub fn connect_samples(d: &ConnectIn) -> Vec<(f64, u64)> {
+    attempt_samples(d, "open")
+}
+
+/// (seconds since start, ns) of every attempt that ended in `state` with a time.
+fn attempt_samples(d: &ConnectIn, state: &str) -> Vec<(f64, u64)> {
     d.attempts
         .iter()
-        .filter(|a| a.state == "open")
+        .filter(|a| a.state == state)
         .filter_map(|a| a.time_ns.map(|t| (a.at_ns as f64 / 1e9, t)))
         .collect()
 }
@@ -270,16 +275,8 @@ pub(crate) fn connect(runs: &[Run], opts: &Options) -> Result<Section, LoadError
     let samples: Vec<Vec<(f64, u64)>> = docs.iter().map(connect_samples).collect();
     if samples.iter().all(Vec::is_empty) && docs.iter().any(|d| d.refused.count > 0) {
         // Nothing listened: the RST answers are the round trips there are.
-        let refused: Vec<Vec<(f64, u64)>> = docs
-            .iter()
-            .map(|d| {
-                d.attempts
-                    .iter()
-                    .filter(|a| a.state == "closed")
-                    .filter_map(|a| a.time_ns.map(|t| (a.at_ns as f64 / 1e9, t)))
-                    .collect()
-            })
-            .collect();
+        let refused: Vec<Vec<(f64, u64)>> =
+            docs.iter().map(|d| attempt_samples(d, "closed")).collect();
         sec.notes
             .push("No handshake completed: the charts show the SYN -> RST times.".into());
         sample_figures(&mut sec, "SYN -> RST time", runs, &refused, opts);
