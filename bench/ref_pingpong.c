@@ -1,8 +1,9 @@
 /* Minimal blocking ping-pong client: the benchmark's reference for `roundtrip ping`.
  * Speaks the sockperf 3.x header (u64 seq, u16 flags = CLIENT|PONG_REQUEST, u32 length, big-endian), sends one
  * message, blocks until its echo is read, records the RTT with CLOCK_MONOTONIC, repeats for SECONDS.
- * Prints "p50_ns p99_ns count". Build: cc -O2 -o ref_pingpong ref_pingpong.c
- * Usage: ref_pingpong tcp|udp HOST PORT SIZE SECONDS WARMUP_SECONDS */
+ * Prints "p50_ns p99_ns count mean_ns". Build: cc -O2 -o ref_pingpong ref_pingpong.c
+ * Usage: ref_pingpong tcp|udp HOST PORT SIZE SECONDS WARMUP_SECONDS [COUNT]
+ * With COUNT it stops after COUNT measured round trips (SECONDS is then only a cap). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,7 +40,8 @@ static int read_full(int fd, unsigned char *b, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) { fprintf(stderr, "usage: %s tcp|udp HOST PORT SIZE SECONDS WARMUP\n", argv[0]); return 2; }
+    if (argc != 7 && argc != 8) { fprintf(stderr, "usage: %s tcp|udp HOST PORT SIZE SECONDS WARMUP [COUNT]\n", argv[0]); return 2; }
+    size_t count = argc == 8 ? (size_t)atol(argv[7]) : 0;
     int tcp = strcmp(argv[1], "tcp") == 0;
     size_t size = (size_t)atoi(argv[4]);
     double secs = atof(argv[5]), warm = atof(argv[6]);
@@ -67,9 +69,12 @@ int main(int argc, char **argv) {
         if (tcp ? read_full(fd, in, size) : (recv(fd, in, size + 1, 0) < 0)) return 1;
         uint64_t t1 = now_ns();
         if (n < cap) rtt[n++] = t1 - t0;
-        if (t1 >= end) break;
+        if (t1 >= end || (count && n >= count)) break;
     }
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)rtt[i];
     qsort(rtt, n, sizeof *rtt, cmp);
-    printf("%llu %llu %zu\n", (unsigned long long)rtt[(n - 1) / 2], (unsigned long long)rtt[(size_t)(n * 0.99)], n);
+    printf("%llu %llu %zu %.0f\n", (unsigned long long)rtt[(n - 1) / 2], (unsigned long long)rtt[(size_t)(n * 0.99)], n,
+           sum / (double)n);
     return 0;
 }

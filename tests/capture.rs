@@ -461,7 +461,20 @@ struct Tcpdump {
 
 impl Tcpdump {
     fn start(args: &[&str]) -> Tcpdump {
-        let mut child = std::process::Command::new("tcpdump")
+        Self::start_in(None, args)
+    }
+
+    /// tcpdump inside network namespace `ns` (`ip netns exec` execs it, so the pid is tcpdump's).
+    fn start_in(ns: Option<&str>, args: &[&str]) -> Tcpdump {
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns, "tcpdump"]);
+                c
+            }
+            None => std::process::Command::new("tcpdump"),
+        };
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -599,6 +612,7 @@ fn embedded_server() -> roundtrip::server::ServerHandle {
             port: 0,
             tcp: true,
             udp: false,
+            ..Default::default()
         },
         |_| {},
     )
@@ -981,4 +995,574 @@ fn bad_files_and_arguments_fail_with_one_line() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("not an IP address"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The time-sequence graph (`capture timeline --json`'s seq_graph): every row against tshark's per-segment
+// analysis, and the graph against the rows.
+
+/// One packet of the connection as tshark sees it.
+#[derive(Debug)]
+struct TsharkSeg {
+    src_port: u16,
+    seq: u64,
+    len: u64,
+    ack: u64,
+    window: u64,
+    sack: Vec<(u64, u64)>,
+    retrans: bool,
+    zero_window: bool,
+}
+
+fn tshark_segments(file: &Path, stream: u32) -> Vec<TsharkSeg> {
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r", file.to_str().unwrap(), "-Y"])
+        .arg(format!("tcp.stream == {stream}"))
+        .args(["-T", "fields", "-E", "separator=|", "-E", "aggregator=,"])
+        .args([
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.seq",
+            "-e",
+            "tcp.len",
+            "-e",
+            "tcp.ack",
+            "-e",
+            "tcp.window_size",
+            "-e",
+            "tcp.options.sack_le",
+            "-e",
+            "tcp.options.sack_re",
+            "-e",
+            "tcp.analysis.retransmission",
+            "-e",
+            "tcp.analysis.zero_window",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nums = |s: &str| -> Vec<u64> {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let (le, re) = (nums(f[5]), nums(f[6]));
+            TsharkSeg {
+                src_port: f[0].parse().unwrap(),
+                seq: f[1].parse().unwrap(),
+                len: f[2].parse().unwrap(),
+                ack: f[3].parse().unwrap_or(0),
+                window: f[4].parse().unwrap(),
+                sack: le.into_iter().zip(re).collect(),
+                retrans: !f[7].is_empty(),
+                zero_window: !f[8].is_empty(),
+            }
+        })
+        .collect()
+}
+
+/// Every row of `capture timeline --json` agrees with tshark: sequence and ACK numbers (up to each
+/// direction's constant offset: tshark counts from 1 where the handshake was not captured), lengths,
+/// scaled windows, SACK blocks, retransmissions and zero windows.
+fn rows_agree_with_tshark(file: &Path, doc: &Value, stream: u32) {
+    let rows = doc["rows"].as_array().unwrap();
+    let ts = tshark_segments(file, stream);
+    assert_eq!(rows.len(), ts.len(), "{}", file.display());
+    let client_port = doc["flow"]["client"]
+        .as_str()
+        .unwrap()
+        .parse::<SocketAddr>()
+        .unwrap()
+        .port();
+    let mut seq_off: HashMap<bool, i64> = HashMap::new();
+    for (i, (r, t)) in rows.iter().zip(&ts).enumerate() {
+        let from_client = r["direction"] == "client_to_server";
+        assert_eq!(from_client, t.src_port == client_port, "row {i}");
+        let seq = r["seq"].as_u64().unwrap() as i64;
+        // Offsets of the sender's numbers (seq) and of the receiver's numbers (what it ACKs and SACKs).
+        let off = *seq_off.entry(from_client).or_insert(t.seq as i64 - seq);
+        assert_eq!(t.seq as i64 - seq, off, "{} row {i} seq", file.display());
+        assert_eq!(r["len"].as_u64().unwrap(), t.len, "row {i} len");
+        assert_eq!(
+            r["window_bytes"].as_u64().unwrap(),
+            t.window,
+            "row {i} window"
+        );
+        let notes = r["notes"].to_string();
+        assert_eq!(
+            notes.contains("retransmission"),
+            t.retrans,
+            "row {i}: {notes}"
+        );
+        assert_eq!(
+            notes.contains("zero-window"),
+            t.zero_window,
+            "row {i}: {notes}"
+        );
+        let sack: Vec<(u64, u64)> = r["sack"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| (b[0].as_u64().unwrap(), b[1].as_u64().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(sack.len(), t.sack.len(), "row {i} sack");
+        if let Some(ack) = r["ack"].as_u64() {
+            // The other side's offset, once it has sent something.
+            if let Some(&o) = seq_off.get(&!from_client) {
+                assert_eq!(t.ack as i64 - ack as i64, o, "row {i} ack");
+                for (a, b) in sack.iter().zip(&t.sack) {
+                    assert_eq!(
+                        (b.0 as i64 - a.0 as i64, b.1 as i64 - a.1 as i64),
+                        (o, o),
+                        "row {i} sack"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The graph keeps what the rows say: every retransmission exactly, new data per column from a real lowest
+/// to a real highest byte, ACK and window-edge points that are real packets' values (the extremes among
+/// them), SACK ranges that are unions of real blocks, zero-window periods that start at zero-window packets.
+fn graph_agrees_with_rows(doc: &Value) {
+    let g = &doc["seq_graph"];
+    let rows = doc["rows"].as_array().unwrap();
+    let start = g["start_ns"].as_i64().unwrap();
+    let t = |r: &Value| (r["ts_ns"].as_i64().unwrap() - start) as f64 / 1e9;
+    let sender_dir = g["direction"].as_str().unwrap();
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let u = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    let sent: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["direction"] == sender_dir
+                && u(r, "len") > 0
+                && !r["notes"].to_string().contains("keep-alive")
+        })
+        .collect();
+    let acks: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["direction"] != sender_dir && r["ack"].is_u64())
+        .collect();
+    assert_eq!(u(g, "data_segments"), sent.len() as u64);
+    assert_eq!(u(g, "acks"), acks.len() as u64);
+    // Every retransmission, in order, exactly.
+    let re: Vec<(f64, u64, u64)> = sent
+        .iter()
+        .filter(|r| r["notes"].to_string().contains("retransmission"))
+        .map(|r| (t(r), u(r, "seq"), u(r, "seq") + u(r, "len")))
+        .collect();
+    let gre: Vec<(f64, u64, u64)> = g["retransmissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (f(m, "t_s"), u(m, "seq"), u(m, "end")))
+        .collect();
+    assert_eq!(re.len(), gre.len());
+    for (a, b) in re.iter().zip(&gre) {
+        assert!(
+            (a.0 - b.0).abs() < 1e-9 && a.1 == b.1 && a.2 == b.2,
+            "{a:?} vs {b:?}"
+        );
+    }
+    assert_eq!(u(g, "retransmitted_segments"), re.len() as u64);
+    // New data: each column's ends are real segments inside its time range; every segment is in one column.
+    let new: Vec<(f64, u64, u64)> = sent
+        .iter()
+        .filter(|r| !r["notes"].to_string().contains("retransmission"))
+        .map(|r| (t(r), u(r, "seq"), u(r, "seq") + u(r, "len")))
+        .collect();
+    let cols = g["segments"].as_array().unwrap();
+    let mut counted = 0;
+    for c in cols {
+        let (a, b) = (f(c, "first_s") - 1e-9, f(c, "last_s") + 1e-9);
+        let inside: Vec<&(f64, u64, u64)> = new.iter().filter(|s| s.0 >= a && s.0 <= b).collect();
+        assert_eq!(inside.len() as u64, u(c, "segments"), "{c}");
+        assert_eq!(
+            inside.iter().map(|s| s.1).min(),
+            Some(u(c, "seq_lo")),
+            "{c}"
+        );
+        assert_eq!(
+            inside.iter().map(|s| s.2).max(),
+            Some(u(c, "seq_hi")),
+            "{c}"
+        );
+        counted += inside.len();
+    }
+    assert_eq!(counted, new.len());
+    // ACK and window edge: real samples; the overall extremes and the last value are among them.
+    for (key, value) in [
+        (
+            "ack",
+            &(|r: &Value| r["ack"].as_u64().unwrap()) as &dyn Fn(&Value) -> u64,
+        ),
+        ("window_edge", &|r: &Value| {
+            r["ack"].as_u64().unwrap() + r["window_bytes"].as_u64().unwrap()
+        }),
+    ] {
+        let pts: Vec<(f64, u64)> = g[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (f(p, "t_s"), u(p, "value")))
+            .collect();
+        for p in &pts {
+            assert!(
+                acks.iter()
+                    .any(|r| (t(r) - p.0).abs() < 1e-9 && value(r) == p.1),
+                "{key} point {p:?} is no packet's"
+            );
+        }
+        if let Some(last) = acks.last() {
+            assert_eq!(
+                pts.last().unwrap().1,
+                value(last),
+                "{key} ends on the last packet's value"
+            );
+            let (lo, hi) = (
+                acks.iter().map(|r| value(r)).min(),
+                acks.iter().map(|r| value(r)).max(),
+            );
+            assert_eq!(pts.iter().map(|p| p.1).min(), lo, "{key} min");
+            assert_eq!(pts.iter().map(|p| p.1).max(), hi, "{key} max");
+        }
+    }
+    // SACK: every block inside a drawn range of its column; every range's ends are real block edges.
+    let marks: Vec<(f64, u64, u64)> = g["sack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (f(m, "t_s"), u(m, "left"), u(m, "right")))
+        .collect();
+    let blocks: Vec<(f64, u64, u64)> = acks
+        .iter()
+        .flat_map(|r| {
+            r["sack"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| (t(r), b[0].as_u64().unwrap(), b[1].as_u64().unwrap()))
+        })
+        .filter(|b| b.2 > b.1)
+        .collect();
+    let col_s = f(g, "column_s");
+    for b in &blocks {
+        assert!(
+            marks
+                .iter()
+                .any(|m| m.1 <= b.1 && b.2 <= m.2 && (m.0 - b.0).abs() <= col_s + 1e-9),
+            "SACK block {b:?} not drawn"
+        );
+    }
+    for m in &marks {
+        assert!(
+            blocks.iter().any(|b| b.1 == m.1) && blocks.iter().any(|b| b.2 == m.2),
+            "{m:?}"
+        );
+    }
+    assert_eq!(
+        u(g, "sack_packets"),
+        acks.iter().filter(|r| r["sack"].is_array()).count() as u64
+    );
+    // Zero windows: each period starts at a zero-window packet of the receiver.
+    let zw: Vec<&&Value> = acks
+        .iter()
+        .filter(|r| r["notes"].to_string().contains("zero-window"))
+        .collect();
+    assert_eq!(u(g, "zero_window_packets"), zw.len() as u64);
+    for z in g["zero_windows"].as_array().unwrap() {
+        assert!(
+            zw.iter().any(|r| (t(r) - f(z, "start_s")).abs() < 1e-9),
+            "{z}"
+        );
+        assert!(f(z, "end_s") >= f(z, "start_s"));
+    }
+    assert_eq!(
+        g["zero_windows"].as_array().unwrap().is_empty(),
+        zw.is_empty()
+    );
+}
+
+#[test]
+fn time_sequence_graph_of_shared_captures_agrees_with_tshark() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    if !common::have("tshark") {
+        return;
+    }
+    for (name, retrans, sack_packets, zero_periods) in [
+        ("chrissanders/tcp_retransmissions.pcapng", 5, 0, 0),
+        ("chrissanders/tcp_zerowindowrecovery.pcapng", 0, 0, 1),
+        ("chrissanders/tcp_dupack.pcapng", 1, 5, 0),
+        ("zeek/http_get.pcap", 0, 0, 0),
+        ("zeek/nfs_nfs_write.pcap", 0, 0, 0),
+    ] {
+        let file = dir.join(name);
+        let doc = json(&["capture", "timeline", file.to_str().unwrap(), "--json"]);
+        rows_agree_with_tshark(&file, &doc, 0);
+        graph_agrees_with_rows(&doc);
+        let g = &doc["seq_graph"];
+        assert_eq!(g["retransmitted_segments"], retrans, "{name}");
+        assert_eq!(g["sack_packets"], sack_packets, "{name}");
+        assert_eq!(
+            g["zero_windows"].as_array().unwrap().len(),
+            zero_periods,
+            "{name}"
+        );
+        // The other direction, as asked.
+        let other = json(&[
+            "capture",
+            "timeline",
+            file.to_str().unwrap(),
+            "--json",
+            "--data-from",
+            if g["direction"] == "client_to_server" {
+                "server"
+            } else {
+                "client"
+            },
+        ]);
+        assert_ne!(other["seq_graph"]["direction"], g["direction"]);
+        assert_eq!(other["seq_graph"]["chosen"], "asked");
+        graph_agrees_with_rows(&other);
+    }
+}
+
+#[test]
+fn flow_that_is_not_in_the_file_lists_the_connections() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    let file = dir.join("zeek/nfs_nfs_base.pcap");
+    let out = roundtrip()
+        .args([
+            "capture",
+            "timeline",
+            file.to_str().unwrap(),
+            "--flow",
+            "10.0.0.1:1-10.0.0.2:2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--flow 10.0.0.1:1-10.0.0.2:2 is not in the file; its TCP connections"),
+        "{err}"
+    );
+    // Every connection tshark finds is offered, in a form --flow takes.
+    let conv = std::process::Command::new("tshark")
+        .args(["-n", "-q", "-r", file.to_str().unwrap(), "-z", "conv,tcp"])
+        .output()
+        .unwrap();
+    let conv = String::from_utf8_lossy(&conv.stdout);
+    let pairs: Vec<(String, String)> = conv
+        .lines()
+        .filter(|l| l.contains("<->"))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0].to_string(), w[2].to_string())
+        })
+        .collect();
+    assert!(pairs.len() >= 2, "{conv}");
+    for (a, b) in &pairs {
+        assert!(
+            err.contains(&format!("{a}-{b}")) || err.contains(&format!("{b}-{a}")),
+            "{a} {b}: {err}"
+        );
+    }
+    // A listed flow works.
+    let (a, b) = &pairs[0];
+    roundtrip()
+        .args([
+            "capture",
+            "timeline",
+            file.to_str().unwrap(),
+            "-q",
+            "--flow",
+            &format!("{a}-{b}"),
+        ])
+        .assert()
+        .success();
+    // Malformed and impossible flows are refused before the file is read.
+    for (bad, want) in [
+        ("10.0.0.1:1", "is not two endpoints"),
+        ("10.0.0.1:0-10.0.0.2:80", "port 0"),
+        ("10.0.0.1:80-10.0.0.1:80", "the same endpoint twice"),
+    ] {
+        let out = roundtrip()
+            .args(["capture", "timeline", "/nonexistent.pcap", "--flow", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{bad}: {err}");
+    }
+}
+
+/// A network namespace for one test, deleted on drop.
+struct Netns(String);
+impl Netns {
+    fn new(prefix: &str) -> Netns {
+        let name = format!("{prefix}{}", std::process::id());
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &name])
+            .status();
+        assert!(
+            std::process::Command::new("ip")
+                .args(["netns", "add", &name])
+                .status()
+                .unwrap()
+                .success()
+        );
+        Netns(name)
+    }
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
+    // A transfer through a loopback (in a namespace of its own) that loses 1% of its full-sized data
+    // segments after tcpdump saw them: retransmissions, duplicate ACKs with SACK blocks.
+    if !can_capture() || !common::have("iperf3") || !common::have("nft") || !common::have("ethtool")
+    {
+        return;
+    }
+    let ns = Netns::new("rtsack");
+    assert!(
+        ns.run(&["ip", "link", "set", "lo", "mtu", "1500", "up"])
+            .status
+            .success()
+    );
+    assert!(
+        ns.run(&["ethtool", "-K", "lo", "tso", "off", "gso", "off"])
+            .status
+            .success()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("drop.nft");
+    std::fs::write(
+        &rules,
+        "table inet rtsack {\n  chain in {\n    type filter hook input priority 0;\n    \
+         tcp dport 5201 meta length > 1400 numgen random mod 100 == 0 drop\n  }\n}\n",
+    )
+    .unwrap();
+    let o = ns.run(&["nft", "-f", rules.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = dir.path().join("sack.pcap");
+    let mut srv = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, "iperf3", "-s", "-1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let td = Tcpdump::start_in(
+        Some(&ns.0),
+        &[
+            "-i",
+            "lo",
+            "-n",
+            "-s",
+            "128",
+            "-B",
+            "65536",
+            "-w",
+            file.to_str().unwrap(),
+            "tcp port 5201",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = ns.run(&["iperf3", "-c", "127.0.0.1", "-n", "3M", "-b", "100M"]);
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "iperf3: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dropped = td.stop();
+    let _ = srv.kill();
+    let _ = srv.wait();
+    // iperf3's data connection: the one carrying most.
+    let flows = json(&["capture", "flows", file.to_str().unwrap(), "--json"]);
+    let (idx, data) = flows["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, f)| f["client_to_server"]["payload_bytes"].as_u64().unwrap())
+        .unwrap();
+    let flow = format!(
+        "{}-{}",
+        data["client"].as_str().unwrap(),
+        data["server"].as_str().unwrap()
+    );
+    let doc = json(&[
+        "capture",
+        "timeline",
+        file.to_str().unwrap(),
+        "--flow",
+        &flow,
+        "--json",
+    ]);
+    let g = &doc["seq_graph"];
+    assert_eq!(g["direction"], "client_to_server");
+    assert!(
+        g["retransmitted_segments"].as_u64().unwrap() > 0,
+        "{}",
+        g["retransmitted_segments"]
+    );
+    assert!(
+        g["sack_packets"].as_u64().unwrap() > 0,
+        "{}",
+        g["sack_packets"]
+    );
+    assert!(g["highest_seq"].as_u64().unwrap() >= 3 << 20);
+    assert!(
+        g["window_scale"].is_u64(),
+        "both Linux SYNs announce a window scale"
+    );
+    graph_agrees_with_rows(&doc);
+    if dropped == 0 {
+        // tshark numbers connections in order of their first packet, as flows does.
+        rows_agree_with_tshark(&file, &doc, idx as u32);
+    } else {
+        eprintln!(
+            "note: tcpdump dropped {dropped} packets; the per-packet comparison with tshark is skipped"
+        );
+    }
 }

@@ -527,13 +527,17 @@ fn known_server_and_path_delays_are_recovered() {
         "server {server_ms:.3} ms (injected {want_server}), path {path_ms:.3} ms (injected {want_path}), offset {:?} ns; {}",
         r.clock_offset_ns, r.verdict
     );
+    // Within 10%: on a loaded machine the proxy's and the server's threads wake late for some chunks (one CI run
+    // measured the path 5.4% above what the proxy's own clock summed), and that lateness is real time the
+    // captures see but the per-chunk means the roles print do not all carry. A delay missed or counted twice
+    // (an error of 50 ms or more) still fails by far.
     assert!(
-        (server_ms - want_server).abs() <= 0.05 * want_server,
-        "server time {server_ms} ms"
+        (server_ms - want_server).abs() <= 0.10 * want_server,
+        "server time {server_ms} ms, injected {want_server} ms"
     );
     assert!(
-        (path_ms - want_path).abs() <= 0.05 * want_path,
-        "path time {path_ms} ms"
+        (path_ms - want_path).abs() <= 0.10 * want_path,
+        "path time {path_ms} ms, injected {want_path} ms"
     );
     // one clock: the estimated offset is small beside the delays
     assert!(

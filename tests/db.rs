@@ -1311,18 +1311,18 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
         ],
     );
     let port = free_port();
+    let sock = dir.path().join("sock").display().to_string();
     let child = std::process::Command::new("mariadbd")
         .args([
             "--no-defaults".to_string(),
             format!("--datadir={data_s}"),
             format!("--port={port}"),
             "--bind-address=127.0.0.1".into(),
-            format!("--socket={}", dir.path().join("sock").display()),
+            format!("--socket={sock}"),
             format!("--pid-file={}", dir.path().join("pid").display()),
             "--user=root".into(),
             format!("--ssl-cert={cert}"),
             format!("--ssl-key={key}"),
-            "--skip-grant-tables".into(),
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1330,7 +1330,25 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
         .unwrap();
     let _kill = KillOnDrop(child);
     wait_for_port(port);
-    let url = format!("mysql://root@127.0.0.1:{port}/mysql");
+    // root over the socket (no password there): a password user, and one whose plugin roundtrip lacks.
+    let admin = |sql: &str| {
+        sh(
+            "mariadb",
+            &[
+                "--no-defaults",
+                &format!("--socket={sock}"),
+                "-uroot",
+                "-e",
+                sql,
+            ],
+        )
+    };
+    let pw = "Tls-Pw-9";
+    admin(&format!(
+        "CREATE USER 'app'@'%' IDENTIFIED BY '{pw}'; GRANT ALL ON mysql.* TO 'app'@'%'; \
+         INSTALL SONAME 'auth_ed25519'; CREATE USER 'ed'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('{pw}');"
+    ));
+    let url = format!("mysql://app:{pw}@127.0.0.1:{port}/mysql");
     let o = run(rt().args([
         "db",
         &format!("{url}?ssl-mode=REQUIRED"),
@@ -1347,10 +1365,23 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
     assert_eq!(j["phases"]["tls"]["count"], 2);
     assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
     assert!(j["notes"].to_string().contains("TLS"), "{j}");
+    // The wrong password inside TLS.
+    let o = run(rt().args([
+        "db",
+        &format!("mysql://app:not-{pw}@127.0.0.1:{port}/mysql?ssl-mode=REQUIRED"),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
+        "{}",
+        o.stderr
+    );
     // VERIFY_IDENTITY: self-signed, not trusted by the platform.
     let o = run(rt().args([
         "db",
-        &format!("mysql://root@localhost:{port}/mysql?ssl-mode=VERIFY_IDENTITY"),
+        &format!("{url}?ssl-mode=VERIFY_IDENTITY").replace("127.0.0.1", "localhost"),
         "-n",
         "1",
     ]));
@@ -1366,179 +1397,390 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
     ]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
-}
-
-// ---------------------------------------------------------------- fake MySQL (caching_sha2_password)
-
-fn my_packet(seq: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = (payload.len() as u32).to_le_bytes()[..3].to_vec();
-    v.push(seq);
-    v.extend_from_slice(payload);
-    v
-}
-
-fn read_my_packet(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
-    let h = read_exact_vec(s, 4)?;
-    let n = usize::from(h[0]) | usize::from(h[1]) << 8 | usize::from(h[2]) << 16;
-    Some((h[3], read_exact_vec(s, n)?))
-}
-
-/// How the fake server authenticates.
-#[derive(Clone, Copy)]
-enum MyAuth {
-    /// Greets with caching_sha2_password; answers the scramble with fast-auth success (0x01 0x03).
-    CachingFast,
-    /// Greets with mysql_native_password, then switches to caching_sha2_password with a new scramble.
-    SwitchToCaching,
-    /// caching_sha2_password, but the password is not cached: full authentication (0x01 0x04).
-    CachingFull,
-}
-
-fn caching_sha2_expected(password: &str, scramble: &[u8]) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let h1 = Sha256::digest(password.as_bytes());
-    let h2 = Sha256::digest(h1);
-    let h3 = Sha256::digest([&h2[..], scramble].concat());
-    h1.iter().zip(h3.iter()).map(|(a, b)| a ^ b).collect()
-}
-
-fn fake_my_conn(mut s: TcpStream, mode: MyAuth, password: &str) -> Option<()> {
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let scramble1 = b"ABCDEFGHIJKLMNOPQRST";
-    let plugin = match mode {
-        MyAuth::SwitchToCaching => "mysql_native_password",
-        _ => "caching_sha2_password",
-    };
-    // Handshake v10: PROTOCOL_41 | SECURE_CONNECTION | PLUGIN_AUTH | CONNECT_WITH_DB, no SSL.
-    let caps: u32 = 0x200 | 0x8000 | 0x8_0000 | 0x8;
-    let mut g = vec![10];
-    g.extend_from_slice(b"8.0.36-fake\0");
-    g.extend_from_slice(&7u32.to_le_bytes());
-    g.extend_from_slice(&scramble1[..8]);
-    g.push(0);
-    g.extend_from_slice(&(caps as u16).to_le_bytes());
-    g.push(45);
-    g.extend_from_slice(&2u16.to_le_bytes());
-    g.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
-    g.push(21);
-    g.extend_from_slice(&[0u8; 10]);
-    g.extend_from_slice(&scramble1[8..]);
-    g.push(0);
-    g.extend_from_slice(plugin.as_bytes());
-    g.push(0);
-    s.write_all(&my_packet(0, &g)).ok()?;
-    let (seq, resp) = read_my_packet(&mut s)?;
-    // HandshakeResponse41: caps(4) max(4) charset(1) filler(23) user\0 len auth ...
-    let rest = &resp[32..];
-    let user_end = rest.iter().position(|&c| c == 0)?;
-    let n = usize::from(rest[user_end + 1]);
-    let mut auth = rest[user_end + 2..user_end + 2 + n].to_vec();
-    let mut seq = seq;
-    let mut scramble: Vec<u8> = scramble1.to_vec();
-    if let MyAuth::SwitchToCaching = mode {
-        scramble = b"zyxwvutsrqponmlkjihg".to_vec();
-        let mut sw = vec![0xfe];
-        sw.extend_from_slice(b"caching_sha2_password\0");
-        sw.extend_from_slice(&scramble);
-        sw.push(0);
-        seq = seq.wrapping_add(1);
-        s.write_all(&my_packet(seq, &sw)).ok()?;
-        let (sq, a) = read_my_packet(&mut s)?;
-        seq = sq;
-        auth = a;
-    }
-    let ok_packet = [0u8, 0, 0, 2, 0, 0, 0];
-    if auth != caching_sha2_expected(password, &scramble) {
-        let mut e = vec![0xff, 0x15, 0x04, b'#'];
-        e.extend_from_slice(b"28000Access denied for user 'fake'");
-        s.write_all(&my_packet(seq.wrapping_add(1), &e)).ok()?;
-        return Some(());
-    }
-    if let MyAuth::CachingFull = mode {
-        s.write_all(&my_packet(seq.wrapping_add(1), &[0x01, 0x04]))
-            .ok()?;
-        let _ = read_my_packet(&mut s);
-        return Some(());
-    }
-    s.write_all(&my_packet(seq.wrapping_add(1), &[0x01, 0x03]))
-        .ok()?;
-    s.write_all(&my_packet(seq.wrapping_add(2), &ok_packet))
-        .ok()?;
-    loop {
-        let (_, cmd) = read_my_packet(&mut s)?;
-        match cmd.first()? {
-            0x0e => s.write_all(&my_packet(1, &ok_packet)).ok()?,
-            0x03 => {
-                let mut r = my_packet(1, &[1]);
-                r.extend(my_packet(
-                    2,
-                    b"\x03def\0\0\0\x011\0\x0c\x3f\0\x01\0\0\0\x08\x81\0\0\0\0",
-                ));
-                r.extend(my_packet(3, &[0xfe, 0, 0, 2, 0]));
-                r.extend(my_packet(4, &[1, b'1']));
-                r.extend(my_packet(5, &[0xfe, 0, 0, 2, 0]));
-                s.write_all(&r).ok()?;
-            }
-            _ => return Some(()),
-        }
-    }
-}
-
-fn fake_mysql(mode: MyAuth, password: &str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let password = password.to_string();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let pw = password.clone();
-            std::thread::spawn(move || fake_my_conn(s, mode, &pw));
-        }
-    });
-    port
-}
-
-#[test]
-fn mysql_caching_sha2_password_against_a_fake_server() {
-    // MariaDB has no caching_sha2_password (a MySQL 8 default), so the fast path is tested against an in-test
-    // server that checks the scramble itself.
-    let pw = "Sha2-Fake-Pw";
-    for mode in [MyAuth::CachingFast, MyAuth::SwitchToCaching] {
-        let port = fake_mysql(mode, pw);
-        let ok = run(rt().env("MYSQL_PWD", pw).args([
-            "db",
-            &format!("mysql://app@127.0.0.1:{port}/db"),
-            "-n",
-            "3",
-            "--connects",
-            "2",
-            "--rows",
-            "0",
-            "--json",
-        ]));
-        assert_eq!(ok.code, 0, "{}", ok.stderr);
-        let j = json_of(&ok);
-        assert_eq!(j["server_version"], "8.0.36-fake");
-        assert_eq!(j["ping"]["count"], 3);
-        assert_eq!(j["query"]["count"], 3);
-        let bad = run(rt().args([
-            "db",
-            &format!("mysql://app:no-{pw}@127.0.0.1:{port}/db"),
-            "-n",
-            "1",
-        ]));
-        assert_eq!(bad.code, 1);
-        assert!(bad.stderr.contains("rejected user 'app'"), "{}", bad.stderr);
-        assert_secret_absent(pw, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
-    }
-    let port = fake_mysql(MyAuth::CachingFull, pw);
-    let o = run(rt().env("MYSQL_PWD", pw).args([
+    // An account on client_ed25519 (MariaDB's ed25519 plugin): a real auth switch to a plugin roundtrip
+    // does not speak.
+    let o = run(rt().args([
         "db",
-        &format!("mysql://app@127.0.0.1:{port}/db"),
+        &format!("mysql://ed:{pw}@127.0.0.1:{port}/mysql"),
         "-n",
         "1",
     ]));
     assert_eq!(o.code, 1);
-    assert!(o.stderr.contains("full authentication"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "asks for the authentication plugin 'client_ed25519', which roundtrip does not support"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    // The server now demands TLS: plain connections get a one-line error naming the setting to use.
+    admin("SET GLOBAL require_secure_transport = ON");
+    let o = run(rt().args(["db", &format!("{url}?ssl-mode=DISABLED"), "-n", "1"]));
+    assert_eq!(o.code, 1);
+    // MariaDB 10.11 answers "Access denied" (1045), as for a wrong password: the error says TLS was turned
+    // down although offered, and what to try.
+    assert!(
+        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(
+            "this connection is not encrypted (ssl-mode=DISABLED) though the server offers TLS"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("try ssl-mode=REQUIRED"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert_secret_absent(pw, &[&o.stdout, &o.stderr]);
+    let o = run(rt().args(["db", &url, "-n", "1"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------- scripted MySQL 8 (tests/mysql8_server.py)
+
+/// The scripted MySQL 8 server: a Python process (with the `cryptography` package) that plays the server side
+/// of MySQL 8's authentication with a real RSA key. It prints its port, then one line per login.
+struct Mysql8 {
+    port: u16,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    child: std::process::Child,
+}
+
+impl Mysql8 {
+    /// Starts it, or returns None (a skip; a failure under CI) when python3 or its cryptography package is
+    /// missing.
+    fn start(password: &str, extra: &[&str]) -> Option<Mysql8> {
+        let have_crypto = std::process::Command::new("python3")
+            .args(["-c", "import cryptography"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !have_crypto {
+            assert!(
+                std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_none(),
+                "python3 with the cryptography package is missing but CI must have it (.ci/run installs it)"
+            );
+            eprintln!("SKIPPED: python3 with the cryptography package is not installed");
+            return None;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mysql8_server.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args(["--password", password])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(p) = line.strip_prefix("PORT ") {
+                    let _ = tx.send(p.parse::<u16>().unwrap());
+                } else {
+                    l2.lock().unwrap().push(line);
+                }
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the scripted MySQL 8 server did not start");
+        Some(Mysql8 { port, lines, child })
+    }
+
+    fn url(&self, user_pw: &str, query: &str) -> String {
+        format!("mysql://{user_pw}@127.0.0.1:{}/db{query}", self.port)
+    }
+
+    /// The `path=` of every login so far, waiting until at least `n` were logged.
+    fn paths(&self, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let l = self.lines.lock().unwrap().clone();
+            let auth: Vec<String> = l
+                .iter()
+                .filter(|x| x.starts_with("AUTH "))
+                .cloned()
+                .collect();
+            if auth.len() >= n || Instant::now() > deadline {
+                return auth;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mysql8 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn db_run(url: &str, extra: &[&str]) -> Out {
+    let mut args = vec!["db", url, "-n", "3", "--rows", "4", "--row-bytes", "100"];
+    args.extend_from_slice(extra);
+    run(rt().args(&args))
+}
+
+const MY8_PW: &str = "S3cret pw-€";
+const MY8_PW_URL: &str = "S3cret%20pw-%E2%82%AC";
+
+#[test]
+fn mysql8_caching_sha2_full_authentication_over_rsa_then_fast_from_the_cache() {
+    let Some(srv) = Mysql8::start(MY8_PW, &[]) else {
+        return;
+    };
+    // First connection: not cached, so full authentication: key request, RSA-OAEP password. The next ones
+    // find the password in the server's cache.
+    let ok = db_run(
+        &srv.url(&format!("app:{MY8_PW_URL}"), ""),
+        &["--connects", "3", "--json"],
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let j = json_of(&ok);
+    assert_eq!(j["server_version"], "8.0.36-scripted");
+    assert_eq!(j["phases"]["startup"]["count"], 3);
+    assert_eq!(j["ping"]["count"], 3);
+    assert_eq!(j["fetch"]["bytes_total"], 3 * 4 * 100);
+    let notes = j["notes"].to_string();
+    assert!(
+        notes.contains("full authentication, password encrypted (RSA-OAEP) with the 2048-bit key"),
+        "{notes}"
+    );
+    assert!(notes.contains("fast authentication"), "{notes}");
+    assert_eq!(
+        srv.paths(3),
+        [
+            "AUTH user=app plugin=caching_sha2_password path=full-rsa result=ok",
+            "AUTH user=app plugin=caching_sha2_password path=fast result=ok",
+            "AUTH user=app plugin=caching_sha2_password path=fast result=ok",
+        ]
+    );
+    // A wrong password against the cache (fast path), then on a fresh server (full authentication: the
+    // server decrypts a different password).
+    let bad = db_run(&srv.url("app:Wrong", ""), &[]);
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("rejected user 'app'"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("error 1045"), "{}", bad.stderr);
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    assert_eq!(
+        srv.paths(4)[3],
+        "AUTH user=app plugin=caching_sha2_password path=fast result=denied"
+    );
+    let fresh = Mysql8::start(MY8_PW, &[]).unwrap();
+    let bad = db_run(&fresh.url("app:Wrong", ""), &[]);
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("rejected user 'app'"), "{}", bad.stderr);
+    assert_eq!(
+        fresh.paths(1),
+        ["AUTH user=app plugin=caching_sha2_password path=full-rsa result=denied"]
+    );
+    assert_secret_absent(MY8_PW, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
+    assert_secret_absent(MY8_PW_URL, &[&ok.stdout, &ok.stderr]);
+}
+
+#[test]
+fn mysql8_sha256_password_and_auth_switches() {
+    for (mode, plugin, paths) in [
+        ("sha256", "sha256_password", ["full-rsa", "full-rsa"]),
+        (
+            "switch-caching",
+            "caching_sha2_password",
+            ["full-rsa", "fast"],
+        ),
+        ("switch-sha256", "sha256_password", ["full-rsa", "full-rsa"]),
+    ] {
+        let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode]) else {
+            return;
+        };
+        let ok = run(rt().env("MYSQL_PWD", MY8_PW).args([
+            "db",
+            &srv.url("app", ""),
+            "-n",
+            "2",
+            "--connects",
+            "2",
+            "--rows",
+            "2",
+            "--json",
+        ]));
+        assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
+        assert_eq!(json_of(&ok)["query"]["count"], 2);
+        let want: Vec<String> = paths
+            .iter()
+            .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
+            .collect();
+        assert_eq!(srv.paths(2), want, "{mode}");
+        let bad = db_run(&srv.url("app:nope", ""), &[]);
+        assert_eq!(bad.code, 1, "{mode}");
+        assert!(
+            bad.stderr.contains("rejected user 'app'"),
+            "{mode}: {}",
+            bad.stderr
+        );
+        assert_secret_absent(MY8_PW, &[&ok.stdout, &ok.stderr, &bad.stderr]);
+    }
+}
+
+#[test]
+fn mysql8_pinned_key_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    // A pinned key: the password is encrypted with it and the server is never asked for its key (for
+    // sha256_password the 256 encrypted bytes go in the handshake response itself).
+    for mode in ["caching", "sha256"] {
+        let key = dir.path().join(format!("{mode}.pem"));
+        let Some(srv) = Mysql8::start(
+            MY8_PW,
+            &["--mode", mode, "--write-public-key", key.to_str().unwrap()],
+        ) else {
+            return;
+        };
+        let q = format!(
+            "?server-public-key-path={}&get-server-public-key=false",
+            key.display()
+        );
+        let ok = db_run(
+            &srv.url(&format!("app:{MY8_PW_URL}"), &q),
+            &["--connects", "1"],
+        );
+        assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
+        assert!(
+            ok.stdout.contains("with the pinned 2048-bit server key"),
+            "{}",
+            ok.stdout
+        );
+        assert!(
+            srv.paths(1)[0].contains("path=rsa-pinned result=ok"),
+            "{:?}",
+            srv.paths(1)
+        );
+    }
+    // Asking for the key is forbidden and nothing is pinned.
+    let srv = Mysql8::start(MY8_PW, &[]).unwrap();
+    let o = db_run(
+        &srv.url(&format!("app:{MY8_PW_URL}"), "?get-server-public-key=false"),
+        &[],
+    );
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("caching_sha2_password encrypted with its RSA public key, but get-server-public-key=false forbids asking the server for it"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    // A 1024-bit key and a key that is not one: refused before any password is sent.
+    for (args, want) in [
+        (
+            &["--key-bits", "1024"][..],
+            "has 1024 bits; roundtrip refuses keys under 2048 bits",
+        ),
+        (&["--mode", "junk-key"][..], "is not a PEM RSA public key"),
+    ] {
+        let srv = Mysql8::start(MY8_PW, args).unwrap();
+        let o = db_run(&srv.url(&format!("app:{MY8_PW_URL}"), ""), &[]);
+        assert_eq!(o.code, 1, "{}", o.stdout);
+        assert!(o.stderr.contains(want), "{}", o.stderr);
+        assert!(o.stderr.contains("ssl-mode=REQUIRED"), "{}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+        assert!(
+            srv.paths(1)[0].contains("path=key-sent-client-closed result=denied"),
+            "{:?}",
+            srv.paths(1)
+        );
+        assert_secret_absent(MY8_PW, &[&o.stdout, &o.stderr]);
+    }
+    // A key file that is not a key, and one that is missing: refused before any connection.
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "hello").unwrap();
+    for (path, want) in [
+        (junk.display().to_string(), "is not a PEM RSA public key"),
+        (
+            "/nonexistent/key.pem".to_string(),
+            "cannot read /nonexistent/key.pem",
+        ),
+    ] {
+        let o = db_run(
+            &format!("mysql://app@127.0.0.1:9/db?server-public-key-path={path}"),
+            &[],
+        );
+        assert_eq!(o.code, 1, "{}", o.stderr);
+        assert!(o.stderr.contains(want), "{}", o.stderr);
+    }
+}
+
+#[test]
+fn mysql8_unknown_plugin_and_a_server_that_demands_tls() {
+    let Some(srv) = Mysql8::start(MY8_PW, &["--mode", "switch-unknown"]) else {
+        return;
+    };
+    let o = db_run(&srv.url(&format!("app:{MY8_PW_URL}"), ""), &[]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("asks for the authentication plugin 'authentication_kerberos_client', which roundtrip does not support"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        srv.paths(1)[0].ends_with("result=client-closed"),
+        "{:?}",
+        srv.paths(1)
+    );
+    let srv = Mysql8::start(MY8_PW, &["--mode", "require-tls"]).unwrap();
+    let o = db_run(&srv.url(&format!("app:{MY8_PW_URL}"), ""), &[]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains(
+            "requires an encrypted connection: Connections using insecure transport are prohibited"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("ssl-mode=REQUIRED"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+}
+
+#[test]
+fn mysql8_password_inside_tls() {
+    if !common::have("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    for (mode, plugin, paths) in [
+        ("caching", "caching_sha2_password", ["full-tls", "fast"]),
+        ("sha256", "sha256_password", ["full-tls", "full-tls"]),
+        ("require-tls", "caching_sha2_password", ["full-tls", "fast"]),
+    ] {
+        let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode, "--tls", &cert, &key]) else {
+            return;
+        };
+        let ok = db_run(
+            &srv.url(&format!("app:{MY8_PW_URL}"), "?ssl-mode=REQUIRED"),
+            &["--connects", "2", "--json"],
+        );
+        assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
+        let j = json_of(&ok);
+        assert_eq!(j["phases"]["tls"]["count"], 2);
+        assert!(
+            j["notes"]
+                .to_string()
+                .contains(&format!("{plugin}: password sent inside TLS")),
+            "{j}"
+        );
+        let want: Vec<String> = paths
+            .iter()
+            .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
+            .collect();
+        assert_eq!(srv.paths(2), want, "{mode}");
+    }
 }
 
 // ---------------------------------------------------------------- password prompt on a terminal

@@ -22,6 +22,7 @@ fn embedded_server() -> ServerHandle {
         port: 0,
         tcp: true,
         udp: true,
+        ..Default::default()
     };
     server::start(&config, |_| {}).expect("embedded server")
 }

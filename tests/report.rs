@@ -316,6 +316,7 @@ fn real_run(count: u64, log: &Path) -> (PingDoc, Vec<u64>) {
             port: 0,
             tcp: true,
             udp: true,
+            ..Default::default()
         },
         |_| {},
     )
@@ -483,11 +484,11 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
     let mut tl = known_doc();
-    tl["kind"] = "capture-timeline".into();
+    tl["kind"] = "model-tps".into();
     let tl = write(d, "tl.json", &tl.to_string());
     let e = report_err(&[tl.as_os_str(), "-o".as_ref(), o]);
     assert!(
-        e.contains("holds a \"capture-timeline\" result, which has no report yet"),
+        e.contains("holds a \"model-tps\" result, which has no report yet"),
         "{e}"
     );
     let mut sweep = known_doc();
@@ -606,6 +607,7 @@ fn ping_writes_report_and_svg() {
             port: 0,
             tcp: true,
             udp: true,
+            ..Default::default()
         },
         |_| {},
     )
@@ -837,6 +839,7 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
             port: 0,
             tcp: true,
             udp: true,
+            ..Default::default()
         },
         |_| {},
     )
@@ -1651,6 +1654,7 @@ fn every_measuring_command_writes_a_report() {
             port: 0,
             tcp: true,
             udp: true,
+            ..Default::default()
         },
         |_| {},
     )
@@ -1911,4 +1915,192 @@ fn rpc_intervals_read_back_and_gaps_stay_empty() {
     let (b, b_end) = levels(maxes[1]);
     assert!((b[0].0 - 4e9).abs() < 0.01e9 && (b_end - 5e9).abs() < 0.01e9);
     assert!((b[0].1 - 23e6).abs() <= y.tolerance(b[0].2));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// capture timeline: the time-sequence graph.
+
+fn timeline_doc() -> serde_json::Value {
+    envelope(
+        "capture-timeline",
+        serde_json::json!({
+            "capture": {"file": "known.pcap"},
+            "seq_graph": {"flow_id": 1, "sender": "10.0.0.1:40000", "receiver": "10.0.0.2:5201",
+                "direction": "client_to_server", "chosen": "busier", "start_ns": 0, "duration_s": 4.0,
+                "column_s": 0.001, "window_scale": 7, "data_segments": 5, "retransmitted_segments": 2,
+                "keep_alives": 0, "acks": 4, "sack_packets": 1, "zero_window_packets": 1, "highest_seq": 60_000,
+                "segments": [
+                    {"first_s": 0.5, "last_s": 0.5, "seq_lo": 0, "seq_hi": 10_000, "segments": 1},
+                    {"first_s": 1.0, "last_s": 1.0005, "seq_lo": 10_000, "seq_hi": 30_000, "segments": 2}],
+                "retransmissions": [{"t_s": 2.0, "seq": 10_000, "end": 20_000},
+                                    {"t_s": 2.0, "seq": 40_000, "end": 50_000}],
+                "ack": [{"t_s": 0.7, "value": 10_000}, {"t_s": 1.5, "value": 10_000},
+                        {"t_s": 2.5, "value": 50_000}],
+                "window_edge": [{"t_s": 0.7, "value": 40_000}, {"t_s": 1.5, "value": 10_000},
+                                {"t_s": 2.5, "value": 60_000}],
+                "sack": [{"t_s": 1.5, "left": 20_000, "right": 30_000}],
+                "zero_windows": [{"start_s": 1.5, "end_s": 2.5}]}
+        }),
+    )
+}
+
+#[test]
+fn time_sequence_graph_reads_back_to_the_series() {
+    let page = page_of("timeline", timeline_doc());
+    let svg = figure_svg(&page, "time-sequence");
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);
+    let close = |got: f64, want: f64, tol: f64, what: &str| {
+        assert!((got - want).abs() <= tol + 1e-9, "{what}: {got} vs {want}")
+    };
+    // Strokes (M x lo V hi) of a columns series.
+    let strokes = |class: &str| -> Vec<(f64, f64, f64)> {
+        let d = paths(&svg, class);
+        assert_eq!(d.len(), 1, "{class}");
+        path_cmds(d[0])
+            .chunks(2)
+            .map(|c| {
+                assert_eq!((c[0].0, c[1].0), ('M', 'V'));
+                (c[0].1[0], c[0].1[1], c[1].1[0])
+            })
+            .collect()
+    };
+    let check = |class: &str, want: &[(f64, f64, f64)]| {
+        let got = strokes(class);
+        assert_eq!(got.len(), want.len(), "{class}");
+        for (&(px, lo, hi), &(t, a, b)) in got.iter().zip(want) {
+            close(x.value(px) / 1e9, t, x.tolerance(px) / 1e9, class);
+            close(y.value(lo), a, y.tolerance(lo), class);
+            close(y.value(hi), b, y.tolerance(hi), class);
+        }
+    };
+    check(
+        "cols c0",
+        &[(0.5, 0.0, 10_000.0), (1.0, 10_000.0, 30_000.0)],
+    );
+    check(
+        "cols c1",
+        &[(2.0, 10_000.0, 20_000.0), (2.0, 40_000.0, 50_000.0)],
+    );
+    check("cols c4", &[(1.5, 20_000.0, 30_000.0)]);
+    // Steps through the samples, holding the last one to the end of the connection.
+    let step = |class: &str, want: &[(f64, f64)]| {
+        let d = paths(&svg, class);
+        let cmds = path_cmds(d[0]);
+        let (mut px, mut py) = (cmds[0].1[0], cmds[0].1[1]);
+        close(x.value(px) / 1e9, want[0].0, x.tolerance(px) / 1e9, class);
+        close(y.value(py), want[0].1, y.tolerance(py), class);
+        let mut k = 1;
+        for c in cmds[1..].iter() {
+            match c.0 {
+                'H' => px = c.1[0],
+                'V' => {
+                    py = c.1[0];
+                    close(x.value(px) / 1e9, want[k].0, x.tolerance(px) / 1e9, class);
+                    close(y.value(py), want[k].1, y.tolerance(py), class);
+                    k += 1;
+                }
+                other => panic!("{other}"),
+            }
+        }
+        assert_eq!(k, want.len(), "{class}");
+    };
+    step(
+        "step c3",
+        &[
+            (0.7, 10_000.0),
+            (1.5, 10_000.0),
+            (2.5, 50_000.0),
+            (4.0, 50_000.0),
+        ],
+    );
+    step(
+        "step c2",
+        &[
+            (0.7, 40_000.0),
+            (1.5, 10_000.0),
+            (2.5, 60_000.0),
+            (4.0, 60_000.0),
+        ],
+    );
+    // The zero-window period: a shaded rectangle from its start to its end.
+    let d = paths(&svg, "spans c7");
+    let cmds = path_cmds(d[0]);
+    assert_eq!(cmds.iter().map(|c| c.0).collect::<String>(), "MHVHZ");
+    close(
+        x.value(cmds[0].1[0]) / 1e9,
+        1.5,
+        x.tolerance(cmds[0].1[0]) / 1e9,
+        "zero window start",
+    );
+    close(
+        x.value(cmds[1].1[0]) / 1e9,
+        2.5,
+        x.tolerance(cmds[1].1[0]) / 1e9,
+        "zero window end",
+    );
+    assert!(svg.contains("window scale 7 (x128)"), "{svg}");
+}
+
+#[test]
+fn capture_timeline_writes_the_time_sequence_graph_of_its_json() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    let file = dir.join("chrissanders/tcp_dupack.pcapng");
+    let f = file.to_str().unwrap();
+    let (page, svg) = run_with_report(&["capture", "timeline", f, "-q"], Some("time-sequence"));
+    assert!(page.contains("TCP time-sequence graph") && page.contains("What the graph shows"));
+    let out = rt()
+        .args(["capture", "timeline", f, "--json"])
+        .output()
+        .unwrap();
+    let doc = load::parse("timeline.json", &out.stdout).unwrap();
+    let tl: roundtrip::report::kinds::TimelineIn = doc.typed().unwrap();
+    let g = tl.seq_graph.expect("a graph");
+    let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
+    let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);
+    // Every segment, retransmission and SACK range of the JSON is a stroke where the axes say.
+    for (class, want) in [
+        (
+            "cols c0",
+            g.segments
+                .iter()
+                .map(|s| (s.first_s, s.seq_lo as f64, s.seq_hi as f64))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "cols c1",
+            g.retransmissions
+                .iter()
+                .map(|r| (r.t_s, r.seq as f64, r.end as f64))
+                .collect(),
+        ),
+        (
+            "cols c4",
+            g.sack
+                .iter()
+                .map(|s| (s.t_s, s.left as f64, s.right as f64))
+                .collect(),
+        ),
+    ] {
+        assert!(!want.is_empty(), "{class}");
+        let cmds = path_cmds(paths(&svg, class)[0]);
+        assert_eq!(cmds.len(), 2 * want.len(), "{class}");
+        for (k, (t, lo, hi)) in want.iter().enumerate() {
+            let (m, v) = (&cmds[2 * k], &cmds[2 * k + 1]);
+            assert!(
+                (x.value(m.1[0]) / 1e9 - t).abs() <= x.tolerance(m.1[0]) / 1e9,
+                "{class} {k} time"
+            );
+            assert!(
+                (y.value(m.1[1]) - lo).abs() <= y.tolerance(m.1[1]),
+                "{class} {k} lo"
+            );
+            assert!(
+                (y.value(v.1[0]) - hi).abs() <= y.tolerance(v.1[0]),
+                "{class} {k} hi"
+            );
+        }
+    }
 }

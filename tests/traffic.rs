@@ -22,6 +22,7 @@ fn embedded() -> (ServerHandle, SocketAddr) {
         port: 0,
         tcp: true,
         udp: true,
+        ..Default::default()
     };
     let srv = server::start(&config, |_| {}).expect("embedded server");
     let addr = srv.tcp_addr().expect("tcp address");
@@ -331,6 +332,7 @@ fn sockperf_client(args: &[&str]) -> Option<(String, ServerHandle, Seen)> {
         port: 0,
         tcp: true,
         udp: true,
+        ..Default::default()
     };
     let srv = server::start(&config, move |ev| {
         if let ServerEvent::Disconnected {

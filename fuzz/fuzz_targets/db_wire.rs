@@ -1,4 +1,4 @@
-//! Fuzzes every database parser of `roundtrip db` (PostgreSQL, MySQL/MariaDB, RESP, Oracle TNS, SCRAM) with
+//! Fuzzes every database parser of `roundtrip db` (PostgreSQL, MySQL/MariaDB and its RSA key, RESP, Oracle TNS, SCRAM) with
 //! arbitrary bytes: none may panic, and framed lengths must stay within the input.
 #![no_main]
 
@@ -17,6 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = mysql::parse_reply(data, false);
     let _ = mysql::row_value_bytes(data);
     let _ = mysql::more_results(data);
+    // The RSA public key a MySQL server sends in AuthMoreData (PEM text, any bytes from the network).
+    let _ = mysql::ServerPublicKey::from_pem(data);
     if let Ok(Some((_, used))) = resp::parse(data) {
         assert!(used <= data.len());
     }

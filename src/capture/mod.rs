@@ -5,6 +5,7 @@
 //! - [`flows`]: TCP connection tracking (RTT, in flight, window, retransmissions, ...) and the in-order
 //!   stream hook ([`flows::StreamSink`]).
 //! - [`stats`]: tcpstat's per-interval view.
+//! - [`seqgraph`]: the TCP time-sequence graph of one connection (`capture timeline --report`).
 //! - [`rpc`]: per-request latency of application protocols (`capture rpc`); [`matching`]: the same requests
 //!   in a client-side and a server-side capture (`capture match`).
 //!
@@ -26,6 +27,7 @@ pub mod flows;
 pub mod matching;
 pub mod read;
 pub mod rpc;
+pub mod seqgraph;
 pub mod stats;
 
 use decode::{Decoded, NotIp, decode};
@@ -51,6 +53,9 @@ pub enum FilterError {
         "--flow '{0}' is not two endpoints: write ADDR:PORT-ADDR:PORT, e.g. 10.0.0.1:40000-10.0.0.2:80 or [::1]:5201-[::1]:40000"
     )]
     Flow(String),
+    /// `--flow` names endpoints no TCP/UDP conversation can have.
+    #[error("--flow '{0}': {1} (write the two ends of one conversation, ADDR:PORT-ADDR:PORT)")]
+    FlowEndpoints(String, &'static str),
 }
 
 /// Which packets to look at. All given conditions must hold; the empty filter takes everything.
@@ -93,6 +98,18 @@ impl Filter {
             .ok_or_else(err)?;
         let a: SocketAddr = a.trim().parse().map_err(|_| err())?;
         let b: SocketAddr = b.trim().parse().map_err(|_| err())?;
+        if a.port() == 0 || b.port() == 0 {
+            return Err(FilterError::FlowEndpoints(
+                s.to_string(),
+                "port 0 is never on the wire",
+            ));
+        }
+        if a == b {
+            return Err(FilterError::FlowEndpoints(
+                s.to_string(),
+                "it names the same endpoint twice",
+            ));
+        }
         Ok((a, b))
     }
 
@@ -494,6 +511,20 @@ pub struct TimelineRow {
     pub in_flight_bytes: Option<u64>,
     /// Notes: retransmission, out-of-order, dup-ack, zero-window, keep-alive.
     pub notes: Vec<&'static str>,
+    /// SACK blocks (left, right edge), relative to the other side's initial sequence number.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sack: Vec<[u32; 2]>,
+}
+
+/// Which direction's data the time-sequence graph draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFrom {
+    /// The direction that carried more payload.
+    Busier,
+    /// The client's data (the side that sent the SYN).
+    Client,
+    /// The server's data.
+    Server,
 }
 
 /// Result of `capture timeline`.
@@ -503,8 +534,11 @@ pub struct TimelineResult {
     pub capture: CaptureInfo,
     /// The connection shown (its summary), when one matched.
     pub flow: Option<FlowSummary>,
-    /// One row per packet of that connection.
+    /// One row per packet of that connection (empty when not asked for).
     pub rows: Vec<TimelineRow>,
+    /// Its time-sequence graph, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq_graph: Option<seqgraph::SeqGraph>,
 }
 
 fn notes(i: &PacketInfo) -> Vec<&'static str> {
@@ -527,16 +561,26 @@ fn notes(i: &PacketInfo) -> Vec<&'static str> {
     n
 }
 
-/// `capture timeline`: every packet of one TCP connection (the first connection that passes `filter`).
+/// `capture timeline`: every packet of one TCP connection (the first connection that passes `filter`) when
+/// `keep_rows`, and with `graph` its time-sequence graph.
 pub fn run_timeline(
     path: &Path,
     filter: &Filter,
     config: TrackerConfig,
+    graph: Option<DataFrom>,
+    keep_rows: bool,
 ) -> Result<TimelineResult, CaptureError> {
     let mut pk = Packets::open(path)?;
     let mut tr = FlowTracker::new(config);
     let mut chosen: Option<u64> = None;
     let mut rows = Vec::new();
+    // Both directions are collected while reading (the busier one is known only at the end).
+    let mut graphs = graph.map(|_| {
+        [
+            seqgraph::SeqGraphBuilder::new(flows::Dir::ClientToServer),
+            seqgraph::SeqGraphBuilder::new(flows::Dir::ServerToClient),
+        ]
+    });
     let mut prev_ts: Option<i64> = None;
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
@@ -552,9 +596,28 @@ pub fn run_timeline(
         if info.flow_id != id {
             continue;
         }
+        if let Some(g) = &mut graphs {
+            for b in g.iter_mut() {
+                b.add(ts, &info, &d);
+            }
+        }
+        let sack = match (d.tcp(), info.rel_ack) {
+            _ if !keep_rows => Vec::new(),
+            (Some(t), Some(rel_ack)) if t.sack_count > 0 => {
+                let base = t.ack.wrapping_sub(rel_ack);
+                t.sack[..usize::from(t.sack_count).min(t.sack.len())]
+                    .iter()
+                    .map(|&(l, r)| [l.wrapping_sub(base), r.wrapping_sub(base)])
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         pk.matched();
         let delta = prev_ts.map_or(0, |p| ts.saturating_sub(p).max(0) as u64);
         prev_ts = Some(ts);
+        if !keep_rows {
+            continue;
+        }
         rows.push(TimelineRow {
             ts_ns: ts,
             delta_ns: delta,
@@ -566,14 +629,27 @@ pub fn run_timeline(
             window_bytes: info.window,
             in_flight_bytes: info.in_flight,
             notes: notes(&info),
+            sack,
         });
     }
     let (flows, _) = tr.finish_all(None);
     let flow = chosen.and_then(|id| flows.into_iter().find(|f| f.id == id));
+    let seq_graph = match (graphs, graph, &flow) {
+        (Some([c2s, s2c]), Some(from), Some(f)) => Some(match from {
+            DataFrom::Client => c2s.finish(f, "asked"),
+            DataFrom::Server => s2c.finish(f, "asked"),
+            DataFrom::Busier => match f.bulk().0 {
+                flows::Dir::ClientToServer => c2s.finish(f, "busier"),
+                flows::Dir::ServerToClient => s2c.finish(f, "busier"),
+            },
+        }),
+        _ => None,
+    };
     Ok(TimelineResult {
         capture: pk.finish(),
         flow,
         rows,
+        seq_graph,
     })
 }
 
@@ -589,6 +665,14 @@ mod tests {
         let (a, _) = Filter::parse_flow("[::1]:5201,[::1]:40000").unwrap();
         assert_eq!(a.port(), 5201);
         assert!(Filter::parse_flow("[::1]:5201-[::2]:1").is_ok());
+        assert!(matches!(
+            Filter::parse_flow("10.0.0.1:0-10.0.0.2:80"),
+            Err(FilterError::FlowEndpoints(_, _))
+        ));
+        assert!(matches!(
+            Filter::parse_flow("10.0.0.1:80,10.0.0.1:80"),
+            Err(FilterError::FlowEndpoints(_, _))
+        ));
         assert!(matches!(
             Filter::parse_flow("10.0.0.1-10.0.0.2"),
             Err(FilterError::Flow(_))

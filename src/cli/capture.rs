@@ -108,6 +108,25 @@ struct TimelineArgs {
     /// Print absolute times (seconds since the first packet) beside the deltas.
     #[arg(long)]
     absolute: bool,
+    /// Whose data the time-sequence graph (--report, --svg, --json) draws: the busier direction, the
+    /// client's (the side that sent the SYN) or the server's.
+    #[arg(long, value_enum, default_value = "busier")]
+    data_from: DataFromArg,
+    /// Print only the heading and the diagnosis, not one row per packet (for --report/--svg on big captures).
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DataFromArg {
+    /// The direction that carried more payload.
+    Busier,
+    /// The client's data.
+    Client,
+    /// The server's data.
+    Server,
 }
 
 #[derive(Debug, Args)]
@@ -234,14 +253,109 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     Ok(finish(&r.capture, false))
 }
 
+/// The error for a filter no TCP connection passes: with `--flow`, the connections the file does hold (the
+/// file is read a second time, without the flow), so the user can copy one.
+fn no_connection(file: &std::path::Path, info: &CaptureInfo, filter: &Filter) -> String {
+    let Some((a, b)) = filter.flow else {
+        return no_tcp(info, filter);
+    };
+    let others = Filter {
+        flow: None,
+        ..filter.clone()
+    };
+    let mut flows = match capture::run_flows(file, &others, TrackerConfig::default(), None) {
+        Ok(r) => r.flows,
+        Err(_) => Vec::new(),
+    };
+    if flows.is_empty() {
+        return format!(
+            "{}: --flow {a}-{b} is not in the file, which holds no TCP connection{} ({} packets)",
+            info.file,
+            if others.is_empty() {
+                ""
+            } else {
+                " passing the other filters"
+            },
+            info.packets_read
+        );
+    }
+    flows.sort_by_key(|f| {
+        std::cmp::Reverse(f.client_to_server.payload_bytes + f.server_to_client.payload_bytes)
+    });
+    let shown: Vec<String> = flows
+        .iter()
+        .take(8)
+        .map(|f| {
+            format!(
+                "{}-{} ({} packets)",
+                f.client,
+                f.server,
+                f.client_to_server.packets + f.server_to_client.packets
+            )
+        })
+        .collect();
+    format!(
+        "{}: --flow {a}-{b} is not in the file; its TCP connections{}: {}{} (give one of these to --flow)",
+        info.file,
+        if flows.len() > shown.len() {
+            format!(", the {} largest of {}", shown.len(), flows.len())
+        } else {
+            String::new()
+        },
+        shown.join(", "),
+        if flows.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        }
+    )
+}
+
 fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
-    let r = capture::run_timeline(&a.common.file, &filter, TrackerConfig::default())?;
+    a.pictures.validate()?;
+    let graph = (a.common.json || a.pictures.wanted()).then_some(match a.data_from {
+        DataFromArg::Busier => capture::DataFrom::Busier,
+        DataFromArg::Client => capture::DataFrom::Client,
+        DataFromArg::Server => capture::DataFrom::Server,
+    });
+    // Rows are only kept when printed: -q with --report/--svg holds the graph's records, not a row a packet.
+    let keep_rows = a.common.json || !a.quiet;
+    let r = capture::run_timeline(
+        &a.common.file,
+        &filter,
+        TrackerConfig::default(),
+        graph,
+        keep_rows,
+    )?;
+    if r.flow.is_some() && a.pictures.wanted() {
+        // The picture needs the graph, not a row per packet: a million rows would be held twice.
+        #[derive(serde::Serialize)]
+        struct Drawn<'a> {
+            capture: &'a CaptureInfo,
+            flow: &'a Option<FlowSummary>,
+            seq_graph: &'a Option<capture::seqgraph::SeqGraph>,
+        }
+        let doc = roundtrip::report::json::Envelope::new(
+            "capture-timeline",
+            Drawn {
+                capture: &r.capture,
+                flow: &r.flow,
+                seq_graph: &r.seq_graph,
+            },
+        );
+        super::report::after_run(
+            &a.pictures,
+            &doc,
+            None,
+            &a.common.file.display().to_string(),
+        )?;
+    }
     if a.common.json {
         out(doc("capture-timeline", &r))?;
         let e = finish(&r.capture, true);
         if r.flow.is_none() {
-            error_line(no_tcp(&r.capture, &filter));
+            error_line(no_connection(&a.common.file, &r.capture, &filter));
             return Ok(Exit::Failed);
         }
         return Ok(e);
@@ -249,7 +363,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let Some(flow) = &r.flow else {
         out(format!("{}\n", heading(&r.capture)))?;
         let _ = finish(&r.capture, false);
-        error_line(no_tcp(&r.capture, &filter));
+        error_line(no_connection(&a.common.file, &r.capture, &filter));
         return Ok(Exit::Failed);
     };
     let mut s = String::new();
@@ -260,7 +374,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         flow.id,
         flow.client,
         flow.server,
-        r.rows.len(),
+        r.capture.packets_matched,
         flow.state,
         if filter.flow.is_none() {
             "; first TCP connection that matched: choose another with --flow A:P-B:P"
@@ -284,7 +398,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     ]);
     let mut t = Table::new(&cols);
     let t0 = r.rows.first().map_or(0, |x| x.ts_ns);
-    for row in &r.rows {
+    for row in r.rows.iter().filter(|_| !a.quiet) {
         let mut c = vec![format!("{:.6}", row.delta_ns as f64 / 1e9)];
         if a.absolute {
             c.push(format!("{:.6}", (row.ts_ns - t0) as f64 / 1e9));
@@ -302,11 +416,32 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
             row.len.to_string(),
             row.window_bytes.to_string(),
             row.in_flight_bytes.map_or("-".into(), |f| f.to_string()),
-            row.notes.join(","),
+            row.notes
+                .iter()
+                .map(|n| n.to_string())
+                .chain(row.sack.iter().map(|b| format!("sack {}:{}", b[0], b[1])))
+                .collect::<Vec<_>>()
+                .join(","),
         ]);
         t.row(c);
     }
-    s.push_str(&t.render(0));
+    if !a.quiet {
+        s.push_str(&t.render(0));
+    }
+    if let Some(g) = &r.seq_graph {
+        let _ = writeln!(
+            s,
+            "time-sequence graph: data {} -> {}: {} segments ({} retransmitted), {} ACKs ({} with SACK blocks, {} with a zero window), {} zero-window periods",
+            g.sender,
+            g.receiver,
+            g.data_segments,
+            g.retransmitted_segments,
+            g.acks,
+            g.sack_packets,
+            g.zero_window_packets,
+            g.zero_windows.len()
+        );
+    }
     let _ = writeln!(s, "diagnosis: {}", flow.diagnosis);
     out(s)?;
     Ok(finish(&r.capture, false))

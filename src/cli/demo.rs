@@ -59,6 +59,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
         port: 0,
         tcp: true,
         udp: true,
+        ..Default::default()
     };
     let srv = server::start(&config, |_| {}).context("starting the embedded server")?;
     let tcp = srv

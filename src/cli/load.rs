@@ -12,6 +12,7 @@ use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::wire::sockperf::DEFAULT_PORT;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip load`.
@@ -47,6 +48,10 @@ pub struct LoadArgs {
     /// Behave exactly as a sockperf client: no hello.
     #[arg(long)]
     no_extensions: bool,
+    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
+    /// proof back.
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
@@ -78,6 +83,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     config.warmup = a.warmup;
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
+    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
     config.realtime = a.realtime;
     config.validate().context("checking the arguments")?;
     a.pictures.validate()?;

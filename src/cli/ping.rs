@@ -61,6 +61,10 @@ pub struct PingArgs {
     /// Behave exactly as a sockperf client: no hello, no server timestamps.
     #[arg(long)]
     no_extensions: bool,
+    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
+    /// proof back.
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<PathBuf>,
     /// No per-interval rows, only the summary.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -154,6 +158,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.report_interval = a.report_interval;
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
+    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
     config.validate().context("checking the arguments")?;
     a.pictures.validate()?;
 

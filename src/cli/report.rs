@@ -34,6 +34,8 @@ pub enum ChartId {
     Flow,
     /// On-wire rate per interval (capture stats).
     Traffic,
+    /// Sequence number over time, one connection (capture timeline).
+    TimeSequence,
 }
 
 impl ChartId {
@@ -50,6 +52,7 @@ impl ChartId {
             ChartId::Ops => "ops",
             ChartId::Flow => "flow",
             ChartId::Traffic => "traffic",
+            ChartId::TimeSequence => "time-sequence",
         }
     }
 }

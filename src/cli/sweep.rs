@@ -13,6 +13,7 @@ use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::units::fmt_bytes;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip sweep`.
@@ -48,6 +49,10 @@ pub struct SweepArgs {
     /// Behave exactly as a sockperf client: no hello.
     #[arg(long)]
     no_extensions: bool,
+    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
+    /// proof back.
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
@@ -116,6 +121,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     base.warmup = a.warmup;
     base.timeout = a.timeout;
     base.extensions = !a.no_extensions;
+    base.psk = super::server::client_psk(a.psk_file.as_deref())?;
     base.realtime = a.realtime;
     let mut config = SweepConfig {
         base,

@@ -10,6 +10,7 @@ use roundtrip::probe::throughput::{self, Observer, RateRow, ThroughputConfig};
 use roundtrip::report::{json, traffic};
 use roundtrip::units;
 use roundtrip::wire::sockperf::{DEFAULT_PORT, HEADER_LEN};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip throughput`.
@@ -52,6 +53,10 @@ pub struct ThroughputArgs {
     /// Behave exactly as a sockperf client: no hello, so no receiver counts and no --reverse.
     #[arg(long)]
     no_extensions: bool,
+    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
+    /// proof back.
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
     /// IPv4 only.
@@ -120,6 +125,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.report_interval = a.report_interval;
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
+    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
     config.validate().context("checking the arguments")?;
     a.pictures.validate()?;
     let (addr, _) = target.resolve(super::args::family(a.ipv4, a.ipv6))?;

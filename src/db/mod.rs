@@ -143,6 +143,12 @@ pub struct DbUrl {
     pub database: Option<String>,
     /// TLS setting from the URL (`sslmode`, `ssl-mode`, `rediss://`).
     pub ssl_mode: Option<SslMode>,
+    /// MySQL: a PEM file with the server's RSA public key (`server-public-key-path`, as the mysql client's
+    /// `--server-public-key-path`): used instead of asking the server for its key.
+    pub server_public_key: Option<std::path::PathBuf>,
+    /// MySQL: whether the server may be asked for its RSA public key when a password must be sent without
+    /// TLS (`get-server-public-key`, default true).
+    pub get_server_public_key: bool,
 }
 
 fn percent_decode(s: &str) -> Result<String, String> {
@@ -231,9 +237,30 @@ impl DbUrl {
             _ => None,
         };
         let mut ssl_mode = tls;
+        let mut server_public_key = None;
+        let mut get_server_public_key = true;
+        let known = if scheme == Scheme::Mysql {
+            "sslmode, server-public-key-path, get-server-public-key"
+        } else {
+            "sslmode"
+        };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k.to_ascii_lowercase().replace('_', "-").as_str() {
+                "server-public-key-path" if scheme == Scheme::Mysql => {
+                    let path = percent_decode(v).map_err(|d| err(&format!("{k}: {d}")))?;
+                    if path.is_empty() {
+                        return Err(err(&format!("{k} needs a file name")));
+                    }
+                    server_public_key = Some(std::path::PathBuf::from(path));
+                }
+                "get-server-public-key" if scheme == Scheme::Mysql => {
+                    get_server_public_key = match v.to_ascii_lowercase().as_str() {
+                        "true" | "1" | "on" | "yes" => true,
+                        "false" | "0" | "off" | "no" => false,
+                        _ => return Err(err(&format!("{k} is true or false, not '{v}'"))),
+                    };
+                }
                 "sslmode" | "ssl-mode" | "ssl" => {
                     let m = SslMode::parse(v).ok_or_else(|| err(&format!("unknown {k} '{v}'")))?;
                     if tls.is_some() && !m.required() {
@@ -241,7 +268,7 @@ impl DbUrl {
                     }
                     ssl_mode = Some(m);
                 }
-                _ => return Err(err(&format!("unknown parameter '{k}' (known: sslmode)"))),
+                _ => return Err(err(&format!("unknown parameter '{k}' (known: {known})"))),
             }
         }
         if scheme == Scheme::Redis && database.as_ref().is_some_and(|d| d.parse::<u32>().is_err()) {
@@ -255,6 +282,8 @@ impl DbUrl {
             password,
             database,
             ssl_mode,
+            server_public_key,
+            get_server_public_key,
         })
     }
 
@@ -513,6 +542,32 @@ pub enum DbError {
         /// What went wrong.
         detail: String,
     },
+    /// The server insists on an encrypted connection and this one is not.
+    #[error(
+        "{proto} at {addr} requires an encrypted connection: {message} (use ssl-mode=REQUIRED, or leave ssl-mode at PREFERRED, the default)"
+    )]
+    TlsRequired {
+        /// Protocol name.
+        proto: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// The server's message.
+        message: String,
+    },
+    /// The password must go to the server encrypted with its RSA key, and that cannot be done safely.
+    #[error(
+        "{proto} at {addr} wants the password for {plugin} encrypted with its RSA public key, but {detail} (use TLS: ssl-mode=REQUIRED, or give the key with server-public-key-path=FILE)"
+    )]
+    RsaKey {
+        /// Protocol name.
+        proto: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// The authentication plugin.
+        plugin: String,
+        /// Why not.
+        detail: String,
+    },
     /// The peer said something this protocol does not allow.
     #[error(
         "unexpected answer from {addr} during {during}: {detail} (is this really a {proto} server on that port?)"
@@ -612,6 +667,9 @@ impl DbConfig {
         }
         if matches!(&self.query, Some(q) if q.trim().is_empty()) {
             return Err(DbError::Config("--query must not be empty".into()));
+        }
+        if let Some(path) = &self.url.server_public_key {
+            mysql::load_public_key(path)?;
         }
         Ok(())
     }
@@ -1414,6 +1472,46 @@ mod tests {
         );
         let bare = DbUrl::parse("postgres://").unwrap();
         assert_eq!((bare.host.as_str(), bare.port), ("", None));
+        assert!(bare.get_server_public_key && bare.server_public_key.is_none());
+    }
+
+    #[test]
+    fn mysql_public_key_parameters() {
+        let m = DbUrl::parse(
+            "mysql://u@h/db?server_public_key_path=/etc/my%20key.pem&get-server-public-key=false",
+        )
+        .unwrap();
+        assert_eq!(
+            m.server_public_key.as_deref(),
+            Some(std::path::Path::new("/etc/my key.pem"))
+        );
+        assert!(!m.get_server_public_key);
+        assert!(
+            DbUrl::parse("mysql://u@h/db?get-server-public-key=1")
+                .unwrap()
+                .get_server_public_key
+        );
+        for (bad, want) in [
+            (
+                "mysql://u@h/db?get-server-public-key=maybe",
+                "is true or false",
+            ),
+            (
+                "mysql://u@h/db?server-public-key-path=",
+                "needs a file name",
+            ),
+            (
+                "postgres://u@h/db?server-public-key-path=/k.pem",
+                "(known: sslmode)",
+            ),
+            (
+                "mysql://u@h/db?ssl-ca=x",
+                "(known: sslmode, server-public-key-path, get-server-public-key)",
+            ),
+        ] {
+            let e = DbUrl::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]

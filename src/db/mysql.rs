@@ -1,8 +1,10 @@
-//! MySQL / MariaDB sessions: v10 handshake, mysql_native_password and caching_sha2_password (fast path),
-//! auth switch, COM_PING, COM_QUERY with text result sets.
+//! MySQL / MariaDB sessions: v10 handshake; mysql_native_password, caching_sha2_password (fast and full
+//! authentication), sha256_password (RSA-OAEP without TLS, the password inside TLS) and mysql_clear_password
+//! (TLS only); auth switch; COM_PING, COM_QUERY with text result sets.
 
 use super::{Conn, DbError, DbUrl, Fetched, Scheme, Session, Setup, SslMode};
-use crate::wire::mysql::{self, Packet, Reply, caps};
+use crate::wire::mysql::{self, Packet, Reply, ServerPublicKey, caps};
+use std::path::Path;
 
 const PROTO: &str = "MySQL";
 
@@ -22,13 +24,27 @@ fn reply(conn: &Conn, p: &Packet, in_auth: bool, during: &str) -> Result<Reply, 
     mysql::parse_reply(&p.payload, in_auth).map_err(|e| conn.protocol(during, e))
 }
 
-fn auth_error(conn: &Conn, url: &DbUrl, code: u16, state: &str, message: &str) -> DbError {
+/// The error for an ERR packet during authentication. `plain_but_offered`: the client turned down the TLS
+/// the server offered (ssl-mode=DISABLED), which MariaDB's require_secure_transport and accounts with
+/// REQUIRE SSL refuse with the same "Access denied" as a wrong password.
+fn auth_error(
+    conn: &Conn,
+    url: &DbUrl,
+    plain_but_offered: bool,
+    (code, state, message): (u16, &str, &str),
+) -> DbError {
     match code {
         1045 | 1698 => DbError::Auth {
             proto: PROTO,
             addr: conn.addr,
             user: url.user().to_string(),
-            message: format!("{message} (error {code}, {state})"),
+            message: if plain_but_offered {
+                format!(
+                    "{message} (error {code}, {state}); this connection is not encrypted (ssl-mode=DISABLED) though the server offers TLS, and a server with require_secure_transport or an account with REQUIRE SSL is refused the same way: try ssl-mode=REQUIRED"
+                )
+            } else {
+                format!("{message} (error {code}, {state})")
+            },
             hint: Scheme::Mysql.password_hint(),
         },
         1049 => DbError::UnknownDatabase {
@@ -37,6 +53,19 @@ fn auth_error(conn: &Conn, url: &DbUrl, code: u16, state: &str, message: &str) -
             database: url.database.clone().unwrap_or_default(),
             message: format!("{message} (error {code})"),
         },
+        // ER_SECURE_TRANSPORT_REQUIRED (MySQL 3159; MariaDB words it the same way).
+        _ if code == 3159 || message.contains("insecure transport") => DbError::TlsRequired {
+            proto: PROTO,
+            addr: conn.addr,
+            message: format!("{message} (error {code}, {state})"),
+        },
+        // ER_NOT_SUPPORTED_AUTH_MODE: the user's plugin is one the server will not switch this client to.
+        1251 => DbError::Unsupported {
+            proto: PROTO,
+            addr: conn.addr,
+            what: format!("an authentication method it did not name: {message} (error {code})"),
+            hint: "roundtrip speaks mysql_native_password, caching_sha2_password, sha256_password and mysql_clear_password (over TLS)",
+        },
         _ => conn.server(
             "authentication",
             format!("{message} (error {code}, {state})"),
@@ -44,11 +73,142 @@ fn auth_error(conn: &Conn, url: &DbUrl, code: u16, state: &str, message: &str) -
     }
 }
 
-fn scramble_for(plugin: &str, password: &str, scramble: &[u8]) -> Option<Vec<u8>> {
-    match plugin {
-        "mysql_native_password" | "" => Some(mysql::native_password(password, scramble)),
-        "caching_sha2_password" => Some(mysql::caching_sha2_password(password, scramble)),
-        _ => None,
+/// Reads a PEM RSA public key a user gave (`server-public-key-path`).
+pub(crate) fn load_public_key(path: &Path) -> Result<ServerPublicKey, DbError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        DbError::Config(format!(
+            "server-public-key-path: cannot read {}: {e}",
+            path.display()
+        ))
+    })?;
+    ServerPublicKey::from_pem(&bytes)
+        .map_err(|e| DbError::Config(format!("server-public-key-path {}: {e}", path.display())))
+}
+
+/// The client side of MySQL's pluggable authentication, one plugin at a time.
+struct Auth<'a> {
+    password: &'a str,
+    /// The connection is encrypted: passwords may travel in clear inside it.
+    tls: bool,
+    /// The server's key as the user pinned it.
+    pinned: Option<ServerPublicKey>,
+    /// The server may be asked for its key.
+    may_ask_key: bool,
+    plugin: String,
+    scramble: Vec<u8>,
+    /// The client asked for the server's public key and the next AuthMoreData carries it.
+    awaiting_key: bool,
+    /// How the password went, for the notes.
+    how: String,
+}
+
+impl Auth<'_> {
+    fn supported(&self) -> bool {
+        matches!(
+            self.plugin.as_str(),
+            "mysql_native_password"
+                | "caching_sha2_password"
+                | "sha256_password"
+                | "mysql_clear_password"
+        )
+    }
+
+    fn rsa_error(&self, conn: &Conn, detail: String) -> DbError {
+        DbError::RsaKey {
+            proto: PROTO,
+            addr: conn.addr,
+            plugin: self.plugin.clone(),
+            detail,
+        }
+    }
+
+    /// The password for a full authentication: in clear inside TLS, else RSA-encrypted with the pinned
+    /// key, else `None` after asking the server for its key (`request` is the plugin's request byte).
+    fn full_password(&mut self, conn: &Conn, request: u8) -> Result<Vec<u8>, DbError> {
+        if self.tls {
+            self.how = format!("{}: password sent inside TLS", self.plugin);
+            return Ok(mysql::cleartext_password(self.password));
+        }
+        if let Some(key) = &self.pinned {
+            let ct = key
+                .encrypt_password(self.password, &self.scramble)
+                .map_err(|e| self.rsa_error(conn, e.to_string()))?;
+            self.how = format!(
+                "{}: password encrypted (RSA-OAEP) with the pinned {}-bit server key",
+                self.plugin,
+                key.bits()
+            );
+            return Ok(ct);
+        }
+        if !self.may_ask_key {
+            return Err(self.rsa_error(
+                conn,
+                "get-server-public-key=false forbids asking the server for it".into(),
+            ));
+        }
+        self.awaiting_key = true;
+        Ok(vec![request])
+    }
+
+    /// The plugin's first answer to a scramble (in the handshake response or after an auth switch).
+    fn first_response(&mut self, conn: &Conn) -> Result<Vec<u8>, DbError> {
+        let pw = self.password;
+        Ok(match self.plugin.as_str() {
+            "caching_sha2_password" => mysql::caching_sha2_password(pw, &self.scramble),
+            // An empty password is a single NUL and is never encrypted, as the MySQL client does.
+            "sha256_password" if pw.is_empty() => vec![0],
+            "sha256_password" => self.full_password(conn, mysql::SHA256_REQUEST_PUBLIC_KEY)?,
+            "mysql_clear_password" if self.tls => {
+                self.how = "mysql_clear_password: password sent inside TLS".into();
+                mysql::cleartext_password(pw)
+            }
+            "mysql_clear_password" => {
+                return Err(DbError::TlsRequired {
+                    proto: PROTO,
+                    addr: conn.addr,
+                    message: "its mysql_clear_password plugin would get the password in clear text, which roundtrip only sends inside TLS".into(),
+                });
+            }
+            _ => mysql::native_password(pw, &self.scramble),
+        })
+    }
+
+    /// The answer to an AuthMoreData packet (`None`: nothing to send, the server speaks next).
+    fn more_data(&mut self, conn: &Conn, data: &[u8]) -> Result<Option<Vec<u8>>, DbError> {
+        if self.awaiting_key {
+            self.awaiting_key = false;
+            let key =
+                ServerPublicKey::from_pem(data).map_err(|e| self.rsa_error(conn, e.to_string()))?;
+            let ct = key
+                .encrypt_password(self.password, &self.scramble)
+                .map_err(|e| self.rsa_error(conn, e.to_string()))?;
+            self.how = format!(
+                "{}: full authentication, password encrypted (RSA-OAEP) with the {}-bit key the server sent (not authenticated: pin it with server-public-key-path=FILE, or use TLS)",
+                self.plugin,
+                key.bits()
+            );
+            return Ok(Some(ct));
+        }
+        match (self.plugin.as_str(), data.first()) {
+            ("caching_sha2_password", Some(&mysql::FAST_AUTH_SUCCESS)) if data.len() == 1 => {
+                self.how = "caching_sha2_password: fast authentication (the server had the password cached)".into();
+                Ok(None)
+            }
+            ("caching_sha2_password", Some(&mysql::PERFORM_FULL_AUTHENTICATION))
+                if data.len() == 1 =>
+            {
+                self.full_password(conn, mysql::CACHING_SHA2_REQUEST_PUBLIC_KEY)
+                    .map(Some)
+            }
+            _ => Err(conn.protocol(
+                "authentication",
+                format!(
+                    "unexpected AuthMoreData {:02x?} for {}",
+                    &data[..data.len().min(8)],
+                    self.plugin
+                ),
+            )),
+        }
     }
 }
 
@@ -100,7 +260,8 @@ pub(crate) fn connect(
         | caps::TRANSACTIONS
         | caps::SECURE_CONNECTION
         | caps::MULTI_RESULTS
-        | caps::PLUGIN_AUTH;
+        | caps::PLUGIN_AUTH
+        | caps::PLUGIN_AUTH_LENENC;
     if url.database.is_some() {
         client_caps |= caps::CONNECT_WITH_DB;
     }
@@ -136,67 +297,73 @@ pub(crate) fn connect(
         }
     }
     let password = url.password.as_ref().map(|p| p.expose()).unwrap_or("");
-    let mut plugin = hs.auth_plugin.clone();
-    let auth = match scramble_for(&plugin, password, &hs.scramble) {
-        Some(a) => a,
-        None => {
-            // Unknown default plugin: answer as mysql_native_password; the server will switch if it must.
-            plugin = "mysql_native_password".into();
-            mysql::native_password(password, &hs.scramble)
-        }
+    let pinned = match &url.server_public_key {
+        Some(path) => Some(load_public_key(path)?),
+        None => None,
     };
+    let mut auth = Auth {
+        password,
+        tls: conn.tls_info.is_some(),
+        pinned,
+        may_ask_key: url.get_server_public_key,
+        plugin: hs.auth_plugin.clone(),
+        scramble: hs.scramble.clone(),
+        awaiting_key: false,
+        how: String::new(),
+    };
+    if !auth.supported() {
+        // Unknown default plugin: answer as mysql_native_password; the server switches if the user needs another.
+        auth.plugin = "mysql_native_password".into();
+    }
+    let first = auth.first_response(&conn)?;
     let resp = mysql::handshake_response(
         client_caps,
         url.user(),
-        &auth,
+        &first,
         url.database.as_deref(),
-        &plugin,
+        &auth.plugin,
     );
     conn.send(&mysql::frame(seq, &resp), "authentication")?;
-    let mut scramble = hs.scramble.clone();
     loop {
         let p = packet(&mut conn, "authentication")?;
-        match reply(&conn, &p, true, "authentication")? {
+        let answer = match reply(&conn, &p, true, "authentication")? {
             Reply::Ok => break,
             Reply::Err {
                 code,
                 state,
                 message,
-            } => return Err(auth_error(&conn, url, code, &state, &message)),
-            Reply::AuthSwitch { plugin: new, data } => {
-                scramble = data;
-                plugin = new;
-                let Some(a) = scramble_for(&plugin, password, &scramble) else {
-                    return Err(DbError::Unsupported {
-                        proto: PROTO,
-                        addr: conn.addr,
-                        what: format!("the authentication plugin {plugin}"),
-                        hint: "use mysql_native_password or caching_sha2_password for this user",
-                    });
-                };
-                conn.send(&mysql::frame(p.seq.wrapping_add(1), &a), "authentication")?;
+            } => {
+                return Err(auth_error(
+                    &conn,
+                    url,
+                    offers_tls && conn.tls_info.is_none(),
+                    (code, &state, &message),
+                ));
             }
-            Reply::AuthMore(data) if plugin == "caching_sha2_password" => match data.first() {
-                Some(3) => {} // fast authentication succeeded; OK follows
-                Some(4) => {
+            Reply::AuthSwitch { plugin, data } => {
+                auth.plugin = plugin;
+                auth.scramble = data;
+                auth.awaiting_key = false;
+                if !auth.supported() {
                     return Err(DbError::Unsupported {
                         proto: PROTO,
                         addr: conn.addr,
-                        what: "caching_sha2_password full authentication (TLS or RSA key exchange)"
-                            .into(),
-                        hint: "log in once with the mysql client so the server caches the password, then retry",
+                        what: format!("the authentication plugin '{}'", auth.plugin),
+                        hint: "roundtrip speaks mysql_native_password, caching_sha2_password, sha256_password and mysql_clear_password (over TLS): give the user one of these",
                     });
                 }
-                _ => {
-                    return Err(
-                        conn.protocol("authentication", "unknown caching_sha2_password state")
-                    );
-                }
-            },
+                Some(auth.first_response(&conn)?)
+            }
+            Reply::AuthMore(data) => auth.more_data(&conn, &data)?,
             other => return Err(conn.protocol("authentication", format!("unexpected {other:?}"))),
+        };
+        if let Some(a) = answer {
+            conn.send(&mysql::frame(p.seq.wrapping_add(1), &a), "authentication")?;
         }
     }
-    let _ = scramble;
+    if !auth.how.is_empty() {
+        setup.notes.push(auth.how);
+    }
     Ok((MySession { conn }, setup))
 }
 

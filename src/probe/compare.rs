@@ -212,6 +212,7 @@ pub fn run(config: &CompareConfig) -> Result<CompareResult, CompareError> {
                     port: 0,
                     tcp: true,
                     udp: false,
+                    ..Default::default()
                 },
                 |_| {},
             )?;

@@ -16,6 +16,7 @@
 use super::ping::{PeerKind, Transport};
 use super::stream::{self, Conn, Framer, Sent, StreamError, io_error, is_timeout};
 use crate::stats::LatencyHistogram;
+use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
 use std::io;
 use std::net::SocketAddr;
@@ -48,8 +49,11 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// How long to wait for the last answers after the last send.
     pub timeout: Duration,
-    /// Send the extension hello first (only to learn the peer kind). Off: exactly a sockperf client.
+    /// Send the extension hello first (to learn the peer kind, and to prove the key). Off: exactly a sockperf
+    /// client.
     pub extensions: bool,
+    /// Prove this key to the server (and require its proof) before sending.
+    pub psk: Option<Psk>,
     /// Run the sender as a real-time thread (SCHED_FIFO priority 1) so other processes cannot delay it;
     /// needs root or CAP_SYS_NICE. It pauses 300 us after every 2 ms of busy sending.
     pub realtime: bool,
@@ -71,6 +75,7 @@ impl LoadConfig {
             warmup: Duration::from_secs(1),
             timeout: Duration::from_secs(2),
             extensions: true,
+            psk: None,
             realtime: false,
             cancel: Arc::new(AtomicBool::new(false)),
         }
@@ -84,6 +89,11 @@ impl LoadConfig {
                 "rate {} is outside (0, {MAX_RATE}] messages per second",
                 self.rate
             )));
+        }
+        if self.psk.is_some() && !self.extensions {
+            return Err(StreamError::Invalid(
+                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
+            ));
         }
         if self.reply_every == 0 {
             return Err(StreamError::Invalid(
@@ -230,7 +240,14 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     let addr = config.addr;
     let mut conn = stream::connect(addr, config.transport, true, config.timeout, POLL)?;
     let peer = if config.extensions {
-        stream::negotiate(&mut conn, addr, Feature::default(), config.timeout)?.0
+        stream::negotiate(
+            &mut conn,
+            addr,
+            Feature::default(),
+            config.psk.as_ref(),
+            config.timeout,
+        )?
+        .0
     } else {
         PeerKind::Unknown
     };

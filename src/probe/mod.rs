@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod connect;
+pub mod hello;
 pub mod icmp;
 pub mod load;
 pub mod ping;

@@ -5,12 +5,13 @@
 //! gets the server's turnaround time per message (the negotiated timestamp extension), so the round trip can
 //! be split into "server" and "network + both stacks".
 
+use crate::probe::hello::{self, HandshakeError, Link};
 use crate::probe::stream::{connect_hint, is_timeout, wait_until};
 use crate::probe::tcpinfo::TcpRtt;
 use crate::stats::LatencyHistogram;
+use crate::wire::auth::Psk;
 use crate::wire::sockperf::{
-    self, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_MESSAGE_LEN,
-    MAX_UDP_MESSAGE_LEN,
+    self, Feature, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
 };
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -77,6 +78,8 @@ pub struct PingConfig {
     /// TCP only: read the kernel's `TCP_INFO` after every measured answer into
     /// [`PingResult::kernel_srtt`] (one extra system call per round trip, outside the timed part).
     pub tcp_info: bool,
+    /// Prove this key to the server (and require its proof) before measuring.
+    pub psk: Option<Psk>,
 }
 
 impl PingConfig {
@@ -94,6 +97,7 @@ impl PingConfig {
             extensions: true,
             cancel: Arc::new(AtomicBool::new(false)),
             tcp_info: false,
+            psk: None,
         }
     }
 
@@ -118,6 +122,11 @@ impl PingConfig {
         }
         if self.timeout.is_zero() {
             return Err(PingError::Invalid("timeout must be more than 0".into()));
+        }
+        if self.psk.is_some() && !self.extensions {
+            return Err(PingError::Invalid(
+                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
+            ));
         }
         if self.report_interval.is_zero() {
             return Err(PingError::Invalid(
@@ -191,6 +200,16 @@ pub enum PingError {
         addr: SocketAddr,
         /// The timeout.
         timeout: Duration,
+    },
+    /// The hello or the key exchange failed.
+    #[error("server {proto} {addr} {source}")]
+    Handshake {
+        /// "tcp" or "udp".
+        proto: Transport,
+        /// The server address.
+        addr: SocketAddr,
+        /// What went wrong.
+        source: HandshakeError,
     },
     /// The server answered with something that is not the echo of the message.
     #[error("server {addr} sent an invalid answer: {detail} (is it a sockperf-compatible server?)")]
@@ -343,58 +362,26 @@ fn connect(config: &PingConfig) -> Result<Conn, PingError> {
     }
 }
 
-/// Sends the hello and classifies the server. Over UDP a missing answer is not an error.
+/// Sends the hello (and proves the key) and classifies the server. Over UDP a missing answer is not an error
+/// without a key.
 fn negotiate(conn: &mut Conn, config: &PingConfig) -> Result<(PeerKind, Feature), PingError> {
-    let hello = Hello {
-        kind: HelloKind::Request,
-        version: sockperf::EXTENSION_VERSION,
-        features: Feature::ALL,
-    }
-    .encode(Flags::CLIENT.with(Flags::PONG_REQUEST));
-    let mut answer = [0u8; sockperf::HELLO_LEN];
-    let addr = config.addr;
-    let classify = |answer: &[u8]| -> Result<(PeerKind, Feature), PingError> {
-        match Hello::decode(answer) {
-            Some(h) if h.kind == HelloKind::Ack => Ok((PeerKind::Roundtrip, h.features)),
-            Some(_) => Ok((PeerKind::Sockperf, Feature::default())),
-            None => Err(PingError::Protocol {
-                addr,
-                detail: "the answer to the first message was not its echo".into(),
-            }),
-        }
+    let mut link = match conn {
+        Conn::Tcp(s) => Link::Tcp(s),
+        Conn::Udp(s) => Link::Udp(s),
     };
-    match conn {
-        Conn::Tcp(s) => {
-            s.write_all(&hello)
-                .map_err(|e| io_error("sending to", config, e))?;
-            read_full(s, &mut answer, config, 0)?;
-            classify(&answer)
-        }
-        Conn::Udp(s) => {
-            for _ in 0..3 {
-                s.send(&hello)
-                    .map_err(|e| io_error("sending to", config, e))?;
-                let deadline = Instant::now() + config.timeout.min(Duration::from_secs(1));
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    let _ = s.set_read_timeout(Some(left));
-                    match s.recv(&mut answer) {
-                        Ok(n) if n == sockperf::HELLO_LEN => {
-                            let _ = s.set_read_timeout(Some(config.timeout));
-                            return classify(&answer);
-                        }
-                        Ok(_) => continue,
-                        Err(e) if is_timeout(&e) => break,
-                        Err(e) => return Err(io_error("receiving from", config, e)),
-                    }
-                }
-            }
-            let _ = s.set_read_timeout(Some(config.timeout));
-            Ok((PeerKind::Unknown, Feature::default()))
-        }
+    match hello::handshake(
+        &mut link,
+        Feature::MEASURE,
+        config.psk.as_ref(),
+        config.timeout,
+    ) {
+        Ok(n) => Ok((n.peer, n.features)),
+        Err(HandshakeError::Io { op, source }) => Err(io_error(op, config, source)),
+        Err(source) => Err(PingError::Handshake {
+            proto: config.transport,
+            addr: config.addr,
+            source,
+        }),
     }
 }
 

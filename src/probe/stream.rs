@@ -2,10 +2,11 @@
 //! the extension hello, message framing on a TCP byte stream, sends that never block past a deadline, and
 //! the typed errors.
 
+use super::hello::{self, HandshakeError, Link};
 use super::ping::{PeerKind, Transport};
+use crate::wire::auth::Psk;
 use crate::wire::sockperf::{
-    self, Control, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_MESSAGE_LEN,
-    MAX_UDP_MESSAGE_LEN,
+    self, Control, Feature, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
 };
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read, Write};
@@ -63,6 +64,16 @@ pub enum StreamError {
         /// How long sends were blocked when the run ended.
         stalled: Duration,
     },
+    /// The hello or the key exchange failed.
+    #[error("server {proto} {addr} {source}")]
+    Handshake {
+        /// TCP or UDP.
+        proto: Transport,
+        /// The server address.
+        addr: SocketAddr,
+        /// What went wrong.
+        source: HandshakeError,
+    },
     /// The server answered with something that does not fit the protocol.
     #[error(
         "server {addr} sent an invalid message: {detail} (is it a sockperf-compatible server?)"
@@ -80,6 +91,14 @@ pub enum StreamError {
         addr: SocketAddr,
         /// What is missing.
         what: &'static str,
+    },
+    /// The server refused what was asked.
+    #[error("server {addr} {what}")]
+    Refused {
+        /// The server address.
+        addr: SocketAddr,
+        /// What it refused and what to do.
+        what: String,
     },
     /// The server stopped sending or answering.
     #[error("no data from {proto} {addr} for {:.1}s (server stalled or gone? try a longer --timeout)", waited.as_secs_f64())]
@@ -188,62 +207,27 @@ pub(crate) fn connect(
     }
 }
 
-/// Sends the hello asking for `wanted` and classifies the server. A missing answer over UDP is not an error.
+/// Sends the hello asking for `wanted` (proving `psk` when given) and classifies the server. A missing answer
+/// over UDP is not an error without a key.
 pub(crate) fn negotiate(
     conn: &mut Conn,
     addr: SocketAddr,
     wanted: Feature,
+    psk: Option<&Psk>,
     timeout: Duration,
 ) -> Result<(PeerKind, Feature), StreamError> {
-    let hello = Hello {
-        kind: HelloKind::Request,
-        version: sockperf::EXTENSION_VERSION,
-        features: wanted,
-    }
-    .encode(Flags::CLIENT.with(Flags::PONG_REQUEST));
-    let classify = |answer: &[u8]| -> Result<(PeerKind, Feature), StreamError> {
-        match Hello::decode(answer) {
-            Some(h) if h.kind == HelloKind::Ack => Ok((PeerKind::Roundtrip, h.features)),
-            Some(_) => Ok((PeerKind::Sockperf, Feature::default())),
-            None => Err(StreamError::Protocol {
-                addr,
-                detail: "the answer to the first message was not its echo".into(),
-            }),
-        }
+    let (mut link, proto) = match conn {
+        Conn::Tcp(s) => (Link::Tcp(s), Transport::Tcp),
+        Conn::Udp(s) => (Link::Udp(s), Transport::Udp),
     };
-    match conn {
-        Conn::Tcp(s) => {
-            let proto = Transport::Tcp;
-            s.write_all(&hello)
-                .map_err(|e| io_error("sending to", proto, addr, e))?;
-            let mut framer = Framer::new(sockperf::HELLO_LEN);
-            let deadline = Instant::now() + timeout;
-            loop {
-                if let Some(msg) = framer.next_message(s, addr, deadline, None)? {
-                    return classify(msg);
-                }
-            }
-        }
-        Conn::Udp(s) => {
-            let proto = Transport::Udp;
-            let mut answer = [0u8; sockperf::HELLO_LEN + 1];
-            for _ in 0..3 {
-                s.send(&hello)
-                    .map_err(|e| io_error("sending to", proto, addr, e))?;
-                let deadline = Instant::now() + timeout.min(Duration::from_secs(1));
-                while Instant::now() < deadline {
-                    match s.recv(&mut answer) {
-                        Ok(n) if n == sockperf::HELLO_LEN => return classify(&answer[..n]),
-                        Ok(_) => continue,
-                        Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
-                            continue;
-                        }
-                        Err(e) => return Err(io_error("receiving from", proto, addr, e)),
-                    }
-                }
-            }
-            Ok((PeerKind::Unknown, Feature::default()))
-        }
+    match hello::handshake(&mut link, wanted, psk, timeout) {
+        Ok(n) => Ok((n.peer, n.features)),
+        Err(HandshakeError::Io { op, source }) => Err(io_error(op, proto, addr, source)),
+        Err(source) => Err(StreamError::Handshake {
+            proto,
+            addr,
+            source,
+        }),
     }
 }
 
@@ -293,7 +277,7 @@ impl Framer {
             buf: vec![0u8; 256 * 1024],
             start: 0,
             filled: 0,
-            keep_up_to: keep_up_to.max(sockperf::CONTROL_LEN),
+            keep_up_to: keep_up_to.max(sockperf::MAX_CONTROL_LEN),
             skip: 0,
             messages: 0,
             bytes: 0,

@@ -14,6 +14,7 @@
 use super::ping::{PeerKind, Transport};
 use super::stream::{self, Conn, Counter, Framer, Sent, StreamError, io_error, is_timeout};
 use crate::stats::LatencyHistogram;
+use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Control, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
 use serde::Serialize;
 use std::io;
@@ -52,6 +53,8 @@ pub struct ThroughputConfig {
     pub extensions: bool,
     /// Set from outside (Ctrl-C) to end the run early; results so far are kept.
     pub cancel: Arc<AtomicBool>,
+    /// Prove this key to the server (and require its proof) before measuring.
+    pub psk: Option<Psk>,
 }
 
 impl ThroughputConfig {
@@ -69,6 +72,7 @@ impl ThroughputConfig {
             timeout: Duration::from_secs(2),
             extensions: true,
             cancel: Arc::new(AtomicBool::new(false)),
+            psk: None,
         }
     }
 
@@ -103,6 +107,11 @@ impl ThroughputConfig {
             return Err(StreamError::Invalid(
                 "--reverse and --sync do not go together (sync mode is a client's ping-pong)"
                     .into(),
+            ));
+        }
+        if self.psk.is_some() && !self.extensions {
+            return Err(StreamError::Invalid(
+                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
             ));
         }
         if self.reverse && !self.extensions {
@@ -358,7 +367,8 @@ fn run_size(
     for _ in 0..config.streams {
         let mut c = stream::connect(addr, config.transport, nodelay, config.timeout, POLL)?;
         if config.extensions {
-            (peer, features) = stream::negotiate(&mut c, addr, wanted, config.timeout)?;
+            (peer, features) =
+                stream::negotiate(&mut c, addr, wanted, config.psk.as_ref(), config.timeout)?;
         }
         conns.push(c);
     }
@@ -729,11 +739,15 @@ fn receive_reverse(
     stop: &AtomicBool,
     out: &mut Outcome,
 ) -> Result<(), StreamError> {
-    let req = Control::ReverseRequest {
-        size: size as u32,
-        duration,
-    }
-    .encode(Flags::CLIENT.with(Flags::PONG_REQUEST));
+    let request = |cookie| {
+        Control::ReverseRequest {
+            size: size as u32,
+            duration,
+            cookie,
+        }
+        .encode(Flags::CLIENT.with(Flags::PONG_REQUEST))
+    };
+    let req = request(None);
     let mut stopped_at: Option<Instant> = None;
     let mut last_data = Instant::now();
     match conn {
@@ -775,12 +789,15 @@ fn receive_reverse(
         Conn::Udp(s) => {
             let mut buf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
             let (mut messages, mut bytes) = (0u64, 0u64);
+            // First a request without a cookie, answered with a grant carrying one; then the request again
+            // with the cookie, which starts the stream (the server checks that we receive at our address).
+            let mut cookie = None;
             let mut requests = 0;
             let mut last_request = Instant::now() - Duration::from_secs(10);
             loop {
                 if messages == 0 && requests < 3 && last_request.elapsed() >= Duration::from_secs(1)
                 {
-                    s.send(&req)
+                    s.send(&request(cookie))
                         .map_err(|e| io_error("sending to", Transport::Udp, addr, e))?;
                     requests += 1;
                     last_request = Instant::now();
@@ -791,12 +808,41 @@ fn receive_reverse(
                             continue;
                         };
                         if h.seq == sockperf::HELLO_SEQ {
-                            if let Some(Control::ReverseEnd { messages: sent, .. }) =
-                                Control::decode(&buf[..n])
-                            {
-                                out.sent_by_server = Some(sent);
-                                out.received = Some((messages, bytes));
-                                return Ok(());
+                            match Control::decode(&buf[..n]) {
+                                Some(Control::ReverseEnd { messages: sent, .. }) => {
+                                    out.sent_by_server = Some(sent);
+                                    out.received = Some((messages, bytes));
+                                    return Ok(());
+                                }
+                                Some(Control::ReverseGrant {
+                                    cookie: c,
+                                    duration: granted,
+                                }) if messages == 0 => {
+                                    if granted < duration {
+                                        return Err(StreamError::Refused {
+                                            addr,
+                                            what: format!(
+                                                "streams UDP for at most {:.1}s (its --max-reverse): ask for --duration {:.0}s or less",
+                                                granted.as_secs_f64(),
+                                                granted.as_secs_f64().floor()
+                                            ),
+                                        });
+                                    }
+                                    if cookie != Some(c) {
+                                        cookie = Some(c);
+                                        requests = 0;
+                                        last_request = Instant::now() - Duration::from_secs(10);
+                                    }
+                                }
+                                Some(Control::ReverseBusy { running, limit }) if messages == 0 => {
+                                    return Err(StreamError::Refused {
+                                        addr,
+                                        what: format!(
+                                            "already runs {running} of its {limit} UDP reverse streams (--max-reverse-streams): try again later"
+                                        ),
+                                    });
+                                }
+                                _ => {}
                             }
                             continue;
                         }

@@ -131,6 +131,10 @@ pub const KINDS: &[KindReport] = &[
         build: kinds::capture_flows,
     },
     KindReport {
+        kind: "capture-timeline",
+        build: kinds::capture_timeline,
+    },
+    KindReport {
         kind: "capture-rpc",
         build: kinds::capture_rpc,
     },
@@ -890,12 +894,12 @@ mod tests {
     fn unknown_kinds_are_named() {
         let doc = super::super::load::parse(
             "s.json",
-            br#"{"format":"roundtrip","format_version":1,"kind":"capture-timeline"}"#,
+            br#"{"format":"roundtrip","format_version":1,"kind":"model-tps"}"#,
         )
         .unwrap();
         let e = check_kind(&doc).unwrap_err().to_string();
         assert!(
-            e.contains("\"capture-timeline\" result, which has no report yet (reports exist for: ping, sweep, connect,"),
+            e.contains("\"model-tps\" result, which has no report yet (reports exist for: ping, sweep, connect,"),
             "{e}"
         );
     }

@@ -3,7 +3,8 @@
 //! One file per format, as hyperfine does: [`text`], [`json`], [`csv`]. Pictures: [`svg`] (the chart library),
 //! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`), [`kinds`] (the
 //! builders of every kind but ping and sweep), [`load`] (reading
-//! saved results and full logs back), [`downsample`] (min/max per pixel column).
+//! saved results and full logs back), [`downsample`] (min/max per pixel column), [`ratelimit`] (log lines
+//! at most once per reason per second).
 
 pub mod charts;
 pub mod csv;
@@ -12,6 +13,7 @@ pub mod html;
 pub mod json;
 pub mod kinds;
 pub mod load;
+pub mod ratelimit;
 pub mod svg;
 pub mod text;
 pub mod traffic;

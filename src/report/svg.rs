@@ -1,5 +1,5 @@
 //! A small SVG chart library: linear and logarithmic axes with units and ticks at 1, 2, 5 x 10^n, line, step,
-//! band, min/max column, histogram, bar and point series, a legend, and light and dark colours chosen by the
+//! band, min/max column, histogram, bar, point and shaded-period series, a legend, and light and dark colours chosen by the
 //! viewer's `prefers-color-scheme`. No scripts, no fonts fetched from anywhere.
 //!
 //! Tick labels are written in units [`crate::units`] can parse back (`250us`, `1.5ms`, `2s`), so a test can map
@@ -20,7 +20,7 @@ svg.rt{width:100%;max-width:1200px;height:auto;font-family:system-ui,-apple-syst
 .rt .tick text{fill:var(--axis);font-size:11px}.rt .note{fill:var(--axis);font-size:11px}\
 .rt .line,.rt .step{fill:none;stroke-width:1.8;stroke-linejoin:round}\
 .rt .cols{fill:none;stroke-linecap:square;stroke-opacity:.75}\
-.rt .band{stroke:none;fill-opacity:.22}.rt .hist{stroke-width:1.2;fill-opacity:.28}\
+.rt .band{stroke:none;fill-opacity:.22}.rt .spans{stroke:none;fill-opacity:.16}.rt .hist{stroke-width:1.2;fill-opacity:.28}\
 .rt .bar{stroke:none;fill-opacity:.85}.rt .pts{stroke:none}.rt .dash{stroke-dasharray:4 3}\
 .rt .c0{stroke:var(--c0);fill:var(--c0)}.rt .c1{stroke:var(--c1);fill:var(--c1)}\
 .rt .c2{stroke:var(--c2);fill:var(--c2)}.rt .c3{stroke:var(--c3);fill:var(--c3)}\
@@ -29,7 +29,7 @@ svg.rt{width:100%;max-width:1200px;height:auto;font-family:system-ui,-apple-syst
 .rt .line.c0,.rt .line.c1,.rt .line.c2,.rt .line.c3,.rt .line.c4,.rt .line.c5,.rt .line.c6,.rt .line.c7,\
 .rt .step.c0,.rt .step.c1,.rt .step.c2,.rt .step.c3,.rt .step.c4,.rt .step.c5,.rt .step.c6,.rt .step.c7,\
 .rt .cols.c0,.rt .cols.c1,.rt .cols.c2,.rt .cols.c3,.rt .cols.c4,.rt .cols.c5,.rt .cols.c6,.rt .cols.c7\
-{fill:none}\n";
+{fill:none}.rt path.spans{stroke:none}\n";
 
 /// Number of distinct series colours before they repeat.
 pub const COLORS: usize = 8;
@@ -146,6 +146,8 @@ pub enum Mark {
     Bars(Vec<f64>),
     /// Dots at (x, y).
     Points(Vec<(f64, f64)>),
+    /// Shaded periods (x from, x to) over the whole height of the plot, at least one pixel wide.
+    Spans(Vec<(f64, f64)>),
 }
 
 /// A named series.
@@ -361,6 +363,14 @@ impl Chart {
                     if !along_x {
                         for &y in v {
                             see(y);
+                        }
+                    }
+                }
+                Mark::Spans(p) => {
+                    if along_x {
+                        for &(a, b) in p {
+                            see(a);
+                            see(b);
                         }
                     }
                 }
@@ -771,6 +781,21 @@ fn render_mark(o: &mut String, mark: &Mark, class: &str, name: &str, xs: &Scale,
                     ys.map(y)
                 );
             }
+        }
+        Mark::Spans(p) => {
+            let (top, bottom) = (ys.px0.min(ys.px1), ys.px0.max(ys.px1));
+            for &(a, b) in p.iter().filter(|(a, b)| xs.shows(*a) && xs.shows(*b)) {
+                let (x0, x1) = (xs.map(a), xs.map(b));
+                let _ = write!(
+                    d,
+                    "M{x0:.1} {top:.1}H{:.1}V{bottom:.1}H{x0:.1}Z",
+                    x1.max(x0 + 1.0)
+                );
+            }
+            let _ = write!(
+                o,
+                "<path class=\"spans {class}\" data-name=\"{name}\" d=\"{d}\"/>"
+            );
         }
         Mark::Bars(_) => {}
     }

@@ -1,29 +1,94 @@
 //! The responder: `roundtrip server`, speaking the sockperf 3.x message format on TCP and UDP.
 //!
-//! One thread accepts TCP clients and one thread per client answers them; one thread answers UDP. Each TCP
-//! client gets a buffer that grows with the largest message it announces, never beyond
-//! [`MAX_MESSAGE_LEN`]. A client that sends a malformed header is
-//! dropped and the others keep being served. The server never prints: it reports [`ServerEvent`]s.
+//! Concurrency: TCP clients are served by a few event loops (mio over epoll, one per core by default, see
+//! [`Limits::threads`]), not by a thread each, so ten thousand connections cost memory for their state only:
+//! a few hundred bytes each, plus one incomplete message while one is arriving (a buffer that grows with the
+//! bytes that arrived, not with the length a header announces). One thread answers UDP. The protocol of one TCP
+//! client lives apart from the I/O in [`session`].
 //!
-//! Beyond the sockperf behaviour it serves roundtrip's negotiated extensions (see [`crate::wire::sockperf`]):
-//! receive counts, and reverse streams (TCP on the client's connection; UDP from a thread per client, at most
-//! 16 at once, each at most an hour).
+//! Who may use it, and how much:
+//! - **No amplification over UDP.** Every answer a UDP client gets before it proved it receives at its address
+//!   is no larger than its request: echoes are the same size; a reverse stream starts only after the client
+//!   sent back a cookie ([`crate::wire::auth::CookieJar`]) that the server gave its address, lasts at most
+//!   [`Limits::max_reverse`], one per address and [`Limits::max_reverse_streams`] in all.
+//! - **Limits**: [`Limits::max_clients`] and [`Limits::max_per_address`] connections (the one over is closed at
+//!   once), [`Limits::message_deadline`] to complete a started message and to read answers, an optional
+//!   [`Limits::idle_timeout`].
+//! - **Pre-shared key** ([`ServerConfig::psk`]): clients must prove the key before anything is answered, not
+//!   even sockperf pings (see [`crate::wire::sockperf`]).
+//!
+//! Beyond sockperf it serves roundtrip's negotiated extensions: server timestamps, receive counts, reverse
+//! streams and, with [`ServerConfig::allow_replay`], replay requests. The server never prints: it reports
+//! [`ServerEvent`]s, one per occurrence; [`crate::report::ratelimit`] turns them into rate-limited log lines.
 
-use crate::wire::sockperf::{
-    self, Control, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_MESSAGE_LEN,
-    MAX_UDP_MESSAGE_LEN,
-};
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
-use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub mod session;
+mod tcp;
+mod timer;
+mod udp;
+
+pub use session::{DropKind, DropReason};
+
+use crate::wire::auth::{CookieJar, Psk};
+use crate::wire::sockperf;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// What the server should listen on.
+/// How much of the server one stranger, and all of them together, may claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// TCP connections open at once; the one over is closed at once (reset).
+    pub max_clients: usize,
+    /// TCP connections open at once from one IP address.
+    pub max_per_address: usize,
+    /// Time to complete a message once its first byte arrived, and to take an answer once it is ready; a
+    /// client over it is dropped (slowloris, or a client that stops reading).
+    pub message_deadline: Duration,
+    /// Drop a TCP client that sent nothing for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Longest UDP reverse stream; longer requests are granted this much.
+    pub max_reverse: Duration,
+    /// UDP reverse streams running at once, all clients together (one per client address).
+    pub max_reverse_streams: usize,
+    /// Event loops serving TCP (0: one per core).
+    pub threads: usize,
+}
+
+impl Limits {
+    /// Default [`Limits::max_clients`].
+    pub const MAX_CLIENTS: usize = 16_384;
+    /// Default [`Limits::max_per_address`].
+    pub const MAX_PER_ADDRESS: usize = 256;
+    /// Default [`Limits::message_deadline`].
+    pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(10);
+    /// Default [`Limits::idle_timeout`].
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// Default [`Limits::max_reverse`].
+    pub const MAX_REVERSE: Duration = Duration::from_secs(30);
+    /// Default [`Limits::max_reverse_streams`].
+    pub const MAX_REVERSE_STREAMS: usize = 4;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_clients: Self::MAX_CLIENTS,
+            max_per_address: Self::MAX_PER_ADDRESS,
+            message_deadline: Self::MESSAGE_DEADLINE,
+            idle_timeout: Some(Self::IDLE_TIMEOUT),
+            max_reverse: Self::MAX_REVERSE,
+            max_reverse_streams: Self::MAX_REVERSE_STREAMS,
+            threads: 0,
+        }
+    }
+}
+
+/// What the server should listen on, and for whom. Build it with `..Default::default()`.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Address to bind; `None` binds every address (IPv6 dual-stack, or IPv4 when IPv6 is unavailable).
@@ -34,6 +99,12 @@ pub struct ServerConfig {
     pub tcp: bool,
     /// Serve UDP.
     pub udp: bool,
+    /// Clients must prove this key before anything is answered.
+    pub psk: Option<Psk>,
+    /// Answer replay requests ([`crate::wire::sockperf::ReplayRequest`]).
+    pub allow_replay: bool,
+    /// Resource limits.
+    pub limits: Limits,
 }
 
 impl Default for ServerConfig {
@@ -43,11 +114,76 @@ impl Default for ServerConfig {
             port: sockperf::DEFAULT_PORT,
             tcp: true,
             udp: true,
+            psk: None,
+            allow_replay: false,
+            limits: Limits::default(),
         }
     }
 }
 
-/// Something that happened in the server, for the caller to log.
+/// Why a connection was refused at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefuseReason {
+    /// [`Limits::max_clients`] connections were open.
+    MaxClients(usize),
+    /// [`Limits::max_per_address`] connections from this address were open.
+    MaxPerAddress(usize),
+    /// The process ran out of file descriptors (raise `ulimit -n`).
+    OutOfFiles,
+}
+
+impl std::fmt::Display for RefuseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefuseReason::MaxClients(n) => {
+                write!(f, "{n} clients already connected (--max-clients)")
+            }
+            RefuseReason::MaxPerAddress(n) => write!(
+                f,
+                "{n} clients already connected from this address (--max-per-address)"
+            ),
+            RefuseReason::OutOfFiles => {
+                f.write_str("out of file descriptors (raise `ulimit -n` or lower --max-clients)")
+            }
+        }
+    }
+}
+
+/// What was wrong with a UDP datagram the server ignored or refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DatagramIssue {
+    /// Not a sockperf message.
+    Malformed,
+    /// From an address that has not proved the key (a server with a key).
+    Unauthenticated,
+    /// A wrong proof of the key.
+    BadProof,
+    /// A reverse request whose cookie was stale or made for another address.
+    BadCookie,
+    /// Asked for more than the request's size before proving its address (no answer is sent).
+    TooShort,
+    /// A reverse request while the limit of streams was running.
+    ReverseBusy,
+    /// The table of authenticated addresses is full.
+    TableFull,
+}
+
+impl DatagramIssue {
+    /// A short name, for log lines and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            DatagramIssue::Malformed => "malformed datagram",
+            DatagramIssue::Unauthenticated => "datagram without the key",
+            DatagramIssue::BadProof => "wrong key",
+            DatagramIssue::BadCookie => "bad cookie",
+            DatagramIssue::TooShort => "request too short to answer",
+            DatagramIssue::ReverseBusy => "reverse streams busy",
+            DatagramIssue::TableFull => "authenticated address table full",
+        }
+    }
+}
+
+/// Something that happened in the server, for the caller to log (one event per occurrence).
 #[derive(Debug, Clone)]
 pub enum ServerEvent {
     /// A TCP client connected.
@@ -64,14 +200,39 @@ pub enum ServerEvent {
         /// Bytes received from it.
         bytes: u64,
         /// Why it was dropped, when it was not a clean close.
-        reason: Option<String>,
+        reason: Option<DropReason>,
     },
-    /// A UDP datagram was malformed and ignored.
-    BadDatagram {
+    /// A TCP connection was closed at once, over a limit.
+    Refused {
+        /// The client's address.
+        peer: SocketAddr,
+        /// Which limit.
+        why: RefuseReason,
+    },
+    /// A UDP datagram was ignored or refused.
+    Datagram {
         /// The sender.
         peer: SocketAddr,
         /// What was wrong.
+        issue: DatagramIssue,
+        /// Details.
         detail: String,
+    },
+    /// Accepting a TCP connection failed (it stays queued and is tried again).
+    AcceptFailed {
+        /// Why.
+        why: RefuseReason,
+    },
+    /// A reverse stream started.
+    ReverseStarted {
+        /// The client.
+        peer: SocketAddr,
+        /// "tcp" or "udp".
+        transport: &'static str,
+        /// Message size.
+        size: u32,
+        /// How long it will last.
+        duration: Duration,
     },
 }
 
@@ -90,21 +251,61 @@ pub enum ServerError {
         /// The system's error.
         source: io::Error,
     },
+    /// The event loop could not be set up.
+    #[error("cannot start the server's event loop: {0}")]
+    Loop(io::Error),
     /// Neither TCP nor UDP was asked for.
     #[error("nothing to serve: enable TCP or UDP")]
     NothingToServe,
+    /// A limit is zero.
+    #[error("{0} must be at least 1")]
+    BadLimit(&'static str),
 }
 
-type EventSink = Arc<dyn Fn(ServerEvent) + Send + Sync>;
+pub(crate) type EventSink = Arc<dyn Fn(ServerEvent) + Send + Sync>;
+
+/// State every thread of one server shares.
+pub(crate) struct Shared {
+    pub stop: AtomicBool,
+    pub limits: Limits,
+    pub psk: Option<Psk>,
+    pub allow_replay: bool,
+    pub jar: CookieJar,
+    pub started: Instant,
+    pub events: EventSink,
+    pub answered: AtomicU64,
+    /// TCP connections open.
+    pub clients: AtomicUsize,
+    /// TCP connections open per IP address.
+    pub per_address: Mutex<std::collections::HashMap<IpAddr, usize>>,
+}
+
+impl Shared {
+    /// Seconds since start, the cookie clock.
+    pub fn now_s(&self) -> u32 {
+        self.started.elapsed().as_secs() as u32
+    }
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
 
 /// A running server; dropping it stops it.
 pub struct ServerHandle {
     tcp_addr: Option<SocketAddr>,
     udp_addr: Option<SocketAddr>,
-    stop: Arc<AtomicBool>,
-    clients: Arc<Mutex<HashMap<u64, TcpStream>>>,
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<mio::Waker>>,
     threads: Vec<JoinHandle<()>>,
-    answered: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("tcp_addr", &self.tcp_addr)
+            .field("udp_addr", &self.udp_addr)
+            .finish()
+    }
 }
 
 impl ServerHandle {
@@ -118,7 +319,15 @@ impl ServerHandle {
     }
     /// Messages answered so far, TCP and UDP together.
     pub fn answered(&self) -> u64 {
-        self.answered.load(Ordering::Relaxed)
+        self.shared.answered.load(Ordering::Relaxed)
+    }
+    /// TCP clients connected now.
+    pub fn clients(&self) -> usize {
+        self.shared.clients.load(Ordering::Relaxed)
+    }
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
     /// Stops accepting, closes every client and waits for the threads.
     pub fn shutdown(mut self) {
@@ -126,15 +335,11 @@ impl ServerHandle {
     }
 
     fn stop_now(&mut self) {
-        if self.stop.swap(true, Ordering::SeqCst) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        if let Some(addr) = self.tcp_addr {
-            // Wake the accept loop.
-            let _ = TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
-        }
-        for (_, s) in self.clients.lock().expect("client list").drain() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        for w in &self.wakers {
+            let _ = w.wake();
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -146,16 +351,6 @@ impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop_now();
     }
-}
-
-/// The address to reach a socket bound to `addr` from this host (unspecified becomes loopback).
-fn wake_addr(addr: SocketAddr) -> SocketAddr {
-    let ip = match addr.ip() {
-        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
-        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
-    SocketAddr::new(ip, addr.port())
 }
 
 fn bind_socket(addr: SocketAddr, ty: Type) -> io::Result<Socket> {
@@ -183,16 +378,13 @@ fn bind_pair(
     let mut port = config.port;
     let tcp = if config.tcp {
         let addr = SocketAddr::new(ip, port);
-        let s = bind_socket(addr, Type::STREAM).map_err(|source| ServerError::Bind {
+        let fail = |source| ServerError::Bind {
             proto: "tcp",
             addr,
             source,
-        })?;
-        s.listen(1024).map_err(|source| ServerError::Bind {
-            proto: "tcp",
-            addr,
-            source,
-        })?;
+        };
+        let s = bind_socket(addr, Type::STREAM).map_err(fail)?;
+        s.listen(4096).map_err(fail)?;
         port = s
             .local_addr()
             .ok()
@@ -225,7 +417,19 @@ pub fn start(
     if !config.tcp && !config.udp {
         return Err(ServerError::NothingToServe);
     }
-    let events: EventSink = Arc::new(events);
+    let l = &config.limits;
+    for (v, name) in [
+        (l.max_clients, "--max-clients"),
+        (l.max_per_address, "--max-per-address"),
+        (l.max_reverse_streams, "--max-reverse-streams"),
+    ] {
+        if v == 0 {
+            return Err(ServerError::BadLimit(name));
+        }
+    }
+    if l.message_deadline.is_zero() {
+        return Err(ServerError::BadLimit("--message-deadline"));
+    }
     let (tcp, udp) = match config.bind {
         Some(ip) => bind_pair(ip, config)?,
         None => match bind_pair(IpAddr::V6(Ipv6Addr::UNSPECIFIED), config) {
@@ -239,466 +443,80 @@ pub fn start(
             Err(e) => return Err(e),
         },
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients = Arc::new(Mutex::new(HashMap::new()));
-    let answered = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    let mut tcp_addr = None;
-    let mut udp_addr = None;
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        limits: config.limits.clone(),
+        psk: config.psk.clone(),
+        allow_replay: config.allow_replay,
+        jar: CookieJar::new(),
+        started: Instant::now(),
+        events: Arc::new(events),
+        answered: AtomicU64::new(0),
+        clients: AtomicUsize::new(0),
+        per_address: Mutex::default(),
+    });
+    let mut handle = ServerHandle {
+        tcp_addr: None,
+        udp_addr: None,
+        shared: shared.clone(),
+        wakers: Vec::new(),
+        threads: Vec::new(),
+    };
     if let Some(sock) = tcp {
-        let listener: TcpListener = sock.into();
-        tcp_addr = listener.local_addr().ok();
-        let (stop, clients, events, answered) = (
-            stop.clone(),
-            clients.clone(),
-            events.clone(),
-            answered.clone(),
-        );
-        threads.push(
-            std::thread::Builder::new()
-                .name("tcp-accept".into())
-                .spawn(move || accept_loop(listener, stop, clients, events, answered))
-                .expect("spawn accept thread"),
-        );
+        let listener: std::net::TcpListener = sock.into();
+        handle.tcp_addr = listener.local_addr().ok();
+        let loops = if config.limits.threads == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get().min(16))
+        } else {
+            config.limits.threads
+        };
+        for i in 0..loops {
+            let l = listener.try_clone().map_err(ServerError::Loop)?;
+            let (waker, thread) = tcp::spawn(i, l, shared.clone()).map_err(ServerError::Loop)?;
+            handle.wakers.push(waker);
+            handle.threads.push(thread);
+        }
     }
     if let Some(sock) = udp {
-        let udp: UdpSocket = sock.into();
-        udp_addr = udp.local_addr().ok();
-        let _ = udp.set_read_timeout(Some(Duration::from_millis(200)));
-        let (stop, events, answered) = (stop.clone(), events.clone(), answered.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("udp".into())
-                .spawn(move || udp_loop(udp, stop, events, answered))
-                .expect("spawn udp thread"),
-        );
+        let udp: std::net::UdpSocket = sock.into();
+        handle.udp_addr = udp.local_addr().ok();
+        handle
+            .threads
+            .push(udp::spawn(udp, shared.clone()).map_err(ServerError::Loop)?);
     }
-    Ok(ServerHandle {
-        tcp_addr,
-        udp_addr,
-        stop,
-        clients,
-        threads,
-        answered,
-    })
+    Ok(handle)
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    stop: Arc<AtomicBool>,
-    clients: Arc<Mutex<HashMap<u64, TcpStream>>>,
-    events: EventSink,
-    answered: Arc<AtomicU64>,
-) {
-    let mut next_id = 0u64;
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
-        let (stream, peer) = match listener.accept() {
-            Ok(pair) => pair,
-            Err(_) => {
-                // EMFILE and friends: back off instead of spinning.
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
+/// True when `ip` is a loopback address (IPv4-mapped included).
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (a server holds one per client); returns
+/// the limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
         };
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let _ = stream.set_nodelay(true);
-        next_id += 1;
-        let id = next_id;
-        if let Ok(clone) = stream.try_clone() {
-            clients.lock().expect("client list").insert(id, clone);
-        }
-        events(ServerEvent::Connected { peer });
-        let (clients, events, answered, stop) = (
-            clients.clone(),
-            events.clone(),
-            answered.clone(),
-            stop.clone(),
-        );
-        workers.retain(|w| !w.is_finished());
-        workers.push(
-            std::thread::Builder::new()
-                .name(format!("tcp-{peer}"))
-                .spawn(move || {
-                    let (messages, bytes, reason) = serve_tcp(stream, &answered, &stop);
-                    clients.lock().expect("client list").remove(&id);
-                    events(ServerEvent::Disconnected {
-                        peer,
-                        messages,
-                        bytes,
-                        reason,
-                    });
-                })
-                .expect("spawn client thread"),
-        );
-    }
-    for w in workers {
-        let _ = w.join();
-    }
-}
-
-fn realtime_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Rewrites a request in place into its answer; returns false when it needs no answer.
-fn make_answer(msg: &mut [u8], header: &Header, recv_ns: u64) -> bool {
-    if !header.wants_answer() {
-        return false;
-    }
-    if header.seq == sockperf::HELLO_SEQ
-        && let Some(hello) = Hello::decode(msg)
-        && hello.kind == HelloKind::Request
-    {
-        let ack = Hello {
-            kind: HelloKind::Ack,
-            version: sockperf::EXTENSION_VERSION,
-            features: Feature(hello.features.0 & Feature::ALL.0),
-        }
-        .encode(Flags::PONG_REQUEST);
-        let n = ack.len().min(msg.len());
-        msg[..n].copy_from_slice(&ack[..n]);
-        return true;
-    }
-    let flags = header.flags.without(Flags::CLIENT);
-    msg[8..10].copy_from_slice(&flags.0.to_be_bytes());
-    if header.flags.contains(Flags::RT_TIMESTAMPS) {
-        sockperf::write_server_timestamps(msg, recv_ns, realtime_ns());
-    }
-    true
-}
-
-/// The extension control message a client sent, when it is one this server acts on.
-fn control_of(msg: &[u8], header: &Header) -> Option<Control> {
-    if header.seq != sockperf::HELLO_SEQ || !header.wants_answer() {
-        return None;
-    }
-    match Control::decode(msg)? {
-        c @ (Control::CountsRequest | Control::ReverseRequest { .. }) => Some(c),
-        _ => None,
-    }
-}
-
-/// Messages and bytes received from one client since its hello (for [`Control::Counts`]).
-#[derive(Debug, Clone, Copy, Default)]
-struct Counts {
-    messages: u64,
-    bytes: u64,
-}
-
-/// The message a reverse stream repeats: a recognisable payload, flags 0.
-fn reverse_message(size: u32) -> Vec<u8> {
-    let size = (size as usize).clamp(HEADER_LEN, MAX_MESSAGE_LEN);
-    let mut m = vec![0u8; size];
-    for (i, b) in m.iter_mut().enumerate().skip(HEADER_LEN) {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
-    }
-    m
-}
-
-/// Streams messages to a TCP client for `duration` (bounded by [`sockperf::MAX_REVERSE_DURATION`]), then
-/// sends the end marker. A client that stops reading for 2 s ends the stream with an error.
-fn reverse_tcp(
-    stream: &mut TcpStream,
-    size: u32,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> io::Result<()> {
-    let mut m = reverse_message(size);
-    let len = m.len() as u32;
-    let end = std::time::Instant::now() + duration.min(sockperf::MAX_REVERSE_DURATION);
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let (mut messages, mut seq) = (0u64, 0u64);
-    while std::time::Instant::now() < end && !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags(0),
-            len,
-        }
-        .write(&mut m);
-        stream.write_all(&m)?;
-        messages += 1;
-    }
-    let bytes = messages * u64::from(len);
-    stream.write_all(&Control::ReverseEnd { messages, bytes }.encode(Flags(0)))?;
-    stream.set_write_timeout(None)
-}
-
-/// Answers one TCP client until it leaves; returns messages, bytes and the reason it was dropped.
-///
-/// Messages that need no answer are counted from their header and their payload is skipped without being
-/// copied, so a streaming client costs one read per buffer. The answers to the messages of one read are
-/// written together.
-fn serve_tcp(
-    mut stream: TcpStream,
-    answered: &AtomicU64,
-    stop: &AtomicBool,
-) -> (u64, u64, Option<String>) {
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut answers: Vec<u8> = Vec::new();
-    let mut filled = 0usize;
-    // Payload bytes of the current unanswered message still to be read and dropped.
-    let mut skip = 0usize;
-    let (mut messages, mut bytes) = (0u64, 0u64);
-    let mut counts = Counts::default();
-    loop {
-        let n = match stream.read(&mut buf[filled..]) {
-            Ok(0) => {
-                let pending = filled + skip;
-                let reason =
-                    (pending > 0).then(|| format!("closed mid-message ({pending} bytes pending)"));
-                return (messages, bytes, reason);
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // sockperf clients end with a reset: that is a normal end, not a fault.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && filled == 0 => {
-                return (messages, bytes, None);
-            }
-            Err(e) => return (messages, bytes, Some(format!("read failed: {e}"))),
-        };
-        let recv_ns = realtime_ns();
-        bytes += n as u64;
-        filled += n;
-        let mut start = skip.min(filled);
-        skip -= start;
-        let mut reverse = None;
-        while filled - start >= HEADER_LEN {
-            let header = match Header::parse(&buf[start..filled], MAX_MESSAGE_LEN) {
-                Ok(h) => h,
-                Err(e) => return (messages, bytes, Some(format!("protocol error: {e}"))),
-            };
-            let len = header.len as usize;
-            if !header.wants_answer() {
-                // Streamed data: count it, drop it.
-                messages += 1;
-                counts.messages += 1;
-                counts.bytes += len as u64;
-                let have = filled - start;
-                if have >= len {
-                    start += len;
-                } else {
-                    skip = len - have;
-                    start = filled;
-                }
-                continue;
-            }
-            if filled - start < len {
-                if len > buf.len() {
-                    buf.resize(len, 0);
-                }
-                break;
-            }
-            messages += 1;
-            let msg = &mut buf[start..start + len];
-            match control_of(msg, &header) {
-                Some(Control::CountsRequest) => {
-                    answers.extend_from_slice(
-                        &Control::Counts {
-                            messages: counts.messages,
-                            bytes: counts.bytes,
-                        }
-                        .encode(Flags::PONG_REQUEST),
-                    );
-                    answered.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(Control::ReverseRequest { size, duration }) => {
-                    reverse = Some((size, duration));
-                }
-                _ => {
-                    if Hello::decode(msg).is_some_and(|h| h.kind == HelloKind::Request) {
-                        counts = Counts::default();
-                    } else if header.seq != sockperf::HELLO_SEQ {
-                        counts.messages += 1;
-                        counts.bytes += len as u64;
-                    }
-                    if make_answer(msg, &header, recv_ns) {
-                        answers.extend_from_slice(msg);
-                        answered.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            start += len;
-            if reverse.is_some() {
-                break;
-            }
-        }
-        if start > 0 {
-            buf.copy_within(start..filled, 0);
-            filled -= start;
-        }
-        if !answers.is_empty() {
-            if let Err(e) = stream.write_all(&answers) {
-                return (messages, bytes, Some(format!("write failed: {e}")));
-            }
-            answers.clear();
-        }
-        if let Some((size, duration)) = reverse
-            && let Err(e) = reverse_tcp(&mut stream, size, duration, stop)
-        {
-            return (messages, bytes, Some(format!("reverse stream failed: {e}")));
+        // SAFETY: setrlimit reads the rlimit we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
         }
     }
-}
-
-/// Most UDP clients whose counts are kept at once; the oldest entry is forgotten beyond this.
-const MAX_UDP_COUNTED: usize = 4096;
-/// Most reverse UDP streams running at once.
-const MAX_UDP_REVERSE: usize = 16;
-
-/// Streams datagrams to `peer` for `duration`, then sends the end marker three times, 10 ms apart.
-fn reverse_udp(
-    sock: &UdpSocket,
-    peer: SocketAddr,
-    size: u32,
-    duration: Duration,
-    stop: &AtomicBool,
-) {
-    let size = size.min(MAX_UDP_MESSAGE_LEN as u32);
-    let mut m = reverse_message(size);
-    let len = m.len() as u32;
-    let end = std::time::Instant::now() + duration.min(sockperf::MAX_REVERSE_DURATION);
-    let (mut messages, mut seq) = (0u64, 0u64);
-    while std::time::Instant::now() < end && !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags(0),
-            len,
-        }
-        .write(&mut m);
-        match sock.send_to(&m, peer) {
-            Ok(_) => messages += 1,
-            // The buffer was full: the datagram was not sent, which is not loss on the path; try again.
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => seq -= 1,
-            Err(_) => break,
-        }
-    }
-    let bytes = messages * u64::from(len);
-    let end_msg = Control::ReverseEnd { messages, bytes }.encode(Flags(0));
-    for _ in 0..3 {
-        let _ = sock.send_to(&end_msg, peer);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn udp_loop(sock: UdpSocket, stop: Arc<AtomicBool>, events: EventSink, answered: Arc<AtomicU64>) {
-    let mut buf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
-    let mut bad_reported = 0u64;
-    let _ = SockRef::from(&sock).set_recv_buffer_size(4 << 20);
-    // Counts per client address that asked for them in its hello, with the order they came in.
-    let mut counts: HashMap<SocketAddr, Counts> = HashMap::new();
-    let mut counted_order: std::collections::VecDeque<SocketAddr> =
-        std::collections::VecDeque::new();
-    let reversing: Arc<Mutex<std::collections::HashSet<SocketAddr>>> = Arc::default();
-    let mut reverse_threads: Vec<JoinHandle<()>> = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
-        let (n, peer) = match sock.recv_from(&mut buf) {
-            Ok(pair) => pair,
-            Err(_) => continue,
-        };
-        let recv_ns = realtime_ns();
-        let bad = |detail: String, bad_reported: &mut u64| {
-            // Report the first few, then one in a thousand, so a flood cannot flood the log.
-            *bad_reported += 1;
-            if *bad_reported <= 10 || (*bad_reported).is_multiple_of(1000) {
-                events(ServerEvent::BadDatagram { peer, detail });
-            }
-        };
-        let header = match Header::parse(&buf[..n], MAX_UDP_MESSAGE_LEN) {
-            Ok(h) => h,
-            Err(e) => {
-                bad(e.to_string(), &mut bad_reported);
-                continue;
-            }
-        };
-        if header.len as usize != n {
-            bad(
-                sockperf::WireError::LengthMismatch {
-                    got: n,
-                    len: header.len,
-                }
-                .to_string(),
-                &mut bad_reported,
-            );
-            continue;
-        }
-        let msg = &mut buf[..n];
-        if header.seq != sockperf::HELLO_SEQ {
-            if !counts.is_empty()
-                && let Some(c) = counts.get_mut(&peer)
-            {
-                c.messages += 1;
-                c.bytes += n as u64;
-            }
-        } else {
-            match control_of(msg, &header) {
-                Some(Control::CountsRequest) => {
-                    if let Some(c) = counts.get(&peer) {
-                        let m = Control::Counts {
-                            messages: c.messages,
-                            bytes: c.bytes,
-                        }
-                        .encode(Flags::PONG_REQUEST);
-                        if sock.send_to(&m, peer).is_ok() {
-                            answered.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    continue;
-                }
-                Some(Control::ReverseRequest { size, duration }) => {
-                    reverse_threads.retain(|t| !t.is_finished());
-                    let mut active = reversing.lock().expect("reverse list");
-                    if active.contains(&peer) || active.len() >= MAX_UDP_REVERSE {
-                        continue;
-                    }
-                    let Ok(clone) = sock.try_clone() else {
-                        continue;
-                    };
-                    active.insert(peer);
-                    drop(active);
-                    let (stop, reversing) = (stop.clone(), reversing.clone());
-                    if let Ok(t) = std::thread::Builder::new()
-                        .name(format!("udp-reverse-{peer}"))
-                        .spawn(move || {
-                            reverse_udp(&clone, peer, size, duration, &stop);
-                            reversing.lock().expect("reverse list").remove(&peer);
-                        })
-                    {
-                        reverse_threads.push(t);
-                    }
-                    continue;
-                }
-                _ => {
-                    if let Some(hello) = Hello::decode(msg)
-                        && hello.kind == HelloKind::Request
-                        && hello.features.contains(Feature::COUNTS)
-                    {
-                        if counts.insert(peer, Counts::default()).is_none() {
-                            counted_order.push_back(peer);
-                        }
-                        while counts.len() > MAX_UDP_COUNTED {
-                            match counted_order.pop_front() {
-                                Some(old) => {
-                                    counts.remove(&old);
-                                }
-                                None => break,
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if make_answer(msg, &header, recv_ns) && sock.send_to(msg, peer).is_ok() {
-            answered.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    for t in reverse_threads {
-        let _ = t.join();
-    }
+    Ok(lim.rlim_cur)
 }

@@ -1,9 +1,11 @@
 //! Message formats spoken on the wire.
 //!
-//! [`sockperf`] is the sockperf 3.x message header with roundtrip's negotiated extensions. [`pg`], [`mysql`],
+//! [`sockperf`] is the sockperf 3.x message header with roundtrip's negotiated extensions; [`auth`] holds the
+//! pre-shared key and the return-routability cookie they use. [`pg`], [`mysql`],
 //! [`resp`] and [`tns`] are the database protocols `roundtrip db` speaks; [`scram`] is SCRAM-SHA-256.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod mysql;
 pub mod pg;
 pub mod resp;

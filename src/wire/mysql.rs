@@ -1,11 +1,14 @@
 //! The MySQL/MariaDB client/server protocol: packet framing, the v10 handshake, the HandshakeResponse41,
-//! password scrambles, and the generic OK/ERR/EOF and text result-set packets.
+//! password scrambles, the RSA-encrypted password of `caching_sha2_password` and `sha256_password`, and the
+//! generic OK/ERR/EOF and text result-set packets.
 //!
 //! Every packet is a 3-byte little-endian payload length, a sequence number and the payload. Parsers take the
 //! payload, never panic on any bytes, and [`parse_packet`] refuses nothing larger than the protocol allows
 //! (16 MiB - 1, one packet).
 #![forbid(unsafe_code)]
 
+use rsa::traits::{PaddingScheme, PublicKeyParts};
+use rsa::{Oaep, RsaPublicKey};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -227,10 +230,15 @@ pub fn handshake_response(
     p.extend_from_slice(&[0u8; 23]);
     p.extend_from_slice(user.as_bytes());
     p.push(0);
-    // A one-byte length: valid both as CLIENT_SECURE_CONNECTION length and as a length-encoded integer,
-    // since scrambles are at most 32 bytes.
-    p.push(auth_response.len().min(250) as u8);
-    p.extend_from_slice(auth_response);
+    if capabilities & caps::PLUGIN_AUTH_LENENC != 0 {
+        put_lenenc(&mut p, auth_response.len() as u64);
+        p.extend_from_slice(auth_response);
+    } else {
+        // CLIENT_SECURE_CONNECTION: a one-byte length (scrambles are at most 32 bytes).
+        let n = auth_response.len().min(255);
+        p.push(n as u8);
+        p.extend_from_slice(&auth_response[..n]);
+    }
     if let Some(db) = database {
         p.extend_from_slice(db.as_bytes());
         p.push(0);
@@ -240,6 +248,25 @@ pub fn handshake_response(
         p.push(0);
     }
     p
+}
+
+/// Appends a length-encoded integer.
+fn put_lenenc(p: &mut Vec<u8>, n: u64) {
+    match n {
+        0..=250 => p.push(n as u8),
+        251..=0xffff => {
+            p.push(0xfc);
+            p.extend_from_slice(&(n as u16).to_le_bytes());
+        }
+        0x1_0000..=0xff_ffff => {
+            p.push(0xfd);
+            p.extend_from_slice(&(n as u32).to_le_bytes()[..3]);
+        }
+        _ => {
+            p.push(0xfe);
+            p.extend_from_slice(&n.to_le_bytes());
+        }
+    }
 }
 
 /// The SSLRequest payload: the first 32 bytes of a HandshakeResponse41 (capabilities with `CLIENT_SSL`,
@@ -280,6 +307,131 @@ pub fn caching_sha2_password(password: &str, scramble: &[u8]) -> Vec<u8> {
     m.update(scramble.get(..20).unwrap_or(scramble));
     let h3 = m.finalize();
     h1.iter().zip(h3.iter()).map(|(a, b)| a ^ b).collect()
+}
+
+/// `caching_sha2_password` AuthMoreData: the server found the password in its cache (an OK follows).
+pub const FAST_AUTH_SUCCESS: u8 = 0x03;
+/// `caching_sha2_password` AuthMoreData: the password is not cached; the client must send it, over TLS in
+/// clear, otherwise encrypted with the server's RSA key.
+pub const PERFORM_FULL_AUTHENTICATION: u8 = 0x04;
+/// `caching_sha2_password`: the client asks for the server's RSA public key.
+pub const CACHING_SHA2_REQUEST_PUBLIC_KEY: u8 = 0x02;
+/// `sha256_password`: the client asks for the server's RSA public key.
+pub const SHA256_REQUEST_PUBLIC_KEY: u8 = 0x01;
+/// The smallest RSA key roundtrip encrypts a password with (MySQL generates 2048-bit keys).
+pub const MIN_RSA_BITS: usize = 2048;
+
+/// The password as sent inside TLS (or to `mysql_clear_password`): its bytes and a terminating NUL.
+pub fn cleartext_password(password: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(password.len() + 1);
+    v.extend_from_slice(password.as_bytes());
+    v.push(0);
+    v
+}
+
+/// The NUL-terminated password XORed with the scramble (repeated), which the RSA exchange encrypts: the
+/// server XORs the decrypted bytes with the same scramble, so a replayed ciphertext is useless on another
+/// connection.
+pub fn xor_password(password: &str, scramble: &[u8]) -> Vec<u8> {
+    let s = scramble.get(..20).unwrap_or(scramble);
+    let mut v = cleartext_password(password);
+    if !s.is_empty() {
+        for (i, b) in v.iter_mut().enumerate() {
+            *b ^= s[i % s.len()];
+        }
+    }
+    v
+}
+
+/// Why a server's RSA public key is not used.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// Not a PEM RSA public key.
+    #[error("the server's public key is not a PEM RSA public key ({0})")]
+    Malformed(String),
+    /// Too short to protect a password.
+    #[error(
+        "the server's RSA public key has {0} bits; roundtrip refuses keys under {MIN_RSA_BITS} bits"
+    )]
+    TooSmall(usize),
+    /// The password does not fit in one RSA-OAEP block.
+    #[error(
+        "the password ({len} bytes) is too long for the server's {bits}-bit RSA key (at most {max} bytes)"
+    )]
+    PasswordTooLong {
+        /// Password bytes with the NUL.
+        len: usize,
+        /// Key size.
+        bits: usize,
+        /// Longest message the key takes.
+        max: usize,
+    },
+    /// The system random source failed.
+    #[error("RSA encryption failed: {0}")]
+    Encrypt(String),
+}
+
+/// A server's RSA public key, checked: the key a MySQL server sends (PEM, `BEGIN PUBLIC KEY` or
+/// `BEGIN RSA PUBLIC KEY`) after a request, or the one a user pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerPublicKey {
+    key: RsaPublicKey,
+}
+
+impl ServerPublicKey {
+    /// Parses a PEM public key (trailing NULs and white space allowed) and refuses keys under
+    /// [`MIN_RSA_BITS`].
+    pub fn from_pem(pem: &[u8]) -> Result<Self, KeyError> {
+        use rsa::pkcs1::DecodeRsaPublicKey;
+        use rsa::pkcs8::DecodePublicKey;
+        let end = pem
+            .iter()
+            .rposition(|&b| b != 0 && !b.is_ascii_whitespace())
+            .map_or(0, |i| i + 1);
+        let text =
+            std::str::from_utf8(&pem[..end]).map_err(|_| KeyError::Malformed("not text".into()))?;
+        let text = text.trim_start();
+        let key = if text.starts_with("-----BEGIN RSA PUBLIC KEY-----") {
+            RsaPublicKey::from_pkcs1_pem(text).map_err(|e| KeyError::Malformed(e.to_string()))?
+        } else if text.starts_with("-----BEGIN PUBLIC KEY-----") {
+            RsaPublicKey::from_public_key_pem(text)
+                .map_err(|e| KeyError::Malformed(e.to_string()))?
+        } else {
+            let head: String = text.chars().take(24).collect();
+            return Err(KeyError::Malformed(format!(
+                "expected -----BEGIN PUBLIC KEY-----, got {head:?}"
+            )));
+        };
+        let bits = key.size() * 8;
+        if bits < MIN_RSA_BITS {
+            return Err(KeyError::TooSmall(bits));
+        }
+        Ok(ServerPublicKey { key })
+    }
+
+    /// The modulus size in bits.
+    pub fn bits(&self) -> usize {
+        self.key.size() * 8
+    }
+
+    /// The password as `caching_sha2_password` and `sha256_password` send it without TLS: the
+    /// NUL-terminated password XORed with the scramble, encrypted with RSA-OAEP (SHA-1 and MGF1-SHA-1, as
+    /// the MySQL clients do since 8.0.5).
+    pub fn encrypt_password(&self, password: &str, scramble: &[u8]) -> Result<Vec<u8>, KeyError> {
+        let msg = xor_password(password, scramble);
+        // OAEP with SHA-1 leaves k - 2*20 - 2 bytes for the message.
+        let max = self.key.size().saturating_sub(42);
+        if msg.len() > max {
+            return Err(KeyError::PasswordTooLong {
+                len: msg.len(),
+                bits: self.bits(),
+                max,
+            });
+        }
+        Oaep::<Sha1>::new()
+            .encrypt(&mut getrandom::SysRng, &self.key, &msg)
+            .map_err(|e| KeyError::Encrypt(e.to_string()))
+    }
 }
 
 /// A server answer to a command or to authentication.
@@ -475,6 +627,107 @@ mod tests {
         let candidate: Vec<u8> = got.iter().zip(x.iter()).map(|(a, b)| a ^ b).collect();
         assert_eq!(Sha1::digest(&candidate).to_vec(), stored.to_vec());
         assert_eq!(caching_sha2_password("secret", scramble).len(), 32);
+    }
+
+    const KEY_2048_PRIVATE: &str = include_str!("../../tests/fixtures/rsa2048_test_key.pem");
+    const KEY_2048_SPKI: &str = include_str!("../../tests/fixtures/rsa2048_test_key.pub");
+    const KEY_2048_PKCS1: &str = include_str!("../../tests/fixtures/rsa2048_test_key.rsapub");
+    const KEY_1024_SPKI: &str = include_str!("../../tests/fixtures/rsa1024_test_key.pub");
+
+    #[test]
+    fn password_xor_with_the_scramble_repeats_it_and_keeps_the_nul() {
+        let scramble = b"abcdefghijklmnopqrst";
+        assert_eq!(cleartext_password("pw"), b"pw\0");
+        let x = xor_password("pw", scramble);
+        assert_eq!(x, vec![b'p' ^ b'a', b'w' ^ b'b', b'c']);
+        // Longer than the scramble: it wraps around after 20 bytes.
+        let long = "x".repeat(25);
+        let x = xor_password(&long, scramble);
+        assert_eq!(x.len(), 26);
+        assert_eq!(x[20], b'x' ^ b'a');
+        assert_eq!(x[25], scramble[5]);
+        // A 21-byte scramble with its NUL (as some servers send it) uses the first 20 bytes.
+        assert_eq!(
+            xor_password("p", b"abcdefghijklmnopqrst\0"),
+            xor_password("p", scramble)
+        );
+    }
+
+    #[test]
+    fn rsa_oaep_sha1_password_decrypts_with_the_private_key() {
+        use rsa::RsaPrivateKey;
+        use rsa::pkcs8::DecodePrivateKey;
+        let private = RsaPrivateKey::from_pkcs8_pem(KEY_2048_PRIVATE).unwrap();
+        let scramble = b"0123456789ABCDEFGHIJ";
+        for pem in [KEY_2048_SPKI, KEY_2048_PKCS1] {
+            // As a server sends it: trailing newline and NUL.
+            let mut sent = pem.as_bytes().to_vec();
+            sent.extend_from_slice(b"\n\0");
+            let key = ServerPublicKey::from_pem(&sent).unwrap();
+            assert_eq!(key.bits(), 2048);
+            let ct = key.encrypt_password("s3cret pw", scramble).unwrap();
+            assert_eq!(ct.len(), 256);
+            let plain = private.decrypt(Oaep::<Sha1>::new(), &ct).unwrap();
+            assert_eq!(plain, xor_password("s3cret pw", scramble));
+            let back: Vec<u8> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ scramble[i % 20])
+                .collect();
+            assert_eq!(back, b"s3cret pw\0");
+            // Randomised padding: the same password encrypts differently each time.
+            assert_ne!(ct, key.encrypt_password("s3cret pw", scramble).unwrap());
+            // 256 - 42 = 214 bytes fit, NUL included.
+            assert!(key.encrypt_password(&"p".repeat(213), scramble).is_ok());
+            assert_eq!(
+                key.encrypt_password(&"p".repeat(214), scramble),
+                Err(KeyError::PasswordTooLong {
+                    len: 215,
+                    bits: 2048,
+                    max: 214
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_small_and_malformed_keys() {
+        assert_eq!(
+            ServerPublicKey::from_pem(KEY_1024_SPKI.as_bytes()),
+            Err(KeyError::TooSmall(1024))
+        );
+        for bad in [
+            &b""[..],
+            b"\0",
+            b"hello",
+            b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+            b"\xff\xfe-----BEGIN",
+        ] {
+            assert!(
+                matches!(ServerPublicKey::from_pem(bad), Err(KeyError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        let cut = &KEY_2048_SPKI.as_bytes()[..200];
+        assert!(ServerPublicKey::from_pem(cut).is_err());
+    }
+
+    #[test]
+    fn handshake_response_uses_lenenc_auth_data_when_allowed() {
+        let long = vec![7u8; 256];
+        let p = handshake_response(
+            caps::PROTOCOL_41 | caps::PLUGIN_AUTH | caps::PLUGIN_AUTH_LENENC,
+            "u",
+            &long,
+            None,
+            "sha256_password",
+        );
+        assert_eq!(&p[32..34], b"u\0");
+        assert_eq!(&p[34..37], &[0xfc, 0x00, 0x01]);
+        assert_eq!(&p[37..37 + 256], &long[..]);
+        assert_eq!(&p[37 + 256..], b"sha256_password\0");
+        let p = handshake_response(caps::PROTOCOL_41, "u", &[1, 2], Some("d"), "");
+        assert_eq!(&p[34..], &[2, 1, 2, b'd', 0]);
     }
 
     #[test]

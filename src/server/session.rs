@@ -1,0 +1,871 @@
+//! One TCP client's protocol, without I/O: message framing, answers, the key exchange and the extension
+//! requests. The event loop ([`super::tcp`]) feeds it the bytes it reads and carries out what it returns.
+//!
+//! Memory: bytes are processed where they were read; only an incomplete message is kept between reads, and
+//! its buffer grows by the bytes that arrived, never by what a header announced. Payloads of messages that
+//! need no answer are counted from their header and skipped, never kept.
+#![forbid(unsafe_code)]
+
+use crate::wire::auth::{self, CookieJar, Nonce, Psk};
+use crate::wire::sockperf::{
+    self, Control, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_MESSAGE_LEN, Refusal,
+    ReplayRequest,
+};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Why the server dropped a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropKind {
+    /// Bytes that do not fit the message format.
+    Protocol,
+    /// A message started and not completed within the deadline (slowloris).
+    Deadline,
+    /// The client stopped reading its answers or stream.
+    StoppedReading,
+    /// Nothing received for the idle timeout.
+    Idle,
+    /// The server holds a key and the client did not start with the key exchange.
+    KeyRequired,
+    /// The client's proof of the key was wrong.
+    BadProof,
+    /// The client closed the connection in the middle of a message.
+    ClosedMidMessage,
+    /// Reading or writing failed.
+    Io,
+}
+
+impl DropKind {
+    /// A short name, e.g. for log lines and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropKind::Protocol => "protocol error",
+            DropKind::Deadline => "message deadline",
+            DropKind::StoppedReading => "stopped reading",
+            DropKind::Idle => "idle",
+            DropKind::KeyRequired => "no key",
+            DropKind::BadProof => "wrong key",
+            DropKind::ClosedMidMessage => "closed mid-message",
+            DropKind::Io => "i/o error",
+        }
+    }
+}
+
+/// Why the server dropped a client, with the details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropReason {
+    /// The kind, for counting and rate-limiting.
+    pub kind: DropKind,
+    /// What exactly happened.
+    pub detail: String,
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl DropReason {
+    pub(crate) fn new(kind: DropKind, detail: impl Into<String>) -> Self {
+        DropReason {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What the loop must do after a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Go on with the next message.
+    Continue,
+    /// Stop reading and stream messages of `size` bytes for `duration`, then the end marker.
+    Reverse {
+        /// Message size.
+        size: u32,
+        /// How long.
+        duration: Duration,
+    },
+    /// Queue a synthetic answer (after the answers produced so far).
+    Replay {
+        /// The answer's header.
+        header: Header,
+        /// When to start it, after reading the request.
+        delay: Duration,
+    },
+    /// Close the connection (after writing the answers produced so far).
+    Drop(DropReason),
+}
+
+/// Settings and clocks the session needs for one message.
+pub(crate) struct Context<'a> {
+    /// The server's key, when it has one.
+    pub psk: Option<&'a Psk>,
+    /// Makes the server nonces.
+    pub jar: &'a CookieJar,
+    /// The client.
+    pub peer: SocketAddr,
+    /// Seconds since the server started (cookie clock).
+    pub now_s: u32,
+    /// When the bytes were read, nanoseconds of the realtime clock (server timestamps).
+    pub recv_ns: u64,
+    /// Grant [`Feature::REPLAY`].
+    pub allow_replay: bool,
+}
+
+impl Context<'_> {
+    fn supported(&self) -> Feature {
+        let mut f = Feature::MEASURE;
+        if self.allow_replay {
+            f = f.with(Feature::REPLAY);
+        }
+        f
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No key: everything is answered.
+    Open,
+    /// The server holds a key and waits for the hello.
+    NeedHello,
+    /// The challenge went out.
+    Challenged {
+        server_nonce: Nonce,
+        client_nonce: Nonce,
+    },
+    /// The client proved the key.
+    Proven,
+}
+
+/// One TCP client.
+#[derive(Debug)]
+pub(crate) struct Session {
+    phase: Phase,
+    features: Feature,
+    /// Data messages and bytes since the hello (for [`Control::Counts`]).
+    counts: (u64, u64),
+    /// Messages received in all.
+    pub messages: u64,
+    /// Bytes received in all.
+    pub bytes: u64,
+    /// Answers made.
+    pub answered: u64,
+    /// An incomplete message (never more than one), as it arrived.
+    partial: Vec<u8>,
+    /// Payload bytes of a message that needs no answer still to be skipped.
+    skip: usize,
+}
+
+impl Session {
+    /// A session for a server with or without a key.
+    pub fn new(keyed: bool) -> Self {
+        Session {
+            phase: if keyed { Phase::NeedHello } else { Phase::Open },
+            features: Feature::default(),
+            counts: (0, 0),
+            messages: 0,
+            bytes: 0,
+            answered: 0,
+            partial: Vec::new(),
+            skip: 0,
+        }
+    }
+
+    /// True while a message is incomplete (bytes kept, or payload still to skip).
+    pub fn pending(&self) -> usize {
+        self.partial.len() + self.skip
+    }
+
+    /// Bytes kept for an incomplete message (memory held for this client).
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        self.partial.capacity()
+    }
+
+    fn proven(&self) -> bool {
+        matches!(self.phase, Phase::Open | Phase::Proven)
+    }
+
+    /// Processes bytes just read. Answers go to `answers`. Returns how many bytes of `data` were consumed and
+    /// the step that stopped processing ([`Step::Continue`] when all were consumed); the caller keeps the rest
+    /// and feeds it again once it carried out the step.
+    pub fn feed(
+        &mut self,
+        data: &mut [u8],
+        cx: &Context<'_>,
+        answers: &mut Vec<u8>,
+    ) -> (usize, Step) {
+        let mut pos = 0;
+        loop {
+            if self.skip > 0 {
+                let k = self.skip.min(data.len() - pos);
+                self.skip -= k;
+                pos += k;
+                if self.skip > 0 {
+                    return (pos, Step::Continue);
+                }
+            }
+            if self.partial.is_empty() {
+                break;
+            }
+            // Complete the kept message with as many bytes as it still needs.
+            let need = if self.partial.len() < HEADER_LEN {
+                HEADER_LEN - self.partial.len()
+            } else {
+                header_len(&self.partial) - self.partial.len()
+            };
+            let take = need.min(data.len() - pos);
+            self.partial.extend_from_slice(&data[pos..pos + take]);
+            pos += take;
+            if self.partial.len() < HEADER_LEN {
+                return (pos, Step::Continue);
+            }
+            let header = match Header::parse(&self.partial, MAX_MESSAGE_LEN) {
+                Ok(h) => h,
+                Err(e) => return (pos, Step::Drop(protocol(e))),
+            };
+            if !header.wants_answer() {
+                let have = self.partial.len();
+                self.partial = Vec::new();
+                if let Step::Drop(r) = self.streamed(&header) {
+                    return (pos, Step::Drop(r));
+                }
+                self.skip = header.len as usize - have;
+                continue;
+            }
+            if self.partial.len() < header.len as usize {
+                if pos == data.len() {
+                    return (pos, Step::Continue);
+                }
+                // The header just completed: take the rest of the message.
+                continue;
+            }
+            let mut msg = std::mem::take(&mut self.partial);
+            let step = self.message(&mut msg, &header, cx, answers);
+            if step != Step::Continue {
+                return (pos, step);
+            }
+        }
+        while data.len() - pos >= HEADER_LEN {
+            let header = match Header::parse(&data[pos..], MAX_MESSAGE_LEN) {
+                Ok(h) => h,
+                Err(e) => return (pos, Step::Drop(protocol(e))),
+            };
+            let len = header.len as usize;
+            let have = data.len() - pos;
+            if !header.wants_answer() {
+                if let Step::Drop(r) = self.streamed(&header) {
+                    return (pos, Step::Drop(r));
+                }
+                if have >= len {
+                    pos += len;
+                } else {
+                    self.skip = len - have;
+                    return (data.len(), Step::Continue);
+                }
+                continue;
+            }
+            if have < len {
+                break;
+            }
+            let step = self.message(&mut data[pos..pos + len], &header, cx, answers);
+            pos += len;
+            if step != Step::Continue {
+                return (pos, step);
+            }
+        }
+        // An incomplete message: keep what arrived of it.
+        self.partial.extend_from_slice(&data[pos..]);
+        (data.len(), Step::Continue)
+    }
+
+    /// A message that needs no answer (streamed data, warm-up): counted from its header.
+    fn streamed(&mut self, header: &Header) -> Step {
+        if !self.proven() {
+            return Step::Drop(DropReason::new(
+                DropKind::KeyRequired,
+                "sent data before proving the key (this server has --psk-file)",
+            ));
+        }
+        self.messages += 1;
+        self.counts.0 += 1;
+        self.counts.1 += u64::from(header.len);
+        Step::Continue
+    }
+
+    /// A whole message that wants an answer.
+    fn message(
+        &mut self,
+        msg: &mut [u8],
+        header: &Header,
+        cx: &Context<'_>,
+        answers: &mut Vec<u8>,
+    ) -> Step {
+        let before = answers.len();
+        let step = self.answer(msg, header, cx, answers);
+        if answers.len() > before || matches!(step, Step::Replay { .. }) {
+            self.answered += 1;
+        }
+        step
+    }
+
+    fn answer(
+        &mut self,
+        msg: &mut [u8],
+        header: &Header,
+        cx: &Context<'_>,
+        answers: &mut Vec<u8>,
+    ) -> Step {
+        self.messages += 1;
+        if header.seq == sockperf::HELLO_SEQ {
+            if let Some(hello) = Hello::decode(msg).filter(|h| h.kind == HelloKind::Request) {
+                return self.hello(msg.len(), &hello, cx, answers);
+            }
+            if let Some(control) = Control::decode(msg) {
+                match (self.phase, control) {
+                    (
+                        Phase::Challenged {
+                            server_nonce,
+                            client_nonce,
+                        },
+                        Control::Auth {
+                            server_nonce: sn,
+                            client_nonce: cn,
+                            features,
+                            proof,
+                        },
+                    ) => {
+                        let psk = cx.psk.expect("a challenge is only sent with a key");
+                        if sn != server_nonce
+                            || cn != client_nonce
+                            || !auth::verify_client_proof(psk, &sn, &cn, features.0, &proof)
+                        {
+                            answers.extend_from_slice(
+                                &Control::Refused {
+                                    reason: Some(Refusal::BadProof),
+                                }
+                                .encode(Flags(0)),
+                            );
+                            return Step::Drop(DropReason::new(
+                                DropKind::BadProof,
+                                "its proof of the key was wrong (another key on the client?)",
+                            ));
+                        }
+                        self.phase = Phase::Proven;
+                        self.features = Feature(features.0 & cx.supported().0).with(Feature::PSK);
+                        self.counts = (0, 0);
+                        let ack = Hello {
+                            kind: HelloKind::Ack,
+                            version: sockperf::EXTENSION_VERSION,
+                            features: self.features,
+                            nonce: cn,
+                            proof: auth::server_proof(psk, &cn, &sn, self.features.0),
+                        };
+                        answers.extend_from_slice(&ack.encode(Flags::PONG_REQUEST));
+                        return Step::Continue;
+                    }
+                    (Phase::NeedHello | Phase::Challenged { .. }, _) => {
+                        return self.refuse_unproven(answers);
+                    }
+                    (_, Control::CountsRequest) => {
+                        answers.extend_from_slice(
+                            &Control::Counts {
+                                messages: self.counts.0,
+                                bytes: self.counts.1,
+                            }
+                            .encode(Flags::PONG_REQUEST),
+                        );
+                        return Step::Continue;
+                    }
+                    (_, Control::ReverseRequest { size, duration, .. }) => {
+                        return Step::Reverse { size, duration };
+                    }
+                    // Anything else a client has no reason to send: echoed like any message.
+                    _ => {}
+                }
+            }
+        }
+        if !self.proven() {
+            // Not a word to a peer that did not even try the key exchange (a sockperf client).
+            return Step::Drop(DropReason::new(
+                DropKind::KeyRequired,
+                "sent a message without the key exchange (this server has --psk-file)",
+            ));
+        }
+        if header.seq != sockperf::HELLO_SEQ {
+            self.counts.0 += 1;
+            self.counts.1 += u64::from(header.len);
+        }
+        if header.flags.contains(Flags::REPLAY) && self.features.contains(Feature::REPLAY) {
+            return match ReplayRequest::decode(msg) {
+                Ok(r) => Step::Replay {
+                    header: Header {
+                        seq: header.seq,
+                        flags: header.flags.without(Flags::CLIENT),
+                        len: r.answer_len as u32,
+                    },
+                    delay: r.delay,
+                },
+                Err(e) => Step::Drop(protocol(e)),
+            };
+        }
+        answer_in_place(msg, header, cx.recv_ns);
+        answers.extend_from_slice(msg);
+        Step::Continue
+    }
+
+    fn hello(
+        &mut self,
+        len: usize,
+        hello: &Hello,
+        cx: &Context<'_>,
+        answers: &mut Vec<u8>,
+    ) -> Step {
+        self.counts = (0, 0);
+        if self.phase == Phase::Open {
+            self.features = Feature(hello.features.0 & cx.supported().0);
+            let ack = Hello {
+                kind: HelloKind::Ack,
+                version: sockperf::EXTENSION_VERSION,
+                features: self.features,
+                nonce: hello.nonce,
+                proof: [0; auth::PROOF_LEN],
+            }
+            .encode(Flags::PONG_REQUEST);
+            // As long as the request: a version 1 client reads 32 bytes.
+            answers.extend_from_slice(&ack[..len.min(ack.len())]);
+            return Step::Continue;
+        }
+        if len < sockperf::HELLO_LEN {
+            // A version 1 client cannot do the key exchange.
+            return self.refuse_unproven(answers);
+        }
+        let server_nonce = cx.jar.make(cx.peer, cx.now_s);
+        self.phase = Phase::Challenged {
+            server_nonce,
+            client_nonce: hello.nonce,
+        };
+        answers.extend_from_slice(
+            &Control::Challenge {
+                nonce: server_nonce,
+            }
+            .encode(Flags::PONG_REQUEST),
+        );
+        Step::Continue
+    }
+
+    fn refuse_unproven(&mut self, answers: &mut Vec<u8>) -> Step {
+        answers.extend_from_slice(
+            &Control::Refused {
+                reason: Some(Refusal::KeyRequired),
+            }
+            .encode(Flags(0)),
+        );
+        Step::Drop(DropReason::new(
+            DropKind::KeyRequired,
+            "did not prove the key before sending (this server has --psk-file)",
+        ))
+    }
+}
+
+/// Feeds `data` to a fresh session in pieces of `cut` bytes, as the event loop does, carrying out each step's
+/// effect on the input; checks that no more than one message is ever kept. For fuzzing.
+#[doc(hidden)]
+pub fn fuzz_feed(data: &[u8], keyed: bool, cut: usize) {
+    let jar = CookieJar::new();
+    let psk = Psk::from_bytes(b"a key for fuzzing, long enough").expect("a valid key");
+    let cx = Context {
+        psk: keyed.then_some(&psk),
+        jar: &jar,
+        peer: SocketAddr::from(([192, 0, 2, 1], 9)),
+        now_s: 5,
+        recv_ns: 0,
+        allow_replay: true,
+    };
+    let mut s = Session::new(keyed);
+    let mut answers = Vec::new();
+    for chunk in data.chunks(cut.max(1)) {
+        let mut chunk = chunk.to_vec();
+        let mut off = 0;
+        while off < chunk.len() {
+            let (used, step) = s.feed(&mut chunk[off..], &cx, &mut answers);
+            off += used;
+            assert!(s.partial.len() <= MAX_MESSAGE_LEN);
+            if let Step::Drop(_) = step {
+                return;
+            }
+            if step == Step::Continue {
+                assert_eq!(off, chunk.len());
+            }
+        }
+        answers.clear();
+    }
+}
+
+fn header_len(partial: &[u8]) -> usize {
+    u32::from_be_bytes(partial[10..14].try_into().expect("4 bytes")) as usize
+}
+
+fn protocol(e: impl std::fmt::Display) -> DropReason {
+    DropReason::new(DropKind::Protocol, format!("protocol error: {e}"))
+}
+
+/// Nanoseconds of the realtime clock (server timestamps are wall-clock times).
+pub(crate) fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Rewrites a request in place into its answer: `CLIENT` cleared, server timestamps filled in when asked.
+pub(crate) fn answer_in_place(msg: &mut [u8], header: &Header, recv_ns: u64) {
+    let flags = header.flags.without(Flags::CLIENT);
+    msg[8..10].copy_from_slice(&flags.0.to_be_bytes());
+    if header.flags.contains(Flags::RT_TIMESTAMPS) {
+        sockperf::write_server_timestamps(msg, recv_ns, realtime_ns());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx<'a>(psk: Option<&'a Psk>, jar: &'a CookieJar) -> Context<'a> {
+        Context {
+            psk,
+            jar,
+            peer: "192.0.2.7:5000".parse().unwrap(),
+            now_s: 100,
+            recv_ns: 1,
+            allow_replay: true,
+        }
+    }
+
+    fn ping(seq: u64, len: usize, flags: Flags) -> Vec<u8> {
+        let mut m = vec![0xabu8; len];
+        Header {
+            seq,
+            flags,
+            len: len as u32,
+        }
+        .write(&mut m);
+        m
+    }
+
+    const ASK: Flags = Flags(3);
+
+    fn feed_all(s: &mut Session, bytes: &[u8], cx: &Context<'_>) -> (Vec<u8>, Vec<Step>) {
+        let mut data = bytes.to_vec();
+        let mut answers = Vec::new();
+        let mut steps = Vec::new();
+        let mut off = 0;
+        loop {
+            let (used, step) = s.feed(&mut data[off..], cx, &mut answers);
+            off += used;
+            if step == Step::Continue {
+                assert_eq!(off, data.len());
+                break;
+            }
+            let stop = matches!(step, Step::Drop(_));
+            steps.push(step);
+            if stop {
+                break;
+            }
+        }
+        (answers, steps)
+    }
+
+    #[test]
+    fn answers_every_message_however_the_bytes_are_split() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        let mut stream = Vec::new();
+        for i in 1..=20u64 {
+            stream.extend(ping(i, 14 + (i as usize * 37) % 300, ASK));
+            // Streamed data in between, never answered.
+            stream.extend(ping(1000 + i, 5000, Flags::CLIENT));
+        }
+        let (whole, _) = feed_all(&mut Session::new(false), &stream, &cx);
+        for cut in [1usize, 2, 7, 13, 14, 15, 100, 4999, 65536] {
+            let mut s = Session::new(false);
+            let mut got = Vec::new();
+            for chunk in stream.chunks(cut) {
+                let (a, steps) = feed_all(&mut s, chunk, &cx);
+                assert!(steps.is_empty());
+                got.extend(a);
+                // Never more kept than one message.
+                assert!(s.kept() <= 5000 + 64, "kept {}", s.kept());
+            }
+            assert_eq!(got, whole, "cut {cut}");
+            assert_eq!(s.pending(), 0);
+            assert_eq!(s.messages, 40);
+        }
+        // Each answer is its request with CLIENT cleared.
+        let first = ping(1, 14 + 37, ASK);
+        assert_eq!(&whole[..8], &first[..8]);
+        assert_eq!(&whole[8..10], &[0, 2]);
+    }
+
+    #[test]
+    fn an_announced_length_is_not_allocated() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        let mut s = Session::new(false);
+        // Announces 256 KiB and sends 20 bytes: 20 bytes kept, not 256 KiB.
+        let m = ping(1, MAX_MESSAGE_LEN, ASK);
+        let (a, steps) = feed_all(&mut s, &m[..20], &cx);
+        assert!(a.is_empty() && steps.is_empty());
+        assert!(s.kept() < 1024, "kept {}", s.kept());
+        assert_eq!(s.pending(), 20);
+        // The rest completes it.
+        let (a, _) = feed_all(&mut s, &m[20..], &cx);
+        assert_eq!(a.len(), MAX_MESSAGE_LEN);
+        assert_eq!(s.pending(), 0);
+        // A streamed message announcing 256 KiB keeps nothing.
+        let m = ping(2, MAX_MESSAGE_LEN, Flags::CLIENT);
+        feed_all(&mut s, &m[..100], &cx);
+        assert_eq!(s.pending(), MAX_MESSAGE_LEN - 100);
+        assert_eq!(s.partial.capacity(), 0);
+    }
+
+    #[test]
+    fn bad_lengths_drop_the_client() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        for bad in [
+            [0u8, 0, 0, 0, 0, 0, 0, 1, 0, 3, 0xff, 0xff, 0xff, 0xff],
+            [0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 0, 0, 0, 2],
+        ] {
+            for cut in [1, 14] {
+                let mut s = Session::new(false);
+                let mut last = Vec::new();
+                for c in bad.chunks(cut) {
+                    last = feed_all(&mut s, c, &cx).1;
+                }
+                assert!(
+                    matches!(&last[..], [Step::Drop(r)] if r.kind == DropKind::Protocol),
+                    "{last:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn open_server_acks_the_hello_and_counts() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        let mut s = Session::new(false);
+        let hello = Hello::request(Feature::ALL, [4; 16]).encode(ASK);
+        let (a, _) = feed_all(&mut s, &hello, &cx);
+        let ack = Hello::decode(&a).unwrap();
+        assert_eq!(ack.kind, HelloKind::Ack);
+        assert_eq!(ack.nonce, [4; 16]);
+        // PSK is not granted by a server without a key.
+        assert_eq!(ack.features, Feature::MEASURE.with(Feature::REPLAY));
+        let mut stream = ping(1, 100, Flags::CLIENT);
+        stream.extend(ping(2, 64, ASK));
+        stream.extend(Control::CountsRequest.encode(ASK));
+        let (a, _) = feed_all(&mut s, &stream, &cx);
+        assert_eq!(
+            Control::decode(&a[64..]),
+            Some(Control::Counts {
+                messages: 2,
+                bytes: 164
+            })
+        );
+        // A version 1 hello (32 bytes) gets a 32-byte ack.
+        let mut v1 = hello[..32].to_vec();
+        v1[13] = 32;
+        let (a, _) = feed_all(&mut Session::new(false), &v1, &cx);
+        assert_eq!(a.len(), 32);
+        // Without --allow-replay, replay is not granted.
+        let no_replay = Context {
+            allow_replay: false,
+            ..cx
+        };
+        let (a, _) = feed_all(&mut Session::new(false), &hello, &no_replay);
+        assert!(
+            !Hello::decode(&a)
+                .unwrap()
+                .features
+                .contains(Feature::REPLAY)
+        );
+    }
+
+    #[test]
+    fn keyed_server_answers_nothing_before_the_proof() {
+        let jar = CookieJar::new();
+        let key = Psk::from_bytes(b"a key of sixteen bytes or more").unwrap();
+        let cx = cx(Some(&key), &jar);
+        // A sockperf ping: dropped without a byte of answer.
+        let (a, steps) = feed_all(&mut Session::new(true), &ping(1, 64, ASK), &cx);
+        assert!(a.is_empty());
+        assert!(matches!(&steps[..], [Step::Drop(r)] if r.kind == DropKind::KeyRequired));
+        // A version 1 roundtrip hello cannot do the exchange: told so, and dropped.
+        let mut v1 = Hello::request(Feature::MEASURE, [0; 16]).encode(ASK)[..32].to_vec();
+        v1[13] = 32;
+        let (a, steps) = feed_all(&mut Session::new(true), &v1, &cx);
+        assert_eq!(
+            Control::decode(&a),
+            Some(Control::Refused {
+                reason: Some(Refusal::KeyRequired)
+            })
+        );
+        assert!(matches!(&steps[..], [Step::Drop(_)]));
+        // A sockperf throughput stream: dropped.
+        let (a, steps) = feed_all(&mut Session::new(true), &ping(1, 64, Flags::CLIENT), &cx);
+        assert!(a.is_empty());
+        assert!(matches!(&steps[..], [Step::Drop(_)]));
+        // The exchange with the right key.
+        let mut s = Session::new(true);
+        let cn = [8; 16];
+        let (a, steps) = feed_all(
+            &mut s,
+            &Hello::request(Feature::MEASURE.with(Feature::PSK), cn).encode(ASK),
+            &cx,
+        );
+        assert!(steps.is_empty());
+        let Some(Control::Challenge { nonce: sn }) = Control::decode(&a) else {
+            panic!("expected a challenge, got {a:?}");
+        };
+        // A ping before the proof: dropped.
+        let mut early = Session::new(true);
+        feed_all(
+            &mut early,
+            &Hello::request(Feature::MEASURE, cn).encode(ASK),
+            &cx,
+        );
+        let (_, steps) = feed_all(&mut early, &ping(1, 64, ASK), &cx);
+        assert!(matches!(&steps[..], [Step::Drop(_)]));
+        let auth = Control::Auth {
+            server_nonce: sn,
+            client_nonce: cn,
+            features: Feature::MEASURE,
+            proof: auth::client_proof(&key, &sn, &cn, Feature::MEASURE.0),
+        };
+        // The wrong key: refused.
+        let wrong = Psk::from_bytes(b"another key, also long enough").unwrap();
+        let mut w = Session::new(true);
+        feed_all(
+            &mut w,
+            &Hello::request(Feature::MEASURE, cn).encode(ASK),
+            &cx,
+        );
+        let bad = Control::Auth {
+            server_nonce: sn,
+            client_nonce: cn,
+            features: Feature::MEASURE,
+            proof: auth::client_proof(&wrong, &sn, &cn, Feature::MEASURE.0),
+        };
+        let (a, steps) = feed_all(&mut w, &bad.encode(ASK), &cx);
+        assert_eq!(
+            Control::decode(&a),
+            Some(Control::Refused {
+                reason: Some(Refusal::BadProof)
+            })
+        );
+        assert!(matches!(&steps[..], [Step::Drop(r)] if r.kind == DropKind::BadProof));
+        // The right key: the ack carries the server's proof, and pings are answered.
+        let (a, steps) = feed_all(&mut s, &auth.encode(ASK), &cx);
+        assert!(steps.is_empty());
+        let ack = Hello::decode(&a).unwrap();
+        assert!(ack.features.contains(Feature::PSK));
+        assert!(auth::verify_server_proof(
+            &key,
+            &cn,
+            &sn,
+            ack.features.0,
+            &ack.proof
+        ));
+        let (a, steps) = feed_all(&mut s, &ping(5, 64, ASK), &cx);
+        assert!(steps.is_empty());
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn reverse_and_replay_requests_become_steps() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        let mut s = Session::new(false);
+        feed_all(
+            &mut s,
+            &Hello::request(Feature::ALL, [0; 16]).encode(ASK),
+            &cx,
+        );
+        let mut bytes = Control::ReverseRequest {
+            size: 1000,
+            duration: Duration::from_secs(1),
+            cookie: None,
+        }
+        .encode(ASK);
+        bytes.extend(ping(9, 64, ASK));
+        let mut data = bytes.clone();
+        let mut answers = Vec::new();
+        let (used, step) = s.feed(&mut data, &cx, &mut answers);
+        assert_eq!(used, 64, "stops right after the request");
+        assert_eq!(
+            step,
+            Step::Reverse {
+                size: 1000,
+                duration: Duration::from_secs(1)
+            }
+        );
+        let mut r = ping(3, 40, ASK.with(Flags::REPLAY));
+        ReplayRequest {
+            answer_len: 1 << 20,
+            delay: Duration::from_millis(2),
+        }
+        .write(&mut r);
+        let (_, steps) = feed_all(&mut s, &r, &cx);
+        assert_eq!(
+            steps,
+            vec![Step::Replay {
+                header: Header {
+                    seq: 3,
+                    flags: Flags(2).with(Flags::REPLAY),
+                    len: 1 << 20
+                },
+                delay: Duration::from_millis(2)
+            }]
+        );
+        // Out of range: dropped.
+        ReplayRequest {
+            answer_len: sockperf::MAX_REPLAY_ANSWER + 1,
+            delay: Duration::ZERO,
+        }
+        .write(&mut r);
+        let (_, steps) = feed_all(&mut s, &r, &cx);
+        assert!(matches!(&steps[..], [Step::Drop(d)] if d.kind == DropKind::Protocol));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let jar = CookieJar::new();
+        let key = Psk::from_bytes(b"a key of sixteen bytes or more").unwrap();
+        let mut x: u64 = 7;
+        for round in 0..3000 {
+            let keyed = round % 2 == 0;
+            let cx = cx(keyed.then_some(&key), &jar);
+            let mut s = Session::new(keyed);
+            let mut bytes = Hello::request(Feature::ALL, [1; 16]).encode(ASK).to_vec();
+            for _ in 0..(round % 200) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.push(if x.is_multiple_of(5) { 0 } else { x as u8 });
+            }
+            // Mostly sane lengths.
+            if bytes.len() > 94 {
+                bytes[80 + 10..80 + 14].copy_from_slice(&((x % 300) as u32).to_be_bytes());
+            }
+            for chunk in bytes.chunks(1 + (round % 17)) {
+                let (_, steps) = feed_all(&mut s, chunk, &cx);
+                if steps.iter().any(|s| matches!(s, Step::Drop(_))) {
+                    break;
+                }
+            }
+        }
+    }
+}
