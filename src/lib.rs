@@ -9,6 +9,7 @@
 //! - [`wire`]: message formats.
 //! - [`stats`]: HDR histograms and summaries.
 //! - [`report`]: exporters (text, JSON, CSV).
+//! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 
 pub mod capture;
@@ -19,5 +20,6 @@ pub mod proxy;
 pub mod report;
 pub mod server;
 pub mod stats;
+pub mod tcpwatch;
 pub mod units;
 pub mod wire;
