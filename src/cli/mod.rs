@@ -19,6 +19,7 @@ mod proxy;
 mod report;
 mod server;
 mod sweep;
+mod tcp;
 mod throughput;
 
 use clap::{Parser, Subcommand};
@@ -62,6 +63,9 @@ enum Command {
     /// Round trips to PostgreSQL, MySQL/MariaDB, Redis or an Oracle listener, split into network, protocol
     /// and server time.
     Db(db::DbArgs),
+    /// The kernel's view of live TCP connections (sock_diag, as ss -ti): RTT, cwnd, windows, in flight,
+    /// limited time, and what limits each connection, sampled every interval.
+    Tcp(tcp::TcpArgs),
     /// Draw saved --json results (and their full logs) as a self-contained HTML report or an SVG chart.
     Report(report::ReportArgs),
 }
@@ -90,6 +94,7 @@ pub fn main() -> i32 {
         Command::Proxy(a) => proxy::run(a),
         Command::Model(a) => model::run(a),
         Command::Db(a) => db::run(a),
+        Command::Tcp(a) => tcp::run(a),
         Command::Report(a) => report::run(a),
     };
     output::finish(result)

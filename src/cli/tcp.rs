@@ -1,0 +1,406 @@
+//! `roundtrip tcp`: the kernel's view of live TCP connections (sock_diag, as `ss -ti`), one line per
+//! connection per interval, a closed line when one goes away, a verdict per connection and a summary.
+
+use super::args;
+use super::output::{Exit, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::report::text::Table;
+use roundtrip::tcpwatch::{Closed, ConnSummary, Filter, Sample, Tick, Watcher};
+use roundtrip::units::{fmt_bytes, fmt_duration};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Arguments of `roundtrip tcp`.
+#[derive(Debug, Args)]
+pub struct TcpArgs {
+    /// Only connections with this local or remote port.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Only connections with this local or remote address.
+    #[arg(long, value_name = "ADDR")]
+    host: Option<IpAddr>,
+    /// Only connections this process holds (needs permission to read /proc/PID/fd).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Time between samples.
+    #[arg(long, short = 'i', default_value = "1s", value_parser = args::positive_duration)]
+    interval: Duration,
+    /// Stop after this long [default: run until Ctrl-C].
+    #[arg(long = "time", short = 't', value_parser = args::positive_duration)]
+    time: Option<Duration>,
+    /// Print one JSON document at the end instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also write one CSV row per connection per sample.
+    #[arg(long, value_name = "FILE.csv")]
+    full_log: Option<PathBuf>,
+    #[command(flatten)]
+    pictures: super::report::PictureArgs,
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+fn opt_d(v: Option<Duration>) -> String {
+    v.map_or("-".to_string(), fmt_duration)
+}
+
+fn opt_b(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), fmt_bytes)
+}
+
+fn conn_name(s: &Sample) -> String {
+    format!("{} -> {}", s.conn.local, s.conn.remote)
+}
+
+fn pct(part: Option<Duration>, whole: Option<Duration>) -> String {
+    match (part, whole) {
+        (Some(p), Some(w)) if !w.is_zero() => {
+            format!("{:.0}%", 100.0 * p.as_secs_f64() / w.as_secs_f64())
+        }
+        (Some(_), Some(_)) => "0%".into(),
+        _ => "-".into(),
+    }
+}
+
+/// One line per connection per interval.
+fn sample_line(s: &Sample) -> String {
+    let i = s.socket.info.clone().unwrap_or_default();
+    let d = s.delta.clone().unwrap_or_default();
+    let wnd = |w: Option<u32>, scale: Option<u8>| {
+        format!(
+            "{}(x{})",
+            opt_b(w.map(u64::from)),
+            opt(scale.map(|s| 1u32 << s.min(14)))
+        )
+    };
+    let rate = i
+        .delivery_rate
+        .map_or("-".to_string(), |r| format!("{}/s", fmt_bytes(r)));
+    format!(
+        "{:>7} {:<47} {:<11} rtt {} ±{} min {}  cwnd {} ssthresh {}  in flight {} ({} seg)  peer wnd {}  rcv wnd {} space {}  mss {}  rate {}  retrans {}/{} lost {} reord {}  busy {} rwnd {} sndbuf {}  => {}\n",
+        format!("{:.1}s", s.at.as_secs_f64()),
+        conn_name(s),
+        s.socket.state_name(),
+        opt_d(i.rtt),
+        opt_d(i.rttvar),
+        opt_d(i.min_rtt),
+        opt(i.cwnd),
+        opt(i.ssthresh),
+        opt_b(i.in_flight_bytes()),
+        opt(i.unacked),
+        wnd(i.snd_wnd, i.snd_wscale),
+        wnd(i.rcv_wnd, i.rcv_wscale),
+        opt_b(i.rcv_space.map(u64::from)),
+        opt(i.snd_mss),
+        rate,
+        opt(i.retrans),
+        opt(i.total_retrans),
+        opt(i.lost),
+        opt(i.reordering),
+        pct(d.busy, Some(d.elapsed)),
+        pct(d.rwnd_limited, d.busy),
+        pct(d.sndbuf_limited, d.busy),
+        s.verdict,
+    )
+}
+
+fn closed_line(c: &Closed) -> String {
+    format!(
+        "{:>7} {:<47} closed (last sample at {:.1}s: {}, {} acked, {} received)\n",
+        format!("{:.1}s", c.at.as_secs_f64()),
+        conn_name(&c.last),
+        c.last.at.as_secs_f64(),
+        c.last.socket.state_name(),
+        opt_b(c.last.socket.info.as_ref().and_then(|i| i.bytes_acked)),
+        opt_b(c.last.socket.info.as_ref().and_then(|i| i.bytes_received)),
+    )
+}
+
+/// Column names of the full log.
+const CSV_HEADER: &str = "at_s,local,remote,cookie,state,rtt_us,rttvar_us,min_rtt_us,cwnd,ssthresh,unacked,in_flight_bytes,snd_mss,snd_wnd,snd_wscale,rcv_wnd,rcv_wscale,rcv_space,delivery_rate_Bps,retrans,total_retrans,lost,reordering,busy_time_us,rwnd_limited_us,sndbuf_limited_us,bytes_acked,bytes_received,verdict\n";
+
+fn csv_row(s: &Sample) -> String {
+    let i = s.socket.info.clone().unwrap_or_default();
+    let us = |d: Option<Duration>| d.map_or(String::new(), |d| d.as_micros().to_string());
+    let o = |v: Option<String>| v.unwrap_or_default();
+    let words = s.verdict.to_string().replace('"', "'");
+    format!(
+        "{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
+        s.at.as_secs_f64(),
+        s.conn.local,
+        s.conn.remote,
+        s.conn.cookie,
+        s.socket.state_name(),
+        us(i.rtt),
+        us(i.rttvar),
+        us(i.min_rtt),
+        o(i.cwnd.map(|v| v.to_string())),
+        o(i.ssthresh.map(|v| v.to_string())),
+        o(i.unacked.map(|v| v.to_string())),
+        o(i.in_flight_bytes().map(|v| v.to_string())),
+        o(i.snd_mss.map(|v| v.to_string())),
+        o(i.snd_wnd.map(|v| v.to_string())),
+        o(i.snd_wscale.map(|v| v.to_string())),
+        o(i.rcv_wnd.map(|v| v.to_string())),
+        o(i.rcv_wscale.map(|v| v.to_string())),
+        o(i.rcv_space.map(|v| v.to_string())),
+        o(i.delivery_rate.map(|v| v.to_string())),
+        o(i.retrans.map(|v| v.to_string())),
+        o(i.total_retrans.map(|v| v.to_string())),
+        o(i.lost.map(|v| v.to_string())),
+        o(i.reordering.map(|v| v.to_string())),
+        us(i.busy_time),
+        us(i.rwnd_limited),
+        us(i.sndbuf_limited),
+        o(i.bytes_acked.map(|v| v.to_string())),
+        o(i.bytes_received.map(|v| v.to_string())),
+        words
+    )
+}
+
+/// The filter as the user gave it, for the JSON document.
+#[derive(Debug, Clone, Serialize)]
+struct FilterDoc {
+    port: Option<u16>,
+    host: Option<IpAddr>,
+    pid: Option<u32>,
+}
+
+/// A connection that went away, for the JSON document.
+#[derive(Debug, Clone, Serialize)]
+struct ClosedDoc {
+    local: String,
+    remote: String,
+    cookie: u64,
+    at_ns: u64,
+}
+
+/// The document `roundtrip tcp --json` prints (kind "tcp").
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpDoc {
+    format: &'static str,
+    format_version: u32,
+    kind: &'static str,
+    environment: Environment,
+    started_unix_s: f64,
+    filter: FilterDoc,
+    interval_ns: u64,
+    duration_ns: Option<u64>,
+    /// Every sample of every matching connection, in time order.
+    samples: Vec<Sample>,
+    closed: Vec<ClosedDoc>,
+    /// One summary per connection, with the verdict on the whole watch.
+    connections: Vec<ConnSummary>,
+    cancelled: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn describe(f: &Filter) -> String {
+    let mut v = Vec::new();
+    if let Some(p) = f.port {
+        v.push(format!("port {p}"));
+    }
+    if let Some(h) = f.host {
+        v.push(format!("host {h}"));
+    }
+    if let Some(p) = f.pid {
+        v.push(format!("pid {p}"));
+    }
+    if v.is_empty() {
+        "every TCP connection".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The summary table printed at the end.
+fn summary_text(conns: &[ConnSummary]) -> String {
+    let mut t = Table::new(&[
+        "connection",
+        "samples",
+        "rtt min",
+        "mean",
+        "max",
+        "cwnd max",
+        "acked",
+        "received",
+        "retrans",
+        "busy",
+        "rwnd lim",
+        "sndbuf lim",
+    ]);
+    let mut verdicts = String::new();
+    for c in conns {
+        let d = c.delta.clone().unwrap_or_default();
+        let name = format!(
+            "{} -> {}{}",
+            c.conn.local,
+            c.conn.remote,
+            if c.closed { " (closed)" } else { "" }
+        );
+        t.row(vec![
+            name.clone(),
+            c.samples.to_string(),
+            opt_d(c.rtt_min),
+            opt_d(c.rtt_mean),
+            opt_d(c.rtt_max),
+            opt(c.cwnd_max),
+            opt_b(d.bytes_acked),
+            opt_b(d.bytes_received),
+            opt(d.retransmitted),
+            opt_d(d.busy),
+            pct(d.rwnd_limited, d.busy),
+            pct(d.sndbuf_limited, d.busy),
+        ]);
+        verdicts.push_str(&format!("  {name}: {}\n", c.verdict));
+    }
+    format!("{}verdicts (whole watch):\n{verdicts}", t.render(2))
+}
+
+/// Runs `roundtrip tcp`.
+pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
+    a.pictures.validate()?;
+    let filter = Filter {
+        port: a.port,
+        host: a.host,
+        pid: a.pid,
+    };
+    let mut full_log = match &a.full_log {
+        Some(p) => {
+            let f = File::create(p)
+                .with_context(|| format!("creating the full log {}", p.display()))?;
+            let mut w = BufWriter::new(f);
+            w.write_all(CSV_HEADER.as_bytes())
+                .with_context(|| format!("writing the full log {}", p.display()))?;
+            Some(w)
+        }
+        None => None,
+    };
+    let mut watcher = Watcher::new(filter.clone())?;
+    let cancel = super::ping::cancel_on_ctrl_c();
+    let started = SystemTime::now();
+    let start = Instant::now();
+    if !a.json {
+        out(format!(
+            "roundtrip tcp: {} every {}, {}; the kernel's sock_diag view (as ss -ti)\n",
+            describe(&filter),
+            fmt_duration(a.interval),
+            a.time.map_or("until Ctrl-C".to_string(), |t| format!(
+                "for {}",
+                fmt_duration(t)
+            ))
+        ))?;
+    }
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut closed: Vec<ClosedDoc> = Vec::new();
+    let mut said_none = false;
+    let mut round: u32 = 0;
+    loop {
+        let tick: Tick = watcher.poll()?;
+        if let Some(w) = full_log.as_mut() {
+            for s in &tick.samples {
+                w.write_all(csv_row(s).as_bytes())
+                    .context("writing the full log")?;
+            }
+        }
+        if !a.json {
+            let mut text = String::new();
+            for c in &tick.closed {
+                text.push_str(&closed_line(c));
+            }
+            for s in &tick.samples {
+                text.push_str(&sample_line(s));
+            }
+            if tick.samples.is_empty() && !said_none {
+                text.push_str(&format!(
+                    "{:>7} no matching connection yet, watching\n",
+                    format!("{:.1}s", tick.at.as_secs_f64())
+                ));
+            }
+            out(text)?;
+        }
+        said_none = tick.samples.is_empty();
+        for c in &tick.closed {
+            closed.push(ClosedDoc {
+                local: c.conn.local.to_string(),
+                remote: c.conn.remote.to_string(),
+                cookie: c.conn.cookie,
+                at_ns: ns(c.at),
+            });
+        }
+        samples.extend(tick.samples);
+        // The next round on its schedule, or stop.
+        round += 1;
+        let next = a.interval * round;
+        if a.time.is_some_and(|t| next > t) || cancel.load(Ordering::SeqCst) {
+            break;
+        }
+        while start.elapsed() < next && !cancel.load(Ordering::SeqCst) {
+            std::thread::sleep((next - start.elapsed()).min(Duration::from_millis(100)));
+        }
+        if cancel.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    if let Some(mut w) = full_log.take() {
+        w.flush().context("writing the full log")?;
+        if let Some(p) = &a.full_log {
+            note(format!(
+                "full log: {} rows in {}",
+                samples.len(),
+                p.display()
+            ));
+        }
+    }
+    let connections = watcher.summaries();
+    let doc = TcpDoc {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        kind: "tcp",
+        environment: Environment::current(),
+        started_unix_s: started
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        filter: FilterDoc {
+            port: filter.port,
+            host: filter.host,
+            pid: filter.pid,
+        },
+        interval_ns: ns(a.interval),
+        duration_ns: a.time.map(ns),
+        samples,
+        closed,
+        connections,
+        cancelled: cancel.load(Ordering::SeqCst),
+    };
+    if a.json {
+        out(json::to_bytes(&doc))?;
+    } else if doc.connections.is_empty() {
+        out(format!(
+            "--- no matching connection ({}) in {:.1}s ---\n",
+            describe(&filter),
+            start.elapsed().as_secs_f64()
+        ))?;
+    } else {
+        out(format!(
+            "--- {} connection(s), {} samples in {:.1}s ---\n{}",
+            doc.connections.len(),
+            doc.samples.len(),
+            start.elapsed().as_secs_f64(),
+            summary_text(&doc.connections)
+        ))?;
+    }
+    Ok(Exit::Ok)
+}
