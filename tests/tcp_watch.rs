@@ -1,0 +1,403 @@
+//! `roundtrip tcp`: the kernel's view of live connections, checked against traffic we shape ourselves.
+//!
+//! The seed's experiment (seed 004): two namespaces joined by veth, the sender's side rate-limited by tbf so
+//! round trips are not loopback-sized; one sender streams to (a) a receiver that reads as fast as it can and
+//! (b) a receiver with a small SO_RCVBUF that reads slowly. `roundtrip tcp`, run in the sender's namespace,
+//! must call (b) receiver-window limited and (a) not, and its RTT and cwnd must agree with `ss -ti` read at
+//! the same moment. The bad-input cases run on loopback without root.
+
+mod common;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+const FAST_PORT: u16 = 7101;
+const SLOW_PORT: u16 = 7102;
+const RCV_ADDR: &str = "10.78.1.2";
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_roundtrip")
+}
+
+// ---------- roles, run inside the namespaces ----------
+
+fn role_receivers() {
+    let fast = TcpListener::bind(("0.0.0.0", FAST_PORT)).unwrap();
+    // The small buffer must be set before listen so the accepted socket inherits it.
+    let slow = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    slow.set_reuse_address(true).unwrap();
+    slow.set_recv_buffer_size(4096).unwrap();
+    slow.bind(&std::net::SocketAddr::from(([0, 0, 0, 0], SLOW_PORT)).into())
+        .unwrap();
+    slow.listen(4).unwrap();
+    let slow: TcpListener = slow.into();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let f = thread::spawn(move || {
+        let (mut s, _) = fast.accept().unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let (mut s, _) = slow.accept().unwrap();
+    let mut buf = [0u8; 1024];
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let _ = f.join();
+}
+
+fn role_senders() {
+    let go = |port: u16| {
+        let mut s = TcpStream::connect((RCV_ADDR, port)).unwrap();
+        thread::spawn(move || {
+            let buf = vec![0x5au8; 64 * 1024];
+            while s.write_all(&buf).is_ok() {}
+        })
+    };
+    let a = go(FAST_PORT);
+    let b = go(SLOW_PORT);
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let _ = a.join();
+    let _ = b.join();
+}
+
+/// Entry point of the re-executed test binary inside a namespace (does nothing in a normal test run).
+#[test]
+fn netns_role() {
+    let Some(role) = env("RT_NETNS_ROLE") else {
+        return;
+    };
+    match role.as_str() {
+        "receivers" => role_receivers(),
+        "senders" => role_senders(),
+        _ => panic!("unknown role {role}"),
+    }
+}
+
+// ---------- the orchestration ----------
+
+/// Namespaces and processes, removed on drop.
+struct Lab {
+    ns: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn sh(args: &[&str]) {
+    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "{args:?} failed");
+}
+
+fn ns_exec(ns: &str, args: &[&str]) {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    sh(&v);
+}
+
+/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
+fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "netns_role",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("RT_NETNS_ROLE", role)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    lab.children.push(child);
+    let mut lines = BufReader::new(out).lines();
+    loop {
+        let l = lines.next().expect("role exited before ready").unwrap();
+        if l.trim_end().ends_with("ready") {
+            break;
+        }
+    }
+    thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+}
+
+/// Sender and receiver namespaces, 10.78.1.1 - 10.78.1.2, the sender's egress limited to 20 Mbit/s by tbf.
+fn lab_up() -> Option<(Lab, String)> {
+    if env("RT_NETNS_ROLE").is_some() {
+        return None;
+    }
+    if !common::is_root() {
+        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
+            panic!("this test needs root (network namespaces)");
+        }
+        eprintln!("SKIPPED: needs root for network namespaces");
+        return None;
+    }
+    if !common::have("ip") || !common::have("tc") || !common::have("ss") {
+        return None;
+    }
+    let id = std::process::id() % 100_000;
+    let (nsnd, nrcv) = (format!("rtws{id}"), format!("rtwr{id}"));
+    let mut lab = Lab {
+        ns: Vec::new(),
+        children: Vec::new(),
+    };
+    for n in [&nsnd, &nrcv] {
+        sh(&["ip", "netns", "add", n]);
+        lab.ns.push(n.clone());
+        ns_exec(n, &["ip", "link", "set", "lo", "up"]);
+    }
+    let (s0, r0) = (format!("tws{id}"), format!("twr{id}"));
+    sh(&[
+        "ip", "link", "add", &s0, "netns", &nsnd, "type", "veth", "peer", "name", &r0, "netns",
+        &nrcv,
+    ]);
+    ns_exec(&nsnd, &["ip", "addr", "add", "10.78.1.1/24", "dev", &s0]);
+    ns_exec(&nrcv, &["ip", "addr", "add", "10.78.1.2/24", "dev", &r0]);
+    ns_exec(&nsnd, &["ip", "link", "set", &s0, "up"]);
+    ns_exec(&nrcv, &["ip", "link", "set", &r0, "up"]);
+    ns_exec(
+        &nsnd,
+        &[
+            "tc", "qdisc", "add", "dev", &s0, "root", "tbf", "rate", "20mbit", "burst", "32kb",
+            "latency", "20ms",
+        ],
+    );
+    spawn_role(&mut lab, &nrcv, "receivers");
+    spawn_role(&mut lab, &nsnd, "senders");
+    Some((lab, nsnd))
+}
+
+fn verdict_of(doc: &Value, port: u16) -> String {
+    let conns = doc["connections"].as_array().unwrap();
+    let c = conns
+        .iter()
+        .find(|c| {
+            c["conn"]["remote"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(":{port}"))
+        })
+        .unwrap_or_else(|| panic!("no connection to port {port} in {doc}"));
+    c["verdict"]["verdict"].as_str().unwrap().to_string()
+}
+
+/// `ss -tin` fields of the connection to `port`: (rtt ms, cwnd).
+fn ss_fields(text: &str) -> Option<(f64, u64)> {
+    let mut rtt = None;
+    let mut cwnd = None;
+    for tok in text.split_whitespace() {
+        if let Some(v) = tok.strip_prefix("rtt:") {
+            rtt = v.split('/').next().and_then(|x| x.parse::<f64>().ok());
+        } else if let Some(v) = tok.strip_prefix("cwnd:") {
+            cwnd = v.parse::<u64>().ok();
+        }
+    }
+    Some((rtt?, cwnd?))
+}
+
+#[test]
+fn slow_receiver_is_window_limited_and_fast_one_is_not() {
+    let Some((_lab, nsnd)) = lab_up() else {
+        return;
+    };
+    // Let both streams settle, then watch for a few intervals.
+    thread::sleep(Duration::from_secs(2));
+    let o = Command::new("ip")
+        .args(["netns", "exec", &nsnd, bin(), "tcp", "--host", RCV_ADDR])
+        .args(["-i", "1s", "-t", "4s", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["kind"], "tcp");
+    let slow = verdict_of(&doc, SLOW_PORT);
+    let fast = verdict_of(&doc, FAST_PORT);
+    eprintln!("verdicts: fast {fast}, slow {slow}");
+    assert_eq!(slow, "receiver_window_limited", "{doc:#}");
+    assert_ne!(fast, "receiver_window_limited", "{doc:#}");
+
+    // The text mode says it in words.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &nsnd, bin(), "tcp", "--port"])
+        .arg(SLOW_PORT.to_string())
+        .args(["-i", "1s", "-t", "2s"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("receiver window limited"),
+        "text output:\n{text}"
+    );
+    assert!(text.contains("verdicts (whole watch)"), "{text}");
+
+    // One connection's RTT and cwnd against ss -ti read at the same moment (the fast one: its cwnd and RTT
+    // move, so this is the harder comparison). Generous tolerance: the two reads are milliseconds apart.
+    let script = format!(
+        "{} tcp --port {FAST_PORT} -i 1s -t 1ms --json; echo '---ss---'; ss -tinH dst {RCV_ADDR}:{FAST_PORT}",
+        bin()
+    );
+    let mut agreed = false;
+    let mut last = String::new();
+    for _ in 0..5 {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &nsnd, "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let all = String::from_utf8_lossy(&o.stdout).to_string();
+        let (json_part, ss_part) = all.split_once("---ss---").unwrap();
+        let doc: Value = serde_json::from_str(json_part).unwrap();
+        let s = &doc["samples"][0]["socket"]["info"];
+        let ours_rtt_ms = s["rtt_ns"].as_f64().unwrap() / 1e6;
+        let ours_cwnd = s["cwnd"].as_u64().unwrap();
+        let (ss_rtt, ss_cwnd) = ss_fields(ss_part).expect("ss -ti printed rtt and cwnd");
+        last = format!(
+            "roundtrip rtt {ours_rtt_ms:.3}ms cwnd {ours_cwnd}; ss rtt {ss_rtt:.3}ms cwnd {ss_cwnd}"
+        );
+        let rtt_ok = (ours_rtt_ms - ss_rtt).abs() <= ss_rtt.max(ours_rtt_ms) * 0.5 + 2.0;
+        let cwnd_ok =
+            ours_cwnd.abs_diff(ss_cwnd) as f64 <= (ss_cwnd.max(ours_cwnd) as f64) * 0.5 + 4.0;
+        assert!(ours_rtt_ms > 0.0 && ours_cwnd > 0, "{last}");
+        eprintln!("{last}");
+        if rtt_ok && cwnd_ok {
+            agreed = true;
+            break;
+        }
+    }
+    assert!(agreed, "sampled values disagree with ss -ti: {last}");
+}
+
+// ---------- bad input, on loopback ----------
+
+#[test]
+fn nonexistent_pid_is_a_one_line_error() {
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    let o = Command::new(bin())
+        .args(["tcp", "--pid", "4294967290", "-t", "1s"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no process with pid 4294967290"), "{err}");
+}
+
+#[test]
+fn no_matching_connection_keeps_watching() {
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    // A port nobody uses: bound and released.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = Command::new(bin())
+        .args([
+            "tcp",
+            "--port",
+            &port.to_string(),
+            "-i",
+            "200ms",
+            "-t",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("no matching connection yet, watching"),
+        "{text}"
+    );
+    assert!(text.contains("--- no matching connection"), "{text}");
+}
+
+#[test]
+fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let stay = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_stay_peer, _) = l.accept().unwrap();
+    let leave = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let leave_port = leave.local_addr().unwrap().port();
+    let (leave_peer, _) = l.accept().unwrap();
+    let stay_name = format!("127.0.0.1:{} -> ", stay.local_addr().unwrap().port());
+    let leave_name = format!("127.0.0.1:{leave_port} -> ");
+
+    let mut child = Command::new(bin())
+        .args([
+            "tcp",
+            "--port",
+            &port.to_string(),
+            "-i",
+            "200ms",
+            "-t",
+            "60s",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("roundtrip tcp went quiet")
+    };
+    // Wait until the leaving connection has been sampled, then close both of its ends.
+    while !next().contains(&leave_name) {}
+    drop(leave);
+    drop(leave_peer);
+    let mut closed_seen = false;
+    let mut stay_after_close = false;
+    let mut text = String::new();
+    while !stay_after_close {
+        let line = next();
+        text.push_str(&line);
+        text.push('\n');
+        if line.contains(&leave_name) && line.contains("closed (last sample at") {
+            closed_seen = true;
+        } else if closed_seen && line.contains(&stay_name) {
+            assert!(!line.contains("closed"), "{text}");
+            stay_after_close = true;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(stay);
+}
