@@ -401,3 +401,41 @@ fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
     let _ = child.wait();
     drop(stay);
 }
+
+#[test]
+fn report_draws_rtt_and_windows_per_connection() {
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    c.write_all(&[1u8; 100_000]).unwrap();
+    let mut buf = vec![0u8; 100_000];
+    peer.read_exact(&mut buf).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("tcp.html");
+    let o = Command::new(bin())
+        .args([
+            "tcp",
+            "--port",
+            &port.to_string(),
+            "-i",
+            "200ms",
+            "-t",
+            "600ms",
+        ])
+        .arg("--report")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("tcp-rtt") && page.contains("tcp-window"),
+        "{page}"
+    );
+    assert!(page.contains("cwnd (x MSS)"), "{page}");
+    assert!(page.contains(&format!("127.0.0.1:{port}")), "{page}");
+}

@@ -36,6 +36,10 @@ pub enum ChartId {
     Traffic,
     /// Sequence number over time, one connection (capture timeline).
     TimeSequence,
+    /// The kernel's RTT over time, first connection drawn (tcp).
+    TcpRtt,
+    /// cwnd, in flight and windows over time, limited periods shaded, first connection drawn (tcp).
+    TcpWindow,
 }
 
 impl ChartId {
@@ -53,6 +57,8 @@ impl ChartId {
             ChartId::Flow => "flow",
             ChartId::Traffic => "traffic",
             ChartId::TimeSequence => "time-sequence",
+            ChartId::TcpRtt => "tcp-rtt",
+            ChartId::TcpWindow => "tcp-window",
         }
     }
 }

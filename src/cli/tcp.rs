@@ -385,6 +385,9 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         connections,
         cancelled: cancel.load(Ordering::SeqCst),
     };
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &doc, None, &describe(&filter))?;
+    }
     if a.json {
         out(json::to_bytes(&doc))?;
     } else if doc.connections.is_empty() {

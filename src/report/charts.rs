@@ -142,6 +142,10 @@ pub const KINDS: &[KindReport] = &[
         kind: "capture-match",
         build: kinds::capture_match,
     },
+    KindReport {
+        kind: "tcp",
+        build: super::tcpwatch::tcp,
+    },
 ];
 
 /// Fails with a clear message when no builder draws this document's kind.

@@ -4,7 +4,7 @@
 //! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`), [`kinds`] (the
 //! builders of every kind but ping and sweep), [`load`] (reading
 //! saved results and full logs back), [`downsample`] (min/max per pixel column), [`ratelimit`] (log lines
-//! at most once per reason per second).
+//! at most once per reason per second), [`tcpwatch`] (the `roundtrip tcp` report).
 
 pub mod charts;
 pub mod csv;
@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod load;
 pub mod ratelimit;
 pub mod svg;
+pub mod tcpwatch;
 pub mod text;
 pub mod traffic;
 

@@ -521,6 +521,8 @@ pub struct ConnSummary {
     pub delta: Option<Delta>,
     /// The verdict on the whole watch.
     pub verdict: Verdict,
+    /// The verdict in words, with its numbers.
+    pub verdict_words: String,
     /// The last sample.
     pub last: Sample,
 }
@@ -559,6 +561,7 @@ impl Track {
             rtt_max: self.rtt_max,
             cwnd_max: self.cwnd_max,
             delta,
+            verdict_words: verdict.to_string(),
             verdict,
             last: self.last.clone(),
         }
