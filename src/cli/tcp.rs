@@ -71,46 +71,174 @@ fn pct(part: Option<Duration>, whole: Option<Duration>) -> String {
     }
 }
 
-/// One line per connection per interval.
-fn sample_line(s: &Sample) -> String {
-    let i = s.socket.info.clone().unwrap_or_default();
-    let d = s.delta.clone().unwrap_or_default();
-    let wnd = |w: Option<u32>, scale: Option<u8>| {
-        format!(
-            "{}(x{})",
-            opt_b(w.map(u64::from)),
-            opt(scale.map(|s| 1u32 << s.min(14)))
-        )
+// Integer formatting for the per-sample lines: with thousands of connections per interval, float
+// formatting was most of the CPU. Same spellings as `units::fmt_duration` and `units::fmt_bytes`.
+
+/// Writes `ns` with three significant digits and a unit (`812ns`, `41.3us`, `1.25ms`, `2.00s`).
+fn put_ns(out: &mut String, ns: u64) {
+    use std::fmt::Write as _;
+    if ns < 1000 {
+        let _ = write!(out, "{ns}ns");
+        return;
+    }
+    let (base, unit) = if ns < 1_000_000 {
+        (1_000u128, "us")
+    } else if ns < 1_000_000_000 {
+        (1_000_000, "ms")
+    } else {
+        (1_000_000_000, "s")
     };
-    let rate = i
-        .delivery_rate
-        .map_or("-".to_string(), |r| format!("{}/s", fmt_bytes(r)));
-    format!(
-        "{:>7} {:<47} {:<11} rtt {} ±{} min {}  cwnd {} ssthresh {}  in flight {} ({} seg)  peer wnd {}  rcv wnd {} space {}  mss {}  rate {}  retrans {}/{} lost {} reord {}  busy {} rwnd {} sndbuf {}  => {}\n",
-        format!("{:.1}s", s.at.as_secs_f64()),
-        conn_name(s),
-        s.socket.state_name(),
-        opt_d(i.rtt),
-        opt_d(i.rttvar),
-        opt_d(i.min_rtt),
-        opt(i.cwnd),
-        opt(i.ssthresh),
-        opt_b(i.in_flight_bytes()),
-        opt(i.unacked),
-        wnd(i.snd_wnd, i.snd_wscale),
-        wnd(i.rcv_wnd, i.rcv_wscale),
-        opt_b(i.rcv_space.map(u64::from)),
-        opt(i.snd_mss),
-        rate,
-        opt(i.retrans),
-        opt(i.total_retrans),
-        opt(i.lost),
-        opt(i.reordering),
-        pct(d.busy, Some(d.elapsed)),
-        pct(d.rwnd_limited, d.busy),
-        pct(d.sndbuf_limited, d.busy),
-        s.verdict,
-    )
+    let n = u128::from(ns);
+    if n >= 100 * base {
+        let _ = write!(out, "{}{unit}", (n + base / 2) / base);
+    } else if n >= 10 * base {
+        let x = (n * 10 + base / 2) / base;
+        let _ = write!(out, "{}.{}{unit}", x / 10, x % 10);
+    } else {
+        let x = (n * 100 + base / 2) / base;
+        let _ = write!(out, "{}.{:02}{unit}", x / 100, x % 100);
+    }
+}
+
+/// Writes a byte count with a binary unit (`64 B`, `1.0 KiB`, `12.5 MiB`).
+fn put_bytes(out: &mut String, b: u64) {
+    use std::fmt::Write as _;
+    let b = u128::from(b);
+    let (d, unit) = match b {
+        0..1024 => {
+            let _ = write!(out, "{b} B");
+            return;
+        }
+        1024..1_048_576 => (1024u128, "KiB"),
+        1_048_576..1_073_741_824 => (1_048_576, "MiB"),
+        _ => {
+            let x = (b * 100 + (1u128 << 29)) >> 30;
+            let _ = write!(out, "{}.{:02} GiB", x / 100, x % 100);
+            return;
+        }
+    };
+    let x = (b * 10 + d / 2) / d;
+    let _ = write!(out, "{}.{} {unit}", x / 10, x % 10);
+}
+
+fn put_opt<T: std::fmt::Display>(out: &mut String, v: Option<T>) {
+    use std::fmt::Write as _;
+    match v {
+        Some(v) => {
+            let _ = write!(out, "{v}");
+        }
+        None => out.push('-'),
+    }
+}
+
+fn put_opt_ns(out: &mut String, v: Option<Duration>) {
+    match v {
+        Some(d) => put_ns(out, u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        None => out.push('-'),
+    }
+}
+
+fn put_opt_bytes(out: &mut String, v: Option<u64>) {
+    match v {
+        Some(b) => put_bytes(out, b),
+        None => out.push('-'),
+    }
+}
+
+fn put_pct(out: &mut String, part: Option<Duration>, whole: Option<Duration>) {
+    use std::fmt::Write as _;
+    match (part, whole) {
+        (Some(p), Some(w)) if !w.is_zero() => {
+            let (p, w) = (p.as_nanos(), w.as_nanos());
+            let _ = write!(out, "{}%", (p * 100 + w / 2) / w);
+        }
+        (Some(_), Some(_)) => out.push_str("0%"),
+        _ => out.push('-'),
+    }
+}
+
+/// Pads what was written since `from` with spaces to `width` characters (ASCII).
+fn pad_from(out: &mut String, from: usize, width: usize) {
+    let len = out.len() - from;
+    for _ in len..width {
+        out.push(' ');
+    }
+}
+
+/// Appends "  7.0s " right-aligned to 7 characters plus a space.
+fn put_at(out: &mut String, at: Duration) {
+    use std::fmt::Write as _;
+    let tenths = (at.as_millis() + 50) / 100;
+    let text = format!("{}.{}s", tenths / 10, tenths % 10);
+    let _ = write!(out, "{text:>7} ");
+}
+
+/// Appends one line per connection per interval.
+fn put_sample_line(out: &mut String, s: &Sample) {
+    use std::fmt::Write as _;
+    let none = Default::default();
+    let i = s.socket.info.as_ref().unwrap_or(&none);
+    let nd = Default::default();
+    let d = s.delta.as_ref().unwrap_or(&nd);
+    put_at(out, s.at);
+    let from = out.len();
+    let _ = write!(out, "{} -> {}", s.conn.local, s.conn.remote);
+    pad_from(out, from, 47);
+    out.push(' ');
+    let from = out.len();
+    out.push_str(s.socket.state_name());
+    pad_from(out, from, 11);
+    out.push_str(" rtt ");
+    put_opt_ns(out, i.rtt);
+    out.push_str(" ±");
+    put_opt_ns(out, i.rttvar);
+    out.push_str(" min ");
+    put_opt_ns(out, i.min_rtt);
+    out.push_str("  cwnd ");
+    put_opt(out, i.cwnd);
+    out.push_str(" ssthresh ");
+    put_opt(out, i.ssthresh);
+    out.push_str("  in flight ");
+    put_opt_bytes(out, i.in_flight_bytes());
+    out.push_str(" (");
+    put_opt(out, i.unacked);
+    out.push_str(" seg)  peer wnd ");
+    let wnd = |out: &mut String, w: Option<u32>, scale: Option<u8>| {
+        put_opt_bytes(out, w.map(u64::from));
+        out.push_str("(x");
+        put_opt(out, scale.map(|s| 1u32 << s.min(14)));
+        out.push(')');
+    };
+    wnd(out, i.snd_wnd, i.snd_wscale);
+    out.push_str("  rcv wnd ");
+    wnd(out, i.rcv_wnd, i.rcv_wscale);
+    out.push_str(" space ");
+    put_opt_bytes(out, i.rcv_space.map(u64::from));
+    out.push_str("  mss ");
+    put_opt(out, i.snd_mss);
+    out.push_str("  rate ");
+    match i.delivery_rate {
+        Some(r) => {
+            put_bytes(out, r);
+            out.push_str("/s");
+        }
+        None => out.push('-'),
+    }
+    out.push_str("  retrans ");
+    put_opt(out, i.retrans);
+    out.push('/');
+    put_opt(out, i.total_retrans);
+    out.push_str(" lost ");
+    put_opt(out, i.lost);
+    out.push_str(" reord ");
+    put_opt(out, i.reordering);
+    out.push_str("  busy ");
+    put_pct(out, d.busy, Some(d.elapsed));
+    out.push_str(" rwnd ");
+    put_pct(out, d.rwnd_limited, d.busy);
+    out.push_str(" sndbuf ");
+    put_pct(out, d.sndbuf_limited, d.busy);
+    let _ = writeln!(out, "  => {}", s.verdict);
 }
 
 fn closed_line(c: &Closed) -> String {
@@ -303,7 +431,11 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             ))
         ))?;
     }
+    // Every sample is kept only when the JSON document or the report needs it (a long watch of many
+    // connections would grow without bound otherwise).
+    let keep = a.json || a.pictures.wanted();
     let mut samples: Vec<Sample> = Vec::new();
+    let mut sample_count: u64 = 0;
     let mut closed: Vec<ClosedDoc> = Vec::new();
     let mut said_none = false;
     let mut round: u32 = 0;
@@ -316,12 +448,12 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             }
         }
         if !a.json {
-            let mut text = String::new();
+            let mut text = String::with_capacity(tick.samples.len() * 320);
             for c in &tick.closed {
                 text.push_str(&closed_line(c));
             }
             for s in &tick.samples {
-                text.push_str(&sample_line(s));
+                put_sample_line(&mut text, s);
             }
             if tick.samples.is_empty() && !said_none {
                 text.push_str(&format!(
@@ -340,7 +472,10 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
                 at_ns: ns(c.at),
             });
         }
-        samples.extend(tick.samples);
+        sample_count += tick.samples.len() as u64;
+        if keep {
+            samples.extend(tick.samples);
+        }
         // The next round on its schedule, or stop.
         round += 1;
         let next = a.interval * round;
@@ -400,10 +535,53 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         out(format!(
             "--- {} connection(s), {} samples in {:.1}s ---\n{}",
             doc.connections.len(),
-            doc.samples.len(),
+            sample_count,
             start.elapsed().as_secs_f64(),
             summary_text(&doc.connections)
         ))?;
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_formatting_matches_units() {
+        for ns in [
+            0u64,
+            7,
+            999,
+            1000,
+            1234,
+            9_994,
+            9_996,
+            41_349,
+            99_949,
+            812_000,
+            1_250_000,
+            2_000_000_000,
+            123_456_789_012,
+        ] {
+            let mut s = String::new();
+            put_ns(&mut s, ns);
+            assert_eq!(s, fmt_duration(Duration::from_nanos(ns)), "{ns}");
+        }
+        for b in [
+            0u64,
+            64,
+            1023,
+            1024,
+            1536,
+            10_000,
+            1_048_575,
+            13_107_200,
+            5 << 30,
+        ] {
+            let mut s = String::new();
+            put_bytes(&mut s, b);
+            assert_eq!(s, fmt_bytes(b), "{b}");
+        }
+    }
 }

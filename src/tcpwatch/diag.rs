@@ -5,6 +5,7 @@
 
 use super::info::{self, TcpInfo};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// `NETLINK_SOCK_DIAG`, the netlink protocol number of socket diagnostics.
@@ -118,7 +119,7 @@ pub struct DiagSocket {
     /// The kernel's TCP state, when it sent `INET_DIAG_INFO`.
     pub info: Option<TcpInfo>,
     /// Congestion control algorithm name.
-    pub congestion: Option<String>,
+    pub congestion: Option<Cow<'static, str>>,
     /// Memory counters.
     pub mem: Option<SkMem>,
 }
@@ -170,9 +171,26 @@ fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
+/// The common algorithm names without an allocation per socket and sample.
+fn congestion_name(b: &[u8]) -> Cow<'static, str> {
+    const KNOWN: [&str; 8] = [
+        "cubic", "bbr", "reno", "dctcp", "htcp", "vegas", "westwood", "bic",
+    ];
+    match KNOWN.iter().find(|k| k.as_bytes() == b) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
 /// Parses one buffer the kernel returned from a dump request: zero or more netlink messages.
 pub fn parse(buf: &[u8]) -> Result<Parsed, ParseError> {
     let mut out = Parsed::default();
+    out.done = parse_into(buf, &mut out.sockets)?;
+    Ok(out)
+}
+
+/// Like [`parse`], appending the sockets to `sockets`; returns true once the dump is complete.
+pub fn parse_into(buf: &[u8], sockets: &mut Vec<DiagSocket>) -> Result<bool, ParseError> {
     let mut rest = buf;
     while !rest.is_empty() {
         let len = u32_at(rest, 0).ok_or(ParseError::Truncated("netlink header"))? as usize;
@@ -182,22 +200,19 @@ pub fn parse(buf: &[u8]) -> Result<Parsed, ParseError> {
         }
         let body = &rest[NLMSG_HDRLEN..len];
         match kind {
-            NLMSG_DONE => {
-                out.done = true;
-                return Ok(out);
-            }
+            NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
                 let errno = u32_at(body, 0).ok_or(ParseError::Truncated("netlink error"))? as i32;
                 if errno != 0 {
                     return Err(ParseError::Kernel(-errno));
                 }
             }
-            SOCK_DIAG_BY_FAMILY => out.sockets.push(parse_socket(body)?),
+            SOCK_DIAG_BY_FAMILY => sockets.push(parse_socket(body)?),
             _ => {}
         }
         rest = rest.get(align4(len)..).unwrap_or(&[]);
     }
-    Ok(out)
+    Ok(false)
 }
 
 fn addr(family: u8, b: &[u8]) -> Option<IpAddr> {
@@ -258,7 +273,7 @@ fn parse_socket(b: &[u8]) -> Result<DiagSocket, ParseError> {
             INET_DIAG_INFO => s.info = Some(info::decode(data)),
             INET_DIAG_CONG => {
                 let end = data.iter().position(|&c| c == 0).unwrap_or(data.len());
-                s.congestion = Some(String::from_utf8_lossy(&data[..end]).into_owned());
+                s.congestion = Some(congestion_name(&data[..end]));
             }
             INET_DIAG_SKMEMINFO => {
                 let m = |i: usize| u32_at(data, i * 4);

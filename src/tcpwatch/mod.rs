@@ -109,6 +109,8 @@ pub struct Sampler {
     sock: socket2::Socket,
     seq: u32,
     buf: Vec<u8>,
+    /// The largest dump so far, to size the next one's vector.
+    expect: usize,
 }
 
 impl Sampler {
@@ -126,6 +128,7 @@ impl Sampler {
             sock,
             seq: 0,
             buf: vec![0u8; 256 * 1024],
+            expect: 0,
         })
     }
 
@@ -143,7 +146,7 @@ impl Sampler {
         let req = diag::dump_request(family, LIVE_STATES, self.seq);
         // An unconnected netlink socket sends to the kernel (port id 0).
         self.sock.send(&req).map_err(io_err)?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.expect);
         loop {
             let n = (&self.sock).read(&mut self.buf).map_err(io_err)?;
             if n == 0 {
@@ -152,12 +155,14 @@ impl Sampler {
                     "netlink socket closed before the dump ended",
                 )));
             }
-            let parsed = diag::parse(&self.buf[..n]).map_err(|source| TcpWatchError::Parse {
-                family: name,
-                source,
+            let done = diag::parse_into(&self.buf[..n], &mut out).map_err(|source| {
+                TcpWatchError::Parse {
+                    family: name,
+                    source,
+                }
             })?;
-            out.extend(parsed.sockets);
-            if parsed.done {
+            if done {
+                self.expect = self.expect.max(out.len());
                 return Ok(out);
             }
         }
@@ -605,8 +610,8 @@ impl Watcher {
         };
         let sockets = self.sampler.dump_all()?;
         let at = self.start.elapsed();
-        let mut seen = HashSet::new();
-        let mut samples = Vec::new();
+        let mut seen = HashSet::with_capacity(self.tracks.len());
+        let mut samples = Vec::with_capacity(self.tracks.len());
         for s in sockets {
             if !self.filter.matches(&s, inodes.as_ref()) || !seen.insert(s.cookie) {
                 continue;

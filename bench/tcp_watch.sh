@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Benchmark: the CPU `roundtrip tcp` spends per sample of N open loopback connections, against `ss -tin` run
+# once per interval on the same sockets (the issue's bar: lower than ss, and < 5% of one core at 1 sample/s).
+#
+#   roundtrip: `roundtrip tcp --port P -i 1s -t SECS` (text to /dev/null), user+sys CPU / samples taken
+#   ss:        `ss -tinH 'sport = :P or dport = :P'` (to /dev/null) run SECS times, user+sys CPU / runs
+#
+# Both see every one of the 2*N sockets (both ends of each connection are on this machine).
+# Interleaved: each round runs both once; the figures are medians over the rounds.
+# Usage: bench/tcp_watch.sh [CONNECTIONS (default 10000)] [ROUNDS (default 5)] [SECONDS per run (default 5)]
+set -euo pipefail
+
+N=${1:-10000}
+ROUNDS=${2:-5}
+SECS=${3:-5}
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+RT=$PWD/target/release/roundtrip
+for t in ss python3; do
+    command -v "$t" >/dev/null || { echo "bench/tcp_watch.sh: $t is not installed" >&2; exit 1; }
+done
+ulimit -n $((2 * N + 100))
+WORK=$(mktemp -d)
+HOLDER=
+cleanup() {
+    [ -n "$HOLDER" ] && kill "$HOLDER" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# N connections to one listener on loopback, held open (idle) while the rounds run.
+python3 - "$N" "$WORK/port" <<'PY' &
+import socket, sys, time
+n = int(sys.argv[1])
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4096)
+keep = []
+for _ in range(n):
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept(); keep += [c, a]
+    c.send(b"x")
+open(sys.argv[2], "w").write(str(l.getsockname()[1]))
+time.sleep(3600)
+PY
+HOLDER=$!
+while [ ! -s "$WORK/port" ]; do sleep 0.2; done
+P=$(cat "$WORK/port")
+echo "bench/tcp_watch.sh: $N connections on 127.0.0.1:$P ($((2 * N)) sockets), $ROUNDS rounds of ${SECS}s"
+
+# CPU seconds (user+sys) of one command, from the kernel's rusage of the finished child.
+cpu_of() { python3 -c '
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)' "$@"; }
+
+rt_ms=(); ss_ms=()
+for r in $(seq "$ROUNDS"); do
+    c=$(cpu_of "$RT" tcp --port "$P" -i 1s -t "${SECS}s")
+    # roundtrip samples at 0s, 1s, ... SECS-1 s: SECS samples, each of every socket
+    rt_ms+=("$(python3 -c "print($c / $SECS * 1000)")")
+    c=$(cpu_of sh -c "for i in \$(seq $SECS); do ss -tinH 'sport = :$P or dport = :$P'; sleep 1; done")
+    ss_ms+=("$(python3 -c "print($c / $SECS * 1000)")")
+    echo "round $r: roundtrip ${rt_ms[-1]} ms CPU per sample, ss ${ss_ms[-1]} ms CPU per run"
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+RT_MED=$(median "${rt_ms[@]}"); SS_MED=$(median "${ss_ms[@]}")
+echo "median CPU per sample of $((2 * N)) sockets: roundtrip tcp ${RT_MED} ms, ss -tin ${SS_MED} ms"
+echo "at one sample per second: roundtrip tcp $(python3 -c "print(round($RT_MED / 10, 2))")% of one core, ss $(python3 -c "print(round($SS_MED / 10, 2))")%"
