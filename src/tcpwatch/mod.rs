@@ -578,8 +578,13 @@ pub struct Watcher {
     sampler: Sampler,
     filter: Filter,
     start: Instant,
-    tracks: HashMap<u64, Track>,
-    order: Vec<u64>,
+    /// Every connection seen, in the order of first appearance.
+    tracks: Vec<Track>,
+    /// Cookie -> index in `tracks`.
+    index: HashMap<u64, usize>,
+    /// Which round each track was last seen in (parallel to `tracks`, kept small for the cache).
+    seen_round: Vec<u64>,
+    round: u64,
 }
 
 impl Watcher {
@@ -590,8 +595,10 @@ impl Watcher {
             sampler: Sampler::open()?,
             filter,
             start: Instant::now(),
-            tracks: HashMap::new(),
-            order: Vec::new(),
+            tracks: Vec::new(),
+            index: HashMap::new(),
+            seen_round: Vec::new(),
+            round: 0,
         })
     }
 
@@ -610,14 +617,20 @@ impl Watcher {
         };
         let sockets = self.sampler.dump_all()?;
         let at = self.start.elapsed();
-        let mut seen = HashSet::with_capacity(self.tracks.len());
+        self.round += 1;
+        let round = self.round;
         let mut samples = Vec::with_capacity(self.tracks.len());
         for s in sockets {
-            if !self.filter.matches(&s, inodes.as_ref()) || !seen.insert(s.cookie) {
+            if !self.filter.matches(&s, inodes.as_ref()) {
                 continue;
             }
-            let conn = ConnId::of(&s);
-            let prev = self.tracks.get(&s.cookie).filter(|t| !t.closed);
+            let idx = self.index.get(&s.cookie).copied();
+            if let Some(i) = idx
+                && self.seen_round[i] == round
+            {
+                continue; // listed twice in one dump
+            }
+            let prev = idx.map(|i| &self.tracks[i]).filter(|t| !t.closed);
             let delta =
                 prev.map(|t| Delta::between(&t.last.socket, &s, at.saturating_sub(t.last.at)));
             let verdict = match &delta {
@@ -625,21 +638,18 @@ impl Watcher {
                 None => Verdict::FirstSample,
             };
             let sample = Sample {
-                conn,
+                conn: ConnId::of(&s),
                 at,
                 socket: s,
                 delta,
                 verdict,
             };
-            self.record(&sample);
+            self.record(idx, &sample);
             samples.push(sample);
         }
         let mut closed = Vec::new();
-        for id in &self.order {
-            if let Some(t) = self.tracks.get_mut(id)
-                && !t.closed
-                && !seen.contains(id)
-            {
+        for (t, &seen) in self.tracks.iter_mut().zip(&self.seen_round) {
+            if !t.closed && seen != round {
                 t.closed = true;
                 closed.push(Closed {
                     conn: t.last.conn,
@@ -655,25 +665,34 @@ impl Watcher {
         })
     }
 
-    fn record(&mut self, s: &Sample) {
+    fn record(&mut self, idx: Option<usize>, s: &Sample) {
         let rtt = s.socket.info.as_ref().and_then(|i| i.rtt);
         let cwnd = s.socket.info.as_ref().and_then(|i| i.cwnd);
-        let t = self.tracks.entry(s.conn.cookie).or_insert_with(|| {
-            self.order.push(s.conn.cookie);
-            Track {
-                first: s.clone(),
-                last: s.clone(),
-                samples: 0,
-                rtt_sum: Duration::ZERO,
-                rtt_n: 0,
-                rtt_min: None,
-                rtt_max: None,
-                cwnd_max: None,
-                closed: false,
+        let i = match idx {
+            Some(i) => {
+                self.tracks[i].last.clone_from(s);
+                i
             }
-        });
+            None => {
+                self.tracks.push(Track {
+                    first: s.clone(),
+                    last: s.clone(),
+                    samples: 0,
+                    rtt_sum: Duration::ZERO,
+                    rtt_n: 0,
+                    rtt_min: None,
+                    rtt_max: None,
+                    cwnd_max: None,
+                    closed: false,
+                });
+                self.seen_round.push(0);
+                self.index.insert(s.conn.cookie, self.tracks.len() - 1);
+                self.tracks.len() - 1
+            }
+        };
+        self.seen_round[i] = self.round;
+        let t = &mut self.tracks[i];
         t.closed = false;
-        t.last = s.clone();
         t.samples += 1;
         if let Some(r) = rtt {
             t.rtt_sum += r;
@@ -688,11 +707,7 @@ impl Watcher {
 
     /// One summary per connection seen, in the order they first appeared.
     pub fn summaries(&self) -> Vec<ConnSummary> {
-        self.order
-            .iter()
-            .filter_map(|id| self.tracks.get(id))
-            .map(Track::summary)
-            .collect()
+        self.tracks.iter().map(Track::summary).collect()
     }
 }
 
