@@ -19,7 +19,8 @@ RT=$PWD/target/release/roundtrip
 for t in ss python3; do
     command -v "$t" >/dev/null || { echo "bench/tcp_watch.sh: $t is not installed" >&2; exit 1; }
 done
-ulimit -n $((2 * N + 100))
+# One process holds the accepted ends, a forked child the connecting ends: N descriptors each.
+ulimit -n $((N + 100))
 WORK=$(mktemp -d)
 HOLDER=
 cleanup() {
@@ -30,14 +31,21 @@ trap cleanup EXIT
 
 # N connections to one listener on loopback, held open (idle) while the rounds run.
 python3 - "$N" "$WORK/port" <<'PY' &
-import socket, sys, time
+import os, signal, socket, sys, time
 n = int(sys.argv[1])
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4096)
-keep = []
-for _ in range(n):
-    c = socket.create_connection(l.getsockname()); a, _ = l.accept(); keep += [c, a]
-    c.send(b"x")
-open(sys.argv[2], "w").write(str(l.getsockname()[1]))
+port = l.getsockname()[1]
+child = os.fork()
+if child == 0:
+    l.close()
+    keep = []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port)); c.send(b"x"); keep.append(c)
+    time.sleep(3600)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, lambda *a: (os.kill(child, signal.SIGKILL), sys.exit(0)))
+keep = [l.accept()[0] for _ in range(n)]
+open(sys.argv[2], "w").write(str(port))
 time.sleep(3600)
 PY
 HOLDER=$!

@@ -438,6 +438,8 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     let mut sample_count: u64 = 0;
     let mut closed: Vec<ClosedDoc> = Vec::new();
     let mut said_none = false;
+    // One buffer for every round's lines: allocating megabytes afresh each round cost page faults.
+    let mut text = String::new();
     let mut round: u32 = 0;
     loop {
         let tick: Tick = watcher.poll()?;
@@ -448,7 +450,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             }
         }
         if !a.json {
-            let mut text = String::with_capacity(tick.samples.len() * 320);
+            text.clear();
             for c in &tick.closed {
                 text.push_str(&closed_line(c));
             }
@@ -461,7 +463,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
                     format!("{:.1}s", tick.at.as_secs_f64())
                 ));
             }
-            out(text)?;
+            out(&text)?;
         }
         said_none = tick.samples.is_empty();
         for c in &tick.closed {
