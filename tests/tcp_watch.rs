@@ -255,6 +255,28 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     );
     assert!(text.contains("verdicts (whole watch)"), "{text}");
 
+    // --trace (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
+    // the peer's small window, never beyond it; the kernel's lost-event count is reported.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &nsnd, bin(), "tcp", "--trace", "--port"])
+        .arg(SLOW_PORT.to_string())
+        .args(["-t", "2s", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["kind"], "tcp-trace");
+    assert!(doc["lost_events"].is_u64(), "{doc:#}");
+    let c = &doc["connections"][0];
+    assert!(c["events"].as_u64().unwrap() > 0, "{doc:#}");
+    let unacked = c["unacked_max"].as_u64().unwrap();
+    let wnd = c["snd_wnd_max"].as_u64().unwrap();
+    assert!(unacked > 0 && unacked <= wnd, "{doc:#}");
+    assert!(
+        wnd <= 16 * 1024,
+        "the slow receiver's window is small: {doc:#}"
+    );
+
     // One connection's RTT and cwnd against ss -ti read at the same moment (the fast one: its cwnd and RTT
     // move, so this is the harder comparison). Generous tolerance: the two reads are milliseconds apart.
     let script = format!(
@@ -438,4 +460,21 @@ fn report_draws_rtt_and_windows_per_connection() {
     );
     assert!(page.contains("cwnd (x MSS)"), "{page}");
     assert!(page.contains(&format!("127.0.0.1:{port}")), "{page}");
+}
+
+#[test]
+fn trace_without_root_says_why_in_one_line() {
+    if env("RT_NETNS_ROLE").is_some() || !common::is_root() || !common::have("setpriv") {
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args([bin(), "tcp", "--trace", "-t", "1s"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--trace is not available"), "{err}");
+    assert!(err.contains("sampled mode"), "{err}");
 }

@@ -35,6 +35,10 @@ pub struct TcpArgs {
     /// Stop after this long [default: run until Ctrl-C].
     #[arg(long = "time", short = 't', value_parser = args::positive_duration)]
     time: Option<Duration>,
+    /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the seed's DTrace columns and the ACK
+    /// cadence, instead of sampling.
+    #[arg(long)]
+    trace: bool,
     /// Print one JSON document at the end instead of text.
     #[arg(long)]
     json: bool,
@@ -397,9 +401,253 @@ fn summary_text(conns: &[ConnSummary]) -> String {
     format!("{}verdicts (whole watch):\n{verdicts}", t.render(2))
 }
 
+/// Per-connection tally of a trace.
+#[derive(Debug, Clone, Default, Serialize)]
+struct TraceConn {
+    local: String,
+    remote: String,
+    cookie: u64,
+    events: u64,
+    /// Segments that arrived with payload.
+    data_segments_in: u64,
+    /// Arriving pure ACKs that acknowledged new data.
+    acks_in: u64,
+    /// Bytes those ACKs acknowledged.
+    bytes_acked: u64,
+    /// Sender MSS from sock_diag (0: unknown).
+    mss: u32,
+    /// Mean data segments acknowledged per ACK (bytes per ACK / MSS).
+    segments_per_ack: Option<f64>,
+    unacked_max: u32,
+    snd_wnd_max: u32,
+    #[serde(skip)]
+    last: Option<roundtrip::tcpwatch::trace::ProbeEvent>,
+}
+
+/// The document `roundtrip tcp --trace --json` prints (kind "tcp-trace").
+#[derive(Debug, Clone, Serialize)]
+struct TraceDoc {
+    format: &'static str,
+    format_version: u32,
+    kind: &'static str,
+    environment: Environment,
+    started_unix_s: f64,
+    filter: FilterDoc,
+    duration_ns: Option<u64>,
+    events: u64,
+    /// Events the kernel dropped because a ring buffer was full.
+    lost_events: u64,
+    connections: Vec<TraceConn>,
+}
+
+fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
+    use roundtrip::tcpwatch::Sampler;
+    use roundtrip::tcpwatch::trace::Tracer;
+    use std::collections::HashMap;
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0")
+    });
+    let mut tracer = match Tracer::open_mounting(root) {
+        Ok(t) => t,
+        Err(e) => anyhow::bail!(
+            "--trace is not available: {e}; the sampled mode (roundtrip tcp without --trace) works without root"
+        ),
+    };
+    let mut sampler = Sampler::open()?;
+    let cancel = super::ping::cancel_on_ctrl_c();
+    let started = SystemTime::now();
+    let start = Instant::now();
+    if !a.json {
+        out(format!(
+            "roundtrip tcp --trace: {}, per arriving segment (tcp/tcp_probe), {}\n{:>9} {:<47} {:>7} {:>7} {:>9} {:>9} {:>5} {:>8} {:>9} {:>9}\n",
+            describe(&filter),
+            a.time.map_or("until Ctrl-C".to_string(), |t| format!(
+                "for {}",
+                fmt_duration(t)
+            )),
+            "delta_us",
+            "connection",
+            "sent",
+            "recv",
+            "snd_wnd",
+            "rcv_wnd",
+            "cwnd",
+            "ssthresh",
+            "srtt_us",
+            "unacked"
+        ))?;
+    }
+    let mut conns: HashMap<u64, TraceConn> = HashMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    let mut wanted: HashMap<u64, u32> = HashMap::new();
+    let mut refreshed: Option<Instant> = None;
+    let mut events = Vec::new();
+    let mut total: u64 = 0;
+    let mut text = String::new();
+    loop {
+        if refreshed.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
+            let inodes = filter.pid_inodes().unwrap_or(Some(Default::default()));
+            wanted = sampler
+                .dump_all()?
+                .into_iter()
+                .filter(|s| {
+                    filter
+                        .port
+                        .is_none_or(|p| s.local.port() == p || s.remote.port() == p)
+                        && filter
+                            .host
+                            .is_none_or(|h| s.local.ip() == h || s.remote.ip() == h)
+                        && inodes.as_ref().is_none_or(|i| i.contains(&s.inode))
+                })
+                .map(|s| (s.cookie, s.info.and_then(|i| i.snd_mss).unwrap_or(0)))
+                .collect();
+            refreshed = Some(Instant::now());
+        }
+        events.clear();
+        tracer.read(&mut events);
+        events.sort_by_key(|e| e.time_ns);
+        text.clear();
+        for e in &events {
+            let Some(&mss) = wanted.get(&e.cookie) else {
+                continue;
+            };
+            total += 1;
+            let c = conns.entry(e.cookie).or_insert_with(|| {
+                order.push(e.cookie);
+                TraceConn {
+                    local: e.local.to_string(),
+                    remote: e.remote.to_string(),
+                    cookie: e.cookie,
+                    ..TraceConn::default()
+                }
+            });
+            c.mss = mss;
+            c.events += 1;
+            let (delta_us, sent, acked) = match &c.last {
+                Some(p) => (
+                    e.time_ns.saturating_sub(p.time_ns) / 1000,
+                    e.snd_nxt.wrapping_sub(p.snd_nxt),
+                    e.snd_una.wrapping_sub(p.snd_una),
+                ),
+                None => (0, 0, 0),
+            };
+            if e.data_len > 0 {
+                c.data_segments_in += 1;
+            } else if acked > 0 && acked < 1 << 30 {
+                c.acks_in += 1;
+                c.bytes_acked += u64::from(acked);
+            }
+            c.unacked_max = c.unacked_max.max(e.unacked());
+            c.snd_wnd_max = c.snd_wnd_max.max(e.snd_wnd);
+            c.last = Some(*e);
+            if !a.json {
+                use std::fmt::Write as _;
+                let _ = writeln!(
+                    text,
+                    "{delta_us:>9} {:<47} {sent:>7} {:>7} {:>9} {:>9} {:>5} {:>8} {:>9} {:>9}",
+                    format!("{} -> {}", e.local, e.remote),
+                    e.data_len,
+                    e.snd_wnd,
+                    e.rcv_wnd,
+                    e.cwnd,
+                    e.ssthresh,
+                    e.srtt_us,
+                    e.unacked()
+                );
+            }
+        }
+        if !text.is_empty() {
+            out(&text)?;
+        }
+        if cancel.load(Ordering::SeqCst) || a.time.is_some_and(|t| start.elapsed() >= t) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut list: Vec<TraceConn> = order.iter().filter_map(|k| conns.remove(k)).collect();
+    for c in &mut list {
+        c.segments_per_ack = (c.acks_in > 0 && c.mss > 0)
+            .then(|| c.bytes_acked as f64 / c.acks_in as f64 / f64::from(c.mss));
+    }
+    if a.json {
+        out(json::to_bytes(&TraceDoc {
+            format: FORMAT,
+            format_version: FORMAT_VERSION,
+            kind: "tcp-trace",
+            environment: Environment::current(),
+            started_unix_s: started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            filter: FilterDoc {
+                port: filter.port,
+                host: filter.host,
+                pid: filter.pid,
+            },
+            duration_ns: a.time.map(ns),
+            events: total,
+            lost_events: tracer.lost(),
+            connections: list,
+        }))?;
+        return Ok(Exit::Ok);
+    }
+    let mut t = Table::new(&[
+        "connection",
+        "events",
+        "data segs in",
+        "acks in",
+        "acked/ack",
+        "segs/ack",
+        "unacked max",
+        "snd_wnd max",
+    ]);
+    for c in &list {
+        t.row(vec![
+            format!("{} -> {}", c.local, c.remote),
+            c.events.to_string(),
+            c.data_segments_in.to_string(),
+            c.acks_in.to_string(),
+            c.bytes_acked
+                .checked_div(c.acks_in)
+                .map_or("-".into(), fmt_bytes),
+            c.segments_per_ack.map_or("-".into(), |v| format!("{v:.1}")),
+            fmt_bytes(u64::from(c.unacked_max)),
+            fmt_bytes(u64::from(c.snd_wnd_max)),
+        ]);
+    }
+    out(format!(
+        "--- {total} events of {} connection(s) in {:.1}s, {} lost by the kernel ---\n{}",
+        list.len(),
+        start.elapsed().as_secs_f64(),
+        tracer.lost(),
+        t.render(2)
+    ))?;
+    Ok(Exit::Ok)
+}
+
 /// Runs `roundtrip tcp`.
 pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     a.pictures.validate()?;
+    if a.trace {
+        if a.full_log.is_some() || a.pictures.wanted() {
+            anyhow::bail!(
+                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode"
+            );
+        }
+        let filter = Filter {
+            port: a.port,
+            host: a.host,
+            pid: a.pid,
+        };
+        if let Some(pid) = a.pid {
+            filter
+                .pid_inodes()
+                .with_context(|| format!("--pid {pid}"))?;
+        }
+        return run_trace(&a, filter);
+    }
     let filter = Filter {
         port: a.port,
         host: a.host,

@@ -7,13 +7,16 @@
 //! - [`diag`]: the netlink messages (request and reply parsing, tested on a captured reply).
 //! - [`info`]: `struct tcp_info` decoded by length (older kernels: missing fields are `None`).
 //! - [`procfs`]: socket inodes of a process, for `--pid`.
+//! - [`trace`]: per-packet state from the `tcp/tcp_probe` tracepoint (perf_event_open, root).
 //!
 //! Nothing here prints.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod diag;
 pub mod info;
 pub mod procfs;
+#[allow(unsafe_code)]
+pub mod trace;
 
 use diag::{DiagSocket, Family, LIVE_STATES, NETLINK_SOCK_DIAG};
 use serde::Serialize;
