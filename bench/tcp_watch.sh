@@ -73,3 +73,24 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 RT_MED=$(median "${rt_ms[@]}"); SS_MED=$(median "${ss_ms[@]}")
 echo "median CPU per sample of $((2 * N)) sockets: roundtrip tcp ${RT_MED} ms, ss -tin ${SS_MED} ms"
 echo "at one sample per second: roundtrip tcp $(python3 -c "print(round($RT_MED / 10, 2))")% of one core, ss $(python3 -c "print(round($SS_MED / 10, 2))")%"
+
+# --trace against one loopback iperf3 stream at full speed (root): events traced, and the events the kernel
+# dropped because a ring buffer was full (the issue's bar: keep up, or report the loss).
+if [ "$(id -u)" = 0 ] && command -v iperf3 >/dev/null; then
+    IP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    iperf3 -s -1 -B 127.0.0.1 -p "$IP" >/dev/null 2>&1 &
+    sleep 0.5
+    iperf3 -c 127.0.0.1 -p "$IP" -t $((SECS + 2)) -f g >"$WORK/iperf" 2>&1 &
+    IPERF=$!
+    sleep 1
+    "$RT" tcp --trace --port "$IP" -t "${SECS}s" --json >"$WORK/trace.json"
+    wait "$IPERF" || true
+    python3 - "$WORK/trace.json" "$WORK/iperf" "$SECS" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+rate = re.findall(r"([\d.]+) Gbits/sec.*sender", open(sys.argv[2]).read())
+print(f"--trace on one loopback iperf3 stream ({rate[0] if rate else '?'} Gbit/s): "
+      f"{d['events']} events in {sys.argv[3]}s ({d['events'] / float(sys.argv[3]):.0f}/s), "
+      f"{d['lost_events']} lost by the kernel")
+PY
+fi
