@@ -221,7 +221,7 @@ struct Ring {
     data_size: usize,
 }
 
-/// Data pages per CPU ring (1 MiB with 4 KiB pages: ~6,000 events between two 50 ms reads).
+/// Data pages per CPU ring (1 MiB with 4 KiB pages: ~6,000 events between two reads, 20 ms apart).
 const PAGES: usize = 256;
 
 impl Ring {
