@@ -206,6 +206,73 @@ fn verdict_of(doc: &Value, port: u16) -> String {
     c["verdict"]["verdict"].as_str().unwrap().to_string()
 }
 
+/// The same tracepoint read by bpftrace over a window that contains roundtrip's: every event roundtrip
+/// decoded (snd_nxt, snd_una, snd_wnd, cwnd, srtt) is one bpftrace printed.
+fn trace_agrees_with_bpftrace(nsnd: &str) {
+    if !common::have("bpftrace") {
+        return;
+    }
+    let prog = format!(
+        "tracepoint:tcp:tcp_probe /args->dport == {SLOW_PORT}/ {{ printf(\"ev %u %u %u %u %u\\n\", args->snd_nxt, args->snd_una, args->snd_wnd, args->snd_cwnd, args->srtt); }}"
+    );
+    let mut bt = Command::new("bpftrace")
+        .args(["-e", &prog])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out = bt.stdout.take().unwrap();
+    thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    // bpftrace prints "Attaching 1 probe..." once the probe is live.
+    loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("bpftrace did not attach");
+        if l.starts_with("Attaching") {
+            break;
+        }
+    }
+    let o = Command::new("ip")
+        .args(["netns", "exec", nsnd, bin(), "tcp", "--trace", "--port"])
+        .arg(SLOW_PORT.to_string())
+        .args(["-t", "1s", "--json"])
+        .output()
+        .unwrap();
+    thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill")
+        .args(["-INT", &bt.id().to_string()])
+        .status();
+    let _ = bt.wait();
+    let seen: std::collections::HashSet<String> = rx
+        .try_iter()
+        .filter_map(|l| l.strip_prefix("ev ").map(str::to_string))
+        .collect();
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let events = doc["first_events"].as_array().unwrap();
+    assert!(!events.is_empty(), "{doc:#}");
+    for e in events {
+        let key = format!(
+            "{} {} {} {} {}",
+            e["snd_nxt"], e["snd_una"], e["snd_wnd"], e["cwnd"], e["srtt_us"]
+        );
+        assert!(
+            seen.contains(&key),
+            "roundtrip traced '{key}' which bpftrace did not see ({} bpftrace events)",
+            seen.len()
+        );
+    }
+    eprintln!(
+        "--trace: {} events, all among bpftrace's {}",
+        events.len(),
+        seen.len()
+    );
+}
+
 /// `ss -tin` fields of the connection to `port`: (rtt ms, cwnd).
 fn ss_fields(text: &str) -> Option<(f64, u64)> {
     let mut rtt = None;
@@ -276,6 +343,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
         wnd <= 16 * 1024,
         "the slow receiver's window is small: {doc:#}"
     );
+    trace_agrees_with_bpftrace(&nsnd);
 
     // One connection's RTT and cwnd against ss -ti read at the same moment (the fast one: its cwnd and RTT
     // move, so this is the harder comparison). Generous tolerance: the two reads are milliseconds apart.

@@ -438,7 +438,12 @@ struct TraceDoc {
     /// Events the kernel dropped because a ring buffer was full.
     lost_events: u64,
     connections: Vec<TraceConn>,
+    /// The first matching events (at most [`FIRST_EVENTS`]), in time order per drain.
+    first_events: Vec<roundtrip::tcpwatch::trace::ProbeEvent>,
 }
+
+/// How many events `--trace --json` keeps verbatim.
+const FIRST_EVENTS: usize = 10_000;
 
 fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     use roundtrip::tcpwatch::Sampler;
@@ -487,6 +492,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     let mut events = Vec::new();
     let mut total: u64 = 0;
     let mut text = String::new();
+    let mut first_events = Vec::new();
     loop {
         if refreshed.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
             let inodes = filter.pid_inodes().unwrap_or(Some(Default::default()));
@@ -515,6 +521,9 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
                 continue;
             };
             total += 1;
+            if a.json && first_events.len() < FIRST_EVENTS {
+                first_events.push(*e);
+            }
             let c = conns.entry(e.cookie).or_insert_with(|| {
                 order.push(e.cookie);
                 TraceConn {
@@ -591,6 +600,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
             events: total,
             lost_events: tracer.lost(),
             connections: list,
+            first_events,
         }))?;
         return Ok(Exit::Ok);
     }
