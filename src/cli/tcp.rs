@@ -807,6 +807,55 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roundtrip::tcpwatch::diag::DiagSocket;
+    use roundtrip::tcpwatch::{ConnId, Delta, Verdict, info, judge};
+
+    #[test]
+    fn an_old_kernels_short_tcp_info_shows_dashes_and_names_the_missing_counter() {
+        // A 4.4-era struct (104 bytes: up to tcpi_total_retrans), with bytes moving per the interval.
+        let mut b = vec![0u8; 104];
+        b[68..72].copy_from_slice(&2000u32.to_ne_bytes()); // rtt
+        b[80..84].copy_from_slice(&10u32.to_ne_bytes()); // cwnd
+        let old = info::decode(&b);
+        let sock = DiagSocket {
+            local: "10.0.0.1:40000".parse().unwrap(),
+            remote: "10.0.0.2:5432".parse().unwrap(),
+            state: 1,
+            cookie: 9,
+            inode: 1,
+            uid: 0,
+            recv_q: 0,
+            send_q: 0,
+            info: Some(old),
+            congestion: None,
+            mem: None,
+        };
+        let delta = Delta {
+            elapsed: Duration::from_secs(1),
+            bytes_acked: Some(1000),
+            ..Delta::default()
+        };
+        let verdict = judge(&delta, &sock);
+        assert!(matches!(verdict, Verdict::Missing { .. }), "{verdict}");
+        let s = Sample {
+            conn: ConnId {
+                local: sock.local,
+                remote: sock.remote,
+                cookie: 9,
+            },
+            at: Duration::from_secs(1),
+            socket: sock,
+            delta: Some(delta),
+            verdict,
+        };
+        let mut line = String::new();
+        put_sample_line(&mut line, &s);
+        assert!(line.contains("rtt 2.00ms"), "{line}");
+        assert!(line.contains("min -"), "{line}");
+        assert!(line.contains("peer wnd -(x"), "{line}");
+        assert!(line.contains("busy - rwnd - sndbuf -"), "{line}");
+        assert!(line.contains("lacks tcpi_busy_time"), "{line}");
+    }
 
     #[test]
     fn integer_formatting_matches_units() {

@@ -76,7 +76,8 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, s: &DiagSocket, inodes: Option<&HashSet<u32>>) -> bool {
+    /// True when `s` passes the port and host conditions and, given the pid's socket inodes, belongs to it.
+    pub fn matches(&self, s: &DiagSocket, inodes: Option<&HashSet<u32>>) -> bool {
         if let Some(p) = self.port
             && s.local.port() != p
             && s.remote.port() != p
