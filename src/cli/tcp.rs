@@ -664,6 +664,8 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         host: a.host,
         pid: a.pid,
     };
+    // The pid is checked before any file is created.
+    let mut watcher = Watcher::new(filter.clone())?;
     let mut full_log = match &a.full_log {
         Some(p) => {
             let f = File::create(p)
@@ -675,7 +677,6 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         }
         None => None,
     };
-    let mut watcher = Watcher::new(filter.clone())?;
     let cancel = super::ping::cancel_on_ctrl_c();
     let started = SystemTime::now();
     let start = Instant::now();
