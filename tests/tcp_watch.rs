@@ -215,8 +215,14 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
     let prog = format!(
         "tracepoint:tcp:tcp_probe /args->dport == {SLOW_PORT}/ {{ printf(\"ev %u %u %u %u %u\\n\", args->snd_nxt, args->snd_una, args->snd_wnd, args->snd_cwnd, args->srtt); }}"
     );
-    let mut bt = Command::new("bpftrace")
-        .args(["-e", &prog])
+    // Inside `ip netns exec` (its own mount namespace), tracefs is mounted for bpftrace without touching the
+    // host's mounts; `ip` and `sh` exec, so the child's pid is bpftrace's.
+    let mut bt = Command::new("ip")
+        .args(["netns", "exec", nsnd, "sh", "-c"])
+        .arg(
+            "mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; exec bpftrace -e \"$0\"",
+        )
+        .arg(&prog)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
