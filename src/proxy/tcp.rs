@@ -55,11 +55,21 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match accepted {
             Ok((client, peer)) => {
-                let shared = shared.clone();
+                let t = shared.totals();
+                if t.active.load(Ordering::SeqCst) >= shared.max_clients as u64 {
+                    // Over the limit: closed at once, with a reset (no TIME_WAIT kept for it).
+                    t.refused.fetch_add(1, Ordering::Relaxed);
+                    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                    continue;
+                }
+                t.accepted.fetch_add(1, Ordering::Relaxed);
+                t.active.fetch_add(1, Ordering::SeqCst);
+                let shared2 = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("proxy-conn".into())
-                    .spawn(move || handle(client, peer, shared));
+                    .spawn(move || handle(client, peer, shared2));
                 if spawned.is_err() {
+                    t.active.fetch_sub(1, Ordering::SeqCst);
                     // Out of threads: the client's socket was dropped with the closure (closed); keep serving.
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -89,6 +99,8 @@ pub(crate) struct Conn {
     timer: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// Tells the fault timer to stop (the connection is over).
     timer_done: AtomicBool,
+    /// When a byte was last read from either side, in nanoseconds since the connection started.
+    last_read_ns: AtomicU64,
 }
 
 fn idx(way: Way) -> usize {
@@ -113,6 +125,16 @@ impl Conn {
     }
     fn window(&self, way: Way) -> &Window {
         &self.windows[idx(way)]
+    }
+    fn age_ns(&self) -> u64 {
+        self.counters.started.elapsed().as_nanos() as u64
+    }
+    /// How long neither side sent anything.
+    fn quiet_for(&self) -> Duration {
+        Duration::from_nanos(
+            self.age_ns()
+                .saturating_sub(self.last_read_ns.load(Ordering::Relaxed)),
+        )
     }
     fn count(&self, way: Way, n: u64) {
         let t = self.shared.totals();
@@ -254,10 +276,9 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// Relays one accepted client (counted in `active` by the accept loop; released here).
 fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let t = shared.totals();
-    t.accepted.fetch_add(1, Ordering::Relaxed);
-    t.active.fetch_add(1, Ordering::Relaxed);
     let counters = shared.register(peer);
     let _guard = ActiveGuard(&shared, counters.id);
     let started = counters.started;
@@ -273,6 +294,12 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     *counters.upstream.lock().expect("upstream") = Some(upstream);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    if let Some(idle) = shared.idle_timeout {
+        // A read that waits this long wakes its pump, which closes the connection if the other side was
+        // quiet as well.
+        let _ = client.set_read_timeout(Some(idle));
+        let _ = server.set_read_timeout(Some(idle));
+    }
     let conn = Arc::new(Conn {
         client,
         server,
@@ -284,6 +311,7 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         ended: AtomicBool::new(false),
         timer: std::sync::Mutex::new(None),
         timer_done: AtomicBool::new(false),
+        last_read_ns: AtomicU64::new(0),
     });
     shared.watch(conn.counters.id, Arc::downgrade(&conn));
     // The impairment may have changed between the accept and the watch: plan again if so.
@@ -480,13 +508,37 @@ fn pump(conn: &Arc<Conn>, way: Way) {
             delay::read_stamped(src.as_raw_fd(), &mut buf[..reserved])
         };
         let (n, arrival) = match read {
-            Ok((n, stamp)) => (n, stamp.max(window_open)),
+            Ok((n, stamp)) => {
+                conn.last_read_ns.store(conn.age_ns(), Ordering::Relaxed);
+                (n, stamp.max(window_open))
+            }
             Err(e) => {
                 if !fast {
                     window.unreserve(reserved);
                 }
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
+                }
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && let Some(idle) = conn.shared.idle_timeout
+                {
+                    let quiet = conn.quiet_for();
+                    if quiet < idle {
+                        // The other direction was busy: wait for the rest of the idle time.
+                        let rest = (idle - quiet).max(Duration::from_millis(10));
+                        let _ = src.set_read_timeout(Some(rest));
+                        continue;
+                    }
+                    if conn.fault() != RESET {
+                        conn.shared
+                            .totals()
+                            .idle_closed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    conn.reset();
+                    break;
                 }
                 if e.kind() == io::ErrorKind::ConnectionReset && conn.fault() == OPEN {
                     conn.reset(); // pass the peer's RST on
