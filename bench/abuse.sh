@@ -79,6 +79,52 @@ print(n)' $out/abuse-server1.log)
   kill $atk $srv; wait $atk $srv 2>/dev/null || true
 }
 
+# 10,000 idle connections through `roundtrip proxy` (in front of a roundtrip server that admits them all):
+# the proxy's RSS and threads, a ping through the proxy before / during / after; then the same flood against
+# the default --max-clients (4096): the rest are refused at once.
+abuse_proxy() {
+  local sport pport; sport=$(free_port); pport=$(free_port)
+  $RT server --bind 127.0.0.1 --port "$sport" --max-clients 30000 --max-per-address 30000 2>/dev/null & local srv=$!; pids+=($srv)
+  local max=$((CONNS + 100))
+  $RT proxy --listen 127.0.0.1:"$pport" --upstream 127.0.0.1:"$sport" --max-clients "$max" >/dev/null 2>$out/abuse-proxy.log & local prx=$!; pids+=($prx)
+  sleep 1
+  : > $out/abusep.before; : > $out/abusep.during; : > $out/abusep.after
+  for _ in $(seq 1 "$ROUNDS"); do ping_p50 127.0.0.1:"$pport" >> $out/abusep.before; done
+  local rss0 thr0; rss0=$(rss_mb $prx); thr0=$(threads $prx)
+  python3 bench/idle_conns.py 127.0.0.1 "$pport" "$CONNS" > $out/idle.log & local atk=$!; pids+=($atk)
+  for _ in $(seq 1 120); do
+    sleep 1
+    local held; held=$(ss -Htn state established "( sport = :$pport )" | wc -l)
+    [ "$held" -ge "$CONNS" ] && break
+  done
+  sleep 2
+  local peak=0 peak_threads=0
+  for _ in $(seq 1 "$ROUNDS"); do
+    ping_p50 127.0.0.1:"$pport" >> $out/abusep.during
+    local r; r=$(rss_mb $prx); peak=$(echo "if ($r > $peak) $r else $peak" | bc)
+    local t; t=$(threads $prx); [ "$t" -gt "$peak_threads" ] && peak_threads=$t
+  done
+  local held; held=$(ss -Htn state established "( sport = :$pport )" | wc -l)
+  kill $atk; wait $atk 2>/dev/null || true
+  sleep 3
+  for _ in $(seq 1 "$ROUNDS"); do ping_p50 127.0.0.1:"$pport" >> $out/abusep.after; done
+  echo "roundtrip proxy --max-clients $max under $CONNS idle connections (relayed to a roundtrip server):"
+  echo "  held ${held}; RSS before ${rss0} MB, peak during ${peak} MB; threads before ${thr0}, peak ${peak_threads}; after: RSS $(rss_mb $prx) MB, threads $(threads $prx)"
+  printf "  ping p50 through the proxy (us, median of %s x 3 s): before %s, during %s, after %s\n" "$ROUNDS" \
+    "$(median < $out/abusep.before)" "$(median < $out/abusep.during)" "$(median < $out/abusep.after)"
+  kill $prx; wait $prx 2>/dev/null || true
+  # As shipped: the default --max-clients turns the rest away at once.
+  pport=$(free_port)
+  $RT proxy --listen 127.0.0.1:"$pport" --upstream 127.0.0.1:"$sport" >/dev/null 2>$out/abuse-proxy2.log & prx=$!; pids+=($prx)
+  sleep 1
+  python3 bench/idle_conns.py 127.0.0.1 "$pport" "$CONNS" > $out/idle2.log & atk=$!; pids+=($atk)
+  sleep 10
+  local p50; p50=$(ping_p50 127.0.0.1:"$pport" || echo refused)
+  held=$(ss -Htn state established "( sport = :$pport )" | wc -l)
+  echo "  default --max-clients: held ${held}, RSS $(rss_mb $prx) MB, threads $(threads $prx), ping p50 ${p50} us (the ping is refused when it comes over the limit); log: $(grep -c refused $out/abuse-proxy2.log) rate-limited refusal lines"
+  kill $atk $prx $srv; wait $atk $prx $srv 2>/dev/null || true
+}
+
 case $WHAT in
   server) abuse_server ;;
   proxy) abuse_proxy ;;

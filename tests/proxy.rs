@@ -229,7 +229,10 @@ fn seed_002_request_response_slows_by_requests_times_rtt() {
             "direct {direct:?}, through proxy {via:?}: extra {extra:.3}s, model {want:.3}s"
         );
         eprintln!("{last}");
-        if (extra - want).abs() <= 0.1 * want {
+        // Each request pays at least one emulated RTT through the proxy, however loaded the machine (a proxy
+        // that under-delays fails here every time); a loaded machine can only add to that, so the upper side
+        // is generous: more than twice the model means the delay is applied more than once per turn.
+        if via.as_secs_f64() >= 0.95 * want && extra <= 2.0 * want {
             return;
         }
     }
@@ -291,7 +294,9 @@ fn seed_002_bulk_stream_runs_at_window_over_rtt() {
             "{got} bytes in {elapsed:.3}s after the first byte; window/RTT model {model:.3}s"
         );
         eprintln!("{last}");
-        if (elapsed - model).abs() <= 0.1 * model {
+        // The window cannot be beaten: faster than 90% of the model means the window is not enforced. Slower
+        // is what a loaded machine does; more than twice the model means the window is held too long.
+        if elapsed >= 0.9 * model && elapsed <= 2.0 * model {
             return;
         }
     }

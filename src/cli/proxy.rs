@@ -115,9 +115,21 @@ pub struct ProxyArgs {
     /// UDP: probability that a datagram is sent twice.
     #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
     duplicate: f64,
-    /// Serve the control API here: GET/PUT /impairment (JSON), GET /counters.
+    /// Serve the control API here: GET/PUT /impairment (JSON), GET /counters. A non-loopback address needs
+    /// --control-token-file.
     #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
+    /// File holding the control API's token (one line, at least 16 printable characters, e.g. from
+    /// `openssl rand -hex 32`): every request must carry `Authorization: Bearer <token>`.
+    #[arg(long, value_name = "FILE", requires = "control")]
+    control_token_file: Option<std::path::PathBuf>,
+    /// Most clients relayed at once (TCP connections, or UDP client addresses); the one over it is closed at
+    /// once (UDP: its datagrams are dropped), with a rate-limited log line.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = proxy::DEFAULT_MAX_CLIENTS as u32, value_name = "N")]
+    max_clients: u32,
+    /// Close (reset) a TCP connection with no byte in either direction for this long; 0: never.
+    #[arg(long, value_parser = args::duration, default_value = "300s", value_name = "DURATION")]
+    idle_timeout: Duration,
     /// How long to wait for the upstream to accept a connection.
     #[arg(long, value_parser = args::positive_duration, default_value = "3s", value_name = "DURATION")]
     connect_timeout: Duration,
@@ -303,6 +315,12 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         impairment: imp.clone(),
         connect_timeout: a.connect_timeout,
         cpu_wake: a.cpu_wake,
+        max_clients: a.max_clients as usize,
+        idle_timeout: (!a.idle_timeout.is_zero()).then_some(a.idle_timeout),
+        control_token: match &a.control_token_file {
+            Some(f) => Some(proxy::ControlToken::from_file(f)?),
+            None => None,
+        },
     };
     let cancel = super::ping::cancel_on_ctrl_c();
     let handle = proxy::start(&config)?;
@@ -315,12 +333,51 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
     ))?;
     if let Some(c) = handle.control_addr() {
         out(format!(
-            "  control api on http://{c}/impairment and http://{c}/counters\n"
+            "  control api on http://{c}/impairment and http://{c}/counters ({})\n",
+            if config.control_token.is_some() {
+                "bearer token required"
+            } else {
+                "loopback only, no token"
+            }
         ))?;
     }
-    out("  Ctrl-C to stop.\n")?;
+    out(format!(
+        "  at most {} clients at once, idle connections closed after {}\n  Ctrl-C to stop.\n",
+        a.max_clients,
+        match config.idle_timeout {
+            Some(d) => fmt_duration(d),
+            None => "never".into(),
+        }
+    ))?;
+    // Turned-away clients: one line per reason per second at most, with the count since the last line.
+    let mut logged = [0u64; 3];
+    let mut last_log = std::time::Instant::now();
     while !cancel.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
+        if last_log.elapsed() >= Duration::from_secs(1) {
+            last_log = std::time::Instant::now();
+            let t = handle.shared().totals();
+            let now = [
+                t.refused.load(Ordering::Relaxed),
+                t.idle_closed.load(Ordering::Relaxed),
+                t.control_refused.load(Ordering::Relaxed),
+            ];
+            let what = [
+                format!("clients refused over --max-clients {}", a.max_clients),
+                "idle connections closed".to_string(),
+                "control api requests refused (token, or too many at once)".to_string(),
+            ];
+            for i in 0..3 {
+                if now[i] > logged[i] {
+                    note(format!(
+                        "roundtrip proxy: {} {} in the last second",
+                        now[i] - logged[i],
+                        what[i]
+                    ));
+                }
+            }
+            logged = now;
+        }
     }
     let counters = handle.shared().counters();
     handle.shutdown();
@@ -344,6 +401,8 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
                 ("fault resets", t.fault_resets),
                 ("fault stalls", t.fault_stalls),
                 ("fault closes", t.fault_closes),
+                ("refused over the limit", t.refused),
+                ("closed idle", t.idle_closed),
             ]
         };
         for (k, v) in rows {

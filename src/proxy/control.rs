@@ -5,17 +5,29 @@
 //!   and follow the new values from their next chunk on (data already in the path keeps its release time, and
 //!   order is kept). Faults apply to connections accepted afterwards. 400 with `{"error": ...}` when refused.
 //! - `GET /counters`: totals and per-connection counters ([`super::CountersDoc`]).
+//!
+//! Every request runs on its own thread, apart from the data path, so a slow API client never delays relayed
+//! traffic; at most [`MAX_REQUESTS`] run at once (the next is closed at once), each must arrive within
+//! [`REQUEST_DEADLINE`], heads are capped at [`MAX_HEAD`] and bodies at [`MAX_BODY`]. With a token
+//! ([`super::ControlToken`]), a request without `Authorization: Bearer <token>` gets 401.
 #![forbid(unsafe_code)]
 
 use super::{Impairment, ProxyError, Shared};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-const MAX_HEAD: usize = 16 * 1024;
-const MAX_BODY: usize = 1024 * 1024;
+/// Largest request head (request line and headers), bytes: 431 beyond.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Largest request body, bytes: 413 beyond.
+pub const MAX_BODY: usize = 64 * 1024;
+/// Requests served at once; one more is closed without an answer.
+pub const MAX_REQUESTS: usize = 32;
+/// Time a client has to send its whole request (and to take the answer).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Binds the control listener and starts its thread.
 pub(crate) fn start(
@@ -32,15 +44,29 @@ pub(crate) fn start(
     let thread = std::thread::Builder::new()
         .name("proxy-control".into())
         .spawn(move || {
+            let busy = Arc::new(AtomicUsize::new(0));
             for s in listener.incoming() {
                 if shared.stopping() {
                     return;
                 }
-                if let Ok(s) = s {
-                    let shared = shared.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("proxy-control-req".into())
-                        .spawn(move || serve(s, &shared));
+                let Ok(s) = s else { continue };
+                if busy.fetch_add(1, Ordering::SeqCst) >= MAX_REQUESTS {
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                    shared
+                        .totals()
+                        .control_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue; // closed at once
+                }
+                let (shared, busy2) = (shared.clone(), busy.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("proxy-control-req".into())
+                    .spawn(move || {
+                        serve(s, &shared);
+                        busy2.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::SeqCst);
                 }
             }
         })
@@ -57,6 +83,8 @@ pub struct Request {
     pub path: String,
     /// The body.
     pub body: Vec<u8>,
+    /// The value of the `Authorization` header, if any.
+    pub authorization: Option<String>,
 }
 
 /// Reads one request; `Err` carries the status line and message to answer with.
@@ -78,7 +106,7 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
                 ));
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err((400, format!("reading the request: {e}"))),
+            Err(e) => return Err((status_of(&e), format!("reading the request: {e}"))),
         }
     };
     let head = std::str::from_utf8(&buf[..head_end])
@@ -90,14 +118,18 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
         return Err((400, format!("bad request line '{first}'")));
     };
     let mut len = 0usize;
+    let mut authorization = None;
     for l in lines {
-        if let Some((k, v)) = l.split_once(':')
-            && k.trim().eq_ignore_ascii_case("content-length")
-        {
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        if k.trim().eq_ignore_ascii_case("content-length") {
             len = v
                 .trim()
                 .parse()
                 .map_err(|_| (400, format!("bad Content-Length '{}'", v.trim())))?;
+        } else if k.trim().eq_ignore_ascii_case("authorization") {
+            authorization = Some(v.trim().to_string());
         }
     }
     if len > MAX_BODY {
@@ -111,7 +143,7 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
         match s.read(&mut chunk) {
             Ok(0) => return Err((400, "connection closed before the body ended".into())),
             Ok(n) => body.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err((400, format!("reading the body: {e}"))),
+            Err(e) => return Err((status_of(&e), format!("reading the body: {e}"))),
         }
     }
     body.truncate(len);
@@ -119,13 +151,24 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
         method: method.to_string(),
         path: target.split('?').next().unwrap_or_default().to_string(),
         body,
+        authorization,
     })
+}
+
+/// 408 for a client too slow to send its request, else 400.
+fn status_of(e: &std::io::Error) -> u16 {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => 408,
+        _ => 400,
+    }
 }
 
 fn reason(code: u16) -> &'static str {
     match code {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        408 => "Request Timeout",
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
@@ -142,6 +185,23 @@ fn error_json(msg: &str) -> Vec<u8> {
 
 /// Answers one request against `shared`: (status, JSON body).
 pub fn respond(req: &Request, shared: &Shared) -> (u16, Vec<u8>) {
+    if let Some(token) = &shared.control_token {
+        let presented = req
+            .authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !presented.is_some_and(|p| token.matches(p.as_bytes())) {
+            shared
+                .totals()
+                .control_refused
+                .fetch_add(1, Ordering::Relaxed);
+            return (
+                401,
+                error_json("this control api needs the header 'Authorization: Bearer <token>'"),
+            );
+        }
+    }
     let json = |v: &dyn erased::Ser| (200, v.bytes());
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/impairment") => json(&*shared.impairment()),
@@ -179,9 +239,32 @@ mod erased {
     }
 }
 
+/// A socket whose reads give up at a deadline for the whole request (a client sending a byte now and then
+/// cannot hold its thread).
+struct Deadlined<'a> {
+    s: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the request did not arrive within {REQUEST_DEADLINE:?}"),
+            ));
+        }
+        self.s.set_read_timeout(Some(left))?;
+        (&mut &*self.s).read(buf)
+    }
+}
+
 fn serve(mut s: TcpStream, shared: &Shared) {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let (code, body) = match read_request(&mut s) {
+    let until = Instant::now() + REQUEST_DEADLINE;
+    let _ = s.set_write_timeout(Some(REQUEST_DEADLINE));
+    let read = read_request(&mut Deadlined { s: &s, until });
+    let (code, body) = match read {
         Ok(req) => respond(&req, shared),
         Err((code, msg)) => (code, error_json(&msg)),
     };
@@ -193,9 +276,14 @@ fn serve(mut s: TcpStream, shared: &Shared) {
     let _ = s.write_all(head.as_bytes());
     let _ = s.write_all(&body);
     let _ = s.shutdown(std::net::Shutdown::Write);
-    // Let the client read before the socket closes (unread request bytes would turn the close into a RST).
+    // Let the client read before the socket closes (unread request bytes would turn the close into a RST),
+    // for a second at most.
     let mut sink = [0u8; 1024];
-    while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    let mut rest = Deadlined {
+        s: &s,
+        until: Instant::now() + Duration::from_secs(1),
+    };
+    while matches!(rest.read(&mut sink), Ok(n) if n > 0) {}
 }
 
 #[cfg(test)]

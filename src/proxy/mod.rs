@@ -57,6 +57,71 @@ pub struct ProxyConfig {
     /// once (see [`delay`]; needs permission to write `/dev/cpu_dma_latency`, else nothing is done).
     /// Process-wide: the last proxy started decides. Off by default (a machine-wide power setting).
     pub cpu_wake: bool,
+    /// Most clients relayed at once: TCP connections, or UDP client addresses. The one over it is closed at
+    /// once (TCP, with a reset) or its datagrams dropped (UDP), and counted in [`Totals::refused`].
+    pub max_clients: usize,
+    /// A TCP connection with no byte in either direction for this long is closed (reset) and counted in
+    /// [`Totals::idle_closed`]. `None`: never.
+    pub idle_timeout: Option<Duration>,
+    /// The bearer token the control API requires (`Authorization: Bearer ...`). Without one, the control API
+    /// only listens on a loopback address.
+    pub control_token: Option<ControlToken>,
+}
+
+/// Default of [`ProxyConfig::max_clients`]: each relayed TCP connection holds two threads and two sockets.
+pub const DEFAULT_MAX_CLIENTS: usize = 4096;
+/// Default of [`ProxyConfig::idle_timeout`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The secret the control API requires from its clients; `Debug` does not show it.
+#[derive(Clone)]
+pub struct ControlToken(Vec<u8>);
+
+impl std::fmt::Debug for ControlToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlToken(..)")
+    }
+}
+
+/// Shortest control token accepted, in bytes.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+impl ControlToken {
+    /// A token from its text (surrounding white space removed); `None` when shorter than [`MIN_TOKEN_LEN`]
+    /// or not printable ASCII (it travels in an HTTP header).
+    pub fn new(text: &str) -> Option<ControlToken> {
+        let t = text.trim();
+        (t.len() >= MIN_TOKEN_LEN && t.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| ControlToken(t.as_bytes().to_vec()))
+    }
+
+    /// Reads a token file: one line of at least [`MIN_TOKEN_LEN`] printable characters.
+    pub fn from_file(path: &std::path::Path) -> Result<ControlToken, ProxyError> {
+        let bad = |why: String| ProxyError::Token {
+            path: path.to_path_buf(),
+            why,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        ControlToken::new(&text).ok_or_else(|| {
+            bad(format!(
+                "it must hold one token of at least {MIN_TOKEN_LEN} printable characters, e.g. from \
+                 `openssl rand -hex 32`"
+            ))
+        })
+    }
+
+    /// Whether `presented` is the token, compared in time independent of where they differ (only the length
+    /// can be learnt from the time taken).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        self.0.len() == presented.len()
+            && self
+                .0
+                .iter()
+                .zip(presented)
+                .fold(0u8, |d, (a, b)| d | (a ^ b))
+                == 0
+    }
 }
 
 impl ProxyConfig {
@@ -70,6 +135,9 @@ impl ProxyConfig {
             impairment: Impairment::default(),
             connect_timeout: Duration::from_secs(3),
             cpu_wake: false,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            control_token: None,
         }
     }
 }
@@ -95,6 +163,22 @@ pub enum ProxyError {
     /// The impairment is impossible.
     #[error(transparent)]
     Impairment(#[from] ImpairmentError),
+    /// A control API on a non-loopback address without a token.
+    #[error(
+        "refusing to serve the control api on {addr} without a token: anyone who reaches it could change the impairment; give --control-token-file FILE, or use a loopback address such as 127.0.0.1"
+    )]
+    ControlExposed {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The control token file is unusable.
+    #[error("control token file {}: {why}", path.display())]
+    Token {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// Totals since start (counters endpoint, `total`).
@@ -126,6 +210,13 @@ pub struct Totals {
     pub datagrams_duplicated: AtomicU64,
     /// UDP datagrams held back to be overtaken.
     pub datagrams_reordered: AtomicU64,
+    /// Clients turned away over [`ProxyConfig::max_clients`] (TCP connections, or UDP datagrams from a new
+    /// address).
+    pub refused: AtomicU64,
+    /// TCP connections closed after [`ProxyConfig::idle_timeout`] without traffic.
+    pub idle_closed: AtomicU64,
+    /// Control API requests refused: bad or missing token, or too many at once.
+    pub control_refused: AtomicU64,
 }
 
 /// Counters of one TCP connection (or UDP client).
@@ -174,6 +265,12 @@ pub struct TotalsDoc {
     pub datagrams_duplicated: u64,
     /// UDP datagrams held back.
     pub datagrams_reordered: u64,
+    /// Clients turned away over the client limit.
+    pub refused: u64,
+    /// TCP connections closed for idling.
+    pub idle_closed: u64,
+    /// Control API requests refused (token, or too many at once).
+    pub control_refused: u64,
 }
 
 /// Snapshot of one connection.
@@ -215,6 +312,9 @@ pub struct Shared {
     live: Mutex<BTreeMap<u64, std::sync::Weak<tcp::Conn>>>,
     next_id: AtomicU64,
     stop: AtomicBool,
+    max_clients: usize,
+    idle_timeout: Option<Duration>,
+    control_token: Option<ControlToken>,
 }
 
 impl Shared {
@@ -229,6 +329,9 @@ impl Shared {
             live: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
+            max_clients: config.max_clients.max(1),
+            idle_timeout: config.idle_timeout,
+            control_token: config.control_token.clone(),
         }
     }
 
@@ -314,6 +417,9 @@ impl Shared {
                 datagrams_lost: l(&t.datagrams_lost),
                 datagrams_duplicated: l(&t.datagrams_duplicated),
                 datagrams_reordered: l(&t.datagrams_reordered),
+                refused: l(&t.refused),
+                idle_closed: l(&t.idle_closed),
+                control_refused: l(&t.control_refused),
             },
             connections: self
                 .conns
@@ -410,6 +516,12 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         return Err(ProxyError::NoUpstream);
     }
     config.impairment.validate()?;
+    if let Some(c) = config.control
+        && config.control_token.is_none()
+        && !c.ip().is_loopback()
+    {
+        return Err(ProxyError::ControlExposed { addr: c });
+    }
     delay::set_cpu_wake(config.cpu_wake);
     let shared = Arc::new(Shared::new(config));
     let mut handle = ProxyHandle {

@@ -6,6 +6,11 @@
 //! jitter, order kept) and hands it to that direction's releasing thread, which sleeps precisely to the release
 //! time and writes it. Window emulation makes the reader wait while `--window` bytes are unacknowledged.
 //! A FIN travels the same delay line as the data before it, so a half-close arrives after the data.
+//!
+//! A connection holds no thread until it carries a byte: once connected upstream it waits in the lobby (one
+//! thread, one poll for every waiting connection) and gets its pumps when either side sends something (or
+//! closes). So idle connections, even 10,000 of them, cost sockets and a few hundred bytes each, not threads;
+//! the lobby also closes those that stay quiet past the idle timeout.
 
 use super::delay::{self, DelayLine, Rng};
 use super::faults::{FaultKind, FaultPlan};
@@ -40,14 +45,160 @@ pub(crate) fn start(
     };
     let listener = TcpListener::bind(listen).map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
+    let lobby = Lobby::start(shared.clone()).map_err(bind_err)?;
     let thread = std::thread::Builder::new()
         .name("proxy-accept".into())
-        .spawn(move || accept_loop(listener, shared))
+        .spawn(move || accept_loop(listener, shared, lobby))
         .map_err(bind_err)?;
     Ok((addr, thread))
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Where connected but silent connections wait for their first byte, without threads.
+#[derive(Clone)]
+struct Lobby {
+    tx: mpsc::Sender<Arc<Conn>>,
+    waker: Arc<mio::Waker>,
+}
+
+const LOBBY_WAKER: mio::Token = mio::Token(usize::MAX);
+/// How often the lobby looks for idle connections and for the proxy stopping.
+const LOBBY_SWEEP: Duration = Duration::from_millis(500);
+
+impl Lobby {
+    fn start(shared: Arc<Shared>) -> io::Result<Lobby> {
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), LOBBY_WAKER)?);
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("proxy-lobby".into())
+            .spawn(move || lobby_loop(poll, &rx, &shared))?;
+        Ok(Lobby { tx, waker })
+    }
+
+    /// Hands `conn` to the lobby; gives it back when the lobby is gone.
+    fn park(&self, conn: Arc<Conn>) -> Result<(), Arc<Conn>> {
+        self.tx.send(conn).map_err(|e| e.0)?;
+        let _ = self.waker.wake();
+        Ok(())
+    }
+}
+
+fn lobby_loop(mut poll: mio::Poll, rx: &mpsc::Receiver<Arc<Conn>>, shared: &Shared) {
+    use mio::unix::SourceFd;
+    let mut events = mio::Events::with_capacity(256);
+    let mut waiting: std::collections::HashMap<usize, Arc<Conn>> = Default::default();
+    let mut next = 0usize;
+    let mut last_sweep = Instant::now();
+    let forget = |poll: &mio::Poll, c: &Conn| {
+        for s in [&c.client, &c.server] {
+            let _ = poll.registry().deregister(&mut SourceFd(&s.as_raw_fd()));
+        }
+    };
+    loop {
+        if poll.poll(&mut events, Some(LOBBY_SWEEP)).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if shared.stopping() {
+            for c in waiting.values() {
+                finish(c);
+            }
+            return;
+        }
+        let mut woken = Vec::new();
+        for e in events.iter() {
+            if e.token() == LOBBY_WAKER {
+                continue;
+            }
+            woken.push(e.token().0 / 2);
+        }
+        // Newcomers (registered after this round's events: a socket already readable is reported at once).
+        while let Ok(c) = rx.try_recv() {
+            let k = next;
+            next = next.wrapping_add(1) % (usize::MAX / 2 - 1);
+            let ok = [(&c.client, 0), (&c.server, 1)].iter().all(|(s, i)| {
+                poll.registry()
+                    .register(
+                        &mut SourceFd(&s.as_raw_fd()),
+                        mio::Token(2 * k + i),
+                        mio::Interest::READABLE,
+                    )
+                    .is_ok()
+            });
+            if ok {
+                waiting.insert(k, c);
+            } else {
+                forget(&poll, &c);
+                wake_up(c);
+            }
+        }
+        for k in woken {
+            if let Some(c) = waiting.remove(&k) {
+                forget(&poll, &c);
+                wake_up(c);
+            }
+        }
+        if last_sweep.elapsed() >= LOBBY_SWEEP {
+            last_sweep = Instant::now();
+            if let Some(idle) = shared.idle_timeout {
+                waiting.retain(|_, c| {
+                    if c.quiet_for() < idle {
+                        return true;
+                    }
+                    forget(&poll, c);
+                    if c.reset() {
+                        shared.totals().idle_closed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    finish(c);
+                    false
+                });
+            }
+        }
+    }
+}
+
+/// Gives a connection that has something to relay its pumps.
+fn wake_up(conn: Arc<Conn>) {
+    let c = conn.clone();
+    let spawned = std::thread::Builder::new()
+        .name("proxy-conn".into())
+        .spawn(move || run_pumps(&c));
+    if spawned.is_err() {
+        conn.reset();
+        finish(&conn);
+    }
+}
+
+/// Relays both directions until both end, then stops the fault timer.
+fn run_pumps(conn: &Arc<Conn>) {
+    let up = {
+        let conn = conn.clone();
+        std::thread::Builder::new()
+            .name("proxy-up".into())
+            .spawn(move || pump(&conn, Way::Up))
+    };
+    match up {
+        Ok(up) => {
+            pump(conn, Way::Down);
+            let _ = up.join();
+        }
+        Err(_) => conn.end(),
+    }
+    finish(conn);
+}
+
+/// Stops the fault timer of a connection that is over.
+fn finish(conn: &Conn) {
+    conn.timer_done.store(true, Ordering::SeqCst);
+    let timer = conn.timer.lock().expect("fault timer").take();
+    if let Some(t) = timer {
+        t.thread().unpark();
+        if t.thread().id() != std::thread::current().id() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, lobby: Lobby) {
     loop {
         let accepted = listener.accept();
         if shared.stopping() {
@@ -55,11 +206,21 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match accepted {
             Ok((client, peer)) => {
-                let shared = shared.clone();
+                let t = shared.totals();
+                if t.active.load(Ordering::SeqCst) >= shared.max_clients as u64 {
+                    // Over the limit: closed at once, with a reset (no TIME_WAIT kept for it).
+                    t.refused.fetch_add(1, Ordering::Relaxed);
+                    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                    continue;
+                }
+                t.accepted.fetch_add(1, Ordering::Relaxed);
+                t.active.fetch_add(1, Ordering::SeqCst);
+                let (shared2, lobby2) = (shared.clone(), lobby.clone());
                 let spawned = std::thread::Builder::new()
-                    .name("proxy-conn".into())
-                    .spawn(move || handle(client, peer, shared));
+                    .name("proxy-connect".into())
+                    .spawn(move || handle(client, peer, shared2, &lobby2));
                 if spawned.is_err() {
+                    t.active.fetch_sub(1, Ordering::SeqCst);
                     // Out of threads: the client's socket was dropped with the closure (closed); keep serving.
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -89,6 +250,10 @@ pub(crate) struct Conn {
     timer: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// Tells the fault timer to stop (the connection is over).
     timer_done: AtomicBool,
+    /// When a byte was last read from either side, in nanoseconds since the connection started.
+    last_read_ns: AtomicU64,
+    /// Counts the connection as active until it is dropped.
+    _active: ActiveGuard,
 }
 
 fn idx(way: Way) -> usize {
@@ -114,6 +279,16 @@ impl Conn {
     fn window(&self, way: Way) -> &Window {
         &self.windows[idx(way)]
     }
+    fn age_ns(&self) -> u64 {
+        self.counters.started.elapsed().as_nanos() as u64
+    }
+    /// How long neither side sent anything.
+    fn quiet_for(&self) -> Duration {
+        Duration::from_nanos(
+            self.age_ns()
+                .saturating_sub(self.last_read_ns.load(Ordering::Relaxed)),
+        )
+    }
     fn count(&self, way: Way, n: u64) {
         let t = self.shared.totals();
         match way {
@@ -130,15 +305,17 @@ impl Conn {
 
     /// Makes both sides see a RST: linger 0 and the sockets are closed once every thread let go of them;
     /// shutting down the read side wakes the readers without sending anything.
-    fn reset(&self) {
+    /// True for the call that reset it (false when it was reset already).
+    fn reset(&self) -> bool {
         if self.fault.swap(RESET, Ordering::SeqCst) == RESET {
-            return;
+            return false;
         }
         for s in [&self.client, &self.server] {
             let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
             let _ = s.shutdown(Shutdown::Read);
         }
         self.end();
+        true
     }
 
     /// Ends the connection (a side failed): wakes everybody.
@@ -246,20 +423,20 @@ fn clean_close(client: TcpStream) {
     }
 }
 
-struct ActiveGuard<'a>(&'a Shared, u64);
-impl Drop for ActiveGuard<'_> {
+struct ActiveGuard(Arc<Shared>, u64);
+impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.totals().active.fetch_sub(1, Ordering::Relaxed);
         self.0.unregister(self.1);
     }
 }
 
-fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+/// Connects one accepted client upstream (it was counted in `active` by the accept loop; the connection's
+/// guard releases it) and parks it in the lobby until it has something to relay.
+fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, lobby: &Lobby) {
     let t = shared.totals();
-    t.accepted.fetch_add(1, Ordering::Relaxed);
-    t.active.fetch_add(1, Ordering::Relaxed);
     let counters = shared.register(peer);
-    let _guard = ActiveGuard(&shared, counters.id);
+    let guard = ActiveGuard(shared.clone(), counters.id);
     let started = counters.started;
     let imp = shared.impairment();
     let (server, upstream) = match connect_upstream(&shared) {
@@ -273,6 +450,12 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     *counters.upstream.lock().expect("upstream") = Some(upstream);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    if let Some(idle) = shared.idle_timeout {
+        // A read that waits this long wakes its pump, which closes the connection if the other side was
+        // quiet as well.
+        let _ = client.set_read_timeout(Some(idle));
+        let _ = server.set_read_timeout(Some(idle));
+    }
     let conn = Arc::new(Conn {
         client,
         server,
@@ -284,6 +467,8 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         ended: AtomicBool::new(false),
         timer: std::sync::Mutex::new(None),
         timer_done: AtomicBool::new(false),
+        last_read_ns: AtomicU64::new(0),
+        _active: guard,
     });
     shared.watch(conn.counters.id, Arc::downgrade(&conn));
     // The impairment may have changed between the accept and the watch: plan again if so.
@@ -292,24 +477,8 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         conn.plan.replan(&now_imp, Instant::now());
     }
     conn.start_fault_timer();
-    let up = {
-        let conn = conn.clone();
-        std::thread::Builder::new()
-            .name("proxy-up".into())
-            .spawn(move || pump(&conn, Way::Up))
-    };
-    match up {
-        Ok(up) => {
-            pump(&conn, Way::Down);
-            let _ = up.join();
-        }
-        Err(_) => conn.end(),
-    }
-    conn.timer_done.store(true, Ordering::SeqCst);
-    let timer = conn.timer.lock().expect("fault timer").take();
-    if let Some(t) = timer {
-        t.thread().unpark();
-        let _ = t.join();
+    if let Err(conn) = lobby.park(conn) {
+        run_pumps(&conn);
     }
 }
 
@@ -480,13 +649,36 @@ fn pump(conn: &Arc<Conn>, way: Way) {
             delay::read_stamped(src.as_raw_fd(), &mut buf[..reserved])
         };
         let (n, arrival) = match read {
-            Ok((n, stamp)) => (n, stamp.max(window_open)),
+            Ok((n, stamp)) => {
+                conn.last_read_ns.store(conn.age_ns(), Ordering::Relaxed);
+                (n, stamp.max(window_open))
+            }
             Err(e) => {
                 if !fast {
                     window.unreserve(reserved);
                 }
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
+                }
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && let Some(idle) = conn.shared.idle_timeout
+                {
+                    let quiet = conn.quiet_for();
+                    if quiet < idle {
+                        // The other direction was busy: wait for the rest of the idle time.
+                        let rest = (idle - quiet).max(Duration::from_millis(10));
+                        let _ = src.set_read_timeout(Some(rest));
+                        continue;
+                    }
+                    if conn.reset() {
+                        conn.shared
+                            .totals()
+                            .idle_closed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    break;
                 }
                 if e.kind() == io::ErrorKind::ConnectionReset && conn.fault() == OPEN {
                     conn.reset(); // pass the peer's RST on

@@ -341,6 +341,11 @@ fn front_loop(front: &Arc<UdpSocket>, shared: &Arc<Shared>, sched: &Arc<Sched>) 
         let s = match known {
             Some(s) => s,
             None => {
+                if sessions.lock().expect("sessions").len() >= shared.max_clients {
+                    // Over the limit: a new address gets no upstream socket and no thread.
+                    shared.totals.refused.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 let Some(s) = new_session(shared, from) else {
                     shared
                         .totals
