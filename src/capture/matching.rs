@@ -83,15 +83,21 @@ pub struct OpMatch {
     pub server_count: u64,
     /// Pairs found.
     pub matched: u64,
-    /// Latency at the server capture, matched requests.
+    /// Time to the response's last byte at the server capture, matched requests.
     pub server: Summary,
-    /// Latency at the client capture, matched requests.
+    /// Time to the response's last byte at the client capture, matched requests.
     pub client: Summary,
-    /// Mean of (client latency - server latency) over the pairs: the network plus the stacks between the two
-    /// capture points.
+    /// Time to the response's first byte at the server capture, matched requests.
+    pub server_first_byte: Summary,
+    /// Time to the response's first byte at the client capture, matched requests.
+    pub client_first_byte: Summary,
+    /// Mean of (client latency - server latency) to the last byte over the pairs: the network plus the stacks
+    /// between the two capture points, and the transfer of the response over the slower part of the path.
     pub diff_mean_ns: f64,
-    /// Median of the differences.
+    /// Median of the last-byte differences.
     pub diff_p50_ns: i64,
+    /// Mean of (client - server) times to the first byte: the round trip between the two capture points.
+    pub first_byte_diff_mean_ns: f64,
 }
 
 /// Count of unmatched requests for one reason.
@@ -215,9 +221,12 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
         let (ci, c) = &client[i];
         let s = &server[j].1;
         let a = entry(&mut accs, ci.proto, &c.op);
-        a.c.record(c.latency());
-        a.s.record(s.latency());
-        a.diffs.push(ns(c.latency()) - ns(s.latency()));
+        a.c.record(c.last_byte());
+        a.s.record(s.last_byte());
+        a.cf.record(c.first_byte());
+        a.sf.record(s.first_byte());
+        a.diffs.push(ns(c.last_byte()) - ns(s.last_byte()));
+        a.first_diff_sum += (ns(c.first_byte()) - ns(s.first_byte())) as f64;
         thetas_final.push(theta(c, s));
     }
     let offset = median_i128(&mut thetas_final).or(offset);
@@ -225,10 +234,13 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
         .into_values()
         .map(|mut a| {
             let n = a.diffs.len();
-            let mean = if n > 0 {
-                a.diffs.iter().map(|&d| d as f64).sum::<f64>() / n as f64
+            let (mean, first_mean) = if n > 0 {
+                (
+                    a.diffs.iter().map(|&d| d as f64).sum::<f64>() / n as f64,
+                    a.first_diff_sum / n as f64,
+                )
             } else {
-                0.0
+                (0.0, 0.0)
             };
             OpMatch {
                 proto: a.proto,
@@ -238,8 +250,11 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
                 matched: n as u64,
                 server: a.s.summary(),
                 client: a.c.summary(),
+                server_first_byte: a.sf.summary(),
+                client_first_byte: a.cf.summary(),
                 diff_mean_ns: mean,
                 diff_p50_ns: median_i128(&mut a.diffs).unwrap_or(0) as i64,
+                first_byte_diff_mean_ns: first_mean,
             }
         })
         .collect();
@@ -263,6 +278,9 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
                     o.matched = 0;
                     o.server = Summary::default();
                     o.client = Summary::default();
+                    o.server_first_byte = Summary::default();
+                    o.client_first_byte = Summary::default();
+                    o.first_byte_diff_mean_ns = 0.0;
                     o.diff_mean_ns = 0.0;
                     o.diff_p50_ns = 0;
                     o
@@ -296,7 +314,10 @@ struct Acc {
     sn: u64,
     s: LatencyHistogram,
     c: LatencyHistogram,
+    sf: LatencyHistogram,
+    cf: LatencyHistogram,
     diffs: Vec<i128>,
+    first_diff_sum: f64,
 }
 
 fn entry<'a>(accs: &'a mut BTreeMap<(Proto, String), Acc>, p: Proto, op: &str) -> &'a mut Acc {
@@ -307,7 +328,10 @@ fn entry<'a>(accs: &'a mut BTreeMap<(Proto, String), Acc>, p: Proto, op: &str) -
         sn: 0,
         s: LatencyHistogram::new(),
         c: LatencyHistogram::new(),
+        sf: LatencyHistogram::new(),
+        cf: LatencyHistogram::new(),
         diffs: Vec::new(),
+        first_diff_sum: 0.0,
     })
 }
 

@@ -74,9 +74,10 @@ pub enum Status {
 
 /// One request and its response.
 ///
-/// Times are capture timestamps. The latency of a transaction, as tshark's `rpc.time`, `dns.time` and
-/// `http.time` define it, runs from the packet that completes the request to the packet that completes the
-/// response ([`Transaction::latency`]); the first-byte times are kept as well.
+/// Times are capture timestamps. Two latencies are derived: to the response's first byte
+/// ([`Transaction::first_byte`], from the packet that completes the request to the first packet of the
+/// response, as tshark's `rpc,srt` and `smb2,srt`) and to its last byte ([`Transaction::last_byte`], to the
+/// packet that completes the response, which adds the transfer of a long response).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transaction {
     /// Connection number given by the driver (0 when driven by hand).
@@ -100,9 +101,21 @@ pub struct Transaction {
 }
 
 impl Transaction {
-    /// From the end of the request to the end of the response (tshark's definition).
+    /// From the end of the request to the end of the response: the time to the LAST byte of the response
+    /// (the server's time, one network round trip and the transfer of the response).
     pub fn latency(&self) -> Duration {
+        self.last_byte()
+    }
+
+    /// From the end of the request to the end of the response (the time to the last byte).
+    pub fn last_byte(&self) -> Duration {
         self.response_end_ts.saturating_sub(self.request_end_ts)
+    }
+
+    /// From the end of the request to the packet holding the response's FIRST byte: the server's time plus
+    /// one network round trip, without the transfer of the response (tshark's `rpc,srt` and `smb2,srt`).
+    pub fn first_byte(&self) -> Duration {
+        self.response_ts.saturating_sub(self.request_end_ts)
     }
 }
 

@@ -97,6 +97,30 @@ fn rpc_call_and_reply() {
 }
 
 #[test]
+fn long_read_reply_first_and_last_byte() {
+    // A 32 KiB READ reply in three segments: the first byte arrives 2 ms after the request ended, the last
+    // at 30 ms (the transfer); the request itself ended at 1 ms.
+    let call = rpc_call(9, 100003, 3, 6, 40);
+    let reply = rpc_reply(9, 0, 32 * 1024);
+    let out = run(
+        Proto::Nfs,
+        Carrier::Tcp,
+        &[
+            D(Q, 0, &call[..20]),
+            D(Q, 1, &call[20..]),
+            D(R, 3, &reply[..1000]),
+            D(R, 10, &reply[1000..20000]),
+            D(R, 30, &reply[20000..]),
+            Close(40),
+        ],
+    );
+    let t = &out.transactions[0];
+    assert_eq!(t.first_byte(), ms(2));
+    assert_eq!(t.last_byte(), ms(29));
+    assert_eq!(t.latency(), t.last_byte());
+}
+
+#[test]
 fn rpc_split_across_segments_and_pipelined() {
     let c1 = rpc_call(10, 100003, 3, 7, 8192); // WRITE with a body
     let c2 = rpc_call(11, 100003, 3, 1, 32); // GETATTR
