@@ -24,7 +24,7 @@ pub const RPC_HELP: &str = "Two latencies per request, both from the packet that
 the first packet of the response (server + one network round trip; tshark's rpc,srt and smb2,srt) and 'last' to \
 the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time). \
 Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
-80/8080 HTTP, 1521 TNS), then by content; --proto forces one. Requests are paired with their responses by \
+80/8080 HTTP, 1521 TNS, 11111 sockperf), then by content; --proto forces one. Requests are paired with their responses by \
 ONC-RPC XID or DNS ID within the connection, otherwise in order.";
 
 /// Arguments of `roundtrip capture rpc`.
@@ -33,7 +33,7 @@ pub struct RpcArgs {
     /// Capture file (pcap, pcapng, optionally .gz).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns or generic.
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
@@ -70,7 +70,7 @@ pub struct MatchArgs {
     /// Capture taken on (or near) the server, at the same time.
     #[arg(value_name = "SERVER_FILE")]
     server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns or generic.
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// Print one JSON document instead of text.
@@ -86,7 +86,7 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     }
     Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
         format!(
-            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns or generic"
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic"
         )
     })
 }

@@ -448,7 +448,7 @@ impl Driver {
                 None => (Proto::Generic, false),
             },
         };
-        if udp && !matches!(proto, Proto::Nfs | Proto::Dns) && decided {
+        if udp && !matches!(proto, Proto::Nfs | Proto::Dns | Proto::Sockperf) && decided {
             return None;
         }
         let matcher = if decided || !udp {

@@ -23,6 +23,7 @@ pub mod oncrpc;
 pub mod pgsql;
 pub mod redis;
 pub mod run;
+pub mod sockperf;
 pub mod stats;
 pub mod tns;
 
@@ -228,13 +229,15 @@ pub enum Proto {
     Http,
     /// Oracle TNS.
     Tns,
+    /// sockperf / `roundtrip ping` ping-pong messages, over TCP and UDP.
+    Sockperf,
     /// Any TCP request/response turns.
     Generic,
 }
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 8] = [
+    pub const ALL: [Proto; 9] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -242,6 +245,7 @@ impl Proto {
         Proto::Dns,
         Proto::Http,
         Proto::Tns,
+        Proto::Sockperf,
         Proto::Generic,
     ];
 
@@ -255,6 +259,7 @@ impl Proto {
             Proto::Dns => "dns",
             Proto::Http => "http",
             Proto::Tns => "tns",
+            Proto::Sockperf => "sockperf",
             Proto::Generic => "generic",
         }
     }
@@ -283,6 +288,10 @@ impl Proto {
             Proto::Dns => Box::new(Framed::new(dns::Dns::new(carrier), carrier)),
             Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
             Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
+            Proto::Sockperf => Box::new(Framed::new(
+                sockperf::Sockperf::new(carrier == Carrier::Udp),
+                carrier,
+            )),
             Proto::Generic => Box::new(generic::Generic::new()),
         }
     }
