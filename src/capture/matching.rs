@@ -2,10 +2,15 @@
 //!
 //! Requests are paired by what survives address translation: ONC-RPC and DNS by XID / message ID, the others
 //! by the TCP sequence number of the request's first byte; the operation must agree too. Addresses and ports
-//! are not compared (NAT may rewrite them). The two clocks need not agree: latencies are intervals measured on
-//! one clock each, and the offset between the clocks is estimated from the pairs (NTP's formula: the mean of
-//! the request's and the response's apparent one-way delays, assuming a symmetric path), then used to reject
-//! pairs whose timing cannot be the same request.
+//! are not compared (NAT may rewrite them). A TCP-terminating box between the capture points (a proxy, a load
+//! balancer, a connection pooler) opens its own connections, so sequence numbers differ: what is left is then
+//! paired by content, the hash of the request's leading bytes ([`Transaction::content`]: SQL text, Redis
+//! command and key, sockperf sequence number, XID), within the connection pair that shares the most contents
+//! (the n-th occurrence of a content with the n-th), and last by order (same operation at the same place in a
+//! connection pair). The two clocks need not agree: latencies are intervals measured on one clock each, and the
+//! offset between the clocks is estimated from the pairs (NTP's formula: the mean of the request's and the
+//! response's apparent one-way delays, assuming a symmetric path), then used to reject pairs whose timing
+//! cannot be the same request. Each pair says which method found it ([`Method`]).
 #![forbid(unsafe_code)]
 
 use super::rpc::driver::ConnInfo;
@@ -45,6 +50,72 @@ fn theta(c: &Transaction, s: &Transaction) -> i128 {
     ((ns(s.request_end_ts) - ns(c.request_end_ts))
         + (ns(s.response_end_ts) - ns(c.response_end_ts)))
         / 2
+}
+
+/// How a pair was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Same ONC-RPC XID or DNS message ID.
+    Xid,
+    /// Same TCP sequence number of the request's first byte (the same TCP connection in both captures).
+    TcpSeq,
+    /// Same leading request bytes in a connection pair (n-th occurrence with n-th).
+    Content,
+    /// Same operation at the same place in the order of a connection pair.
+    Order,
+}
+
+impl Method {
+    /// Text for tables.
+    pub fn text(self) -> &'static str {
+        match self {
+            Method::Xid => "xid",
+            Method::TcpSeq => "tcp seq",
+            Method::Content => "content",
+            Method::Order => "order",
+        }
+    }
+}
+
+/// Pairs found by each method.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PairedBy {
+    /// By ONC-RPC XID / DNS ID.
+    pub xid: u64,
+    /// By TCP sequence number.
+    pub tcp_seq: u64,
+    /// By the hash of the request's leading bytes.
+    pub content: u64,
+    /// By order within a connection pair.
+    pub order: u64,
+}
+
+/// One pair: the same request in both captures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairRow {
+    /// How it was paired.
+    pub method: Method,
+    /// Protocol.
+    pub proto: Proto,
+    /// Operation.
+    pub op: String,
+    /// Connection number in the client capture.
+    pub client_conn: u64,
+    /// Connection number in the server capture.
+    pub server_conn: u64,
+    /// Time of the request's first byte in the client capture, Unix seconds.
+    pub client_request_unix_s: f64,
+    /// Time of the request's first byte in the server capture, Unix seconds (the server capture's clock).
+    pub server_request_unix_s: f64,
+    /// Time to the response's first byte at the client capture, nanoseconds.
+    pub client_first_byte_ns: u64,
+    /// Time to the response's last byte at the client capture, nanoseconds.
+    pub client_last_byte_ns: u64,
+    /// Time to the response's first byte at the server capture, nanoseconds.
+    pub server_first_byte_ns: u64,
+    /// Time to the response's last byte at the server capture, nanoseconds.
+    pub server_last_byte_ns: u64,
 }
 
 /// Why a request was not matched.
@@ -120,6 +191,10 @@ pub struct MatchReport {
     pub server_requests: u64,
     /// Pairs found.
     pub matched: u64,
+    /// Pairs found by each method.
+    pub paired_by: PairedBy,
+    /// Every pair, in the client capture's order, with the method that found it.
+    pub pairs: Vec<PairRow>,
     /// Per operation, most matched first.
     pub ops: Vec<OpMatch>,
     /// Unmatched requests by reason.
@@ -172,42 +247,50 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
         }
     }
     let offset = median_i128(&mut thetas);
-    // Pass 2: pair, checking the timing against the offset.
+    // Pass 2: pair by id, checking the timing against the offset.
     let mut used = vec![false; server.len()];
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
-    let mut reasons: BTreeMap<Unmatched, u64> = BTreeMap::new();
+    let mut cused = vec![false; client.len()];
+    let mut had_id = vec![false; client.len()];
+    let mut pairs: Vec<(usize, usize, Method)> = Vec::new();
     for (i, k) in client_keys.iter().enumerate() {
-        let cands = k.as_ref().and_then(|k| by_key.get(k));
-        let Some(cands) = cands else {
-            *reasons.entry(Unmatched::NotInServerCapture).or_insert(0) += 1;
+        let Some(cands) = k.as_ref().and_then(|k| by_key.get(k)) else {
             continue;
         };
-        let Some(off) = offset else {
-            *reasons.entry(Unmatched::InconsistentTiming).or_insert(0) += 1;
-            continue;
-        };
+        had_id[i] = true;
+        let Some(off) = offset else { continue };
         let c = &client[i].1;
         let best = cands
             .iter()
             .filter(|&&j| !used[j])
             .min_by_key(|&&j| (theta(c, &server[j].1) - off).abs());
-        let ok = best.filter(|&&j| {
-            let s = &server[j].1;
-            let tol = ns(MIN_TOLERANCE).max(ns(c.latency()) / 2);
-            (theta(c, s) - off).abs() <= tol && ns(s.latency()) <= ns(c.latency()) + tol
-        });
-        match ok {
-            Some(&j) => {
-                used[j] = true;
-                pairs.push((i, j));
-            }
-            None => *reasons.entry(Unmatched::InconsistentTiming).or_insert(0) += 1,
+        if let Some(&j) = best.filter(|&&j| consistent(c, &server[j].1, off)) {
+            used[j] = true;
+            cused[i] = true;
+            let m = match k {
+                Some(Key::Id(..)) => Method::Xid,
+                _ => Method::TcpSeq,
+            };
+            pairs.push((i, j, m));
+        }
+    }
+    // Passes 3 and 4: through a TCP-terminating box, by content then by order within connection pairs.
+    let offset = by_content(client, server, &mut cused, &mut used, offset, &mut pairs);
+    let mut reasons: BTreeMap<Unmatched, u64> = BTreeMap::new();
+    for i in 0..client.len() {
+        if !cused[i] {
+            let r = if had_id[i] {
+                Unmatched::InconsistentTiming
+            } else {
+                Unmatched::NotInServerCapture
+            };
+            *reasons.entry(r).or_insert(0) += 1;
         }
     }
     let server_only = used.iter().filter(|u| !**u).count() as u64;
     if server_only > 0 {
         reasons.insert(Unmatched::NotInClientCapture, server_only);
     }
+    pairs.sort_by_key(|p| p.0);
     // Per operation.
     let mut accs: BTreeMap<(Proto, String), Acc> = BTreeMap::new();
     for (ci, t) in client {
@@ -217,9 +300,31 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
         entry(&mut accs, si.proto, &t.op).sn += 1;
     }
     let mut thetas_final: Vec<i128> = Vec::with_capacity(pairs.len());
-    for &(i, j) in &pairs {
+    let mut paired_by = PairedBy::default();
+    let mut rows = Vec::with_capacity(pairs.len());
+    for &(i, j, m) in &pairs {
         let (ci, c) = &client[i];
-        let s = &server[j].1;
+        let (si, s) = &server[j];
+        *match m {
+            Method::Xid => &mut paired_by.xid,
+            Method::TcpSeq => &mut paired_by.tcp_seq,
+            Method::Content => &mut paired_by.content,
+            Method::Order => &mut paired_by.order,
+        } += 1;
+        let u = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        rows.push(PairRow {
+            method: m,
+            proto: ci.proto,
+            op: c.op.to_string(),
+            client_conn: ci.id,
+            server_conn: si.id,
+            client_request_unix_s: c.request_ts.as_secs_f64(),
+            server_request_unix_s: s.request_ts.as_secs_f64(),
+            client_first_byte_ns: u(c.first_byte()),
+            client_last_byte_ns: u(c.last_byte()),
+            server_first_byte_ns: u(s.first_byte()),
+            server_last_byte_ns: u(s.last_byte()),
+        });
         let a = entry(&mut accs, ci.proto, &c.op);
         a.c.record(c.last_byte());
         a.s.record(s.last_byte());
@@ -267,11 +372,25 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
     let smaller = (client.len().min(server.len())) as u64;
     // Related traffic shares most requests; a handful of coincidences among thousands is not a match.
     let unrelated = matched == 0 || (matched < 3 && smaller > 20) || (matched * 100 < smaller);
-    let verdict = verdict(&ops, matched, unrelated, client.len(), server.len(), offset);
+    let mut verdict = verdict(&ops, matched, unrelated, client.len(), server.len(), offset);
+    if !unrelated && paired_by.content + paired_by.order > 0 {
+        verdict.push_str(&format!(
+            "; {} of {matched} pairs found by content or order, not by TCP sequence number or XID: a \
+             TCP-terminating box (proxy, load balancer, pooler) sits between the capture points, and its time \
+             is in the path's",
+            paired_by.content + paired_by.order
+        ));
+    }
     MatchReport {
         client_requests: client.len() as u64,
         server_requests: server.len() as u64,
         matched: if unrelated { 0 } else { matched },
+        paired_by: if unrelated {
+            PairedBy::default()
+        } else {
+            paired_by
+        },
+        pairs: if unrelated { Vec::new() } else { rows },
         ops: if unrelated {
             ops.into_iter()
                 .map(|mut o| {
@@ -304,6 +423,199 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
         },
         unrelated,
         verdict,
+    }
+}
+
+/// True when `s` can be the same request as `c`, the server clock being `off` ahead of the client's.
+fn consistent(c: &Transaction, s: &Transaction, off: i128) -> bool {
+    let tol = ns(MIN_TOLERANCE).max(ns(c.latency()) / 2);
+    (theta(c, s) - off).abs() <= tol && ns(s.latency()) <= ns(c.latency()) + tol
+}
+
+type ContentKey<'a> = (Proto, &'a str, u64);
+
+fn content_key(r: &Record) -> Option<ContentKey<'_>> {
+    r.1.content.map(|h| (r.0.proto, r.1.op.as_ref(), h))
+}
+
+/// Pairs what is left by content, then by order, within connection pairs; returns the clock offset (the one
+/// given, or estimated here from the content pairs when there was none).
+fn by_content(
+    client: &[Record],
+    server: &[Record],
+    cused: &mut [bool],
+    sused: &mut [bool],
+    offset: Option<i128>,
+    pairs: &mut Vec<(usize, usize, Method)>,
+) -> Option<i128> {
+    // Server requests left, by content; and which server connections hold each content.
+    let mut skeys: HashMap<ContentKey<'_>, Vec<usize>> = HashMap::new();
+    let mut sconns_of: HashMap<ContentKey<'_>, Vec<u64>> = HashMap::new();
+    for (j, r) in server.iter().enumerate() {
+        if sused[j] {
+            continue;
+        }
+        if let Some(k) = content_key(r) {
+            skeys.entry(k).or_default().push(j);
+            let v = sconns_of.entry(k).or_default();
+            if !v.contains(&r.0.id) {
+                v.push(r.0.id);
+            }
+        }
+    }
+    if skeys.is_empty() {
+        return offset;
+    }
+    // Each client connection goes with the server connection that shares the most contents.
+    let mut votes: HashMap<u64, HashMap<u64, u64>> = HashMap::new();
+    for (i, r) in client.iter().enumerate() {
+        if cused[i] {
+            continue;
+        }
+        if let Some(conns) = content_key(r).and_then(|k| sconns_of.get(&k)) {
+            let v = votes.entry(r.0.id).or_default();
+            for &sc in conns {
+                *v.entry(sc).or_insert(0) += 1;
+            }
+        }
+    }
+    let partner: HashMap<u64, u64> = votes
+        .into_iter()
+        .filter_map(|(cc, v)| {
+            v.into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|(sc, _)| (cc, sc))
+        })
+        .collect();
+    // Occurrences of each content per connection pair, in request order.
+    type Occ = (Vec<usize>, Vec<usize>);
+    let mut occ: BTreeMap<(u64, u64, Proto, String, u64), Occ> = BTreeMap::new();
+    for (i, r) in client.iter().enumerate() {
+        if cused[i] {
+            continue;
+        }
+        let (Some(k), Some(&sc)) = (content_key(r), partner.get(&r.0.id)) else {
+            continue;
+        };
+        occ.entry((r.0.id, sc, k.0, k.1.to_string(), k.2))
+            .or_default()
+            .0
+            .push(i);
+    }
+    let wanted: std::collections::HashSet<u64> = partner.values().copied().collect();
+    for (j, r) in server.iter().enumerate() {
+        if sused[j] || !wanted.contains(&r.0.id) {
+            continue;
+        }
+        let Some(k) = content_key(r) else { continue };
+        for (&cc, &sc) in partner.iter().filter(|(_, sc)| **sc == r.0.id) {
+            if let Some(o) = occ.get_mut(&(cc, sc, k.0, k.1.to_string(), k.2)) {
+                o.1.push(j);
+            }
+        }
+    }
+    let by_time_c = |v: &mut Vec<usize>| v.sort_by_key(|&i| client[i].1.request_ts);
+    let by_time_s = |v: &mut Vec<usize>| v.sort_by_key(|&j| server[j].1.request_ts);
+    for o in occ.values_mut() {
+        by_time_c(&mut o.0);
+        by_time_s(&mut o.1);
+    }
+    // The clock offset, when the ids gave none: contents seen once on each side first.
+    let offset = offset.or_else(|| {
+        let mut th: Vec<i128> = occ
+            .values()
+            .filter(|o| o.0.len() == 1 && o.1.len() == 1)
+            .map(|o| theta(&client[o.0[0]].1, &server[o.1[0]].1))
+            .collect();
+        if th.is_empty() {
+            th = occ
+                .values()
+                .flat_map(|o| o.0.iter().zip(&o.1))
+                .map(|(&i, &j)| theta(&client[i].1, &server[j].1))
+                .collect();
+        }
+        median_i128(&mut th)
+    });
+    let Some(off) = offset else {
+        return None;
+    };
+    let mut st = Align {
+        client,
+        server,
+        cused,
+        sused,
+        off,
+        pairs,
+    };
+    for o in occ.values() {
+        st.align(&o.0, &o.1, Method::Content, false);
+    }
+    // Order: what is left in each connection pair, same operation at the same place.
+    let mut left: BTreeMap<(u64, u64), Occ> = BTreeMap::new();
+    for (i, r) in client.iter().enumerate() {
+        if !st.cused[i]
+            && let Some(&sc) = partner.get(&r.0.id)
+        {
+            left.entry((r.0.id, sc)).or_default().0.push(i);
+        }
+    }
+    for (j, r) in server.iter().enumerate() {
+        if st.sused[j] || !wanted.contains(&r.0.id) {
+            continue;
+        }
+        for (&cc, _) in partner.iter().filter(|(_, sc)| **sc == r.0.id) {
+            if let Some(o) = left.get_mut(&(cc, r.0.id)) {
+                o.1.push(j);
+            }
+        }
+    }
+    for o in left.values_mut() {
+        by_time_c(&mut o.0);
+        by_time_s(&mut o.1);
+        st.align(&o.0, &o.1, Method::Order, true);
+    }
+    Some(off)
+}
+
+/// State of the content and order passes.
+struct Align<'a> {
+    client: &'a [Record],
+    server: &'a [Record],
+    cused: &'a mut [bool],
+    sused: &'a mut [bool],
+    off: i128,
+    pairs: &'a mut Vec<(usize, usize, Method)>,
+}
+
+impl Align<'_> {
+    /// n-th with n-th, skipping occurrences that only one capture holds (by time on the common clock).
+    fn align(&mut self, cs: &[usize], ss: &[usize], method: Method, same_op: bool) {
+        let (mut a, mut b) = (0, 0);
+        while a < cs.len() && b < ss.len() {
+            let (i, j) = (cs[a], ss[b]);
+            if self.cused[i] {
+                a += 1;
+                continue;
+            }
+            if self.sused[j] {
+                b += 1;
+                continue;
+            }
+            let (c, s) = (&self.client[i], &self.server[j]);
+            if (!same_op || (c.0.proto == s.0.proto && c.1.op == s.1.op))
+                && consistent(&c.1, &s.1, self.off)
+            {
+                self.cused[i] = true;
+                self.sused[j] = true;
+                self.pairs.push((i, j, method));
+                a += 1;
+                b += 1;
+            } else if ns(s.1.request_end_ts) - self.off < ns(c.1.request_end_ts) {
+                b += 1;
+            } else {
+                a += 1;
+            }
+        }
     }
 }
 
@@ -355,7 +667,8 @@ fn verdict(
     if unrelated {
         return format!(
             "the two captures do not show the same traffic: {matched} of {nc} client requests have a counterpart \
-             (same XID or TCP sequence number at a consistent time) among {ns_} server requests"
+             (same XID, TCP sequence number or request content at a consistent time) among {ns_} server \
+             requests"
         );
     }
     let Some(top) = ops.iter().find(|o| o.matched > 0) else {

@@ -406,6 +406,14 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
         }
         s.push_str(&t.render(2));
     }
+    if r.matched > 0 {
+        let p = &r.paired_by;
+        let _ = writeln!(
+            s,
+            "paired by: {} xid, {} tcp seq, {} content (leading request bytes), {} order",
+            p.xid, p.tcp_seq, p.content, p.order
+        );
+    }
     if let Some(o) = r.clock_offset_ns {
         let _ = writeln!(
             s,

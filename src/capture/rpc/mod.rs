@@ -97,6 +97,11 @@ pub struct Transaction {
     pub request_seq: Option<u32>,
     /// Protocol identifier of the request (ONC-RPC XID, DNS ID), when it has one.
     pub xid: Option<u32>,
+    /// Hash of the request's leading bytes ([`CONTENT_BYTES`] of the stream from its first byte): what the
+    /// request says (SQL text, Redis command and key, sockperf sequence number, XID), the same on both sides of
+    /// a proxy. Only computed when asked ([`driver::Driver::with_content`]; TCP only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<u64>,
     /// What the response said.
     pub status: Status,
 }
@@ -117,6 +122,134 @@ impl Transaction {
     /// one network round trip, without the transfer of the response (tshark's `rpc,srt` and `smb2,srt`).
     pub fn first_byte(&self) -> Duration {
         self.response_ts.saturating_sub(self.request_end_ts)
+    }
+}
+
+/// How many bytes of the request stream, from a request's first byte, its content hash covers.
+pub const CONTENT_BYTES: usize = 64;
+
+/// FNV-1a, 64 bits: a stable hash of a request's leading bytes (the same in every build and run).
+pub fn content_hash(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Largest request-stream window a [`Fingerprint`] keeps per connection; requests that started earlier get no
+/// content hash.
+pub const FINGERPRINT_WINDOW: usize = 256 * 1024;
+
+/// Wraps a connection's matcher to give each transaction the hash of its request's leading bytes
+/// ([`Transaction::content`]). The hash covers [`CONTENT_BYTES`] of the request stream from the request's
+/// first byte (fewer at the end of the stream), so it is the same in two captures of the same byte stream
+/// whatever the segmentation; transactions are held until those bytes have been seen.
+pub struct Fingerprint {
+    inner: Box<dyn ConnMatcher + Send>,
+    /// Request-direction bytes, `buf[0]` at sequence number `buf_seq`.
+    buf: std::collections::VecDeque<u8>,
+    buf_seq: u32,
+    started: bool,
+    held: std::collections::VecDeque<Transaction>,
+    scratch: Out,
+}
+
+impl Fingerprint {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn ConnMatcher + Send>) -> Self {
+        Fingerprint {
+            inner,
+            buf: std::collections::VecDeque::new(),
+            buf_seq: 0,
+            started: false,
+            held: std::collections::VecDeque::new(),
+            scratch: Out::default(),
+        }
+    }
+
+    fn end_seq(&self) -> u32 {
+        self.buf_seq.wrapping_add(self.buf.len() as u32)
+    }
+
+    /// Offset of `seq` in `buf`, when it is inside.
+    fn offset(&self, seq: u32) -> Option<usize> {
+        let off = seq.wrapping_sub(self.buf_seq) as usize;
+        (self.started && off <= self.buf.len()).then_some(off)
+    }
+
+    fn hash_at(&self, off: usize, n: usize) -> u64 {
+        let (a, b) = self.buf.as_slices();
+        let mut h = Vec::with_capacity(n);
+        for i in off..off + n {
+            h.push(if i < a.len() { a[i] } else { b[i - a.len()] });
+        }
+        content_hash(&h)
+    }
+
+    /// Moves what the inner matcher produced into `out`, holding transactions until their bytes are there.
+    fn release(&mut self, closing: bool, out: &mut Out) {
+        out.anomalies.append(&mut self.scratch.anomalies);
+        self.held.extend(self.scratch.transactions.drain(..));
+        while let Some(t) = self.held.front() {
+            match t.request_seq.and_then(|s| self.offset(s)) {
+                Some(off) => {
+                    let avail = self.buf.len() - off;
+                    if avail < CONTENT_BYTES && !closing {
+                        break;
+                    }
+                    let n = avail.min(CONTENT_BYTES);
+                    let h = (n > 0).then(|| self.hash_at(off, n));
+                    let mut t = self.held.pop_front().expect("present");
+                    t.content = h;
+                    out.transactions.push(t);
+                }
+                None => {
+                    let t = self.held.pop_front().expect("present");
+                    out.transactions.push(t);
+                }
+            }
+        }
+        if self.buf.len() > FINGERPRINT_WINDOW {
+            let cut = self.buf.len() - FINGERPRINT_WINDOW;
+            self.buf.drain(..cut);
+            self.buf_seq = self.buf_seq.wrapping_add(cut as u32);
+        }
+    }
+}
+
+impl ConnMatcher for Fingerprint {
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
+        if dir == Dir::Request {
+            if !self.started || seq != self.end_seq() {
+                self.buf.clear();
+                self.buf_seq = seq;
+                self.started = true;
+            }
+            self.buf.extend(data.iter().copied());
+        }
+        self.scratch.conn = out.conn;
+        self.inner.on_data(dir, ts, seq, data, &mut self.scratch);
+        self.release(false, out);
+    }
+
+    fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out) {
+        if dir == Dir::Request && self.started {
+            // Bytes nobody saw: hashes cannot cover them; start again after the hole.
+            let end = self.end_seq().wrapping_add(len as u32);
+            self.buf.clear();
+            self.buf_seq = end;
+        }
+        self.scratch.conn = out.conn;
+        self.inner.on_gap(dir, ts, len, &mut self.scratch);
+        self.release(false, out);
+    }
+
+    fn on_close(&mut self, ts: Duration, out: &mut Out) {
+        self.scratch.conn = out.conn;
+        self.inner.on_close(ts, &mut self.scratch);
+        self.release(true, out);
     }
 }
 

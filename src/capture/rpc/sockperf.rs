@@ -121,11 +121,7 @@ impl Protocol for Sockperf {
                 if f.contains(Flags::CLIENT) {
                     return;
                 }
-                let Some(i) = self
-                    .pending
-                    .iter()
-                    .position(|p| p.msg.seq == pdu.info.seq)
-                else {
+                let Some(i) = self.pending.iter().position(|p| p.msg.seq == pdu.info.seq) else {
                     out.anomaly(pdu.first_ts, AnomalyKind::ResponseWithoutRequest);
                     return;
                 };
@@ -148,6 +144,7 @@ impl Protocol for Sockperf {
                     response_end_ts: pdu.last_ts,
                     request_seq: (!self.udp).then_some(p.seq),
                     xid: None,
+                    content: None,
                     status: Status::Ok,
                 });
             }
