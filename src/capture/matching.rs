@@ -536,9 +536,7 @@ fn by_content(
         }
         median_i128(&mut th)
     });
-    let Some(off) = offset else {
-        return None;
-    };
+    let off = offset?;
     let mut st = Align {
         client,
         server,
