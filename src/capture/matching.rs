@@ -692,3 +692,83 @@ fn verdict(
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::rpc::Carrier;
+    use crate::capture::rpc::Status;
+
+    fn rec(
+        conn: u64,
+        op: &'static str,
+        req_ms: u64,
+        lat_ms: u64,
+        seq: u32,
+        content: u64,
+    ) -> Record {
+        let ms = Duration::from_millis;
+        (
+            ConnInfo {
+                id: conn,
+                client: "10.0.0.1:40000".parse().unwrap(),
+                server: "10.0.0.2:5432".parse().unwrap(),
+                proto: Proto::Pgsql,
+                carrier: Carrier::Tcp,
+            },
+            Transaction {
+                conn,
+                op: op.into(),
+                request_ts: ms(req_ms),
+                request_end_ts: ms(req_ms),
+                response_ts: ms(req_ms + lat_ms),
+                response_end_ts: ms(req_ms + lat_ms),
+                request_seq: Some(seq),
+                xid: None,
+                content: Some(content),
+                status: Status::Ok,
+            },
+        )
+    }
+
+    /// Through a proxy: other sequence numbers, a server clock 1 s ahead, 10 ms each way between the capture
+    /// points; one request whose bytes the box rewrote is paired by order.
+    #[test]
+    fn content_then_order_through_a_box() {
+        let mut client = Vec::new();
+        let mut server = Vec::new();
+        for k in 0..20u64 {
+            let t = 1000 + k * 100;
+            let content = if k == 7 { 999 } else { k };
+            client.push(rec(3, "SELECT", t, 25, 100 + k as u32 * 50, content));
+            let sc = if k == 7 { 555 } else { k };
+            server.push(rec(
+                8,
+                "SELECT",
+                t + 1000 + 10,
+                5,
+                90_000 + k as u32 * 50,
+                sc,
+            ));
+        }
+        // a request of another connection only the server capture holds
+        server.push(rec(9, "INSERT", 1500, 1, 7, 12345));
+        let r = match_captures(&client, &server);
+        assert_eq!(r.matched, 20);
+        assert_eq!(r.paired_by.content, 19);
+        assert_eq!(r.paired_by.order, 1);
+        assert_eq!(r.paired_by.tcp_seq + r.paired_by.xid, 0);
+        assert_eq!(r.pairs[7].method, Method::Order);
+        assert_eq!(r.clock_offset_ns, Some(1_000_000_000));
+        let sel = r.ops.iter().find(|o| o.op == "SELECT").unwrap();
+        assert!((sel.diff_mean_ns - 20e6).abs() < 1.0);
+        assert!(r.verdict.contains("TCP-terminating"), "{}", r.verdict);
+        assert_eq!(
+            r.unmatched
+                .iter()
+                .map(|u| (u.reason, u.count))
+                .collect::<Vec<_>>(),
+            vec![(Unmatched::NotInClientCapture, 1)]
+        );
+    }
+}

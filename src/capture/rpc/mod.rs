@@ -861,7 +861,7 @@ mod tests {
 mod tests_fixtures;
 
 /// Drives a fresh matcher of `proto` from a byte script, for fuzzing and randomised tests: the first byte picks
-/// TCP or UDP; then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
+/// TCP or UDP (bit 0) and, for TCP, whether the matcher is wrapped in a [`Fingerprint`] (bit 1); then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
 /// length) followed by that many data bytes. Never panics, whatever the bytes.
 pub fn replay(proto: Proto, script: &[u8]) -> Out {
     let Some((&first, mut rest)) = script.split_first() else {
@@ -873,6 +873,9 @@ pub fn replay(proto: Proto, script: &[u8]) -> Out {
         Carrier::Udp
     };
     let mut m = proto.matcher(carrier);
+    if carrier == Carrier::Tcp && first & 2 != 0 {
+        m = Box::new(Fingerprint::new(m));
+    }
     let mut out = Out::default();
     let mut seq = [0u32; 2];
     let mut t = 0u64;

@@ -118,7 +118,8 @@ impl Protocol for Sockperf {
                 });
             }
             Dir::Response => {
-                if f.contains(Flags::CLIENT) {
+                // An answer to a warm-up message (a sockperf server echoes its flags) is no response.
+                if f.contains(Flags::CLIENT) || f.contains(Flags::WARMUP) {
                     return;
                 }
                 let Some(i) = self.pending.iter().position(|p| p.msg.seq == pdu.info.seq) else {
