@@ -877,6 +877,30 @@ mod tests {
         )
     }
 
+    /// A benchmark through a proxy: the same request on 5 connections started together, each connection
+    /// with its own pace; every request is paired with its own connection's, not a neighbour's.
+    #[test]
+    fn identical_traffic_on_many_connections() {
+        let mut client = Vec::new();
+        let mut server = Vec::new();
+        for c in 0..5u64 {
+            let step = 30 + c * 7;
+            for k in 0..40u64 {
+                let t = 1000 + c + k * step;
+                client.push(rec(c, "SET", t, 4 + c, k as u32, 42));
+                server.push(rec(20 - c, "SET", t + 1, 2 + c, 5000 + k as u32, 42));
+            }
+        }
+        let r = match_captures(&client, &server);
+        assert_eq!(r.matched, 200);
+        assert!(r.pairs.iter().all(|p| p.server_conn == 20 - p.client_conn));
+        assert!(
+            r.pairs
+                .iter()
+                .all(|p| p.client_last_byte_ns - p.server_last_byte_ns == 2_000_000)
+        );
+    }
+
     /// Through a proxy: other sequence numbers, a server clock 1 s ahead, 10 ms each way between the capture
     /// points; one request whose bytes the box rewrote is paired by order.
     #[test]
