@@ -210,13 +210,24 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
         "{verdict}"
     );
 
-    // The text says how the requests were paired.
+    // The text says how the requests were paired, and so does the report page.
+    let page = dir.path().join("match.html");
     let o = Command::new(bin())
         .args(["capture", "match"])
         .arg(&client_pcap)
         .arg(&server_pcap)
+        .arg("--report")
+        .arg(&page)
         .output()
         .unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!(
+            "by content (leading request bytes) {}",
+            n(&by["content"])
+        )),
+        "the report names the methods"
+    );
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.contains(&format!(

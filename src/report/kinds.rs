@@ -1165,11 +1165,27 @@ pub struct OpMatchIn {
     pub client_first_byte: Option<SummaryIn>,
 }
 
+/// Pairs found by each method (absent in documents of older versions).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct PairedByIn {
+    /// By ONC-RPC XID / DNS ID.
+    pub xid: u64,
+    /// By TCP sequence number.
+    pub tcp_seq: u64,
+    /// By the request's leading bytes.
+    pub content: u64,
+    /// By order within a connection pair.
+    pub order: u64,
+}
+
 /// What the match report reads from a `capture match --json` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct MatchIn {
     /// Per operation.
     pub ops: Vec<OpMatchIn>,
+    /// Pairs found by each method.
+    #[serde(default)]
+    pub paired_by: Option<PairedByIn>,
     /// The verdict.
     pub verdict: String,
 }
@@ -1198,6 +1214,13 @@ pub(crate) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
             ));
         }
         sec.notes.push(format!("{}: {}", r.label, d.verdict));
+        if let Some(p) = d.paired_by {
+            sec.notes.push(format!(
+                "{}: paired by XID {}, by TCP sequence number {}, by content (leading request bytes) {}, by \
+                 order {}",
+                r.label, p.xid, p.tcp_seq, p.content, p.order
+            ));
+        }
     }
     sec.tables.push(t);
     let cats = categories(docs.iter().flat_map(|d| {
