@@ -27,6 +27,14 @@ Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MyS
 80/8080 HTTP, 1521 TNS, 11111 sockperf), then by content; --proto forces one. Requests are paired with their responses by \
 ONC-RPC XID or DNS ID within the connection, otherwise in order.";
 
+/// Help shown after `capture match --help`.
+pub const MATCH_HELP: &str = "Requests are paired by ONC-RPC XID / DNS ID, else by the TCP sequence number of the \
+request's first byte (NAT is fine). Through a box that terminates TCP (proxy, load balancer, pooler), what is \
+left is paired by content (a hash of the request's first 64 bytes: SQL text, Redis command and key, sockperf \
+sequence number) within the connection pair that shares the most contents, then by order; the text counts each \
+method ('paired by:'), --json lists every pair with its method. Times to the response's first and last byte \
+are compared at both ends; their difference is the path between the capture points.";
+
 /// Arguments of `roundtrip capture rpc`.
 #[derive(Debug, Args)]
 pub struct RpcArgs {
