@@ -47,58 +47,126 @@ fn tshark(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// Per-procedure (calls, mean seconds from Sum/Calls) from `tshark -q -z rpc,srt,100003,3`.
-fn tshark_srt(path: &Path) -> BTreeMap<String, (u64, f64)> {
-    let text = tshark(&["-q", "-z", "rpc,srt,100003,3", "-r", path.to_str().unwrap()]);
+/// One row of `tshark -q -z rpc,srt,100003,V`: calls and the Min / Max / Avg SRT columns as printed.
+#[derive(Debug)]
+struct SrtRow {
+    calls: u64,
+    min: String,
+    max: String,
+    avg: String,
+}
+
+/// Per-procedure rows of `tshark -q -z rpc,srt,100003,VERSION`.
+fn tshark_srt(path: &Path, version: u32) -> BTreeMap<String, SrtRow> {
+    let z = format!("rpc,srt,100003,{version}");
+    let text = tshark(&["-q", "-z", &z, "-r", path.to_str().unwrap()]);
     let mut m = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() == 7 && f[0].parse::<u32>().is_ok() {
-            let calls: u64 = f[2].parse().unwrap();
-            let sum: f64 = f[6].parse().unwrap();
-            m.insert(f[1].to_string(), (calls, sum / calls as f64));
+            m.insert(
+                f[1].to_string(),
+                SrtRow {
+                    calls: f[2].parse().unwrap(),
+                    min: f[3].into(),
+                    max: f[4].into(),
+                    avg: f[5].into(),
+                },
+            );
         }
     }
     m
 }
 
+/// Seconds with six decimals, rounded or truncated (tshark prints one of the two): both are offered.
+fn us_texts(ns: f64) -> [String; 2] {
+    let us = ns / 1e3;
+    let fmt = |us: f64| format!("{}.{:06}", (us as u64) / 1_000_000, (us as u64) % 1_000_000);
+    [fmt(us.round()), fmt(us.floor())]
+}
+
+/// Every capture under the shared folder (both sub-folders).
+fn all_shared_captures() -> Vec<PathBuf> {
+    let Some(dir) = common::captures_dir() else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    for sub in std::fs::read_dir(&dir).unwrap().flatten() {
+        if !sub.path().is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
+            let p = f.path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name.ends_with(".pcap") || name.ends_with(".pcapng") {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The first-byte time of every NFS operation (v3 and v4) of every capture tshark finds NFS in equals
+/// tshark's `rpc,srt` to the microsecond: same calls, same Min, Max and Avg SRT as tshark prints them.
 #[test]
-fn nfs_agrees_with_tshark_rpc_srt() {
+fn nfs_first_byte_agrees_with_tshark_rpc_srt() {
     if !common::have("tshark") {
         return;
     }
-    for name in [
-        "zeek/nfs_nfs_base.pcap",
-        "zeek/nfs_nfs_write.pcap",
-        "zeek/nfs_nfs_write_bad_stable_how.pcap",
-    ] {
-        let Some(p) = shared(name) else { return };
-        let theirs = tshark_srt(&p);
-        assert!(!theirs.is_empty(), "tshark found no NFSv3 calls in {name}");
-        let ours = report(&p, ProtoChoice::Auto);
-        for (proc_, (calls, mean_s)) in &theirs {
+    let files = all_shared_captures();
+    if files.is_empty() {
+        return;
+    }
+    let mut checked_files = 0;
+    let mut checked_ops = 0;
+    for p in &files {
+        let name = p.display().to_string();
+        let mut theirs = tshark_srt(p, 3);
+        let v4 = tshark_srt(p, 4);
+        if theirs.is_empty() && v4.is_empty() {
+            continue;
+        }
+        checked_files += 1;
+        theirs.extend(v4);
+        let ours = report(p, ProtoChoice::Auto);
+        for (proc_, row) in &theirs {
             let o = ours
                 .ops
                 .iter()
                 .find(|o| o.proto == Proto::Nfs && &o.op == proc_)
                 .unwrap_or_else(|| panic!("{name}: {proc_} missing, ours: {:?}", ours.ops));
-            assert_eq!(o.latency.count, *calls, "{name} {proc_} count");
-            // tshark prints microseconds: the sums agree to within 1 us per call on average.
-            let diff_us = (o.latency.mean_ns / 1e3 - mean_s * 1e6).abs();
-            assert!(
-                diff_us <= 1.0,
-                "{name} {proc_}: ours {} ns, tshark {mean_s} s",
-                o.latency.mean_ns
-            );
+            let f = &o.first_byte;
+            assert_eq!(f.count, row.calls, "{name} {proc_} count");
+            assert_eq!(o.last_byte.count, row.calls, "{name} {proc_} count");
+            for (what, ns, want) in [
+                ("Avg", f.mean_ns, &row.avg),
+                ("Min", f.min_ns as f64, &row.min),
+                ("Max", f.max_ns as f64, &row.max),
+            ] {
+                let mine = us_texts(ns);
+                assert!(
+                    mine.contains(want),
+                    "{name} {proc_} {what} SRT: ours {} ns ({mine:?}), tshark {want}",
+                    ns
+                );
+            }
+            // The last byte never comes before the first.
+            assert!(o.last_byte.mean_ns >= f.mean_ns, "{name} {proc_}");
+            checked_ops += 1;
         }
-        // and nothing NFSv3 tshark did not count
-        let nfs3 = ours
+        // and nothing NFS tshark did not count
+        let nfs = ours
             .ops
             .iter()
             .filter(|o| o.proto == Proto::Nfs && !o.op.contains(' '))
             .count();
-        assert_eq!(nfs3, theirs.len(), "{name}");
+        assert_eq!(nfs, theirs.len(), "{name}");
     }
+    assert!(
+        checked_files >= 3 && checked_ops > 20,
+        "tshark found NFS in {checked_files} captures ({checked_ops} operations)"
+    );
 }
 
 #[test]
@@ -122,7 +190,7 @@ fn nfs_snaplen_cut_captures_give_the_same_answers() {
         let counts = |r: &RpcReport| -> BTreeMap<String, (u64, u64)> {
             r.ops
                 .iter()
-                .map(|o| (o.op.clone(), (o.latency.count, o.latency.max_ns)))
+                .map(|o| (o.op.clone(), (o.last_byte.count, o.last_byte.max_ns)))
                 .collect()
         };
         if snap == "512" {
@@ -197,14 +265,14 @@ fn dns_and_http_agree_with_tshark() {
             .ops
             .iter()
             .filter(|o| o.proto == proto)
-            .map(|o| o.latency.count)
+            .map(|o| o.last_byte.count)
             .sum();
         assert_eq!(ours, n, "{name}: transactions");
         if n > 0 {
             let total: f64 = r
                 .ops
                 .iter()
-                .map(|o| o.latency.mean_ns * o.latency.count as f64)
+                .map(|o| o.last_byte.mean_ns * o.last_byte.count as f64)
                 .sum();
             let diff_us = (total / n as f64 / 1e3 - mean_s * 1e6).abs();
             assert!(diff_us <= 1.0, "{name}: mean differs by {diff_us} us");
@@ -268,7 +336,7 @@ fn databases_agree_with_tshark_message_counts() {
             .ops
             .iter()
             .filter(|o| o.op != "STARTUP")
-            .map(|o| o.latency.count)
+            .map(|o| o.last_byte.count)
             .sum();
         assert_eq!(ours_q as usize, queries, "{name}");
         assert!(r.anomalies.is_empty(), "{name}: {:?}", r.anomalies);
@@ -288,7 +356,7 @@ fn databases_agree_with_tshark_message_counts() {
             .ops
             .iter()
             .filter(|o| o.op != "CONNECT")
-            .map(|o| o.latency.count)
+            .map(|o| o.last_byte.count)
             .sum();
         assert_eq!(ours as usize, cmds, "{name}: {:?}", r.ops);
         assert!(r.anomalies.is_empty(), "{name}: {:?}", r.anomalies);
@@ -304,7 +372,7 @@ fn redis_pipelines_and_almost_resp() {
     let ops: BTreeMap<String, u64> = r
         .ops
         .iter()
-        .map(|o| (o.op.clone(), o.latency.count))
+        .map(|o| (o.op.clone(), o.last_byte.count))
         .collect();
     assert_eq!(
         ops,
@@ -316,7 +384,7 @@ fn redis_pipelines_and_almost_resp() {
     let r = report(&p, ProtoChoice::Auto);
     assert_eq!(r.transactions, 3);
     // pipelined: the three replies came in one segment, so all three have the same end time
-    assert_eq!(r.ops[0].latency.min_ns, r.ops[0].latency.max_ns);
+    assert_eq!(r.ops[0].last_byte.min_ns, r.ops[0].last_byte.max_ns);
     let Some(p) = shared("zeek/redis_almost-resp.pcap") else {
         return;
     };
@@ -450,8 +518,8 @@ fn cli_rpc_text_and_json() {
     assert_eq!(v["report"]["transactions"], 56);
     let ops = v["report"]["ops"].as_array().unwrap();
     let getattr = ops.iter().find(|o| o["op"] == "GETATTR").unwrap();
-    assert_eq!(getattr["latency"]["count"], 29);
-    assert!(getattr["latency"]["mean_ns"].as_f64().unwrap() > 0.0);
+    assert_eq!(getattr["last_byte"]["count"], 29);
+    assert!(getattr["last_byte"]["mean_ns"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -40,12 +40,13 @@ enum CaptureCommand {
     #[command(after_help = FILTER_HELP)]
     Flows(FlowsArgs),
     // --- issue 7: per-request latency and client/server matching (src/cli/capture_rpc.rs) ---
-    /// Request/response latency per operation (NFS/ONC-RPC, PostgreSQL, MySQL, Redis, DNS, HTTP, TNS, generic
-    /// TCP turns), the slowest requests, and what could not be paired.
+    /// Request/response latency per operation (NFS/ONC-RPC, PostgreSQL, MySQL, Redis, DNS, HTTP, TNS, sockperf,
+    /// generic TCP turns), the slowest requests, and what could not be paired.
     #[command(after_help = super::capture_rpc::RPC_HELP)]
     Rpc(super::capture_rpc::RpcArgs),
     /// The same requests in a client-side and a server-side capture: latency at each end, the difference
     /// (network + client stack), the clock offset, and a verdict.
+    #[command(after_help = super::capture_rpc::MATCH_HELP)]
     Match(super::capture_rpc::MatchArgs),
 }
 

@@ -20,11 +20,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Help shown after `capture rpc --help`.
-pub const RPC_HELP: &str = "Latency is measured as tshark's rpc.time / dns.time / http.time: from the packet that \
-completes the request to the packet that completes the response (generic turns: to the first response byte). \
+pub const RPC_HELP: &str = "Two latencies per request, both from the packet that completes the request: 'first' to \
+the first packet of the response (server + one network round trip; tshark's rpc,srt and smb2,srt) and 'last' to \
+the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time). \
 Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
-80/8080 HTTP, 1521 TNS), then by content; --proto forces one. Requests are paired with their responses by \
+80/8080 HTTP, 1521 TNS, 11111 sockperf), then by content; --proto forces one. Requests are paired with their responses by \
 ONC-RPC XID or DNS ID within the connection, otherwise in order.";
+
+/// Help shown after `capture match --help`.
+pub const MATCH_HELP: &str = "Requests are paired by ONC-RPC XID / DNS ID, else by the TCP sequence number of the \
+request's first byte (NAT is fine). Through a box that terminates TCP (proxy, load balancer, pooler), what is \
+left is paired by content (a hash of the request's first 64 bytes: SQL text, Redis command and key, sockperf \
+sequence number) within the connection pair that shares the most contents, then by order; the text counts each \
+method ('paired by:'), --json lists every pair with its method. Times to the response's first and last byte \
+are compared at both ends; their difference is the path between the capture points.";
 
 /// Arguments of `roundtrip capture rpc`.
 #[derive(Debug, Args)]
@@ -32,7 +41,7 @@ pub struct RpcArgs {
     /// Capture file (pcap, pcapng, optionally .gz).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns or generic.
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
@@ -69,7 +78,7 @@ pub struct MatchArgs {
     /// Capture taken on (or near) the server, at the same time.
     #[arg(value_name = "SERVER_FILE")]
     server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns or generic.
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// Print one JSON document instead of text.
@@ -85,7 +94,7 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     }
     Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
         format!(
-            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns or generic"
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic"
         )
     })
 }
@@ -126,6 +135,17 @@ fn warn_exit(info: &CaptureInfo) -> Exit {
     }
 }
 
+fn first_cells(s: &roundtrip::stats::Summary) -> Vec<String> {
+    if s.count == 0 {
+        return vec!["-".into(); 3];
+    }
+    vec![
+        fmt_nanos(s.mean_ns),
+        fmt_nanos(s.p50_ns as f64),
+        fmt_nanos(s.p99_ns as f64),
+    ]
+}
+
 fn cells(s: &roundtrip::stats::Summary) -> Vec<String> {
     if s.count == 0 {
         return vec!["-".into(); 5];
@@ -162,31 +182,50 @@ pub fn rpc_text(r: &RpcResult) -> String {
             "proto",
             "count",
             "errors",
-            "mean",
-            "p50",
-            "p90",
-            "p99",
-            "max",
+            "first mean",
+            "first p50",
+            "first p99",
+            "last mean",
+            "last p50",
+            "last p90",
+            "last p99",
+            "last max",
         ]);
         for o in &rep.ops {
             let mut row = vec![
                 o.op.clone(),
                 o.proto.name().to_string(),
-                o.latency.count.to_string(),
+                o.last_byte.count.to_string(),
                 o.errors.to_string(),
             ];
-            row.extend(cells(&o.latency));
+            row.extend(first_cells(&o.first_byte));
+            row.extend(cells(&o.last_byte));
             t.row(row);
         }
         s.push_str(&t.render(0));
+        s.push_str(
+            "first = request end to the first response packet (server + network round trip, as tshark's \
+             rpc,srt); last = to the last response packet (adds the transfer)\n",
+        );
     }
     if !rep.intervals.is_empty() {
         s.push_str("per interval (by response time):\n");
-        let mut t = Table::new(&["start", "count", "mean", "p50", "p99", "max"]);
+        let mut t = Table::new(&[
+            "start",
+            "count",
+            "first mean",
+            "first p99",
+            "last mean",
+            "last p50",
+            "last p99",
+            "last max",
+        ]);
         for iv in &rep.intervals {
             t.row(vec![
                 format!("{:.3}s", iv.start_s),
                 iv.count.to_string(),
+                fmt_nanos(iv.first_byte_mean_ns),
+                fmt_nanos(iv.first_byte_p99_ns as f64),
                 fmt_nanos(iv.mean_ns),
                 fmt_nanos(iv.p50_ns as f64),
                 fmt_nanos(iv.p99_ns as f64),
@@ -198,7 +237,15 @@ pub fn rpc_text(r: &RpcResult) -> String {
     if !rep.connections.is_empty() {
         s.push_str("per connection:\n");
         let mut t = Table::new(&[
-            "client", "server", "proto", "count", "errors", "mean", "max",
+            "client",
+            "server",
+            "proto",
+            "count",
+            "errors",
+            "first mean",
+            "first max",
+            "last mean",
+            "last max",
         ]);
         for cs in &rep.connections {
             t.row(vec![
@@ -207,6 +254,8 @@ pub fn rpc_text(r: &RpcResult) -> String {
                 cs.conn.proto.name().into(),
                 cs.count.to_string(),
                 cs.errors.to_string(),
+                fmt_nanos(cs.first_byte_mean_ns),
+                fmt_nanos(cs.first_byte_max_ns as f64),
                 fmt_nanos(cs.mean_ns),
                 fmt_nanos(cs.max_ns as f64),
             ]);
@@ -214,10 +263,15 @@ pub fn rpc_text(r: &RpcResult) -> String {
         s.push_str(&t.render(2));
     }
     if !rep.slowest.is_empty() {
-        let _ = writeln!(s, "slowest {} requests:", rep.slowest.len());
+        let _ = writeln!(
+            s,
+            "slowest {} requests (by the time to the last byte):",
+            rep.slowest.len()
+        );
         let mut t = Table::new(&[
             "request at (UTC)",
-            "latency",
+            "first",
+            "last",
             "proto",
             "operation",
             "client",
@@ -232,7 +286,8 @@ pub fn rpc_text(r: &RpcResult) -> String {
             };
             t.row(vec![
                 utc(w.request_unix_s),
-                fmt_nanos(w.latency_ns as f64),
+                fmt_nanos(w.first_byte_ns as f64),
+                fmt_nanos(w.last_byte_ns as f64),
                 w.proto.name().into(),
                 format!("{}{}", w.op, if w.error { " (error)" } else { "" }),
                 w.client.to_string(),
@@ -298,6 +353,14 @@ struct MatchDoc<'a> {
     report: &'a MatchReport,
 }
 
+fn fmt_signed(v: f64) -> String {
+    if v < 0.0 {
+        format!("-{}", fmt_nanos(-v))
+    } else {
+        fmt_nanos(v)
+    }
+}
+
 /// The text report of `capture match`.
 pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -> String {
     let mut s = String::new();
@@ -311,9 +374,12 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
             "operation",
             "proto",
             "matched",
-            "at server",
-            "at client",
-            "difference",
+            "first server",
+            "first client",
+            "first diff",
+            "last server",
+            "last client",
+            "last diff",
             "diff p50",
             "server p99",
             "client p99",
@@ -323,15 +389,21 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
                 o.op.clone(),
                 o.proto.name().into(),
                 format!("{} of {}/{}", o.matched, o.client_count, o.server_count),
+                fmt_nanos(o.server_first_byte.mean_ns),
+                fmt_nanos(o.client_first_byte.mean_ns),
+                fmt_signed(o.first_byte_diff_mean_ns),
                 fmt_nanos(o.server.mean_ns),
                 fmt_nanos(o.client.mean_ns),
-                fmt_nanos(o.diff_mean_ns),
-                fmt_nanos(o.diff_p50_ns as f64),
+                fmt_signed(o.diff_mean_ns),
+                fmt_signed(o.diff_p50_ns as f64),
                 fmt_nanos(o.server.p99_ns as f64),
                 fmt_nanos(o.client.p99_ns as f64),
             ]);
         }
-        s.push_str("mean latency of the matched requests (difference = network + client stack):\n");
+        s.push_str(
+            "mean latency of the matched requests, to the first and to the last response byte (diff = client - \
+             server: the path between the two capture points):\n",
+        );
         s.push_str(&t.render(2));
     }
     if !r.unmatched.is_empty() {
@@ -341,6 +413,14 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
             t.row(vec![u.text.into(), u.count.to_string()]);
         }
         s.push_str(&t.render(2));
+    }
+    if r.matched > 0 {
+        let p = &r.paired_by;
+        let _ = writeln!(
+            s,
+            "paired by: {} xid, {} tcp seq, {} content (leading request bytes), {} order",
+            p.xid, p.tcp_seq, p.content, p.order
+        );
     }
     if let Some(o) = r.clock_offset_ns {
         let _ = writeln!(

@@ -921,8 +921,12 @@ pub struct OpIn {
     pub op: String,
     /// Error responses.
     pub errors: u64,
-    /// Latency statistics.
-    pub latency: SummaryIn,
+    /// Time to the response's last byte (`latency` in documents of older versions).
+    #[serde(alias = "latency")]
+    pub last_byte: SummaryIn,
+    /// Time to the response's first byte (absent in documents of older versions).
+    #[serde(default)]
+    pub first_byte: Option<SummaryIn>,
 }
 
 /// One interval row of a `capture rpc -i` document.
@@ -973,8 +977,8 @@ pub fn chart_ops(docs: &[RpcIn]) -> Vec<(String, String, String)> {
         for o in &d.report.ops {
             let k = (o.proto.clone(), o.op.clone());
             match counts.iter_mut().find(|(c, _)| *c == k) {
-                Some((_, n)) => *n += o.latency.count,
-                None => counts.push((k, o.latency.count)),
+                Some((_, n)) => *n += o.last_byte.count,
+                None => counts.push((k, o.last_byte.count)),
             }
         }
     }
@@ -1001,12 +1005,27 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         ..Default::default()
     };
     let mut t = summary_table(
-        "Latency per operation (request end to response end)",
+        "Time to the response's first byte per operation (request end to the first response packet)",
         "operation",
     );
     for (r, d) in runs.iter().zip(&docs) {
         for o in &d.report.ops {
-            let mut row = summary_row(&r.label, &format!("{} {}", o.proto, o.op), o.latency);
+            if let Some(f) = o.first_byte {
+                t.rows
+                    .push(summary_row(&r.label, &format!("{} {}", o.proto, o.op), f));
+            }
+        }
+    }
+    if !t.rows.is_empty() {
+        sec.tables.push(t);
+    }
+    let mut t = summary_table(
+        "Time to the response's last byte per operation (request end to response end)",
+        "operation",
+    );
+    for (r, d) in runs.iter().zip(&docs) {
+        for o in &d.report.ops {
+            let mut row = summary_row(&r.label, &format!("{} {}", o.proto, o.op), o.last_byte);
             row.push(o.errors.to_string());
             t.rows.push(row);
         }
@@ -1028,21 +1047,28 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
     let cats: Vec<&str> = ops.iter().map(|(_, _, n)| n.as_str()).collect();
     let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
     for (r, d) in runs.iter().zip(&docs) {
-        for (stat, pick) in [
-            ("p50", (|s: &SummaryIn| s.p50_ns) as fn(&SummaryIn) -> u64),
-            ("p99", |s| s.p99_ns),
-            ("max", |s| s.max_ns),
-        ] {
-            let v = ops
+        type Pick = fn(&OpIn) -> Option<u64>;
+        let stats: [(&str, Pick); 4] = [
+            ("first p50", |o| o.first_byte.map(|f| f.p50_ns)),
+            ("last p50", |o| Some(o.last_byte.p50_ns)),
+            ("last p99", |o| Some(o.last_byte.p99_ns)),
+            ("last max", |o| Some(o.last_byte.max_ns)),
+        ];
+        for (stat, pick) in stats {
+            let v: Vec<f64> = ops
                 .iter()
                 .map(|(p, o, _)| {
                     d.report
                         .ops
                         .iter()
-                        .find(|x| &x.proto == p && &x.op == o && x.latency.count > 0)
-                        .map_or(f64::NAN, |x| pick(&x.latency) as f64)
+                        .find(|x| &x.proto == p && &x.op == o && x.last_byte.count > 0)
+                        .and_then(pick)
+                        .map_or(f64::NAN, |v| v as f64)
                 })
                 .collect();
+            if v.iter().all(|x| x.is_nan()) {
+                continue;
+            }
             let name = if runs.len() == 1 {
                 stat.to_string()
             } else {
@@ -1063,7 +1089,8 @@ pub(crate) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         opts,
     );
     c.note = Some(
-        "Median, 99th percentile and slowest request of each operation, busiest first; log axis."
+        "Median time to the first response byte (first), and median, 99th percentile and slowest time to the \
+         last response byte (last) of each operation, busiest first; log axis."
             .into(),
     );
     sec.figures.push(Figure {
@@ -1126,10 +1153,29 @@ pub struct OpMatchIn {
     pub op: String,
     /// Requests found in both captures.
     pub matched: u64,
-    /// Latency at the server.
+    /// Time to the last byte at the server.
     pub server: SummaryIn,
-    /// Latency at the client.
+    /// Time to the last byte at the client.
     pub client: SummaryIn,
+    /// Time to the first byte at the server (absent in documents of older versions).
+    #[serde(default)]
+    pub server_first_byte: Option<SummaryIn>,
+    /// Time to the first byte at the client (absent in documents of older versions).
+    #[serde(default)]
+    pub client_first_byte: Option<SummaryIn>,
+}
+
+/// Pairs found by each method (absent in documents of older versions).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct PairedByIn {
+    /// By ONC-RPC XID / DNS ID.
+    pub xid: u64,
+    /// By TCP sequence number.
+    pub tcp_seq: u64,
+    /// By the request's leading bytes.
+    pub content: u64,
+    /// By order within a connection pair.
+    pub order: u64,
 }
 
 /// What the match report reads from a `capture match --json` document.
@@ -1137,6 +1183,9 @@ pub struct OpMatchIn {
 pub struct MatchIn {
     /// Per operation.
     pub ops: Vec<OpMatchIn>,
+    /// Pairs found by each method.
+    #[serde(default)]
+    pub paired_by: Option<PairedByIn>,
     /// The verdict.
     pub verdict: String,
 }
@@ -1165,6 +1214,13 @@ pub(crate) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
             ));
         }
         sec.notes.push(format!("{}: {}", r.label, d.verdict));
+        if let Some(p) = d.paired_by {
+            sec.notes.push(format!(
+                "{}: paired by XID {}, by TCP sequence number {}, by content (leading request bytes) {}, by \
+                 order {}",
+                r.label, p.xid, p.tcp_seq, p.content, p.order
+            ));
+        }
     }
     sec.tables.push(t);
     let cats = categories(docs.iter().flat_map(|d| {
@@ -1175,24 +1231,33 @@ pub(crate) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
     }));
     let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
     for (r, d) in runs.iter().zip(&docs) {
-        for (what, pick) in [
-            (
-                "server p50",
-                (|o: &OpMatchIn| o.server.p50_ns) as fn(&OpMatchIn) -> u64,
-            ),
-            ("client p50", |o| o.client.p50_ns),
-            ("server p99", |o| o.server.p99_ns),
-            ("client p99", |o| o.client.p99_ns),
-        ] {
-            let v = cats
+        type Pick = fn(&OpMatchIn) -> Option<u64>;
+        let stats: [(&str, Pick); 6] = [
+            ("server first p50", |o| {
+                o.server_first_byte.map(|s| s.p50_ns)
+            }),
+            ("client first p50", |o| {
+                o.client_first_byte.map(|s| s.p50_ns)
+            }),
+            ("server p50", |o| Some(o.server.p50_ns)),
+            ("client p50", |o| Some(o.client.p50_ns)),
+            ("server p99", |o| Some(o.server.p99_ns)),
+            ("client p99", |o| Some(o.client.p99_ns)),
+        ];
+        for (what, pick) in stats {
+            let v: Vec<f64> = cats
                 .iter()
                 .map(|c| {
                     d.ops
                         .iter()
                         .find(|o| &o.op == c && o.matched > 0)
-                        .map_or(f64::NAN, |o| pick(o) as f64)
+                        .and_then(pick)
+                        .map_or(f64::NAN, |v| v as f64)
                 })
                 .collect();
+            if v.iter().all(|x| x.is_nan()) {
+                continue;
+            }
             let name = if runs.len() == 1 {
                 what.to_string()
             } else {
@@ -1213,8 +1278,11 @@ pub(crate) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
         y,
         opts,
     );
-    c.note =
-        Some("The difference between the two ends is the network and the client's stack.".into());
+    c.note = Some(
+        "Time to the first response byte (first) and to the last (p50, p99), at each end; the difference \
+         between the two ends is the path between the capture points."
+            .into(),
+    );
     sec.figures.push(Figure {
         id: "bars".into(),
         chart: c,

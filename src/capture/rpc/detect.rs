@@ -13,6 +13,7 @@ pub fn by_port(port: u16, carrier: Carrier) -> Option<Proto> {
         (53 | 5353, _) => Proto::Dns,
         (80 | 8080 | 8000 | 3128, Carrier::Tcp) => Proto::Http,
         (1521 | 1522, Carrier::Tcp) => Proto::Tns,
+        (11111, _) => Proto::Sockperf,
         _ => return None,
     })
 }
@@ -33,6 +34,9 @@ pub fn by_content(dir: Dir, b: &[u8], carrier: Carrier) -> Option<Proto> {
             }
             if b.len() >= 17 && be16(b, 4) == Some(1) && super::dns::parse_message(b).is_some() {
                 return Some(Proto::Dns);
+            }
+            if dir == Dir::Request && super::sockperf::looks_like_request(b) {
+                return Some(Proto::Sockperf);
             }
             None
         }
@@ -79,6 +83,9 @@ pub fn by_content(dir: Dir, b: &[u8], carrier: Carrier) -> Option<Proto> {
                         && super::dns::parse_message(&b[2..]).is_some()
                     {
                         return Some(Proto::Dns);
+                    }
+                    if super::sockperf::looks_like_request(b) {
+                        return Some(Proto::Sockperf);
                     }
                     None
                 }

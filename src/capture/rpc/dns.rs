@@ -199,6 +199,7 @@ impl Protocol for Dns {
             response_end_ts: pdu.last_ts,
             request_seq: (self.carrier == Carrier::Tcp).then_some(p.seq),
             xid: Some(i.id as u32),
+            content: None,
             status: if i.rcode == 0 {
                 Status::Ok
             } else {

@@ -160,9 +160,25 @@ pub struct Driver {
     counts: DriverCounts,
     last_ts: Duration,
     last_sweep: Duration,
+    content: bool,
 }
 
 impl Driver {
+    /// Also hash each TCP request's leading bytes into [`Transaction::content`] (for `capture match`).
+    pub fn with_content(mut self) -> Self {
+        self.content = true;
+        self
+    }
+
+    fn make_matcher(&self, p: Proto, carrier: Carrier) -> Box<dyn ConnMatcher + Send> {
+        let m = p.matcher(carrier);
+        if self.content && carrier == Carrier::Tcp {
+            Box::new(super::Fingerprint::new(m))
+        } else {
+            m
+        }
+    }
+
     /// A driver choosing protocols as `choice` says.
     pub fn new(choice: ProtoChoice) -> Self {
         Driver {
@@ -173,6 +189,7 @@ impl Driver {
             counts: DriverCounts::default(),
             last_ts: Duration::ZERO,
             last_sweep: Duration::ZERO,
+            content: false,
         }
     }
 
@@ -224,6 +241,7 @@ impl Driver {
             };
             self.conns.insert(k, c);
         }
+        let content = self.content;
         let conn = self.conns.get_mut(&k).expect("inserted");
         conn.last_ts = s.ts;
         let dir = if src_is_a == conn.client_is_src_of_key {
@@ -236,7 +254,12 @@ impl Driver {
             let carrier = conn.info.carrier;
             if let Some(p) = detect::by_content(dir, s.payload, carrier) {
                 conn.info.proto = p;
-                conn.matcher = Some(p.matcher(carrier));
+                let m = p.matcher(carrier);
+                conn.matcher = Some(if content && carrier == Carrier::Tcp {
+                    Box::new(super::Fingerprint::new(m))
+                } else {
+                    m
+                });
             }
             conn.decided = true;
         }
@@ -448,11 +471,11 @@ impl Driver {
                 None => (Proto::Generic, false),
             },
         };
-        if udp && !matches!(proto, Proto::Nfs | Proto::Dns) && decided {
+        if udp && !matches!(proto, Proto::Nfs | Proto::Dns | Proto::Sockperf) && decided {
             return None;
         }
         let matcher = if decided || !udp {
-            Some(proto.matcher(carrier))
+            Some(self.make_matcher(proto, carrier))
         } else {
             None
         };

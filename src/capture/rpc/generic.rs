@@ -41,6 +41,7 @@ impl ConnMatcher for Generic {
                         response_end_ts: ts,
                         request_seq: Some(seq),
                         xid: None,
+                        content: None,
                         status: Status::Ok,
                     });
                 }

@@ -136,6 +136,7 @@ impl Http {
             response_end_ts: end,
             request_seq: Some(seq),
             xid: None,
+            content: None,
             status: if status >= 400 {
                 Status::Error
             } else {

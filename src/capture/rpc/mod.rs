@@ -23,6 +23,7 @@ pub mod oncrpc;
 pub mod pgsql;
 pub mod redis;
 pub mod run;
+pub mod sockperf;
 pub mod stats;
 pub mod tns;
 
@@ -74,9 +75,10 @@ pub enum Status {
 
 /// One request and its response.
 ///
-/// Times are capture timestamps. The latency of a transaction, as tshark's `rpc.time`, `dns.time` and
-/// `http.time` define it, runs from the packet that completes the request to the packet that completes the
-/// response ([`Transaction::latency`]); the first-byte times are kept as well.
+/// Times are capture timestamps. Two latencies are derived: to the response's first byte
+/// ([`Transaction::first_byte`], from the packet that completes the request to the first packet of the
+/// response, as tshark's `rpc,srt` and `smb2,srt`) and to its last byte ([`Transaction::last_byte`], to the
+/// packet that completes the response, which adds the transfer of a long response).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transaction {
     /// Connection number given by the driver (0 when driven by hand).
@@ -95,14 +97,159 @@ pub struct Transaction {
     pub request_seq: Option<u32>,
     /// Protocol identifier of the request (ONC-RPC XID, DNS ID), when it has one.
     pub xid: Option<u32>,
+    /// Hash of the request's leading bytes ([`CONTENT_BYTES`] of the stream from its first byte): what the
+    /// request says (SQL text, Redis command and key, sockperf sequence number, XID), the same on both sides of
+    /// a proxy. Only computed when asked ([`driver::Driver::with_content`]; TCP only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<u64>,
     /// What the response said.
     pub status: Status,
 }
 
 impl Transaction {
-    /// From the end of the request to the end of the response (tshark's definition).
+    /// From the end of the request to the end of the response: the time to the LAST byte of the response
+    /// (the server's time, one network round trip and the transfer of the response).
     pub fn latency(&self) -> Duration {
+        self.last_byte()
+    }
+
+    /// From the end of the request to the end of the response (the time to the last byte).
+    pub fn last_byte(&self) -> Duration {
         self.response_end_ts.saturating_sub(self.request_end_ts)
+    }
+
+    /// From the end of the request to the packet holding the response's FIRST byte: the server's time plus
+    /// one network round trip, without the transfer of the response (tshark's `rpc,srt` and `smb2,srt`).
+    pub fn first_byte(&self) -> Duration {
+        self.response_ts.saturating_sub(self.request_end_ts)
+    }
+}
+
+/// How many bytes of the request stream, from a request's first byte, its content hash covers.
+pub const CONTENT_BYTES: usize = 64;
+
+/// FNV-1a, 64 bits: a stable hash of a request's leading bytes (the same in every build and run).
+pub fn content_hash(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Largest request-stream window a [`Fingerprint`] keeps per connection; requests that started earlier get no
+/// content hash.
+pub const FINGERPRINT_WINDOW: usize = 256 * 1024;
+
+/// Wraps a connection's matcher to give each transaction the hash of its request's leading bytes
+/// ([`Transaction::content`]). The hash covers [`CONTENT_BYTES`] of the request stream from the request's
+/// first byte (fewer at the end of the stream), so it is the same in two captures of the same byte stream
+/// whatever the segmentation; transactions are held until those bytes have been seen.
+pub struct Fingerprint {
+    inner: Box<dyn ConnMatcher + Send>,
+    /// Request-direction bytes, `buf[0]` at sequence number `buf_seq`.
+    buf: std::collections::VecDeque<u8>,
+    buf_seq: u32,
+    started: bool,
+    held: std::collections::VecDeque<Transaction>,
+    scratch: Out,
+}
+
+impl Fingerprint {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn ConnMatcher + Send>) -> Self {
+        Fingerprint {
+            inner,
+            buf: std::collections::VecDeque::new(),
+            buf_seq: 0,
+            started: false,
+            held: std::collections::VecDeque::new(),
+            scratch: Out::default(),
+        }
+    }
+
+    fn end_seq(&self) -> u32 {
+        self.buf_seq.wrapping_add(self.buf.len() as u32)
+    }
+
+    /// Offset of `seq` in `buf`, when it is inside.
+    fn offset(&self, seq: u32) -> Option<usize> {
+        let off = seq.wrapping_sub(self.buf_seq) as usize;
+        (self.started && off <= self.buf.len()).then_some(off)
+    }
+
+    fn hash_at(&self, off: usize, n: usize) -> u64 {
+        let (a, b) = self.buf.as_slices();
+        let mut h = Vec::with_capacity(n);
+        for i in off..off + n {
+            h.push(if i < a.len() { a[i] } else { b[i - a.len()] });
+        }
+        content_hash(&h)
+    }
+
+    /// Moves what the inner matcher produced into `out`, holding transactions until their bytes are there.
+    fn release(&mut self, closing: bool, out: &mut Out) {
+        out.anomalies.append(&mut self.scratch.anomalies);
+        self.held.extend(self.scratch.transactions.drain(..));
+        while let Some(t) = self.held.front() {
+            match t.request_seq.and_then(|s| self.offset(s)) {
+                Some(off) => {
+                    let avail = self.buf.len() - off;
+                    if avail < CONTENT_BYTES && !closing {
+                        break;
+                    }
+                    let n = avail.min(CONTENT_BYTES);
+                    let h = (n > 0).then(|| self.hash_at(off, n));
+                    let mut t = self.held.pop_front().expect("present");
+                    t.content = h;
+                    out.transactions.push(t);
+                }
+                None => {
+                    let t = self.held.pop_front().expect("present");
+                    out.transactions.push(t);
+                }
+            }
+        }
+        if self.buf.len() > FINGERPRINT_WINDOW {
+            let cut = self.buf.len() - FINGERPRINT_WINDOW;
+            self.buf.drain(..cut);
+            self.buf_seq = self.buf_seq.wrapping_add(cut as u32);
+        }
+    }
+}
+
+impl ConnMatcher for Fingerprint {
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
+        if dir == Dir::Request {
+            if !self.started || seq != self.end_seq() {
+                self.buf.clear();
+                self.buf_seq = seq;
+                self.started = true;
+            }
+            self.buf.extend(data.iter().copied());
+        }
+        self.scratch.conn = out.conn;
+        self.inner.on_data(dir, ts, seq, data, &mut self.scratch);
+        self.release(false, out);
+    }
+
+    fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out) {
+        if dir == Dir::Request && self.started {
+            // Bytes nobody saw: hashes cannot cover them; start again after the hole.
+            let end = self.end_seq().wrapping_add(len as u32);
+            self.buf.clear();
+            self.buf_seq = end;
+        }
+        self.scratch.conn = out.conn;
+        self.inner.on_gap(dir, ts, len, &mut self.scratch);
+        self.release(false, out);
+    }
+
+    fn on_close(&mut self, ts: Duration, out: &mut Out) {
+        self.scratch.conn = out.conn;
+        self.inner.on_close(ts, &mut self.scratch);
+        self.release(true, out);
     }
 }
 
@@ -215,13 +362,15 @@ pub enum Proto {
     Http,
     /// Oracle TNS.
     Tns,
+    /// sockperf / `roundtrip ping` ping-pong messages, over TCP and UDP.
+    Sockperf,
     /// Any TCP request/response turns.
     Generic,
 }
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 8] = [
+    pub const ALL: [Proto; 9] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -229,6 +378,7 @@ impl Proto {
         Proto::Dns,
         Proto::Http,
         Proto::Tns,
+        Proto::Sockperf,
         Proto::Generic,
     ];
 
@@ -242,6 +392,7 @@ impl Proto {
             Proto::Dns => "dns",
             Proto::Http => "http",
             Proto::Tns => "tns",
+            Proto::Sockperf => "sockperf",
             Proto::Generic => "generic",
         }
     }
@@ -270,6 +421,10 @@ impl Proto {
             Proto::Dns => Box::new(Framed::new(dns::Dns::new(carrier), carrier)),
             Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
             Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
+            Proto::Sockperf => Box::new(Framed::new(
+                sockperf::Sockperf::new(carrier == Carrier::Udp),
+                carrier,
+            )),
             Proto::Generic => Box::new(generic::Generic::new()),
         }
     }
@@ -706,7 +861,7 @@ mod tests {
 mod tests_fixtures;
 
 /// Drives a fresh matcher of `proto` from a byte script, for fuzzing and randomised tests: the first byte picks
-/// TCP or UDP; then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
+/// TCP or UDP (bit 0) and, for TCP, whether the matcher is wrapped in a [`Fingerprint`] (bit 1); then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
 /// length) followed by that many data bytes. Never panics, whatever the bytes.
 pub fn replay(proto: Proto, script: &[u8]) -> Out {
     let Some((&first, mut rest)) = script.split_first() else {
@@ -718,6 +873,9 @@ pub fn replay(proto: Proto, script: &[u8]) -> Out {
         Carrier::Udp
     };
     let mut m = proto.matcher(carrier);
+    if carrier == Carrier::Tcp && first & 2 != 0 {
+        m = Box::new(Fingerprint::new(m));
+    }
     let mut out = Out::default();
     let mut seq = [0u32; 2];
     let mut t = 0u64;

@@ -151,6 +151,7 @@ impl Mysql {
             response_end_ts: c.resp_last,
             request_seq: Some(c.seq),
             xid: None,
+            content: None,
             status: if c.error { Status::Error } else { Status::Ok },
         });
     }

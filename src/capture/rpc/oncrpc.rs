@@ -480,6 +480,7 @@ impl Protocol for OncRpc {
                     response_end_ts: pdu.last_ts,
                     request_seq: (self.carrier == Carrier::Tcp).then_some(p.seq),
                     xid: Some(xid),
+                    content: None,
                     status: if ok { Status::Ok } else { Status::Error },
                 });
             }

@@ -269,6 +269,7 @@ impl Protocol for Pgsql {
                         response_end_ts: pdu.last_ts,
                         request_seq: Some(seq),
                         xid: None,
+                        content: None,
                         status: if error { Status::Error } else { Status::Ok },
                     });
                 }

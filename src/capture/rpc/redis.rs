@@ -441,6 +441,7 @@ impl Protocol for Redis {
                     response_end_ts: pdu.last_ts,
                     request_seq: Some(seq),
                     xid: None,
+                    content: None,
                     status: if t.error { Status::Error } else { Status::Ok },
                 });
             }

@@ -18,8 +18,17 @@ pub fn feed(
     choice: ProtoChoice,
     sink: &mut dyn Sink,
 ) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
+    feed_with(path, filter, Driver::new(choice), sink)
+}
+
+/// [`feed`] through a driver set up by the caller (e.g. [`Driver::with_content`]).
+pub fn feed_with(
+    path: &Path,
+    filter: &Filter,
+    mut driver: Driver,
+    sink: &mut dyn Sink,
+) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
     let mut pk = Packets::open(path)?;
-    let mut driver = Driver::new(choice);
     let mut matched = 0u64;
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
@@ -90,13 +99,14 @@ pub fn run_rpc(
     })
 }
 
-/// Every transaction of one capture with its connection (for `capture match`).
+/// Every transaction of one capture with its connection and the hash of its request's leading bytes (for
+/// `capture match`).
 pub fn collect(
     path: &Path,
     filter: &Filter,
     choice: ProtoChoice,
 ) -> Result<(CaptureInfo, Collect), CaptureError> {
     let mut c = Collect::default();
-    let (info, _) = feed(path, filter, choice, &mut c)?;
+    let (info, _) = feed_with(path, filter, Driver::new(choice).with_content(), &mut c)?;
     Ok((info, c))
 }

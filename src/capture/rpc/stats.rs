@@ -15,8 +15,10 @@ use std::time::Duration;
 /// One of the slowest requests.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Slow {
-    /// Latency (request end to response end), nanoseconds.
-    pub latency_ns: u64,
+    /// Time to the response's last byte (request end to the packet that completes the response), nanoseconds.
+    pub last_byte_ns: u64,
+    /// Time to the response's first byte (request end to the first packet of the response), nanoseconds.
+    pub first_byte_ns: u64,
     /// Protocol.
     pub proto: Proto,
     /// Operation.
@@ -45,8 +47,8 @@ impl PartialOrd for Slow {
 
 impl Ord for Slow {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.latency_ns
-            .cmp(&other.latency_ns)
+        self.last_byte_ns
+            .cmp(&other.last_byte_ns)
             .then_with(|| other.request_unix_s.total_cmp(&self.request_unix_s))
     }
 }
@@ -58,27 +60,38 @@ pub struct OpStats {
     pub proto: Proto,
     /// Operation name.
     pub op: String,
-    /// Latencies.
-    pub latency: LatencyHistogram,
+    /// Times to the response's last byte.
+    pub last_byte: LatencyHistogram,
+    /// Times to the response's first byte.
+    pub first_byte: LatencyHistogram,
     /// Responses that reported an error.
     pub errors: u64,
 }
 
-/// One row per interval (by the time the response completed).
+/// One row per interval (by the time the response completed). `mean_ns` .. `max_ns` are times to the
+/// response's last byte, `first_byte_*` to its first byte.
 #[derive(Debug, Clone, Serialize)]
 pub struct IntervalRow {
     /// Start of the interval, seconds since the first transaction's request.
     pub start_s: f64,
     /// Transactions completed in the interval.
     pub count: u64,
-    /// Mean latency.
+    /// Mean time to the last byte.
     pub mean_ns: f64,
-    /// Median latency.
+    /// Median time to the last byte.
     pub p50_ns: u64,
-    /// 99th percentile.
+    /// 99th percentile of the time to the last byte.
     pub p99_ns: u64,
-    /// Largest latency.
+    /// Largest time to the last byte.
     pub max_ns: u64,
+    /// Mean time to the first byte.
+    pub first_byte_mean_ns: f64,
+    /// Median time to the first byte.
+    pub first_byte_p50_ns: u64,
+    /// 99th percentile of the time to the first byte.
+    pub first_byte_p99_ns: u64,
+    /// Largest time to the first byte.
+    pub first_byte_max_ns: u64,
 }
 
 /// Statistics of one connection.
@@ -88,10 +101,14 @@ pub struct ConnStats {
     pub conn: ConnInfo,
     /// Transactions.
     pub count: u64,
-    /// Mean latency.
+    /// Mean time to the response's last byte.
     pub mean_ns: f64,
-    /// Largest latency.
+    /// Largest time to the last byte.
     pub max_ns: u64,
+    /// Mean time to the response's first byte.
+    pub first_byte_mean_ns: f64,
+    /// Largest time to the first byte.
+    pub first_byte_max_ns: u64,
     /// Errors.
     pub errors: u64,
 }
@@ -127,7 +144,7 @@ pub struct RpcStats {
     slowest: BinaryHeap<Reverse<Slow>>,
     anomalies: BTreeMap<(Proto, AnomalyKind), u64>,
     intervals: Vec<IntervalRow>,
-    cur: Option<(Duration, LatencyHistogram)>,
+    cur: Option<(Duration, LatencyHistogram, LatencyHistogram)>,
     origin: Option<Duration>,
     conns: BTreeMap<u64, ConnStats>,
     transactions: u64,
@@ -153,8 +170,8 @@ impl RpcStats {
     /// Adds one transaction.
     pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
         self.transactions += 1;
-        let lat = t.latency();
-        let ns = u64::try_from(lat.as_nanos()).unwrap_or(u64::MAX);
+        let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
+        let first_ns = u64::try_from(t.first_byte().as_nanos()).unwrap_or(u64::MAX);
         let error = t.status == Status::Error;
         let hit = |o: &OpStats| o.proto == conn.proto && o.op == t.op.as_ref();
         let idx = if self.ops.get(self.last_op).is_some_and(hit) {
@@ -165,24 +182,27 @@ impl RpcStats {
             self.ops.push(OpStats {
                 proto: conn.proto,
                 op: t.op.to_string(),
-                latency: LatencyHistogram::new(),
+                last_byte: LatencyHistogram::new(),
+                first_byte: LatencyHistogram::new(),
                 errors: 0,
             });
             self.ops.len() - 1
         };
         self.last_op = idx;
         let e = &mut self.ops[idx];
-        e.latency.record_ns(ns);
+        e.last_byte.record_ns(ns);
+        e.first_byte.record_ns(first_ns);
         e.errors += error as u64;
         if self.config.top > 0 {
             let worth = self.slowest.len() < self.config.top
                 || self
                     .slowest
                     .peek()
-                    .is_some_and(|Reverse(s)| s.latency_ns < ns);
+                    .is_some_and(|Reverse(s)| s.last_byte_ns < ns);
             if worth {
                 self.slowest.push(Reverse(Slow {
-                    latency_ns: ns,
+                    last_byte_ns: ns,
+                    first_byte_ns: first_ns,
                     proto: conn.proto,
                     op: t.op.to_string(),
                     request_unix_s: t.request_ts.as_secs_f64(),
@@ -202,13 +222,14 @@ impl RpcStats {
             let at = t.response_end_ts.saturating_sub(origin);
             let idx = at.as_nanos() / iv.as_nanos().max(1);
             let start = Duration::from_nanos((idx * iv.as_nanos()) as u64);
-            let same = self.cur.as_ref().is_some_and(|(s, _)| *s == start);
+            let same = self.cur.as_ref().is_some_and(|(s, _, _)| *s == start);
             if !same {
                 self.close_interval();
-                self.cur = Some((start, LatencyHistogram::new()));
+                self.cur = Some((start, LatencyHistogram::new(), LatencyHistogram::new()));
             }
-            if let Some((_, h)) = &mut self.cur {
+            if let Some((_, h, f)) = &mut self.cur {
                 h.record_ns(ns);
+                f.record_ns(first_ns);
             }
         }
         if self.config.by_conn {
@@ -217,18 +238,23 @@ impl RpcStats {
                 count: 0,
                 mean_ns: 0.0,
                 max_ns: 0,
+                first_byte_mean_ns: 0.0,
+                first_byte_max_ns: 0,
                 errors: 0,
             });
             c.count += 1;
             c.mean_ns += (ns as f64 - c.mean_ns) / c.count as f64;
             c.max_ns = c.max_ns.max(ns);
+            c.first_byte_mean_ns += (first_ns as f64 - c.first_byte_mean_ns) / c.count as f64;
+            c.first_byte_max_ns = c.first_byte_max_ns.max(first_ns);
             c.errors += error as u64;
         }
     }
 
     fn close_interval(&mut self) {
-        if let Some((start, h)) = self.cur.take() {
+        if let Some((start, h, f)) = self.cur.take() {
             let s = h.summary();
+            let f = f.summary();
             self.intervals.push(IntervalRow {
                 start_s: start.as_secs_f64(),
                 count: s.count,
@@ -236,6 +262,10 @@ impl RpcStats {
                 p50_ns: s.p50_ns,
                 p99_ns: s.p99_ns,
                 max_ns: s.max_ns,
+                first_byte_mean_ns: f.mean_ns,
+                first_byte_p50_ns: f.p50_ns,
+                first_byte_p99_ns: f.p99_ns,
+                first_byte_max_ns: f.max_ns,
             });
         }
     }
@@ -258,7 +288,7 @@ impl RpcStats {
             a.proto
                 .name()
                 .cmp(b.proto.name())
-                .then(b.latency.len().cmp(&a.latency.len()))
+                .then(b.last_byte.len().cmp(&a.last_byte.len()))
                 .then(a.op.cmp(&b.op))
         });
         let mut slowest: Vec<Slow> = self.slowest.into_iter().map(|Reverse(s)| s).collect();
@@ -270,7 +300,8 @@ impl RpcStats {
                     proto: o.proto,
                     op: o.op,
                     errors: o.errors,
-                    latency: o.latency.summary(),
+                    last_byte: o.last_byte.summary(),
+                    first_byte: o.first_byte.summary(),
                 })
                 .collect(),
             slowest,
@@ -309,8 +340,12 @@ pub struct OpRow {
     pub op: String,
     /// Responses reporting an error.
     pub errors: u64,
-    /// Latency summary (request end to response end).
-    pub latency: Summary,
+    /// Time to the response's first byte: request end to the first packet of the response (the server plus
+    /// one network round trip; tshark's `rpc,srt` SRT).
+    pub first_byte: Summary,
+    /// Time to the response's last byte: request end to the packet that completes the response (adds the
+    /// transfer of the response).
+    pub last_byte: Summary,
 }
 
 /// Count of one kind of anomaly.

@@ -97,6 +97,30 @@ fn rpc_call_and_reply() {
 }
 
 #[test]
+fn long_read_reply_first_and_last_byte() {
+    // A 32 KiB READ reply in three segments: the first byte arrives 2 ms after the request ended, the last
+    // at 30 ms (the transfer); the request itself ended at 1 ms.
+    let call = rpc_call(9, 100003, 3, 6, 40);
+    let reply = rpc_reply(9, 0, 32 * 1024);
+    let out = run(
+        Proto::Nfs,
+        Carrier::Tcp,
+        &[
+            D(Q, 0, &call[..20]),
+            D(Q, 1, &call[20..]),
+            D(R, 3, &reply[..1000]),
+            D(R, 10, &reply[1000..20000]),
+            D(R, 30, &reply[20000..]),
+            Close(40),
+        ],
+    );
+    let t = &out.transactions[0];
+    assert_eq!(t.first_byte(), ms(2));
+    assert_eq!(t.last_byte(), ms(29));
+    assert_eq!(t.latency(), t.last_byte());
+}
+
+#[test]
 fn rpc_split_across_segments_and_pipelined() {
     let c1 = rpc_call(10, 100003, 3, 7, 8192); // WRITE with a body
     let c2 = rpc_call(11, 100003, 3, 1, 32); // GETATTR
@@ -722,4 +746,118 @@ fn random_scripts_through_replay_never_panic() {
             let _ = replay(proto, &script);
         }
     }
+}
+
+// ---------- sockperf ----------
+
+fn sp(seq: u64, flags: u16, len: usize) -> Vec<u8> {
+    let mut m = seq.to_be_bytes().to_vec();
+    m.extend_from_slice(&flags.to_be_bytes());
+    m.extend_from_slice(&(len as u32).to_be_bytes());
+    m.resize(len, 0x5a);
+    m
+}
+
+#[test]
+fn sockperf_pings_warmup_control_and_split_messages() {
+    // hello (control), a warm-up message the server answers but that is no request, two pings, the second
+    // split across segments and its answer too; a ping left unanswered at the end.
+    let hello = sp(u64::MAX, 3, 40);
+    let p1 = sp(1, 3, 64);
+    let p2 = sp(2, 3, 64);
+    let mut two = sp(7, 7, 64);
+    two.extend(sp(3, 3, 64));
+    let out = run(
+        Proto::Sockperf,
+        Carrier::Tcp,
+        &[
+            D(Q, 0, &hello),
+            D(R, 2, &sp(u64::MAX, 0, 40)),
+            D(Q, 3, &two),
+            D(R, 4, &sp(7, 4, 64)),
+            D(R, 5, &sp(3, 2, 64)),
+            D(Q, 10, &p1),
+            D(R, 13, &sp(1, 2, 64)),
+            D(Q, 20, &p2[..10]),
+            D(Q, 21, &p2[10..]),
+            D(R, 25, &sp(2, 2, 64)[..30]),
+            D(R, 29, &sp(2, 2, 64)[30..]),
+            D(Q, 40, &sp(4, 3, 64)),
+            Close(50),
+        ],
+    );
+    let got: Vec<(String, u64)> = out
+        .transactions
+        .iter()
+        .map(|t| (t.op.to_string(), t.first_byte().as_millis() as u64))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("control".into(), 2),
+            ("ping".into(), 2),
+            ("ping".into(), 3),
+            ("ping".into(), 4),
+        ]
+    );
+    let last = &out.transactions[3];
+    assert_eq!(last.last_byte(), ms(8));
+    assert_eq!(last.request_seq, Some(1000 + 40 + 128 + 64));
+    assert_eq!(kinds(&out), vec![A::NoResponse]);
+}
+
+#[test]
+fn sockperf_udp_by_sequence_number() {
+    let out = run(
+        Proto::Sockperf,
+        Carrier::Udp,
+        &[
+            D(Q, 0, &sp(1, 3, 64)),
+            D(Q, 1, &sp(2, 3, 64)),
+            D(R, 5, &sp(2, 2, 64)),
+            D(R, 6, &sp(9, 2, 64)),
+            Close(9),
+        ],
+    );
+    assert_eq!(ops(&out), vec![("ping".into(), 4, Status::Ok)]);
+    assert_eq!(kinds(&out), vec![A::ResponseWithoutRequest, A::NoResponse]);
+}
+
+/// The content hash depends on the bytes of the request stream only, not on how they were segmented.
+#[test]
+fn fingerprint_is_the_same_whatever_the_segmentation() {
+    let reqs: Vec<Vec<u8>> = (1..=5).map(|s| sp(s, 3, 40)).collect();
+    let stream: Vec<u8> = reqs.concat();
+    let hashes = |cuts: &[usize]| -> Vec<Option<u64>> {
+        let mut m = Fingerprint::new(Proto::Sockperf.matcher(Carrier::Tcp));
+        let mut out = Out::new(1);
+        let mut sent = 0usize;
+        let mut t = 0;
+        for (k, r) in reqs.iter().enumerate() {
+            let end = stream
+                .len()
+                .min(sent.max((k + 1) * 40) + cuts[k % cuts.len()]);
+            if end > sent {
+                m.on_data(Q, ms(t), 1000 + sent as u32, &stream[sent..end], &mut out);
+                sent = end;
+            }
+            t += 1;
+            let seqno = u64::from_be_bytes(r[..8].try_into().unwrap());
+            m.on_data(R, ms(t), 9000 + k as u32 * 40, &sp(seqno, 2, 40), &mut out);
+            t += 1;
+        }
+        m.on_close(ms(t), &mut out);
+        assert_eq!(out.transactions.len(), 5);
+        out.transactions.iter().map(|t| t.content).collect()
+    };
+    let a = hashes(&[0]);
+    let b = hashes(&[7, 33, 0]);
+    assert_eq!(a, b);
+    assert!(a.iter().all(|h| h.is_some()));
+    // Different requests, different hashes.
+    let mut u = a.clone();
+    u.dedup();
+    assert_eq!(u.len(), 5);
+    assert_eq!(a[0], Some(content_hash(&stream[..CONTENT_BYTES])));
+    assert_eq!(a[4], Some(content_hash(&stream[160..])));
 }

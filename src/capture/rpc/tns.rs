@@ -77,6 +77,7 @@ impl Tns {
                 response_end_ts: last,
                 request_seq: Some(seq),
                 xid: None,
+                content: None,
                 status: if refused { Status::Error } else { Status::Ok },
             });
         }
