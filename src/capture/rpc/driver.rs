@@ -6,10 +6,12 @@
 //! and the requests still waiting for their response.
 #![forbid(unsafe_code)]
 
+use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Out-of-order bytes held per direction before the hole is declared lost.
@@ -149,6 +151,12 @@ pub struct DriverCounts {
     pub retransmitted_segments: u64,
     /// Bytes reported to the parsers as missing.
     pub gap_bytes: u64,
+    /// TCP connections that carried TLS.
+    pub tls_connections: u64,
+    /// TLS connections decrypted with keys from the key log.
+    pub tls_decrypted: u64,
+    /// TLS connections a key log was given for but had no (working) key: timed as turns.
+    pub tls_no_key: u64,
 }
 
 /// Routes decoded packets to per-connection matchers.
@@ -160,9 +168,28 @@ pub struct Driver {
     counts: DriverCounts,
     last_ts: Duration,
     last_sweep: Duration,
+    keylog: Option<Arc<KeyLog>>,
 }
 
 impl Driver {
+    /// Decrypts TLS with the session keys of this key log.
+    pub fn set_keylog(&mut self, keylog: Option<Arc<KeyLog>>) {
+        self.keylog = keylog;
+    }
+
+    /// A matcher for `proto`; on TCP inside a TLS layer that takes over when a TLS handshake starts.
+    fn matcher(&self, proto: Proto, carrier: Carrier) -> Box<dyn ConnMatcher + Send> {
+        match (proto, carrier) {
+            (Proto::Tls, _) => Box::new(super::tls::Tls::new(self.keylog.clone())),
+            (_, Carrier::Tcp) => Box::new(super::tls::Tls::wrap(
+                proto,
+                proto.matcher(carrier),
+                self.keylog.clone(),
+            )),
+            (_, Carrier::Udp) => proto.matcher(carrier),
+        }
+    }
+
     /// A driver choosing protocols as `choice` says.
     pub fn new(choice: ProtoChoice) -> Self {
         Driver {
@@ -173,6 +200,7 @@ impl Driver {
             counts: DriverCounts::default(),
             last_ts: Duration::ZERO,
             last_sweep: Duration::ZERO,
+            keylog: None,
         }
     }
 
@@ -236,7 +264,13 @@ impl Driver {
             let carrier = conn.info.carrier;
             if let Some(p) = detect::by_content(dir, s.payload, carrier) {
                 conn.info.proto = p;
-                conn.matcher = Some(p.matcher(carrier));
+                conn.matcher = Some(match (p, carrier, &self.keylog) {
+                    (Proto::Tls, _, k) => Box::new(super::tls::Tls::new(k.clone())),
+                    (_, Carrier::Tcp, k) => {
+                        Box::new(super::tls::Tls::wrap(p, p.matcher(carrier), k.clone()))
+                    }
+                    (_, Carrier::Udp, _) => p.matcher(carrier),
+                });
             }
             conn.decided = true;
         }
@@ -350,6 +384,11 @@ impl Driver {
                 }
             }
         }
+        if conn.info.proto == Proto::Tls
+            && let Some(p) = conn.matcher.as_ref().and_then(|m| m.tls()?.inner)
+        {
+            conn.info.proto = p;
+        }
         let info = conn.info.clone();
         let closed = conn.closed;
         Self::flush(&mut self.out, &info, sink);
@@ -452,7 +491,7 @@ impl Driver {
             return None;
         }
         let matcher = if decided || !udp {
-            Some(proto.matcher(carrier))
+            Some(self.matcher(proto, carrier))
         } else {
             None
         };
@@ -495,6 +534,11 @@ impl Driver {
                 }
             }
             m.on_close(ts.max(c.last_ts), &mut self.out);
+            if let Some(t) = m.tls().filter(|t| t.seen) {
+                self.counts.tls_connections += 1;
+                self.counts.tls_decrypted += t.decrypted as u64;
+                self.counts.tls_no_key += t.no_key as u64;
+            }
         }
         Self::flush(&mut self.out, &c.info, sink);
     }

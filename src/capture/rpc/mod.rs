@@ -24,6 +24,8 @@ pub mod pgsql;
 pub mod redis;
 pub mod run;
 pub mod stats;
+pub mod tls;
+pub mod tlskeys;
 pub mod tns;
 
 pub use driver::Driver;
@@ -195,6 +197,10 @@ pub trait ConnMatcher {
     fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out);
     /// The connection closed or the capture ended: requests still open are reported.
     fn on_close(&mut self, ts: Duration, out: &mut Out);
+    /// What the TLS layer saw, for a matcher that handles TLS (None otherwise).
+    fn tls(&self) -> Option<tls::TlsStatus> {
+        None
+    }
 }
 
 /// The protocols `capture rpc` knows.
@@ -217,11 +223,13 @@ pub enum Proto {
     Tns,
     /// Any TCP request/response turns.
     Generic,
+    /// TLS carrying a protocol not known from the port: turns of TLS records, or the decrypted protocol.
+    Tls,
 }
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 8] = [
+    pub const ALL: [Proto; 9] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -230,6 +238,7 @@ impl Proto {
         Proto::Http,
         Proto::Tns,
         Proto::Generic,
+        Proto::Tls,
     ];
 
     /// The name used on the command line and in reports.
@@ -243,6 +252,7 @@ impl Proto {
             Proto::Http => "http",
             Proto::Tns => "tns",
             Proto::Generic => "generic",
+            Proto::Tls => "tls",
         }
     }
 
@@ -256,6 +266,7 @@ impl Proto {
                 "postgres" | "postgresql" => Some(Proto::Pgsql),
                 "mariadb" => Some(Proto::Mysql),
                 "oracle" => Some(Proto::Tns),
+                "ssl" | "https" => Some(Proto::Tls),
                 _ => None,
             })
     }
@@ -271,6 +282,7 @@ impl Proto {
             Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
             Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
             Proto::Generic => Box::new(generic::Generic::new()),
+            Proto::Tls => Box::new(tls::Tls::new(None)),
         }
     }
 }

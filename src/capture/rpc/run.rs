@@ -3,12 +3,14 @@
 
 use super::driver::{DriverCounts, L4, ProtoChoice, Segment, Sink};
 use super::stats::{Collect, RpcReport, RpcStats, StatsConfig};
+use super::tlskeys::KeyLog;
 use super::{Driver, Proto};
 use crate::capture::decode::Transport;
 use crate::capture::{CaptureError, CaptureInfo, Filter, Packets};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Feeds every TCP/UDP packet of `path` that passes `filter` to a driver, then closes what is still open.
@@ -18,8 +20,20 @@ pub fn feed(
     choice: ProtoChoice,
     sink: &mut dyn Sink,
 ) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
+    feed_keylog(path, filter, choice, None, sink)
+}
+
+/// [`feed`], decrypting TLS with the session keys of `keylog`.
+pub fn feed_keylog(
+    path: &Path,
+    filter: &Filter,
+    choice: ProtoChoice,
+    keylog: Option<Arc<KeyLog>>,
+    sink: &mut dyn Sink,
+) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
     let mut pk = Packets::open(path)?;
     let mut driver = Driver::new(choice);
+    driver.set_keylog(keylog);
     let mut matched = 0u64;
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
@@ -77,8 +91,19 @@ pub fn run_rpc(
     choice: ProtoChoice,
     config: StatsConfig,
 ) -> Result<RpcResult, CaptureError> {
+    run_rpc_keylog(path, filter, choice, config, None)
+}
+
+/// [`run_rpc`], decrypting TLS with the session keys of `keylog`.
+pub fn run_rpc_keylog(
+    path: &Path,
+    filter: &Filter,
+    choice: ProtoChoice,
+    config: StatsConfig,
+    keylog: Option<Arc<KeyLog>>,
+) -> Result<RpcResult, CaptureError> {
     let mut stats = RpcStats::new(config);
-    let (capture, counts) = feed(path, filter, choice, &mut stats)?;
+    let (capture, counts) = feed_keylog(path, filter, choice, keylog, &mut stats)?;
     Ok(RpcResult {
         capture,
         forced_proto: match choice {
