@@ -176,3 +176,235 @@ fn pgsql_over_tls_is_timed_as_turns() {
         .stdout(predicates::str::contains("tls turn"))
         .stderr(predicates::str::contains("statements cannot be named"));
 }
+
+fn tshark_fields(file: &Path, keylog: &Path, filter: &str, field: &str) -> Vec<String> {
+    let o = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .arg("-o")
+        .arg(format!("tls.keylog_file:{}", keylog.display()))
+        .args(["-Y", filter, "-T", "fields", "-e", field])
+        .output()
+        .expect("tshark runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// With the client's key log, TLS 1.3 and TLS 1.2 (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305) sessions
+/// are decrypted: every query is named, as many as tshark decrypts from the same capture and key log, and
+/// the text tshark decrypts is the text the client sent.
+#[test]
+fn pgsql_over_tls_decrypted_with_a_key_log_agrees_with_tshark() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let n = 6;
+    let variants: [(&str, &[&str], &str); 4] = [
+        ("tls13", &[], "TLSv1.3"),
+        (
+            "aes128",
+            &["--tls12", "ECDHE-RSA-AES128-GCM-SHA256"],
+            "TLSv1.2",
+        ),
+        (
+            "aes256",
+            &["--tls12", "ECDHE-RSA-AES256-GCM-SHA384"],
+            "TLSv1.2",
+        ),
+        (
+            "chacha",
+            &["--tls12", "ECDHE-RSA-CHACHA20-POLY1305"],
+            "TLSv1.2",
+        ),
+    ];
+    for (name, args, version) in variants {
+        let keylog = dir.path().join(format!("{name}.keys"));
+        let mut a = vec!["--keylog", keylog.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let (file, printed) = pg_tls_session(dir.path(), name, n, &a);
+        assert!(printed[0].starts_with(version), "{name}: {printed:?}");
+        let queries = &printed[1..];
+        let j = rpc_json(&file, &["--keylog", keylog.to_str().unwrap()]);
+        assert_eq!(j["counts"]["tls_decrypted"], 1, "{name}");
+        let mut o = ops(&j);
+        o.sort();
+        assert_eq!(
+            o,
+            vec![
+                ("pgsql".into(), "SELECT".into(), n as u64),
+                ("pgsql".into(), "STARTUP".into(), 1)
+            ],
+            "{name}"
+        );
+        assert_eq!(anomaly(&j, "unparseable bytes"), 0, "{name}");
+        let theirs = tshark_fields(
+            &file,
+            &keylog,
+            "pgsql.type == \"Simple query\"",
+            "pgsql.query",
+        );
+        assert_eq!(
+            theirs, queries,
+            "{name}: tshark decrypts what the client sent"
+        );
+        assert_eq!(theirs.len() as u64, o[0].2, "{name}");
+    }
+}
+
+/// A running `openssl s_server -www` answering `accepts` connections; its port.
+fn s_server(dir: &Path, accepts: usize, suite_args: &[&str]) -> (Child, u16) {
+    let key = dir.join("key.pem");
+    let cert = dir.join("cert.pem");
+    if !cert.exists() {
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "openssl req");
+    }
+    let mut child = std::process::Command::new("openssl")
+        .args(["s_server", "-accept", "127.0.0.1:0", "-www", "-naccept"])
+        .arg(accepts.to_string())
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .args(suite_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_server starts");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("ACCEPT") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "s_server ended");
+    }
+    let port = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    (child, port)
+}
+
+/// HTTPS on an unknown port, found by its ClientHello, with curl writing the key log: the TLS 1.3 suites
+/// AES-128-GCM and ChaCha20-Poly1305 and TLS 1.2 ECDHE-ECDSA-AES256-GCM decrypt to the GET requests tshark
+/// finds; a key log of other sessions leaves them timed as turns; a key file that is not one is an error
+/// naming it.
+#[test]
+fn https_decrypted_with_curls_key_log_agrees_with_tshark() {
+    if !ready() || !common::have("curl") || !common::have("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            "aes128",
+            &["-ciphersuites", "TLS_AES_128_GCM_SHA256"],
+            "0x1301",
+        ),
+        (
+            "chacha13",
+            &["-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"],
+            "0x1303",
+        ),
+        (
+            "ecdsa12",
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"],
+            "0xc02c",
+        ),
+    ];
+    let mut first_keylog: Option<String> = None;
+    for (name, suite, id) in cases {
+        let (mut server, port) = s_server(dir.path(), 2, suite);
+        let file = dir.path().join(format!("{name}.pcap"));
+        let keylog = dir.path().join(format!("{name}.keys"));
+        let mut dump = Tcpdump::start(&file, &format!("tcp port {port}"));
+        let url = format!("https://127.0.0.1:{port}/");
+        let ok = std::process::Command::new("curl")
+            .env("SSLKEYLOGFILE", &keylog)
+            .args([
+                "-sk",
+                "--http1.1",
+                "-o",
+                "/dev/null",
+                "-o",
+                "/dev/null",
+                &url,
+                &url,
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "{name}: curl");
+        dump.stop();
+        let _ = server.kill();
+        let _ = server.wait();
+        let suites = tshark_fields(
+            &file,
+            &keylog,
+            "tls.handshake.type == 2",
+            "tls.handshake.ciphersuite",
+        );
+        assert_eq!(suites, vec![id; 2], "{name}");
+        let gets = tshark_fields(&file, &keylog, "http.request", "http.request.method");
+        let j = rpc_json(&file, &["--keylog", keylog.to_str().unwrap()]);
+        assert_eq!(j["counts"]["tls_decrypted"], 2, "{name}");
+        assert_eq!(
+            ops(&j),
+            vec![("http".into(), "GET".into(), gets.len() as u64)],
+            "{name}"
+        );
+        assert_eq!(gets, vec!["GET"; 2], "{name}");
+        // Keys of other sessions: turn timing, said so.
+        if let Some(other) = first_keylog.as_deref() {
+            let j = rpc_json(&file, &["--keylog", other]);
+            assert_eq!(j["counts"]["tls_no_key"], 2, "{name}");
+            assert!(
+                ops(&j)
+                    .iter()
+                    .all(|(p, op, _)| p == "tls" && op == "tls turn")
+            );
+            Command::cargo_bin("roundtrip")
+                .unwrap()
+                .args(["capture", "rpc", file.to_str().unwrap(), "--keylog", other])
+                .assert()
+                .success()
+                .stderr(predicates::str::contains("without a working key"));
+        }
+        first_keylog.get_or_insert(keylog.to_str().unwrap().to_string());
+    }
+    let bad = dir.path().join("bad.keys");
+    std::fs::write(&bad, "CLIENT_RANDOM zz\n").unwrap();
+    let o = Command::cargo_bin("roundtrip")
+        .unwrap()
+        .args([
+            "capture",
+            "rpc",
+            "/dev/null",
+            "--keylog",
+            bad.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.keys:1: not a TLS key log line"), "{err}");
+}
