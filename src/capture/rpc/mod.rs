@@ -721,6 +721,14 @@ mod tests_fixtures;
 /// TCP or UDP; then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
 /// length) followed by that many data bytes. Never panics, whatever the bytes.
 pub fn replay(proto: Proto, script: &[u8]) -> Out {
+    replay_into(|carrier| proto.matcher(carrier), script)
+}
+
+/// [`replay`] into the matcher `make` gives for the carrier the script picks.
+pub fn replay_into(
+    make: impl FnOnce(Carrier) -> Box<dyn ConnMatcher + Send>,
+    script: &[u8],
+) -> Out {
     let Some((&first, mut rest)) = script.split_first() else {
         return Out::default();
     };
@@ -729,7 +737,7 @@ pub fn replay(proto: Proto, script: &[u8]) -> Out {
     } else {
         Carrier::Udp
     };
-    let mut m = proto.matcher(carrier);
+    let mut m = make(carrier);
     let mut out = Out::default();
     let mut seq = [0u32; 2];
     let mut t = 0u64;

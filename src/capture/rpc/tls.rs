@@ -613,4 +613,52 @@ mod tests {
         assert!(is_client_hello(&client_hello()));
         assert!(!is_server_hello(&client_hello()));
     }
+
+    /// What the fuzz target does, on pseudo-random scripts around a ClientHello whose random has keys.
+    #[test]
+    fn random_scripts_never_panic() {
+        let random = "07".repeat(32);
+        let text = format!(
+            "CLIENT_RANDOM {random} {}\nCLIENT_TRAFFIC_SECRET_0 {random} {}\nSERVER_TRAFFIC_SECRET_0 {random} {}\n",
+            "01".repeat(48),
+            "04".repeat(32),
+            "05".repeat(32)
+        );
+        let keys = Arc::new(KeyLog::parse(std::path::Path::new("k"), &text).unwrap());
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..3000 {
+            let mut script = vec![0u8];
+            // A ClientHello, a ServerHello choosing a suite, then random records and bytes.
+            let ch = client_hello();
+            script.push(ch.len() as u8 & 0x3f);
+            script.extend_from_slice(&ch[..(ch.len() & 0x3f)]);
+            for _ in 0..40 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let len = (x % 48) as usize;
+                let ctl = (x >> 8) as u8 & 0xc0 | len as u8;
+                script.push(ctl);
+                let ty = [HANDSHAKE, APP_DATA, CCS, 2][(x >> 20) as usize % 4];
+                let mut body = rec(ty, &vec![(x >> 30) as u8; len.saturating_sub(5)]);
+                if ty == 2 {
+                    body = rec(HANDSHAKE, &[2, 0, 0, 40, 3, 3]);
+                }
+                if round % 3 == 0 {
+                    body.iter_mut().for_each(|b| *b ^= (x >> 40) as u8);
+                }
+                body.resize(len, 0x13);
+                script.extend_from_slice(&body);
+            }
+            let k = keys.clone();
+            let out = super::super::replay_into(
+                |c| Box::new(Tls::wrap(Proto::Pgsql, Proto::Pgsql.matcher(c), Some(k))),
+                &script,
+            );
+            for t in &out.transactions {
+                assert!(t.response_end_ts >= t.response_ts);
+            }
+            let _ = super::super::replay(Proto::Tls, &script);
+        }
+    }
 }
