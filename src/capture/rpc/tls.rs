@@ -603,6 +603,48 @@ mod tests {
         assert!(m.tls().unwrap().seen);
     }
 
+    /// MySQL: greeting, the client's SSL request packet, then TLS: turns, nothing unparseable.
+    #[test]
+    fn mysql_ssl_request_then_turns() {
+        let mut m = Tls::wrap(Proto::Mysql, Proto::Mysql.matcher(Carrier::Tcp), None);
+        let mut out = Out::default();
+        let t = Duration::from_micros;
+        let mut greeting = vec![0x4a, 0, 0, 0, 0x0a];
+        greeting.extend_from_slice(b"8.0.3\0");
+        greeting.resize(0x4a + 4, 0);
+        m.on_data(Dir::Response, t(1), 0, &greeting, &mut out);
+        let mut ssl_req = vec![0x20, 0, 0, 1, 0x00, 0x0a, 0xa8, 0x01];
+        ssl_req.resize(36, 0);
+        m.on_data(Dir::Request, t(2), 0, &ssl_req, &mut out);
+        m.on_data(Dir::Request, t(3), 36, &client_hello(), &mut out);
+        for i in 0..4 {
+            m.on_data(
+                Dir::Request,
+                t(10 + 10 * i),
+                0,
+                &rec(APP_DATA, &[1; 30]),
+                &mut out,
+            );
+            m.on_data(
+                Dir::Response,
+                t(15 + 10 * i),
+                0,
+                &rec(APP_DATA, &[2; 30]),
+                &mut out,
+            );
+        }
+        m.on_close(t(100), &mut out);
+        assert_eq!(out.transactions.len(), 4);
+        assert!(out.transactions.iter().all(|x| x.op == "tls turn"));
+        assert!(
+            out.anomalies
+                .iter()
+                .all(|a| a.kind != AnomalyKind::Unparseable),
+            "{:?}",
+            out.anomalies
+        );
+    }
+
     #[test]
     fn garbage_is_reported_once() {
         let mut m = Tls::new(None);
