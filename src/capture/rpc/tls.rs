@@ -19,7 +19,10 @@ use std::time::Duration;
 /// Largest record body accepted: 2^14 plus the expansion TLS allows (larger is taken for garbage).
 pub const MAX_RECORD: usize = 16384 + 2048;
 const CCS: u8 = 20;
+const ALERT: u8 = 21;
 const HANDSHAKE: u8 = 22;
+/// Length of a TLS 1.3 record holding an alert (2 bytes, the inner type, a 16-byte AEAD tag).
+const TLS13_ALERT_LEN: usize = 19;
 const APP_DATA: u8 = 23;
 /// Records tried ahead of the expected sequence number after bytes were lost.
 const RESYNC_TRIES: u64 = 32;
@@ -155,6 +158,8 @@ pub struct Tls {
     keys: Option<[DirKeys; 2]>,
     /// The ServerHello chose TLS 1.3.
     tls13: bool,
+    /// TLS 1.3: the client's next application-data record is its Finished (not a request).
+    client_finished_next: bool,
     /// Matcher of the decrypted bytes.
     inner: Option<Box<dyn ConnMatcher + Send>>,
     status: TlsStatus,
@@ -179,6 +184,7 @@ impl Tls {
             keylog,
             keys: None,
             tls13: false,
+            client_finished_next: false,
             inner: None,
             status: TlsStatus::default(),
         }
@@ -279,7 +285,17 @@ impl Tls {
                 }
             }
         }
-        if ty == APP_DATA {
+        let len = (r.hdr[3] as usize) << 8 | r.hdr[4] as usize;
+        // TLS 1.3 encrypts alerts too: 2 bytes, the inner type and a 16-byte tag make 19.
+        if ty == ALERT || (self.tls13 && ty == APP_DATA && len == TLS13_ALERT_LEN) {
+            if dir == Dir::Request {
+                // The client closes the session (close_notify): what it sent last expected no answer.
+                if self.resp.is_some() {
+                    self.emit(out);
+                }
+                self.req = None;
+            }
+        } else if ty == APP_DATA {
             self.turn(dir, &r, out);
         }
     }
@@ -302,6 +318,11 @@ impl Tls {
 
     fn turn(&mut self, dir: Dir, r: &Record, out: &mut Out) {
         match dir {
+            Dir::Request if self.client_finished_next => {
+                // TLS 1.3 hides the client's Finished in an application-data record; the server answers it
+                // with session tickets at most: not a request.
+                self.client_finished_next = false;
+            }
             Dir::Request => {
                 if self.resp.is_some() {
                     self.emit(out);
@@ -355,6 +376,7 @@ impl Tls {
                 };
                 self.status.suite = Some(n.suite);
                 self.tls13 = n.tls13;
+                self.client_finished_next = n.tls13;
                 self.setup_keys(n, &random);
             }
             _ => {}
