@@ -220,18 +220,23 @@ impl Tls {
     fn finish_record(&mut self, dir: Dir, ts: Duration, out: &mut Out) {
         let st = &mut self.dirs[dir.index()];
         st.have = 0;
+        let body = std::mem::take(&mut st.body);
         let r = Record {
             hdr: st.hdr,
-            body: st.complete.then(|| std::mem::take(&mut st.body)),
+            body: st.complete.then_some(body),
             first_ts: st.first_ts,
             last_ts: ts,
             seq: st.first_seq,
         };
-        st.body.clear();
-        self.on_record(dir, r, out);
+        self.on_record(dir, &r, out);
+        if let Some(mut b) = r.body {
+            // The buffer is used again for the next record.
+            b.clear();
+            self.dirs[dir.index()].body = b;
+        }
     }
 
-    fn on_record(&mut self, dir: Dir, r: Record, out: &mut Out) {
+    fn on_record(&mut self, dir: Dir, r: &Record, out: &mut Out) {
         let ty = r.hdr[0];
         let d = dir.index();
         let protected = self.keys.as_ref().is_some_and(|k| k[d].on);
@@ -256,7 +261,7 @@ impl Tls {
                 Some(body) => {
                     if let Some((inner_ty, pt)) = keys[d].open(&r.hdr, body) {
                         if inner_ty == APP_DATA && !pt.is_empty() {
-                            self.plaintext(dir, &r, &pt, out);
+                            self.plaintext(dir, r, &pt, out);
                         }
                         return;
                     }
@@ -296,7 +301,7 @@ impl Tls {
                 self.req = None;
             }
         } else if ty == APP_DATA {
-            self.turn(dir, &r, out);
+            self.turn(dir, r, out);
         }
     }
 
@@ -429,6 +434,8 @@ impl Tls {
         }
         let mut seq = seq;
         while !data.is_empty() {
+            // Record bodies are kept for the hellos and for decryption only.
+            let keep = self.keys.is_some();
             let st = &mut self.dirs[d];
             if st.have < 5 {
                 if st.have == 0 {
@@ -441,13 +448,13 @@ impl Tls {
                 data = &data[n..];
                 seq = seq.wrapping_add(n as u32);
                 if st.have == 5 {
-                    let Some((_, len)) = record_header(&st.hdr) else {
+                    let Some((ty, len)) = record_header(&st.hdr) else {
                         self.lose(dir, ts, AnomalyKind::Unparseable, out);
                         return;
                     };
                     st.left = len;
                     st.body.clear();
-                    st.complete = true;
+                    st.complete = keep || ty == HANDSHAKE;
                     if len == 0 {
                         self.finish_record(dir, ts, out);
                     }
