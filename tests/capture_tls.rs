@@ -228,8 +228,28 @@ fn pgsql_over_tls_decrypted_with_a_key_log_agrees_with_tshark() {
         let (file, printed) = pg_tls_session(dir.path(), name, n, &a);
         assert!(printed[0].starts_with(version), "{name}: {printed:?}");
         let queries = &printed[1..];
-        let j = rpc_json(&file, &["--keylog", keylog.to_str().unwrap()]);
+        let j = rpc_json(
+            &file,
+            &["--keylog", keylog.to_str().unwrap(), "--top", "100"],
+        );
         assert_eq!(j["counts"]["tls_decrypted"], 1, "{name}");
+        // The same requests at the same places: the TCP sequence numbers of the records holding the queries.
+        let mut ours: Vec<String> = j["report"]["slowest"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["op"] == "SELECT")
+            .map(|w| w["request_seq"].to_string())
+            .collect();
+        let mut their_seqs = tshark_fields(
+            &file,
+            &keylog,
+            "pgsql.type == \"Simple query\"",
+            "tcp.seq_raw",
+        );
+        ours.sort();
+        their_seqs.sort();
+        assert_eq!(ours, their_seqs, "{name}: where the queries are");
         let mut o = ops(&j);
         o.sort();
         assert_eq!(
