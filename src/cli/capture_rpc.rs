@@ -10,6 +10,7 @@ use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::StatsConfig;
+use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
@@ -24,7 +25,8 @@ pub const RPC_HELP: &str = "Two latencies per request, both from the packet that
 the first packet of the response (server + one network round trip; tshark's rpc,srt and smb2,srt) and 'last' to \
 the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time). \
 Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
-80/8080 HTTP, 1521 TNS, 11111 sockperf), then by content; --proto forces one. Requests are paired with their responses by \
+80/8080 HTTP, 1521 TNS, 11111 sockperf, 443 TLS), then by content; --proto forces one. TLS is recognised by its handshake (also after \
+PostgreSQL's SSLRequest or a STARTTLS): without --keylog its requests are timed as turns of TLS records. Requests are paired with their responses by \
 ONC-RPC XID or DNS ID within the connection, otherwise in order.";
 
 /// Help shown after `capture match --help`.
@@ -41,7 +43,7 @@ pub struct RpcArgs {
     /// Capture file (pcap, pcapng, optionally .gz).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf or generic.
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
@@ -65,6 +67,10 @@ pub struct RpcArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
+    /// and time the protocol inside.
+    #[arg(long, value_name = "FILE")]
+    keylog: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
 }
@@ -78,7 +84,7 @@ pub struct MatchArgs {
     /// Capture taken on (or near) the server, at the same time.
     #[arg(value_name = "SERVER_FILE")]
     server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic.
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// Print one JSON document instead of text.
@@ -94,7 +100,7 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     }
     Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
         format!(
-            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf or generic"
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic"
         )
     })
 }
@@ -157,6 +163,34 @@ fn cells(s: &roundtrip::stats::Summary) -> Vec<String> {
         fmt_nanos(s.p99_ns as f64),
         fmt_nanos(s.max_ns as f64),
     ]
+}
+
+/// Says how TLS connections were timed.
+fn tls_note(r: &RpcResult, keylog: Option<&std::path::Path>) {
+    let c = &r.counts;
+    let turns = c.tls_connections - c.tls_decrypted.min(c.tls_connections);
+    if c.tls_decrypted > 0 {
+        note(format!(
+            "{} TLS connection(s) decrypted with the keys of {}",
+            c.tls_decrypted,
+            keylog.map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
+    if turns == 0 {
+        return;
+    }
+    match keylog {
+        Some(p) if c.tls_no_key > 0 => note(format!(
+            "{turns} TLS connection(s) without a working key in {}: timed as turns of TLS records \
+             (tls turn: the client's records until the server answers); statements cannot be named",
+            p.display()
+        )),
+        _ => note(format!(
+            "{turns} TLS connection(s): timed as turns of TLS records (tls turn: the client's records until \
+             the server answers); statements cannot be named without the session keys (--keylog FILE, \
+             as SSLKEYLOGFILE writes it)"
+        )),
+    }
 }
 
 /// The text report of `capture rpc`.
@@ -325,13 +359,18 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         by_conn: a.by_conn,
     };
     a.pictures.validate()?;
-    let r = run::run_rpc(&a.file, &filter, a.proto, config)
+    let keylog = match &a.keylog {
+        Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
+        None => None,
+    };
+    let r = run::run_rpc_keylog(&a.file, &filter, a.proto, config, keylog)
         .with_context(|| format!("cannot analyse {}", a.file.display()))?;
     let label = a.file.display().to_string();
     super::report::draw_and_print(&a.pictures, a.json, "capture-rpc", &r, &label)?;
     if !a.json {
         out(rpc_text(&r))?;
     }
+    tls_note(&r, a.keylog.as_deref());
     let exit = warn_exit(&r.capture);
     if r.report.transactions == 0 {
         error_line(format!(

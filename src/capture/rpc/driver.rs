@@ -6,10 +6,12 @@
 //! and the requests still waiting for their response.
 #![forbid(unsafe_code)]
 
+use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Out-of-order bytes held per direction before the hole is declared lost.
@@ -149,6 +151,12 @@ pub struct DriverCounts {
     pub retransmitted_segments: u64,
     /// Bytes reported to the parsers as missing.
     pub gap_bytes: u64,
+    /// TCP connections that carried TLS.
+    pub tls_connections: u64,
+    /// TLS connections decrypted with keys from the key log.
+    pub tls_decrypted: u64,
+    /// TLS connections a key log was given for but had no (working) key: timed as turns.
+    pub tls_no_key: u64,
 }
 
 /// Routes decoded packets to per-connection matchers.
@@ -161,6 +169,7 @@ pub struct Driver {
     last_ts: Duration,
     last_sweep: Duration,
     content: bool,
+    keylog: Option<Arc<KeyLog>>,
 }
 
 impl Driver {
@@ -170,13 +179,13 @@ impl Driver {
         self
     }
 
-    fn make_matcher(&self, p: Proto, carrier: Carrier) -> Box<dyn ConnMatcher + Send> {
-        let m = p.matcher(carrier);
-        if self.content && carrier == Carrier::Tcp {
-            Box::new(super::Fingerprint::new(m))
-        } else {
-            m
-        }
+    /// Decrypts TLS with the session keys of this key log.
+    pub fn set_keylog(&mut self, keylog: Option<Arc<KeyLog>>) {
+        self.keylog = keylog;
+    }
+
+    fn make_matcher(&self, proto: Proto, carrier: Carrier) -> Box<dyn ConnMatcher + Send> {
+        build_matcher(proto, carrier, self.content, &self.keylog)
     }
 
     /// A driver choosing protocols as `choice` says.
@@ -190,6 +199,7 @@ impl Driver {
             last_ts: Duration::ZERO,
             last_sweep: Duration::ZERO,
             content: false,
+            keylog: None,
         }
     }
 
@@ -241,7 +251,7 @@ impl Driver {
             };
             self.conns.insert(k, c);
         }
-        let content = self.content;
+        let (content, keylog) = (self.content, &self.keylog);
         let conn = self.conns.get_mut(&k).expect("inserted");
         conn.last_ts = s.ts;
         let dir = if src_is_a == conn.client_is_src_of_key {
@@ -254,12 +264,7 @@ impl Driver {
             let carrier = conn.info.carrier;
             if let Some(p) = detect::by_content(dir, s.payload, carrier) {
                 conn.info.proto = p;
-                let m = p.matcher(carrier);
-                conn.matcher = Some(if content && carrier == Carrier::Tcp {
-                    Box::new(super::Fingerprint::new(m))
-                } else {
-                    m
-                });
+                conn.matcher = Some(build_matcher(p, carrier, content, keylog));
             }
             conn.decided = true;
         }
@@ -372,6 +377,11 @@ impl Driver {
                     conn.closed = true;
                 }
             }
+        }
+        if conn.info.proto == Proto::Tls
+            && let Some(p) = conn.matcher.as_ref().and_then(|m| m.tls()?.inner)
+        {
+            conn.info.proto = p;
         }
         let info = conn.info.clone();
         let closed = conn.closed;
@@ -518,6 +528,11 @@ impl Driver {
                 }
             }
             m.on_close(ts.max(c.last_ts), &mut self.out);
+            if let Some(t) = m.tls().filter(|t| t.seen) {
+                self.counts.tls_connections += 1;
+                self.counts.tls_decrypted += t.decrypted as u64;
+                self.counts.tls_no_key += t.no_key as u64;
+            }
         }
         Self::flush(&mut self.out, &c.info, sink);
     }
@@ -545,5 +560,29 @@ impl Driver {
         for mut c in all {
             self.close(&mut c, end, sink);
         }
+    }
+}
+
+/// A matcher for `proto`: on TCP inside a TLS layer that takes over when a TLS handshake starts, and with
+/// request fingerprints when `content` ([`Driver::with_content`]).
+fn build_matcher(
+    proto: Proto,
+    carrier: Carrier,
+    content: bool,
+    keylog: &Option<Arc<KeyLog>>,
+) -> Box<dyn ConnMatcher + Send> {
+    let m: Box<dyn ConnMatcher + Send> = match (proto, carrier) {
+        (Proto::Tls, _) => Box::new(super::tls::Tls::new(keylog.clone())),
+        (_, Carrier::Tcp) => Box::new(super::tls::Tls::wrap(
+            proto,
+            proto.matcher(carrier),
+            keylog.clone(),
+        )),
+        (_, Carrier::Udp) => proto.matcher(carrier),
+    };
+    if content && carrier == Carrier::Tcp {
+        Box::new(super::Fingerprint::new(m))
+    } else {
+        m
     }
 }

@@ -25,6 +25,8 @@ pub mod redis;
 pub mod run;
 pub mod sockperf;
 pub mod stats;
+pub mod tls;
+pub mod tlskeys;
 pub mod tns;
 
 pub use driver::Driver;
@@ -342,6 +344,10 @@ pub trait ConnMatcher {
     fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out);
     /// The connection closed or the capture ended: requests still open are reported.
     fn on_close(&mut self, ts: Duration, out: &mut Out);
+    /// What the TLS layer saw, for a matcher that handles TLS (None otherwise).
+    fn tls(&self) -> Option<tls::TlsStatus> {
+        None
+    }
 }
 
 /// The protocols `capture rpc` knows.
@@ -366,11 +372,13 @@ pub enum Proto {
     Sockperf,
     /// Any TCP request/response turns.
     Generic,
+    /// TLS carrying a protocol not known from the port: turns of TLS records, or the decrypted protocol.
+    Tls,
 }
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 9] = [
+    pub const ALL: [Proto; 10] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -380,6 +388,7 @@ impl Proto {
         Proto::Tns,
         Proto::Sockperf,
         Proto::Generic,
+        Proto::Tls,
     ];
 
     /// The name used on the command line and in reports.
@@ -394,6 +403,7 @@ impl Proto {
             Proto::Tns => "tns",
             Proto::Sockperf => "sockperf",
             Proto::Generic => "generic",
+            Proto::Tls => "tls",
         }
     }
 
@@ -407,6 +417,7 @@ impl Proto {
                 "postgres" | "postgresql" => Some(Proto::Pgsql),
                 "mariadb" => Some(Proto::Mysql),
                 "oracle" => Some(Proto::Tns),
+                "ssl" | "https" => Some(Proto::Tls),
                 _ => None,
             })
     }
@@ -426,6 +437,7 @@ impl Proto {
                 carrier,
             )),
             Proto::Generic => Box::new(generic::Generic::new()),
+            Proto::Tls => Box::new(tls::Tls::new(None)),
         }
     }
 }
@@ -864,6 +876,14 @@ mod tests_fixtures;
 /// TCP or UDP (bit 0) and, for TCP, whether the matcher is wrapped in a [`Fingerprint`] (bit 1); then each step is a control byte (bit 7: direction, bit 6: a gap instead of data, bits 0-5:
 /// length) followed by that many data bytes. Never panics, whatever the bytes.
 pub fn replay(proto: Proto, script: &[u8]) -> Out {
+    replay_into(|carrier| proto.matcher(carrier), script)
+}
+
+/// [`replay`] into the matcher `make` gives for the carrier the script picks.
+pub fn replay_into(
+    make: impl FnOnce(Carrier) -> Box<dyn ConnMatcher + Send>,
+    script: &[u8],
+) -> Out {
     let Some((&first, mut rest)) = script.split_first() else {
         return Out::default();
     };
@@ -872,7 +892,7 @@ pub fn replay(proto: Proto, script: &[u8]) -> Out {
     } else {
         Carrier::Udp
     };
-    let mut m = proto.matcher(carrier);
+    let mut m = make(carrier);
     if carrier == Carrier::Tcp && first & 2 != 0 {
         m = Box::new(Fingerprint::new(m));
     }

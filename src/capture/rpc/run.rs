@@ -3,12 +3,14 @@
 
 use super::driver::{DriverCounts, L4, ProtoChoice, Segment, Sink};
 use super::stats::{Collect, RpcReport, RpcStats, StatsConfig};
+use super::tlskeys::KeyLog;
 use super::{Driver, Proto};
 use crate::capture::decode::Transport;
 use crate::capture::{CaptureError, CaptureInfo, Filter, Packets};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Feeds every TCP/UDP packet of `path` that passes `filter` to a driver, then closes what is still open.
@@ -21,7 +23,20 @@ pub fn feed(
     feed_with(path, filter, Driver::new(choice), sink)
 }
 
-/// [`feed`] through a driver set up by the caller (e.g. [`Driver::with_content`]).
+/// [`feed`], decrypting TLS with the session keys of `keylog`.
+pub fn feed_keylog(
+    path: &Path,
+    filter: &Filter,
+    choice: ProtoChoice,
+    keylog: Option<Arc<KeyLog>>,
+    sink: &mut dyn Sink,
+) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
+    let mut driver = Driver::new(choice);
+    driver.set_keylog(keylog);
+    feed_with(path, filter, driver, sink)
+}
+
+/// [`feed`] through a driver set up by the caller (e.g. [`Driver::with_content`], [`Driver::set_keylog`]).
 pub fn feed_with(
     path: &Path,
     filter: &Filter,
@@ -86,8 +101,19 @@ pub fn run_rpc(
     choice: ProtoChoice,
     config: StatsConfig,
 ) -> Result<RpcResult, CaptureError> {
+    run_rpc_keylog(path, filter, choice, config, None)
+}
+
+/// [`run_rpc`], decrypting TLS with the session keys of `keylog`.
+pub fn run_rpc_keylog(
+    path: &Path,
+    filter: &Filter,
+    choice: ProtoChoice,
+    config: StatsConfig,
+    keylog: Option<Arc<KeyLog>>,
+) -> Result<RpcResult, CaptureError> {
     let mut stats = RpcStats::new(config);
-    let (capture, counts) = feed(path, filter, choice, &mut stats)?;
+    let (capture, counts) = feed_keylog(path, filter, choice, keylog, &mut stats)?;
     Ok(RpcResult {
         capture,
         forced_proto: match choice {
