@@ -130,7 +130,7 @@ fn ops(j: &Value) -> Vec<(String, String, u64)> {
             (
                 o["proto"].as_str().unwrap().to_string(),
                 o["op"].as_str().unwrap().to_string(),
-                o["latency"]["count"].as_u64().unwrap(),
+                o["last_byte"]["count"].as_u64().unwrap(),
             )
         })
         .collect()
