@@ -179,28 +179,19 @@ fn a_control_api_on_a_public_address_needs_a_token() {
         Ok(_) => panic!("a control api on 0.0.0.0 started without a token"),
     }
     // The command line says so in one line, before listening anywhere.
-    let out = Command::cargo_bin("roundtrip")
-        .unwrap()
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--control",
-            "0.0.0.0:0",
-        ])
-        .timeout(Duration::from_secs(30))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = proxy_cli_error(&[]);
     assert!(err.contains("--control-token-file"), "{err}");
     // A token file that is too short is refused, naming the file.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("token");
     std::fs::write(&f, "short\n").unwrap();
+    let err = proxy_cli_error(&["--control-token-file".as_ref(), f.as_os_str()]);
+    assert!(err.contains(&f.display().to_string()), "{err}");
+}
+
+/// Runs `roundtrip proxy` with its control API on 0.0.0.0 and `extra` arguments, expecting it to fail at start
+/// with a one-line error; returns that line.
+fn proxy_cli_error(extra: &[&std::ffi::OsStr]) -> String {
     let out = Command::cargo_bin("roundtrip")
         .unwrap()
         .args([
@@ -211,16 +202,15 @@ fn a_control_api_on_a_public_address_needs_a_token() {
             "127.0.0.1:9",
             "--control",
             "0.0.0.0:0",
-            "--control-token-file",
         ])
-        .arg(&f)
+        .args(extra)
         .timeout(Duration::from_secs(30))
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains(&f.display().to_string()), "{err}");
+    err
 }
 
 fn proxy_with_token() -> ProxyHandle {
