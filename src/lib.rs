@@ -10,6 +10,7 @@
 //! - [`stats`]: HDR histograms and summaries.
 //! - [`report`]: exporters (text, JSON, CSV).
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
+//! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 
 pub mod capture;
@@ -22,4 +23,5 @@ pub mod server;
 pub mod stats;
 pub mod tcpwatch;
 pub mod units;
+pub mod whatif;
 pub mod wire;

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod samba;
+
 use std::path::PathBuf;
 
 /// The folder of real captures beside the repository (../shared/captures), or None with a printed reason.
