@@ -11,6 +11,7 @@
 //! - [`report`]: exporters (text, JSON, CSV).
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
+//! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 
 pub mod capture;
@@ -18,6 +19,7 @@ pub mod db;
 pub mod model;
 pub mod probe;
 pub mod proxy;
+pub mod replay;
 pub mod report;
 pub mod server;
 pub mod stats;
