@@ -872,6 +872,8 @@ mod tests {
                 request_seq: Some(seq),
                 xid: None,
                 content: Some(content),
+                bytes: None,
+                error: None,
                 status: Status::Ok,
             },
         )

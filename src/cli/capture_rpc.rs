@@ -211,7 +211,8 @@ pub fn rpc_text(r: &RpcResult) -> String {
     );
     let rep = &r.report;
     if !rep.ops.is_empty() {
-        let mut t = Table::new(&[
+        let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
+        let mut head = vec![
             "operation",
             "proto",
             "count",
@@ -224,7 +225,11 @@ pub fn rpc_text(r: &RpcResult) -> String {
             "last p90",
             "last p99",
             "last max",
-        ]);
+        ];
+        if with_bytes {
+            head.push("bytes");
+        }
+        let mut t = Table::new(&head);
         for o in &rep.ops {
             let mut row = vec![
                 o.op.clone(),
@@ -234,9 +239,24 @@ pub fn rpc_text(r: &RpcResult) -> String {
             ];
             row.extend(first_cells(&o.first_byte));
             row.extend(cells(&o.last_byte));
+            if with_bytes {
+                row.push(o.bytes.map(fmt_bytes).unwrap_or_default());
+            }
             t.row(row);
         }
         s.push_str(&t.render(0));
+        let named: Vec<String> = rep
+            .ops
+            .iter()
+            .flat_map(|o| {
+                o.errors_by_status
+                    .iter()
+                    .map(move |(name, n)| format!("{} {name} x{n}", o.op))
+            })
+            .collect();
+        if !named.is_empty() {
+            let _ = writeln!(s, "errors: {}", named.join(", "));
+        }
         s.push_str(
             "first = request end to the first response packet (server + network round trip, as tshark's \
              rpc,srt); last = to the last response packet (adds the transfer)\n",

@@ -23,6 +23,7 @@ pub mod oncrpc;
 pub mod pgsql;
 pub mod redis;
 pub mod run;
+pub mod smb2;
 pub mod sockperf;
 pub mod stats;
 pub mod tls;
@@ -104,6 +105,14 @@ pub struct Transaction {
     /// a proxy. Only computed when asked ([`driver::Driver::with_content`]; TCP only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<u64>,
+    /// Payload bytes the operation moved, when the protocol says (SMB2 READ: the response's DataLength;
+    /// WRITE: the request's Length).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The protocol's name for the error the response reported (SMB2: the NT status, such as
+    /// `STATUS_OBJECT_NAME_NOT_FOUND`), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Cow<'static, str>>,
     /// What the response said.
     pub status: Status,
 }
@@ -271,6 +280,8 @@ pub enum AnomalyKind {
     LostFraming,
     /// A response that had started when the connection or the capture ended.
     IncompleteResponse,
+    /// SMB3 messages sealed in a transform header (encrypted) or compressed: their commands cannot be seen.
+    Encrypted,
 }
 
 impl AnomalyKind {
@@ -283,6 +294,7 @@ impl AnomalyKind {
             AnomalyKind::Unparseable => "unparseable bytes",
             AnomalyKind::LostFraming => "framing lost in a gap",
             AnomalyKind::IncompleteResponse => "response cut by the end",
+            AnomalyKind::Encrypted => "encrypted SMB3: commands not visible",
         }
     }
 }
@@ -368,6 +380,8 @@ pub enum Proto {
     Http,
     /// Oracle TNS.
     Tns,
+    /// SMB2 / SMB3 over direct TCP (port 445) or NetBIOS session service (139).
+    Smb2,
     /// sockperf / `roundtrip ping` ping-pong messages, over TCP and UDP.
     Sockperf,
     /// Any TCP request/response turns.
@@ -378,7 +392,7 @@ pub enum Proto {
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 10] = [
+    pub const ALL: [Proto; 11] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -386,6 +400,7 @@ impl Proto {
         Proto::Dns,
         Proto::Http,
         Proto::Tns,
+        Proto::Smb2,
         Proto::Sockperf,
         Proto::Generic,
         Proto::Tls,
@@ -401,6 +416,7 @@ impl Proto {
             Proto::Dns => "dns",
             Proto::Http => "http",
             Proto::Tns => "tns",
+            Proto::Smb2 => "smb2",
             Proto::Sockperf => "sockperf",
             Proto::Generic => "generic",
             Proto::Tls => "tls",
@@ -417,6 +433,7 @@ impl Proto {
                 "postgres" | "postgresql" => Some(Proto::Pgsql),
                 "mariadb" => Some(Proto::Mysql),
                 "oracle" => Some(Proto::Tns),
+                "smb" | "smb3" | "cifs" => Some(Proto::Smb2),
                 "ssl" | "https" => Some(Proto::Tls),
                 _ => None,
             })
@@ -432,6 +449,7 @@ impl Proto {
             Proto::Dns => Box::new(Framed::new(dns::Dns::new(carrier), carrier)),
             Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
             Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
+            Proto::Smb2 => Box::new(Framed::new(smb2::Smb2::new(), carrier)),
             Proto::Sockperf => Box::new(Framed::new(
                 sockperf::Sockperf::new(carrier == Carrier::Udp),
                 carrier,
