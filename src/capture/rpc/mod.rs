@@ -649,14 +649,15 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                 continue;
             }
             // At a message boundary, possibly with header bytes buffered.
-            let (verdict, used_buf, avail) = if st.buf.is_empty() {
-                (self.proto.frame(dir, data, false), false, data.len())
+            // `appended`: how many bytes of `data` went into the header buffer.
+            let (verdict, used_buf, appended) = if st.buf.is_empty() {
+                (self.proto.frame(dir, data, false), false, 0)
             } else {
                 let old = st.buf.len();
                 let take = data.len().min(MAX_HEADER.saturating_sub(old).max(1));
                 st.buf.extend_from_slice(&data[..take]);
                 let v = self.proto.frame(dir, &st.buf, st.buf.len() >= MAX_HEADER);
-                (v, true, st.buf.len())
+                (v, true, take)
             };
             let st = &mut self.dirs[d];
             match verdict {
@@ -680,8 +681,7 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                     let len = len.max(1);
                     // Bytes of the message that came before `data[0]` (buffered from earlier segments).
                     let (first_ts, first_seq, prev) = if used_buf {
-                        let appended = avail.min(data.len());
-                        let prev = (avail - appended) as u64;
+                        let prev = (st.buf.len() - appended) as u64;
                         st.buf.clear();
                         (st.buf_first_ts, st.buf_seq, prev)
                     } else {
