@@ -22,12 +22,14 @@ use std::time::Duration;
 
 /// Help shown after `capture rpc --help`.
 pub const RPC_HELP: &str = "Two latencies per request, both from the packet that completes the request: 'first' to \
-the first packet of the response (server + one network round trip; tshark's rpc,srt and smb2,srt) and 'last' to \
-the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time). \
+the first packet of the response (server + one network round trip; tshark's rpc,srt) and 'last' to \
+the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time, and \
+smb2,srt, which times a reassembled SMB2 response at its last packet). \
 Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
-80/8080 HTTP, 1521 TNS, 11111 sockperf, 443 TLS), then by content; --proto forces one. TLS is recognised by its handshake (also after \
+80/8080 HTTP, 1521 TNS, 445/139 SMB2, 11111 sockperf, 443 TLS), then by content; --proto forces one. TLS is recognised by its handshake (also after \
 PostgreSQL's SSLRequest or a STARTTLS): without --keylog its requests are timed as turns of TLS records. Requests are paired with their responses by \
-ONC-RPC XID or DNS ID within the connection, otherwise in order.";
+ONC-RPC XID, DNS ID or SMB2 message id within the connection, otherwise in order. SMB2 READ/WRITE bytes \
+are shown per operation and errors by NT status.";
 
 /// Help shown after `capture match --help`.
 pub const MATCH_HELP: &str = "Requests are paired by ONC-RPC XID / DNS ID, else by the TCP sequence number of the \
@@ -261,6 +263,9 @@ pub fn rpc_text(r: &RpcResult) -> String {
             "first = request end to the first response packet (server + network round trip, as tshark's \
              rpc,srt); last = to the last response packet (adds the transfer)\n",
         );
+        if rep.ops.iter().any(|o| o.proto == Proto::Smb2) {
+            s.push_str("tshark's smb2,srt times SMB2 responses to their last packet: compare with 'last'\n");
+        }
     }
     if !rep.intervals.is_empty() {
         s.push_str("per interval (by response time):\n");

@@ -80,8 +80,9 @@ pub enum Status {
 ///
 /// Times are capture timestamps. Two latencies are derived: to the response's first byte
 /// ([`Transaction::first_byte`], from the packet that completes the request to the first packet of the
-/// response, as tshark's `rpc,srt` and `smb2,srt`) and to its last byte ([`Transaction::last_byte`], to the
-/// packet that completes the response, which adds the transfer of a long response).
+/// response, as tshark's `rpc,srt`) and to its last byte ([`Transaction::last_byte`], to the packet that
+/// completes the response, which adds the transfer of a long response; tshark's `smb2,srt`, which times a
+/// reassembled response at its last packet).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transaction {
     /// Connection number given by the driver (0 when driven by hand).
@@ -130,7 +131,7 @@ impl Transaction {
     }
 
     /// From the end of the request to the packet holding the response's FIRST byte: the server's time plus
-    /// one network round trip, without the transfer of the response (tshark's `rpc,srt` and `smb2,srt`).
+    /// one network round trip, without the transfer of the response (tshark's `rpc,srt`).
     pub fn first_byte(&self) -> Duration {
         self.response_ts.saturating_sub(self.request_end_ts)
     }

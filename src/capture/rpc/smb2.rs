@@ -653,4 +653,36 @@ mod tests {
         );
         let _ = replay(Proto::Smb2, b"\x00\x08\x00\x00\x00\x04\xfeSMB\x40\xff");
     }
+
+    #[test]
+    fn fuzz_corpus_cut_from_a_samba_capture_pairs_its_requests() {
+        // Scripts for `replay` made of real smbclient/smbd segments (long ones cut short by gaps).
+        let cases: [(&[u8], &str); 4] = [
+            (
+                include_bytes!("../../../fuzz/corpus/rpc_smb2/negotiate_session_setup"),
+                "SESSION_SETUP",
+            ),
+            (
+                include_bytes!("../../../fuzz/corpus/rpc_smb2/tree_connect_create_error"),
+                "CREATE",
+            ),
+            (
+                include_bytes!("../../../fuzz/corpus/rpc_smb2/read_pending_then_data"),
+                "READ",
+            ),
+            (
+                include_bytes!("../../../fuzz/corpus/rpc_smb2/compound_allinfo_close"),
+                "CLOSE",
+            ),
+        ];
+        for (script, op) in cases {
+            let out = replay(Proto::Smb2, script);
+            assert!(
+                out.transactions.iter().any(|t| t.op == op),
+                "{op}: {:?} {:?}",
+                out.transactions,
+                out.anomalies
+            );
+        }
+    }
 }
