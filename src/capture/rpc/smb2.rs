@@ -176,7 +176,7 @@ pub struct MsgInfo {
 
 /// Does `b` start like a session-service message carrying SMB (1, 2, or a sealed SMB3 message)?
 pub fn looks_like_start(b: &[u8]) -> bool {
-    b.len() >= 8 && b[0] == 0 && &b[5..8] == b"SMB" && matches!(b[4], 0xFE | 0xFF | 0xFD | 0xFC)
+    b.len() >= 8 && b[0] == 0 && &b[5..8] == b"SMB" && (0xFC..=0xFF).contains(&b[4])
 }
 
 fn le16(b: &[u8], at: usize) -> Option<u16> {
@@ -418,7 +418,7 @@ mod tests {
         h[24..32].copy_from_slice(&id.to_le_bytes());
         h.extend_from_slice(body);
         if chained {
-            while h.len() % 8 != 0 {
+            while !h.len().is_multiple_of(8) {
                 h.push(0);
             }
             let next = h.len() as u32;
