@@ -260,6 +260,20 @@ fn smbclient_session_agrees_with_tshark_smb2_srt() {
         text.contains("CREATE STATUS_OBJECT_NAME_NOT_FOUND x1"),
         "{text}"
     );
+    // `capture match` of the file with itself pairs every request by TCP sequence number (SMB2 message ids
+    // restart in every connection, so they are not used as keys).
+    let o = Command::new(env!("CARGO_BIN_EXE_roundtrip"))
+        .args(["capture", "match"])
+        .arg(&pcap)
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let n = doc["report"]["transactions"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("{n} matched")) && text.contains(&format!("0 xid, {n} tcp seq")),
+        "{text}"
+    );
     if std::env::var_os("SMB2_KEEP_PCAP").is_some() {
         let keep = std::env::temp_dir().join("roundtrip-smb2.pcap");
         std::fs::copy(&pcap, &keep).unwrap();

@@ -45,7 +45,7 @@ pub struct RpcArgs {
     /// Capture file (pcap, pcapng, optionally .gz).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
@@ -86,7 +86,7 @@ pub struct MatchArgs {
     /// Capture taken on (or near) the server, at the same time.
     #[arg(value_name = "SERVER_FILE")]
     server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// Print one JSON document instead of text.
@@ -102,7 +102,7 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     }
     Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
         format!(
-            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic"
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic"
         )
     })
 }

@@ -99,7 +99,8 @@ pub struct Transaction {
     pub response_end_ts: Duration,
     /// TCP sequence number of the request's first byte (None for UDP).
     pub request_seq: Option<u32>,
-    /// Protocol identifier of the request (ONC-RPC XID, DNS ID), when it has one.
+    /// Protocol identifier of the request (ONC-RPC XID, DNS ID, the low 32 bits of the SMB2 message id), when it
+    /// has one.
     pub xid: Option<u32>,
     /// Hash of the request's leading bytes ([`CONTENT_BYTES`] of the stream from its first byte): what the
     /// request says (SQL text, Redis command and key, sockperf sequence number, XID), the same on both sides of
