@@ -3,7 +3,9 @@
 # Records a Samba capture here: smbd (Debian `samba`) on a free loopback port with a generated smb.conf and a
 # temp share, tcpdump on that port, one smbclient session that lists the share LS times, gets a SIZE_MB file
 # GETS times and puts it back once. Then times both tools on the capture, interleaved, medians, and prints
-# their per-command counts and means side by side (tshark's SRT is our time to the last byte).
+# their per-command counts and means side by side (tshark's SRT is our time to the last byte), and the bytes we
+# count for READ and WRITE (each should be GETS x SIZE_MB and SIZE_MB: the check on READ/WRITE counts where
+# tshark reports Malformed packets, which it does on 8 MiB messages over loopback).
 #
 # Usage: bench/rpc_smb2.sh [ROUNDS] [SIZE_MB] [GETS] [LS] (run as root: smbd and tcpdump; needs smbd,
 # smbclient, tcpdump, tshark, python3). The files are deleted at the end.
@@ -101,7 +103,12 @@ for line in open(sys.argv[2]):
     o = ops.get(name, {"last_byte": {"count": 0, "mean_ns": 0}, "first_byte": {"mean_ns": 0}})
     print(f"{name:<16} {w[-5]:>12} {o['last_byte']['count']:>8} {float(w[-2]):>11.6f} "
           f"{o['last_byte']['mean_ns'] / 1e9:>11.6f} {o['first_byte']['mean_ns'] / 1e9:>11.6f}")
+for name in ("READ", "WRITE"):
+    if name in ops:
+        print(f"{name} bytes (ours): {ops[name].get('bytes')}")
 PY
+echo "tshark expert errors (reassembly of the large READ/WRITE messages):"
+tshark -r "$PCAP" -d "tcp.port==$PORT,nbss" -q -z expert 2>/dev/null | grep -E "Malformed" || echo "  none"
 
 : >"$WORK/rt"; : >"$WORK/ts"
 for _ in $(seq "$ROUNDS"); do
