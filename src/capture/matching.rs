@@ -35,7 +35,9 @@ enum Key {
 fn key(r: &Record) -> Option<Key> {
     let (c, t) = r;
     match (t.xid, t.request_seq) {
-        (Some(x), _) => Some(Key::Id(c.proto, x, t.op.to_string())),
+        // SMB2 message ids count from 0 in every connection: they do not tell connections apart.
+        (Some(x), _) if c.proto != Proto::Smb2 => Some(Key::Id(c.proto, x, t.op.to_string())),
+        (_, Some(s)) if c.proto == Proto::Smb2 => Some(Key::Seq(c.proto, s, t.op.to_string())),
         (None, Some(s)) => Some(Key::Seq(c.proto, s, t.op.to_string())),
         _ => None,
     }
@@ -872,6 +874,8 @@ mod tests {
                 request_seq: Some(seq),
                 xid: None,
                 content: Some(content),
+                bytes: None,
+                error: None,
                 status: Status::Ok,
             },
         )

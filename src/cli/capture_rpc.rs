@@ -22,12 +22,14 @@ use std::time::Duration;
 
 /// Help shown after `capture rpc --help`.
 pub const RPC_HELP: &str = "Two latencies per request, both from the packet that completes the request: 'first' to \
-the first packet of the response (server + one network round trip; tshark's rpc,srt and smb2,srt) and 'last' to \
-the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time). \
+the first packet of the response (server + one network round trip; tshark's rpc,srt) and 'last' to \
+the packet that completes it (adds the transfer of the response; tshark's rpc.time, dns.time, http.time, and \
+smb2,srt, which times a reassembled SMB2 response at its last packet). \
 Protocols are chosen by the server port (2049/111 NFS, 5432 PostgreSQL, 3306 MySQL, 6379 Redis, 53 DNS, \
-80/8080 HTTP, 1521 TNS, 11111 sockperf, 443 TLS), then by content; --proto forces one. TLS is recognised by its handshake (also after \
+80/8080 HTTP, 1521 TNS, 445/139 SMB2, 11111 sockperf, 443 TLS), then by content; --proto forces one. TLS is recognised by its handshake (also after \
 PostgreSQL's SSLRequest or a STARTTLS): without --keylog its requests are timed as turns of TLS records. Requests are paired with their responses by \
-ONC-RPC XID or DNS ID within the connection, otherwise in order.";
+ONC-RPC XID, DNS ID or SMB2 message id within the connection, otherwise in order. SMB2 READ/WRITE bytes \
+are shown per operation and errors by NT status.";
 
 /// Help shown after `capture match --help`.
 pub const MATCH_HELP: &str = "Requests are paired by ONC-RPC XID / DNS ID, else by the TCP sequence number of the \
@@ -43,7 +45,7 @@ pub struct RpcArgs {
     /// Capture file (pcap, pcapng, optionally .gz).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
+    /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
@@ -84,7 +86,7 @@ pub struct MatchArgs {
     /// Capture taken on (or near) the server, at the same time.
     #[arg(value_name = "SERVER_FILE")]
     server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic.
+    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// Print one JSON document instead of text.
@@ -100,7 +102,7 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     }
     Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
         format!(
-            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, sockperf, tls or generic"
+            "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic"
         )
     })
 }
@@ -211,7 +213,8 @@ pub fn rpc_text(r: &RpcResult) -> String {
     );
     let rep = &r.report;
     if !rep.ops.is_empty() {
-        let mut t = Table::new(&[
+        let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
+        let mut head = vec![
             "operation",
             "proto",
             "count",
@@ -224,7 +227,11 @@ pub fn rpc_text(r: &RpcResult) -> String {
             "last p90",
             "last p99",
             "last max",
-        ]);
+        ];
+        if with_bytes {
+            head.push("bytes");
+        }
+        let mut t = Table::new(&head);
         for o in &rep.ops {
             let mut row = vec![
                 o.op.clone(),
@@ -234,13 +241,31 @@ pub fn rpc_text(r: &RpcResult) -> String {
             ];
             row.extend(first_cells(&o.first_byte));
             row.extend(cells(&o.last_byte));
+            if with_bytes {
+                row.push(o.bytes.map(fmt_bytes).unwrap_or_default());
+            }
             t.row(row);
         }
         s.push_str(&t.render(0));
+        let named: Vec<String> = rep
+            .ops
+            .iter()
+            .flat_map(|o| {
+                o.errors_by_status
+                    .iter()
+                    .map(move |(name, n)| format!("{} {name} x{n}", o.op))
+            })
+            .collect();
+        if !named.is_empty() {
+            let _ = writeln!(s, "errors: {}", named.join(", "));
+        }
         s.push_str(
             "first = request end to the first response packet (server + network round trip, as tshark's \
              rpc,srt); last = to the last response packet (adds the transfer)\n",
         );
+        if rep.ops.iter().any(|o| o.proto == Proto::Smb2) {
+            s.push_str("tshark's smb2,srt times SMB2 responses to their last packet: compare with 'last'\n");
+        }
     }
     if !rep.intervals.is_empty() {
         s.push_str("per interval (by response time):\n");

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,7 +64,9 @@ impl Samba {
         );
         std::fs::write(d.join("smb.conf"), conf).unwrap();
         let log = std::fs::File::create(d.join("smbd.out")).unwrap();
+        // smbd signals its whole process group when it stops: its own group, so the test process is not in it.
         let mut child = Command::new("smbd")
+            .process_group(0)
             .args(["--foreground", "--no-process-group", "--debug-stdout", "-s"])
             .arg(d.join("smb.conf"))
             .stdin(Stdio::null())

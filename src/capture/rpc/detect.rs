@@ -13,6 +13,7 @@ pub fn by_port(port: u16, carrier: Carrier) -> Option<Proto> {
         (53 | 5353, _) => Proto::Dns,
         (80 | 8080 | 8000 | 3128, Carrier::Tcp) => Proto::Http,
         (1521 | 1522, Carrier::Tcp) => Proto::Tns,
+        (445 | 139, Carrier::Tcp) => Proto::Smb2,
         (11111, _) => Proto::Sockperf,
         (443 | 8443, Carrier::Tcp) => Proto::Tls,
         _ => return None,
@@ -47,6 +48,9 @@ pub fn by_content(dir: Dir, b: &[u8], carrier: Carrier) -> Option<Proto> {
                 if rpc_call(body) || (dir == Dir::Response && rpc_reply(body)) {
                     return Some(Proto::Nfs);
                 }
+            }
+            if super::smb2::looks_like_start(b) {
+                return Some(Proto::Smb2);
             }
             if super::tls::is_client_hello(b) || super::tls::is_server_hello(b) {
                 return Some(Proto::Tls);

@@ -200,6 +200,8 @@ impl Protocol for Dns {
             request_seq: (self.carrier == Carrier::Tcp).then_some(p.seq),
             xid: Some(i.id as u32),
             content: None,
+            bytes: None,
+            error: None,
             status: if i.rcode == 0 {
                 Status::Ok
             } else {

@@ -42,6 +42,8 @@ impl ConnMatcher for Generic {
                         request_seq: Some(seq),
                         xid: None,
                         content: None,
+                        bytes: None,
+                        error: None,
                         status: Status::Ok,
                     });
                 }

@@ -137,6 +137,8 @@ impl Http {
             request_seq: Some(seq),
             xid: None,
             content: None,
+            bytes: None,
+            error: None,
             status: if status >= 400 {
                 Status::Error
             } else {

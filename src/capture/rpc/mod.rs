@@ -23,6 +23,7 @@ pub mod oncrpc;
 pub mod pgsql;
 pub mod redis;
 pub mod run;
+pub mod smb2;
 pub mod sockperf;
 pub mod stats;
 pub mod tls;
@@ -79,8 +80,9 @@ pub enum Status {
 ///
 /// Times are capture timestamps. Two latencies are derived: to the response's first byte
 /// ([`Transaction::first_byte`], from the packet that completes the request to the first packet of the
-/// response, as tshark's `rpc,srt` and `smb2,srt`) and to its last byte ([`Transaction::last_byte`], to the
-/// packet that completes the response, which adds the transfer of a long response).
+/// response, as tshark's `rpc,srt`) and to its last byte ([`Transaction::last_byte`], to the packet that
+/// completes the response, which adds the transfer of a long response; tshark's `smb2,srt`, which times a
+/// reassembled response at its last packet).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transaction {
     /// Connection number given by the driver (0 when driven by hand).
@@ -97,13 +99,22 @@ pub struct Transaction {
     pub response_end_ts: Duration,
     /// TCP sequence number of the request's first byte (None for UDP).
     pub request_seq: Option<u32>,
-    /// Protocol identifier of the request (ONC-RPC XID, DNS ID), when it has one.
+    /// Protocol identifier of the request (ONC-RPC XID, DNS ID, the low 32 bits of the SMB2 message id), when it
+    /// has one.
     pub xid: Option<u32>,
     /// Hash of the request's leading bytes ([`CONTENT_BYTES`] of the stream from its first byte): what the
     /// request says (SQL text, Redis command and key, sockperf sequence number, XID), the same on both sides of
     /// a proxy. Only computed when asked ([`driver::Driver::with_content`]; TCP only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<u64>,
+    /// Payload bytes the operation moved, when the protocol says (SMB2 READ: the response's DataLength;
+    /// WRITE: the request's Length).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The protocol's name for the error the response reported (SMB2: the NT status, such as
+    /// `STATUS_OBJECT_NAME_NOT_FOUND`), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Cow<'static, str>>,
     /// What the response said.
     pub status: Status,
 }
@@ -121,7 +132,7 @@ impl Transaction {
     }
 
     /// From the end of the request to the packet holding the response's FIRST byte: the server's time plus
-    /// one network round trip, without the transfer of the response (tshark's `rpc,srt` and `smb2,srt`).
+    /// one network round trip, without the transfer of the response (tshark's `rpc,srt`).
     pub fn first_byte(&self) -> Duration {
         self.response_ts.saturating_sub(self.request_end_ts)
     }
@@ -271,6 +282,8 @@ pub enum AnomalyKind {
     LostFraming,
     /// A response that had started when the connection or the capture ended.
     IncompleteResponse,
+    /// SMB3 messages sealed in a transform header (encrypted) or compressed: their commands cannot be seen.
+    Encrypted,
 }
 
 impl AnomalyKind {
@@ -283,6 +296,7 @@ impl AnomalyKind {
             AnomalyKind::Unparseable => "unparseable bytes",
             AnomalyKind::LostFraming => "framing lost in a gap",
             AnomalyKind::IncompleteResponse => "response cut by the end",
+            AnomalyKind::Encrypted => "encrypted SMB3: commands not visible",
         }
     }
 }
@@ -368,6 +382,8 @@ pub enum Proto {
     Http,
     /// Oracle TNS.
     Tns,
+    /// SMB2 / SMB3 over direct TCP (port 445) or NetBIOS session service (139).
+    Smb2,
     /// sockperf / `roundtrip ping` ping-pong messages, over TCP and UDP.
     Sockperf,
     /// Any TCP request/response turns.
@@ -378,7 +394,7 @@ pub enum Proto {
 
 impl Proto {
     /// Every protocol, in the order detection tries them.
-    pub const ALL: [Proto; 10] = [
+    pub const ALL: [Proto; 11] = [
         Proto::Nfs,
         Proto::Pgsql,
         Proto::Mysql,
@@ -386,6 +402,7 @@ impl Proto {
         Proto::Dns,
         Proto::Http,
         Proto::Tns,
+        Proto::Smb2,
         Proto::Sockperf,
         Proto::Generic,
         Proto::Tls,
@@ -401,6 +418,7 @@ impl Proto {
             Proto::Dns => "dns",
             Proto::Http => "http",
             Proto::Tns => "tns",
+            Proto::Smb2 => "smb2",
             Proto::Sockperf => "sockperf",
             Proto::Generic => "generic",
             Proto::Tls => "tls",
@@ -417,6 +435,7 @@ impl Proto {
                 "postgres" | "postgresql" => Some(Proto::Pgsql),
                 "mariadb" => Some(Proto::Mysql),
                 "oracle" => Some(Proto::Tns),
+                "smb" | "smb3" | "cifs" => Some(Proto::Smb2),
                 "ssl" | "https" => Some(Proto::Tls),
                 _ => None,
             })
@@ -432,6 +451,7 @@ impl Proto {
             Proto::Dns => Box::new(Framed::new(dns::Dns::new(carrier), carrier)),
             Proto::Http => Box::new(Framed::new(http::Http::new(), carrier)),
             Proto::Tns => Box::new(Framed::new(tns::Tns::new(), carrier)),
+            Proto::Smb2 => Box::new(Framed::new(smb2::Smb2::new(), carrier)),
             Proto::Sockperf => Box::new(Framed::new(
                 sockperf::Sockperf::new(carrier == Carrier::Udp),
                 carrier,
@@ -631,14 +651,15 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                 continue;
             }
             // At a message boundary, possibly with header bytes buffered.
-            let (verdict, used_buf, avail) = if st.buf.is_empty() {
-                (self.proto.frame(dir, data, false), false, data.len())
+            // `appended`: how many bytes of `data` went into the header buffer.
+            let (verdict, used_buf, appended) = if st.buf.is_empty() {
+                (self.proto.frame(dir, data, false), false, 0)
             } else {
                 let old = st.buf.len();
                 let take = data.len().min(MAX_HEADER.saturating_sub(old).max(1));
                 st.buf.extend_from_slice(&data[..take]);
                 let v = self.proto.frame(dir, &st.buf, st.buf.len() >= MAX_HEADER);
-                (v, true, st.buf.len())
+                (v, true, take)
             };
             let st = &mut self.dirs[d];
             match verdict {
@@ -662,8 +683,7 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                     let len = len.max(1);
                     // Bytes of the message that came before `data[0]` (buffered from earlier segments).
                     let (first_ts, first_seq, prev) = if used_buf {
-                        let appended = avail.min(data.len());
-                        let prev = (avail - appended) as u64;
+                        let prev = (st.buf.len() - appended) as u64;
                         st.buf.clear();
                         (st.buf_first_ts, st.buf_seq, prev)
                     } else {

@@ -152,6 +152,8 @@ impl Mysql {
             request_seq: Some(c.seq),
             xid: None,
             content: None,
+            bytes: None,
+            error: None,
             status: if c.error { Status::Error } else { Status::Ok },
         });
     }

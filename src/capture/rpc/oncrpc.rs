@@ -481,6 +481,8 @@ impl Protocol for OncRpc {
                     request_seq: (self.carrier == Carrier::Tcp).then_some(p.seq),
                     xid: Some(xid),
                     content: None,
+                    bytes: None,
+                    error: None,
                     status: if ok { Status::Ok } else { Status::Error },
                 });
             }

@@ -270,6 +270,8 @@ impl Protocol for Pgsql {
                         request_seq: Some(seq),
                         xid: None,
                         content: None,
+                        bytes: None,
+                        error: None,
                         status: if error { Status::Error } else { Status::Ok },
                     });
                 }

@@ -442,6 +442,8 @@ impl Protocol for Redis {
                     request_seq: Some(seq),
                     xid: None,
                     content: None,
+                    bytes: None,
+                    error: None,
                     status: if t.error { Status::Error } else { Status::Ok },
                 });
             }

@@ -146,6 +146,8 @@ impl Protocol for Sockperf {
                     request_seq: (!self.udp).then_some(p.seq),
                     xid: None,
                     content: None,
+                    bytes: None,
+                    error: None,
                     status: Status::Ok,
                 });
             }

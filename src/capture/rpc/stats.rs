@@ -66,6 +66,10 @@ pub struct OpStats {
     pub first_byte: LatencyHistogram,
     /// Responses that reported an error.
     pub errors: u64,
+    /// Errors by the protocol's name for them (SMB2 NT status), for the transactions that carried one.
+    pub error_names: BTreeMap<String, u64>,
+    /// Payload bytes moved (SMB2 READ/WRITE), None when no transaction said.
+    pub bytes: Option<u64>,
 }
 
 /// One row per interval (by the time the response completed). `mean_ns` .. `max_ns` are times to the
@@ -185,6 +189,8 @@ impl RpcStats {
                 last_byte: LatencyHistogram::new(),
                 first_byte: LatencyHistogram::new(),
                 errors: 0,
+                error_names: BTreeMap::new(),
+                bytes: None,
             });
             self.ops.len() - 1
         };
@@ -193,6 +199,12 @@ impl RpcStats {
         e.last_byte.record_ns(ns);
         e.first_byte.record_ns(first_ns);
         e.errors += error as u64;
+        if let (true, Some(name)) = (error, &t.error) {
+            *e.error_names.entry(name.to_string()).or_insert(0) += 1;
+        }
+        if let Some(b) = t.bytes {
+            e.bytes = Some(e.bytes.unwrap_or(0).saturating_add(b));
+        }
         if self.config.top > 0 {
             let worth = self.slowest.len() < self.config.top
                 || self
@@ -300,6 +312,8 @@ impl RpcStats {
                     proto: o.proto,
                     op: o.op,
                     errors: o.errors,
+                    errors_by_status: o.error_names,
+                    bytes: o.bytes,
                     last_byte: o.last_byte.summary(),
                     first_byte: o.first_byte.summary(),
                 })
@@ -340,6 +354,13 @@ pub struct OpRow {
     pub op: String,
     /// Responses reporting an error.
     pub errors: u64,
+    /// Errors by the protocol's name for them (SMB2: the NT status), when the protocol names them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_by_status: BTreeMap<String, u64>,
+    /// Payload bytes the operation moved in all (SMB2 READ: response DataLength; WRITE: request Length),
+    /// when the protocol says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     /// Time to the response's first byte: request end to the first packet of the response (the server plus
     /// one network round trip; tshark's `rpc,srt` SRT).
     pub first_byte: Summary,

@@ -361,6 +361,8 @@ impl Tls {
                 xid: None,
                 status: Status::Ok,
                 content: None,
+                bytes: None,
+                error: None,
             });
         }
     }

@@ -78,6 +78,8 @@ impl Tns {
                 request_seq: Some(seq),
                 xid: None,
                 content: None,
+                bytes: None,
+                error: None,
                 status: if refused { Status::Error } else { Status::Ok },
             });
         }
