@@ -16,6 +16,7 @@ mod model;
 mod output;
 mod ping;
 mod proxy;
+mod replay;
 mod report;
 mod server;
 mod sweep;
@@ -58,6 +59,9 @@ enum Command {
     Capture(capture::CaptureArgs),
     /// Put a far-away network between a client and its server: delay, jitter, rate, window, faults, UDP loss.
     Proxy(proxy::ProxyArgs),
+    /// Play a capture's request/response structure (sizes, think and server times, order) against a
+    /// `roundtrip server --allow-replay`, e.g. through `roundtrip proxy --rtt 40ms`, and time it.
+    Replay(replay::ReplayArgs),
     /// The seeds' arithmetic: TPS at another RTT, window and BDP limits, Mathis, frames on the wire.
     Model(model::ModelArgs),
     /// Round trips to PostgreSQL, MySQL/MariaDB, Redis or an Oracle listener, split into network, protocol
@@ -92,6 +96,7 @@ pub fn main() -> i32 {
         Command::Compare(a) => compare::run(a),
         Command::Capture(a) => capture::run(a),
         Command::Proxy(a) => proxy::run(a),
+        Command::Replay(a) => replay::run(a),
         Command::Model(a) => model::run(a),
         Command::Db(a) => db::run(a),
         Command::Tcp(a) => tcp::run(a),

@@ -19,6 +19,8 @@
 //! The hello costs one round trip the application did not pay; it is timed and left out of the replayed
 //! duration (the TCP handshake is kept: the application paid it too).
 
+pub mod capture;
+
 use crate::probe::hello::{self, HandshakeError, Link};
 use crate::probe::ping::PeerKind;
 use crate::whatif::profile::{AppProfile, ConnProfile};

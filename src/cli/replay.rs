@@ -1,0 +1,248 @@
+//! `roundtrip replay FILE --to HOST[:PORT]`: play a capture's application structure against a
+//! `roundtrip server --allow-replay` and compare the replayed run time with the capture's and with the
+//! prediction of `capture whatif` at the path's measured RTT.
+
+use super::args;
+use super::output::{Exit, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::capture::Filter;
+use roundtrip::probe::target::{Family, Target};
+use roundtrip::replay::{self, ReplayConfig, ReplayResult};
+use roundtrip::report::json;
+use roundtrip::units::{fmt_bytes, fmt_duration};
+use roundtrip::wire::sockperf::DEFAULT_PORT;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `roundtrip replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A tcpdump capture (pcap or pcapng) of the application.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// The `roundtrip server --allow-replay` to play against, as HOST, HOST:PORT or [IPv6]:PORT (default
+    /// port 11111); put `roundtrip proxy --rtt 40ms` in front of it to replay at another RTT.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    to: String,
+    /// Replay only this connection, as CLIENT:PORT-SERVER:PORT (as `capture timeline --flow`).
+    #[arg(long, visible_alias = "connection", value_name = "A:P-B:P", value_parser = parse_flow)]
+    flow: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// The path's round-trip time, when known (e.g. the proxy's --rtt plus the base): skips the pings.
+    #[arg(long, value_name = "DURATION", value_parser = args::duration)]
+    expect_rtt: Option<Duration>,
+    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file).
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<PathBuf>,
+    /// Pings (64 bytes, before the replay) whose smallest round trip is taken as the path's RTT for the
+    /// prediction; 0 skips the measure and the prediction.
+    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    rtt_pings: u64,
+    /// Wait this long for the connection, the hello and each answer (on top of the answer's server time).
+    #[arg(long, default_value = "10s", value_parser = args::positive_duration, allow_hyphen_values = true)]
+    timeout: Duration,
+    /// Refuse captures with more connections than this (each replayed connection is a thread).
+    #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true)]
+    max_connections: u64,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `roundtrip replay`.
+pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
+    // Everything that can be checked without the network first: the key, the target, the capture.
+    let psk = super::server::client_psk(a.psk_file.as_deref())?;
+    let target = Target::parse(&a.to, DEFAULT_PORT)?;
+    let filter = Filter {
+        flow: a.flow,
+        ..Filter::default()
+    };
+    let profile = replay::capture::generic_profile(&a.file, &filter)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let (to, _) = target.resolve(Family::Any)?;
+    let mut config = ReplayConfig::new(to);
+    config.psk = psk;
+    config.timeout = a.timeout;
+    config.max_connections = a.max_connections as usize;
+    for n in &profile.notes {
+        note(format!("note: {n}"));
+    }
+    let rtt = if let Some(rtt) = a.expect_rtt {
+        Some(rtt)
+    } else if a.rtt_pings > 0 {
+        Some(
+            replay::measure_rtt(&config, a.rtt_pings as usize)
+                .with_context(|| format!("measuring the round trip to {to}"))?,
+        )
+    } else {
+        None
+    };
+    // The prediction of `capture whatif` is printed beside the replay once that command is in this build.
+    let predicted: Option<Duration> = None;
+    let r = replay::replay(&profile, &config)?;
+    if a.json {
+        out(json::envelope_bytes(
+            "replay",
+            doc(&a.file, &r, rtt, predicted),
+        ))?;
+    } else {
+        out(text(&a.file, &r, rtt, predicted))?;
+    }
+    Ok(Exit::Ok)
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[derive(Serialize)]
+struct Doc {
+    file: String,
+    to: String,
+    path_rtt_seconds: Option<f64>,
+    captured_seconds: f64,
+    predicted_seconds: Option<f64>,
+    replayed_seconds: f64,
+    connections: Vec<ConnDoc>,
+}
+
+#[derive(Serialize)]
+struct ConnDoc {
+    client: String,
+    server: String,
+    protocol: String,
+    turns: usize,
+    captured_seconds: f64,
+    replayed_seconds: f64,
+    connect_seconds: f64,
+    hello_seconds: f64,
+    request_bytes_captured: u64,
+    request_bytes_sent: u64,
+    response_bytes_captured: u64,
+    response_bytes_received: u64,
+    capped_server_times: usize,
+    turn_seconds: Vec<f64>,
+}
+
+fn doc(
+    file: &std::path::Path,
+    r: &ReplayResult,
+    rtt: Option<Duration>,
+    predicted: Option<Duration>,
+) -> Doc {
+    Doc {
+        file: file.display().to_string(),
+        to: r.to.to_string(),
+        path_rtt_seconds: rtt.map(secs),
+        captured_seconds: secs(r.captured_duration),
+        predicted_seconds: predicted.map(secs),
+        replayed_seconds: secs(r.duration),
+        connections: r
+            .connections
+            .iter()
+            .map(|c| ConnDoc {
+                client: c.captured.0.to_string(),
+                server: c.captured.1.to_string(),
+                protocol: c.protocol.clone(),
+                turns: c.turns,
+                captured_seconds: secs(c.captured_duration),
+                replayed_seconds: secs(c.duration),
+                connect_seconds: secs(c.connect),
+                hello_seconds: secs(c.hello),
+                request_bytes_captured: c.request_bytes.0,
+                request_bytes_sent: c.request_bytes.1,
+                response_bytes_captured: c.response_bytes.0,
+                response_bytes_received: c.response_bytes.1,
+                capped_server_times: c.capped_delays,
+                turn_seconds: c.turn_times.iter().map(|d| secs(*d)).collect(),
+            })
+            .collect(),
+    }
+}
+
+fn text(
+    file: &std::path::Path,
+    r: &ReplayResult,
+    rtt: Option<Duration>,
+    predicted: Option<Duration>,
+) -> String {
+    let mut s = String::new();
+    let turns: usize = r.connections.iter().map(|c| c.turns).sum();
+    let _ = writeln!(
+        s,
+        "replay of {} ({} connection{}, {turns} turns) to {}",
+        file.display(),
+        r.connections.len(),
+        if r.connections.len() == 1 { "" } else { "s" },
+        r.to
+    );
+    if let Some(rtt) = rtt {
+        let _ = writeln!(
+            s,
+            "path RTT: {} (smallest of the pings before the replay)",
+            fmt_duration(rtt)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<44} {:>6} {:>11} {:>11} {:>10} {:>10}",
+        "connection (captured)", "turns", "requests", "responses", "captured", "replayed"
+    );
+    for c in &r.connections {
+        let _ = writeln!(
+            s,
+            "{:<44} {:>6} {:>11} {:>11} {:>10} {:>10}",
+            format!("{} > {} {}", c.captured.0, c.captured.1, c.protocol),
+            c.turns,
+            fmt_bytes(c.request_bytes.0),
+            fmt_bytes(c.response_bytes.0),
+            fmt_duration(c.captured_duration),
+            fmt_duration(c.duration)
+        );
+        if c.capped_delays > 0 {
+            let _ = writeln!(
+                s,
+                "  {} server times over {} were capped",
+                c.capped_delays,
+                fmt_duration(roundtrip::wire::sockperf::MAX_REPLAY_DELAY)
+            );
+        }
+    }
+    let mut total = format!("total: captured {}", fmt_duration(r.captured_duration));
+    if let (Some(p), Some(rtt)) = (predicted, rtt) {
+        let _ = write!(
+            total,
+            ", predicted at {} RTT {}",
+            fmt_duration(rtt),
+            fmt_duration(p)
+        );
+    }
+    let _ = write!(total, ", replayed {}", fmt_duration(r.duration));
+    if let Some(p) = predicted.filter(|p| !p.is_zero()) {
+        let _ = write!(
+            total,
+            " (replayed / predicted {:.2}x)",
+            r.duration.as_secs_f64() / p.as_secs_f64()
+        );
+    }
+    let _ = writeln!(s, "{total}");
+    let hello: Duration = r
+        .connections
+        .iter()
+        .map(|c| c.hello)
+        .max()
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "(each connection's hello with the server, {} at most, is not counted: the application did not pay it)",
+        fmt_duration(hello)
+    );
+    s
+}
+
+fn parse_flow(s: &str) -> Result<(std::net::SocketAddr, std::net::SocketAddr), String> {
+    Filter::parse_flow(s).map_err(|e| e.to_string())
+}
