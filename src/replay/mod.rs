@@ -122,6 +122,9 @@ pub enum ReplayError {
         /// The system's error.
         source: io::Error,
     },
+    /// A connection did not start because one it waited for failed (never returned by [`replay`]).
+    #[error("the replay stopped: a connection it waited for failed")]
+    Aborted,
     /// The server answered something that is not the answer asked for.
     #[error("{addr} answered connection {conn}'s turn {turn} with {what}")]
     BadAnswer {
@@ -241,6 +244,23 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
         .map(|c| c.start + c.duration)
         .max()
         .unwrap_or_default();
+    // A connection that opened after another had sent its last request in the capture (the application's
+    // next step) waits for that one's replay to end, plus the captured gap from its last packet; the others
+    // start at their captured offsets.
+    let last_request =
+        |c: &ConnProfile| c.start + c.turns.last().map_or(Duration::ZERO, |t| t.request_start);
+    let pred: Vec<Option<usize>> = (0..conns.len())
+        .map(|j| {
+            (0..j)
+                .filter(|&i| last_request(conns[i]) <= conns[j].start)
+                .max_by_key(|&i| last_request(conns[i]))
+        })
+        .collect();
+    let ends = Done {
+        at: Mutex::new(vec![None; conns.len()]),
+        cv: Condvar::new(),
+    };
+    let failed = Mutex::new(false);
     let t0 = Instant::now();
     let results: Vec<Result<(ConnReplay, Instant, Instant), ReplayError>> =
         std::thread::scope(|scope| {
@@ -248,10 +268,27 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    let at = t0 + c.start.saturating_sub(first_start);
+                    let (ends, failed, pred, conns) = (&ends, &failed, pred[i], &conns);
                     scope.spawn(move || {
+                        let at = match pred {
+                            Some(p) => match ends.wait(p, failed) {
+                                Some(end) => {
+                                    end + c.start.saturating_sub(conns[p].start + conns[p].duration)
+                                }
+                                None => return Err(ReplayError::Aborted),
+                            },
+                            None => t0 + c.start.saturating_sub(first_start),
+                        };
                         sleep_until(at);
-                        play_connection(c, i + 1, config)
+                        let r = play_connection(c, i + 1, config);
+                        match &r {
+                            Ok((_, _, end)) => {
+                                ends.at.lock().expect("replay state lock")[i] = Some(*end);
+                            }
+                            Err(_) => *failed.lock().expect("replay state lock") = true,
+                        }
+                        ends.cv.notify_all();
+                        r
                     })
                 })
                 .collect();
@@ -263,11 +300,27 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
     let mut connections = Vec::with_capacity(results.len());
     let mut began = None::<Instant>;
     let mut ended = None::<Instant>;
-    for r in results {
-        let (c, b, e) = r?;
-        began = Some(began.map_or(b, |x| x.min(b)));
-        ended = Some(ended.map_or(e, |x| x.max(e)));
-        connections.push(c);
+    // Hellos along each chain of connections are left out of the total: the application paid none.
+    let mut chain_hello = vec![Duration::ZERO; results.len()];
+    let mut first_err = None;
+    for (j, r) in results.into_iter().enumerate() {
+        match r {
+            Ok((c, b, e)) => {
+                chain_hello[j] = c.hello + pred[j].map_or(Duration::ZERO, |p| chain_hello[p]);
+                let e = e.checked_sub(chain_hello[j]).unwrap_or(e);
+                began = Some(began.map_or(b, |x| x.min(b)));
+                ended = Some(ended.map_or(e, |x| x.max(e)));
+                connections.push(c);
+            }
+            // The first real failure, not a connection that stopped because another failed.
+            Err(ReplayError::Aborted) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
     }
     let duration = match (began, ended) {
         (Some(b), Some(e)) => e.saturating_duration_since(b),
@@ -506,9 +559,10 @@ fn play_connection(
             turn_times,
             capped_delays: capped,
         },
-        // The connection's replayed span: from its connect, without the hello's round trip.
+        // The connection's replayed span: from its connect to its last answer (hello included; the total
+        // leaves it out).
         began,
-        ended.checked_sub(hello).unwrap_or(ended),
+        ended,
     ))
 }
 
