@@ -208,3 +208,276 @@ fn servers_that_cannot_replay_are_refused_with_one_clear_reason() {
     let e = replay::replay(&profile(vec![conn()]), &ReplayConfig::new(addr(plain))).unwrap_err();
     assert!(matches!(e, ReplayError::Empty), "{e}");
 }
+
+// ---- The command line, on captures of real applications made by the test ----
+
+/// Runs `roundtrip replay ARGS...`; returns (exit code, stdout, stderr).
+fn replay_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(common::procs::bin())
+        .arg("replay")
+        .args(args)
+        .output()
+        .expect("roundtrip replay runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_of(stdout: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(stdout).expect("replay --json prints JSON");
+    v.get("data").cloned().unwrap_or(v)
+}
+
+fn sum(v: &serde_json::Value, field: &str) -> u64 {
+    v["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .map(|c| c[field].as_u64().expect(field))
+        .sum()
+}
+
+/// A scratch PostgreSQL database, dropped when the test ends however it ends.
+struct ScratchDb(String);
+
+impl ScratchDb {
+    fn create() -> Option<ScratchDb> {
+        if !common::service_up(5432, "postgresql")
+            || !common::have("pgbench")
+            || !common::have("psql")
+        {
+            return None;
+        }
+        let name = format!(
+            "rt_replay_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        let db = ScratchDb(name);
+        assert!(db.psql(&format!("create database {}", db.0)));
+        let st = std::process::Command::new("pgbench")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
+            .output()
+            .expect("pgbench -i runs");
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        Some(db)
+    }
+
+    fn psql(&self, sql: &str) -> bool {
+        std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "test",
+                "-q",
+                "-c",
+                sql,
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// `pgbench -c 1 -t N -S` against `port`; returns its wall time (process start included).
+    fn select_only(&self, port: u16, transactions: u32) -> Duration {
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new("pgbench")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+            .args(["-c", "1", "-t", &transactions.to_string(), "-S", &self.0])
+            .output()
+            .expect("pgbench runs");
+        let took = t.elapsed();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        took
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        self.psql(&format!("drop database if exists {}", self.0));
+    }
+}
+
+#[test]
+fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes_there() {
+    if !common::have("tcpdump") || !common::is_root() {
+        eprintln!("SKIPPED: tcpdump as root needed");
+        return;
+    }
+    let Some(db) = ScratchDb::create() else {
+        eprintln!("SKIPPED: PostgreSQL on 5432 or pgbench missing");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pgbench.pcap");
+    let mut kids = Kids::default();
+    // The capture listens on a private port (a proxy adding nothing in front of PostgreSQL), so other
+    // clients of PostgreSQL on this machine stay out of it.
+    let direct = kids.proxy(5432, &[]);
+    let td = kids.tcpdump(&file, direct);
+    db.select_only(direct, 30);
+    std::thread::sleep(ms(300));
+    kids.stop(td);
+
+    let server = kids.server(&["--allow-replay"]);
+    let f = file.to_str().unwrap();
+    let to = format!("127.0.0.1:{server}");
+    let (code, out, err) = replay_cli(&[f, "--to", &to, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    // pgbench's check connection, then its client's: 30 selects and the start-up turns.
+    assert_eq!(v["connections"].as_array().unwrap().len(), 2, "{out}");
+    // Every captured byte goes and comes back; messages below the wire minimums (a 30-byte request, a
+    // 14-byte answer) are padded, and the padding is counted apart.
+    assert_eq!(
+        sum(&v, "response_bytes_received"),
+        sum(&v, "response_bytes_captured") + sum(&v, "response_padding_bytes")
+    );
+    assert_eq!(
+        sum(&v, "request_bytes_sent"),
+        sum(&v, "request_bytes_captured") + sum(&v, "request_padding_bytes")
+    );
+
+    // The same run through a 20 ms proxy, measured, and the replay through the same kind of proxy.
+    let app_proxy = kids.proxy(5432, &["--rtt", "20ms"]);
+    let replay_proxy = kids.proxy(server, &["--rtt", "20ms"]);
+    let measured = db.select_only(app_proxy, 30);
+    let to = format!("127.0.0.1:{replay_proxy}");
+    let (code, out, err) = replay_cli(&[f, "--to", &to, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let replayed = Duration::from_secs_f64(json_of(&out)["replayed_seconds"].as_f64().unwrap());
+    // About 40 round trips of 20 ms each way: ~0.9 s. 30% either way, generous: pgbench's wall time includes
+    // its process start, and a loaded 2-core machine delays either run (bench/replay.sh has the real figure).
+    let ratio = replayed.as_secs_f64() / measured.as_secs_f64();
+    assert!(
+        (0.7..1.3).contains(&ratio),
+        "replayed {replayed:?} vs pgbench measured {measured:?} through the same 20 ms proxy"
+    );
+}
+
+#[test]
+fn a_real_samba_copy_is_replayed_byte_for_byte() {
+    if !common::have("tcpdump") || !common::is_root() {
+        eprintln!("SKIPPED: tcpdump as root needed");
+        return;
+    }
+    let Some(samba) = common::samba::Samba::start() else {
+        eprintln!("SKIPPED: samba");
+        return;
+    };
+    samba.put_file("f", 3 * 1024 * 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("smb.pcap");
+    let mut kids = Kids::default();
+    let td = kids.tcpdump(&file, samba.addr.port());
+    let (ok, text, _) = common::samba::Samba::client(samba.addr, "get f /dev/null");
+    assert!(ok, "{text}");
+    std::thread::sleep(ms(300));
+    kids.stop(td);
+    let server = kids.server(&["--allow-replay"]);
+    let to = format!("127.0.0.1:{server}");
+    let (code, out, err) = replay_cli(&[file.to_str().unwrap(), "--to", &to, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    let got = sum(&v, "response_bytes_received") - sum(&v, "response_padding_bytes");
+    assert_eq!(got, sum(&v, "response_bytes_captured"));
+    assert!(got >= 3 * 1024 * 1024, "the 3 MiB file came back: {got}");
+}
+
+#[test]
+fn the_command_refuses_what_it_cannot_replay_with_one_line_and_exit_1() {
+    if !common::have("tcpdump") || !common::is_root() {
+        eprintln!("SKIPPED: tcpdump as root needed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A real capture with payload one way only: a listener that never answers.
+    let oneway = dir.path().join("oneway.pcap");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = l.local_addr().unwrap().port();
+    let mut kids = Kids::default();
+    let td = kids.tcpdump(&oneway, lport);
+    {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(addr(lport)).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[7u8; 500]).unwrap();
+        let mut b = [0u8; 500];
+        s.read_exact(&mut b).unwrap();
+    }
+    std::thread::sleep(ms(300));
+    kids.stop(td);
+    let f = oneway.to_str().unwrap();
+
+    let allowed = kids.server(&["--allow-replay"]);
+    let (code, _, err) = replay_cli(&[f, "--to", &format!("127.0.0.1:{allowed}")]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("nothing to replay") && err.contains("one way only"),
+        "{err}"
+    );
+
+    // A capture with turns, to point at servers that cannot replay it.
+    let good = dir.path().join("good.pcap");
+    let echo = kids.server(&[]);
+    let td = kids.tcpdump(&good, echo);
+    let st = std::process::Command::new(common::procs::bin())
+        .args([
+            "ping",
+            &format!("127.0.0.1:{echo}"),
+            "-n",
+            "20",
+            "--warmup",
+            "0s",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    std::thread::sleep(ms(300));
+    kids.stop(td);
+    let g = good.to_str().unwrap();
+
+    let plain = kids.server(&[]);
+    let (code, _, err) = replay_cli(&[g, "--to", &format!("127.0.0.1:{plain}")]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("start it with `roundtrip server --allow-replay`"),
+        "{err}"
+    );
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (code, _, err) = replay_cli(&[g, "--to", &free.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("connecting to"), "{err}");
+
+    if common::service_up(6379, "redis") {
+        let (code, _, err) = replay_cli(&[g, "--to", "127.0.0.1:6379", "--timeout", "2s"]);
+        assert_eq!(code, 1, "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("is not a roundtrip server"), "{err}");
+    }
+}

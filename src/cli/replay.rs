@@ -67,15 +67,24 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     config.psk = psk;
     config.timeout = a.timeout;
     config.max_connections = a.max_connections as usize;
-    for n in &profile.notes {
-        note(format!("note: {n}"));
+    if profile.connections.iter().all(|c| c.turns.is_empty()) {
+        let why = if profile.notes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", profile.notes.join("; "))
+        };
+        anyhow::bail!(
+            "{}: nothing to replay: {}{why}",
+            a.file.display(),
+            replay::ReplayError::Empty
+        );
     }
     let rtt = if let Some(rtt) = a.expect_rtt {
         Some(rtt)
     } else if a.rtt_pings > 0 {
         Some(
-            replay::measure_rtt(&config, a.rtt_pings as usize)
-                .with_context(|| format!("measuring the round trip to {to}"))?,
+            // Its errors name the server and say what to do (start it with --allow-replay, ...).
+            replay::measure_rtt(&config, a.rtt_pings as usize)?,
         )
     } else {
         None
@@ -83,6 +92,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     // The prediction of `capture whatif` is printed beside the replay once that command is in this build.
     let predicted: Option<Duration> = None;
     let r = replay::replay(&profile, &config)?;
+    // What the capture lacked, said once the replay ran (a refusal stays one line).
+    for n in &profile.notes {
+        note(format!("note: {n}"));
+    }
     if a.json {
         out(json::envelope_bytes(
             "replay",
@@ -123,6 +136,8 @@ struct ConnDoc {
     request_bytes_sent: u64,
     response_bytes_captured: u64,
     response_bytes_received: u64,
+    request_padding_bytes: u64,
+    response_padding_bytes: u64,
     capped_server_times: usize,
     turn_seconds: Vec<f64>,
 }
@@ -156,6 +171,8 @@ fn doc(
                 request_bytes_sent: c.request_bytes.1,
                 response_bytes_captured: c.response_bytes.0,
                 response_bytes_received: c.response_bytes.1,
+                request_padding_bytes: c.padding.0,
+                response_padding_bytes: c.padding.1,
                 capped_server_times: c.capped_delays,
                 turn_seconds: c.turn_times.iter().map(|d| secs(*d)).collect(),
             })

@@ -44,6 +44,7 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
     let mut first_ts: Option<Duration> = None;
     let mut last_ts = Duration::ZERO;
     let mut cut = 0u64;
+    let mut missing = 0u64;
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
         if !filter.matches(Some(&d)) {
@@ -90,8 +91,10 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
             // Nothing new: a retransmission.
             Some(e) if (end.wrapping_sub(*e) as i32) <= 0 => continue,
             Some(e) => {
-                // Count only the bytes beyond what was seen (a partial retransmission).
-                let new = end.wrapping_sub(*e).min(len);
+                // The bytes beyond what was seen (less than `len` for a partial retransmission; more when
+                // packets before this one were not captured: the sequence numbers say they were sent).
+                let new = end.wrapping_sub(*e);
+                missing += u64::from(new.saturating_sub(len));
                 *e = end;
                 c.data.push((ts, src, u64::from(new)));
             }
@@ -106,6 +109,11 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
     if cut > 0 {
         notes.push(format!(
             "{cut} packets were cut by the snap length: their bytes are counted from the IP length"
+        ));
+    }
+    if missing > 0 {
+        notes.push(format!(
+            "{missing} bytes were not captured (dropped by the capture): counted from the sequence numbers"
         ));
     }
     let mut list: Vec<Conn> = conns.into_values().collect();

@@ -160,6 +160,10 @@ pub struct ConnReplay {
     pub request_bytes: (u64, u64),
     /// Response bytes the capture had / received (answers are at least [`HEADER_LEN`]).
     pub response_bytes: (u64, u64),
+    /// Bytes added to reach the wire minimums: requests padded to [`REPLAY_MIN_LEN`] (and the extra requests
+    /// asking for answers beyond [`MAX_REPLAY_ANSWER`]), answers padded to [`HEADER_LEN`]. Sent minus this is
+    /// the captured byte count.
+    pub padding: (u64, u64),
     /// Per turn: time from the request's first byte sent to its answer's last byte received.
     pub turn_times: Vec<Duration>,
     /// Server times longer than [`MAX_REPLAY_DELAY`], capped.
@@ -496,6 +500,9 @@ fn play_connection(
         })
         .sum();
     let expected: Vec<Vec<u64>> = plans.iter().map(|p| p.answers.clone()).collect();
+    let asked: u64 = expected.iter().flatten().sum();
+    let captured_req: u64 = c.turns.iter().map(|t| t.request_bytes).sum();
+    let captured_resp: u64 = c.turns.iter().map(|t| t.response_bytes).sum();
     let done = Arc::new(Done {
         at: Mutex::new(vec![None; c.turns.len()]),
         cv: Condvar::new(),
@@ -554,8 +561,12 @@ fn play_connection(
             connect: connect_time,
             hello,
             turns: c.turns.len(),
-            request_bytes: (c.turns.iter().map(|t| t.request_bytes).sum(), sent_request),
-            response_bytes: (c.turns.iter().map(|t| t.response_bytes).sum(), received),
+            request_bytes: (captured_req, sent_request),
+            response_bytes: (captured_resp, received),
+            padding: (
+                sent_request.saturating_sub(captured_req),
+                asked.saturating_sub(captured_resp),
+            ),
             turn_times,
             capped_delays: capped,
         },
@@ -580,8 +591,7 @@ fn write_requests(
 ) -> Result<(), ReplayError> {
     let first_offset = c.turns.first().map(|t| t.request_start).unwrap_or_default();
     let mut buf = Vec::new();
-    let mut seq: u64 = 1;
-    for (i, (turn, p)) in c.turns.iter().zip(plans).enumerate() {
+    for (seq, (i, (turn, p))) in (1u64..).zip(c.turns.iter().zip(plans).enumerate()) {
         let due = match turn.waits_for.filter(|&j| j < i) {
             Some(j) => match done.wait(j, failed) {
                 Some(t) => t + turn.think,
@@ -641,7 +651,6 @@ fn write_requests(
             .write(&mut buf);
             s.write_all(&buf).map_err(io("sending a request to"))?;
         }
-        seq += 1;
     }
     Ok(())
 }
@@ -722,13 +731,13 @@ mod tests {
         assert!(
             p.messages
                 .iter()
-                .all(|&m| m >= REPLAY_MIN_LEN && m <= MAX_MESSAGE_LEN)
+                .all(|&m| (REPLAY_MIN_LEN..=MAX_MESSAGE_LEN).contains(&m))
         );
         assert_eq!(p.answers.iter().sum::<u64>(), MAX_REPLAY_ANSWER * 2 + 5);
         assert!(
             p.answers
                 .iter()
-                .all(|&a| a >= HEADER_LEN as u64 && a <= MAX_REPLAY_ANSWER)
+                .all(|&a| (HEADER_LEN as u64..=MAX_REPLAY_ANSWER).contains(&a))
         );
     }
 }

@@ -88,7 +88,17 @@ impl Kids {
     /// Starts tcpdump on loopback writing `file` for TCP `port`; returns its index for [`Kids::stop`].
     pub fn tcpdump(&mut self, file: &Path, port: u16) -> usize {
         let mut c = Command::new("tcpdump")
-            .args(["--immediate-mode", "-i", "lo", "-U", "-n", "-w"])
+            // A 64 MiB buffer: loopback segments are up to 64 KiB and a bulk copy fills the default one.
+            .args([
+                "--immediate-mode",
+                "-B",
+                "65536",
+                "-i",
+                "lo",
+                "-U",
+                "-n",
+                "-w",
+            ])
             .arg(file)
             .args(["tcp", "port", &port.to_string()])
             .stdout(Stdio::null())
