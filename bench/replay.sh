@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Benchmark of `roundtrip replay` against the application it replays, through `roundtrip proxy --rtt R`.
+# Two applications, each captured once directly on loopback (tcpdump on a private port): a Samba copy
+# (`smbclient -c 'get big /dev/null'` of a SIZE_MB file; smbd from Debian `samba` on a free port with a
+# generated smb.conf and a temp share) and `pgbench -c 1 -t TX -S` (PostgreSQL 127.0.0.1:5432, a scratch
+# database created and dropped here). Then per RTT (5 ms, 20 ms), ROUNDS interleaved rounds of: the
+# application run through a proxy adding RTT in front of its server (wall time of the client process), and
+# `roundtrip replay` of its capture through the same proxy in front of `roundtrip server --allow-replay`
+# (the replayed duration it reports). Medians and the ratio replayed / measured.
+#
+# Usage: bench/replay.sh [ROUNDS] [SIZE_MB] [TX] (run as root: smbd and tcpdump; needs smbd, smbclient,
+# pgbench, psql, tcpdump, python3, bc).
+set -euo pipefail
+ROUNDS=${1:-3}
+SIZE_MB=${2:-20}
+TX=${3:-100}
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+RT=$PWD/target/release/roundtrip
+WORK=$(mktemp -d /tmp/rt-replay-bench.XXXXXX)
+DB=rt_replay_bench_$$
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    sleep 0.5
+    psql -h 127.0.0.1 -U postgres -d test -q -c "drop database if exists $DB" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+secs() { # run a command, print its wall time in seconds
+    local t0 t1
+    t0=$(date +%s%N)
+    "$@" >/dev/null 2>&1 || true
+    t1=$(date +%s%N)
+    echo "($t1 - $t0) / 1000000000" | bc -l
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start_bg LOGFILE CMD...: runs CMD in the background, remembers its pid
+start_bg() {
+    local log=$1
+    shift
+    "$@" >"$log" 2>&1 &
+    PIDS+=($!)
+}
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; }
+proxy() { # proxy UPSTREAM_PORT RTT: prints the listening port
+    local p
+    p=$(free_port)
+    start_bg "$WORK/proxy-$p.log" "$RT" proxy --listen "127.0.0.1:$p" --upstream "127.0.0.1:$1" ${2:+--rtt "$2"}
+    wait_port "$p"
+    echo "$p"
+}
+capture() { # capture FILE PORT CMD...: tcpdump on PORT while CMD runs
+    local file=$1 port=$2
+    shift 2
+    tcpdump -i lo -s 0 -B 262144 -U -w "$file" "tcp port $port" 2>"$WORK/tcpdump.log" &
+    local td=$!
+    sleep 1
+    "$@" >/dev/null 2>&1
+    sleep 0.5
+    kill -INT "$td"
+    wait "$td" 2>/dev/null || true
+}
+replayed() { # replayed FILE PORT: the replayed duration in seconds
+    "$RT" replay "$1" --to "127.0.0.1:$2" --rtt-pings 0 --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("data", d)["replayed_seconds"])'
+}
+
+# --- Samba ---
+SMB_PORT=$(free_port)
+mkdir -p "$WORK"/{share,private,lock,state,cache,pid,log}
+cat >"$WORK/smb.conf" <<EOF
+[global]
+  smb ports = $SMB_PORT
+  interfaces = 127.0.0.1
+  bind interfaces only = yes
+  private dir = $WORK/private
+  lock directory = $WORK/lock
+  state directory = $WORK/state
+  cache directory = $WORK/cache
+  pid directory = $WORK/pid
+  ncalogin dir = $WORK/lock
+  log file = $WORK/log/log.%m
+  map to guest = Bad User
+  disable netbios = yes
+  server role = standalone server
+  load printers = no
+  printing = bsd
+  printcap name = /dev/null
+  disable spoolss = yes
+[share]
+  path = $WORK/share
+  guest ok = yes
+  read only = no
+  force user = root
+EOF
+head -c $((SIZE_MB * 1000000)) /dev/urandom >"$WORK/share/big"
+start_bg "$WORK/smbd.out" setsid smbd --foreground --no-process-group --debug-stdout -s "$WORK/smb.conf"
+wait_port "$SMB_PORT"
+smb_get() { smbclient "//127.0.0.1/share" -p "$1" -N -c 'get big /dev/null'; }
+
+# --- PostgreSQL ---
+psql -h 127.0.0.1 -U postgres -d test -q -c "create database $DB" >/dev/null
+pgbench -h 127.0.0.1 -U postgres -i -q "$DB" >/dev/null 2>&1
+pg_run() { pgbench -h 127.0.0.1 -p "$1" -U postgres -c 1 -t "$TX" -S "$DB"; }
+
+# --- captures, directly (through a proxy adding nothing, on a private port) ---
+SERVER_PORT=$(free_port)
+start_bg "$WORK/server.log" "$RT" server --bind 127.0.0.1 -p "$SERVER_PORT" --tcp-only --allow-replay
+wait_port "$SERVER_PORT"
+capture "$WORK/smb.pcap" "$SMB_PORT" smb_get "$SMB_PORT"
+PG0=$(proxy 5432 "")
+capture "$WORK/pg.pcap" "$PG0" pg_run "$PG0"
+
+echo "roundtrip replay vs the application through roundtrip proxy --rtt R; $ROUNDS interleaved rounds, medians"
+echo "samba: get of a $SIZE_MB MB file; pgbench: -c 1 -t $TX -S"
+printf '%-8s %-6s %12s %12s %8s\n' app rtt measured replayed ratio
+for RTT in 5ms 20ms; do
+    SMB_P=$(proxy "$SMB_PORT" "$RTT")
+    PG_P=$(proxy 5432 "$RTT")
+    RP_P=$(proxy "$SERVER_PORT" "$RTT")
+    : >"$WORK/m_smb"; : >"$WORK/r_smb"; : >"$WORK/m_pg"; : >"$WORK/r_pg"
+    for _ in $(seq "$ROUNDS"); do
+        secs smb_get "$SMB_P" >>"$WORK/m_smb"
+        replayed "$WORK/smb.pcap" "$RP_P" >>"$WORK/r_smb"
+        secs pg_run "$PG_P" >>"$WORK/m_pg"
+        replayed "$WORK/pg.pcap" "$RP_P" >>"$WORK/r_pg"
+    done
+    for app in smb pg; do
+        m=$(median <"$WORK/m_$app")
+        r=$(median <"$WORK/r_$app")
+        printf '%-8s %-6s %11.3fs %11.3fs %7.2fx\n' "$app" "$RTT" "$m" "$r" "$(echo "$r / $m" | bc -l)"
+    done
+done
