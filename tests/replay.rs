@@ -31,6 +31,8 @@ fn sequential(turns: usize, req: u64, resp: u64, think: Duration, server: Durati
             think,
             server,
             outstanding: 1,
+            request_transfer: Duration::ZERO,
+            response_transfer: Duration::ZERO,
         });
     }
     c.duration = ms(turns as u64 * 10);
@@ -49,6 +51,7 @@ fn conn() -> ConnProfile {
         max_window: [65535, 65535],
         mss: 1448,
         turns: Vec::new(),
+        tail: Duration::ZERO,
     }
 }
 
@@ -89,6 +92,8 @@ fn every_byte_is_asked_for_and_answered_including_split_requests_and_answers() {
             think: Duration::ZERO,
             server: Duration::ZERO,
             outstanding: 1,
+            request_transfer: Duration::ZERO,
+            response_transfer: Duration::ZERO,
         });
     }
     let mut b = sequential(5, 200, 3000, ms(1), ms(1));
@@ -141,6 +146,8 @@ fn through_a_20ms_proxy_each_dependent_turn_pays_the_round_trip_and_pipelined_on
             think: Duration::ZERO,
             server: Duration::ZERO,
             outstanding: 8,
+            request_transfer: Duration::ZERO,
+            response_transfer: Duration::ZERO,
         });
     }
     let r = replay::replay(&profile(vec![c]), &cfg).expect("pipelined replay");
@@ -337,7 +344,8 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
     let server = kids.server(&["--allow-replay"]);
     let f = file.to_str().unwrap();
     let to = format!("127.0.0.1:{server}");
-    let (code, out, err) = replay_cli(&[f, "--to", &to, "--json"]);
+    // --generic: every payload byte of the capture, as plain request/response runs.
+    let (code, out, err) = replay_cli(&[f, "--to", &to, "--json", "--generic"]);
     assert_eq!(code, 0, "{err}");
     let v = json_of(&out);
     // pgbench's check connection, then its client's: 30 selects and the start-up turns.
@@ -360,7 +368,10 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
     let to = format!("127.0.0.1:{replay_proxy}");
     let (code, out, err) = replay_cli(&[f, "--to", &to, "--json"]);
     assert_eq!(code, 0, "{err}");
-    let replayed = Duration::from_secs_f64(json_of(&out)["replayed_seconds"].as_f64().unwrap());
+    let v = json_of(&out);
+    let replayed = Duration::from_secs_f64(v["replayed_seconds"].as_f64().unwrap());
+    // `capture whatif`'s prediction at the measured path RTT is printed beside it.
+    assert!(v["predicted_seconds"].as_f64().unwrap() > 0.5, "{out}");
     // About 40 round trips of 20 ms each way: ~0.9 s. 30% either way, generous: pgbench's wall time includes
     // its process start, and a loaded 2-core machine delays either run (bench/replay.sh has the real figure).
     let ratio = replayed.as_secs_f64() / measured.as_secs_f64();

@@ -11,6 +11,8 @@ use roundtrip::probe::target::{Family, Target};
 use roundtrip::replay::{self, ReplayConfig, ReplayResult};
 use roundtrip::report::json;
 use roundtrip::units::{fmt_bytes, fmt_duration};
+use roundtrip::whatif::predict::{Network, host_slow_start_after_idle, predict};
+use roundtrip::whatif::profile::{AppProfile, ProfileError, ProfileOptions};
 use roundtrip::wire::sockperf::DEFAULT_PORT;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -46,6 +48,10 @@ pub struct ReplayArgs {
     /// Refuse captures with more connections than this (each replayed connection is a thread).
     #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true)]
     max_connections: u64,
+    /// Read the capture as plain alternating request/response runs (no protocol decoder, no pipelining)
+    /// instead of the turns `capture whatif` reads.
+    #[arg(long)]
+    generic: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -60,13 +66,44 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
         flow: a.flow,
         ..Filter::default()
     };
-    let profile = replay::capture::generic_profile(&a.file, &filter)
+    let generic = replay::capture::generic_profile(&a.file, &filter)
         .with_context(|| format!("reading {}", a.file.display()))?;
+    let mut profile = if a.generic {
+        generic.clone()
+    } else {
+        match AppProfile::from_capture(
+            &a.file,
+            &ProfileOptions {
+                filter,
+                ..ProfileOptions::default()
+            },
+        ) {
+            Ok(p) => p,
+            Err(ProfileError::Empty { path, what }) => {
+                anyhow::bail!("{path}: nothing to replay: {what}")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let (to, _) = target.resolve(Family::Any)?;
     let mut config = ReplayConfig::new(to);
     config.psk = psk;
     config.timeout = a.timeout;
     config.max_connections = a.max_connections as usize;
+    // The decoders' turns may leave out messages they do not match (start-up, authentication): say how much.
+    let bytes = |p: &AppProfile| -> u64 {
+        p.connections
+            .iter()
+            .flat_map(|c| &c.turns)
+            .map(|t| t.request_bytes + t.response_bytes)
+            .sum()
+    };
+    let (in_turns, in_capture) = (bytes(&profile), bytes(&generic));
+    if !a.generic && in_turns < in_capture {
+        profile.notes.push(format!(
+            "the decoded turns carry {in_turns} of the capture's {in_capture} payload bytes; --generic replays every byte as plain request/response runs"
+        ));
+    }
     if profile.connections.iter().all(|c| c.turns.is_empty()) {
         let why = if profile.notes.is_empty() {
             String::new()
@@ -89,8 +126,19 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     } else {
         None
     };
-    // The prediction of `capture whatif` is printed beside the replay once that command is in this build.
-    let predicted: Option<Duration> = None;
+    // What `capture whatif` predicts at this RTT, for the same profile.
+    let predicted = rtt.map(|rtt| {
+        let p = predict(
+            &profile,
+            &Network {
+                rtt,
+                bandwidth_bps: None,
+                loss: 0.0,
+                slow_start_after_idle: host_slow_start_after_idle(),
+            },
+        );
+        Duration::from_secs_f64(p.predicted_s.max(0.0))
+    });
     let r = replay::replay(&profile, &config)?;
     // What the capture lacked, said once the replay ran (a refusal stays one line).
     for n in &profile.notes {

@@ -159,6 +159,7 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
             continue;
         }
         let turns = turns(&c.data, client, c.first, rtt);
+        let last_data = c.data.last().map_or(c.first, |d| d.0);
         connections.push(ConnProfile {
             client,
             server,
@@ -173,6 +174,7 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
             ],
             mss: c.mss,
             turns,
+            tail: c.last.saturating_sub(last_data),
         });
     }
     if no_handshake > 0 {
@@ -243,6 +245,10 @@ fn turns(
                 .saturating_sub(prev.map_or(start, |p| p.resp_end)),
             server,
             outstanding: 1,
+            request_transfer: o.req_end.saturating_sub(o.req_start),
+            response_transfer: o
+                .resp_start
+                .map_or(Duration::ZERO, |r| o.resp_end.saturating_sub(r)),
         });
     }
     out
