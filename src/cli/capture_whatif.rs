@@ -11,7 +11,7 @@ use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::report::json::envelope_bytes as doc;
 use roundtrip::report::text::Table;
 use roundtrip::report::whatif::{Bar, html, stacked_svg};
-use roundtrip::whatif::predict::{self, Network, Prediction};
+use roundtrip::whatif::predict::{self, Network, PathKind, Prediction};
 use roundtrip::whatif::profile::{AppProfile, ProfileOptions, RttSource};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -55,6 +55,10 @@ pub struct WhatifArgs {
     /// Protocol: auto, pgsql, mysql, redis, http, smb2, ... or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
+    /// Path kind: tcp (a real path: slow start and receiver window per RTT) or relay (the delay of a
+    /// TCP-terminating relay such as `roundtrip proxy --rtt` without --window: windows are no limit).
+    #[arg(long, default_value = "tcp", value_parser = parse_path)]
+    path: PathKind,
     /// One JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -75,6 +79,14 @@ fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     })
 }
 
+fn parse_path(s: &str) -> Result<PathKind, String> {
+    match s {
+        "tcp" => Ok(PathKind::Tcp),
+        "relay" | "proxy" => Ok(PathKind::Relay),
+        _ => Err(format!("unknown path kind '{s}': use tcp or relay")),
+    }
+}
+
 fn parse_host(s: &str) -> Result<IpAddr, String> {
     Filter::parse_host(s).map_err(|e| e.to_string())
 }
@@ -87,7 +99,7 @@ fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
 pub const ASSUMPTIONS: [&str; 5] = [
     "turns keep their capture order and dependencies; think and server times stay as captured",
     "each turn pays the new RTT once; a captured handshake pays one RTT",
-    "TCP per direction: initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture",
+    "TCP per direction (--path tcp): initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture; --path relay: no window limit",
     "rate capped by --bandwidth (default: the fastest transfer seen on the connection) and by Mathis with --loss",
     "connections are predicted independently and keep their start offsets",
 ];
@@ -97,6 +109,7 @@ struct WhatifDoc<'a> {
     file: String,
     capture_duration_s: f64,
     slow_start_after_idle: bool,
+    path: PathKind,
     bandwidth_bps: Option<u64>,
     loss: f64,
     connections: Vec<ConnDoc>,
@@ -156,6 +169,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
                     bandwidth_bps: a.bandwidth,
                     loss,
                     slow_start_after_idle: ssai,
+                    path: a.path,
                 },
             )
         })
@@ -215,6 +229,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
                 file: a.file.display().to_string(),
                 capture_duration_s: prof.duration.as_secs_f64(),
                 slow_start_after_idle: ssai,
+                path: a.path,
                 bandwidth_bps: a.bandwidth,
                 loss,
                 connections: conns,
@@ -331,7 +346,11 @@ fn render(
     }
     let _ = writeln!(
         s,
-        "\nassumptions (slow start after idle: {}):",
+        "\nassumptions (path: {}, slow start after idle: {}):",
+        match a.path {
+            PathKind::Tcp => "tcp",
+            PathKind::Relay => "relay",
+        },
         if ssai { "on" } else { "off" }
     );
     for x in ASSUMPTIONS {
