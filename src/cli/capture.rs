@@ -48,6 +48,10 @@ enum CaptureCommand {
     /// (network + client stack), the clock offset, and a verdict.
     #[command(after_help = super::capture_rpc::MATCH_HELP)]
     Match(super::capture_rpc::MatchArgs),
+    /// An application's run time at another RTT, bandwidth and loss, predicted from today's capture: per
+    /// connection turns, think/server/round-trip/transfer breakdown, chattiness and seconds per added ms.
+    #[command(after_help = super::capture_whatif::WHATIF_HELP)]
+    Whatif(super::capture_whatif::WhatifArgs),
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +153,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
         CaptureCommand::Flows(f) => flows(f),
         CaptureCommand::Rpc(r) => super::capture_rpc::run_rpc(r),
         CaptureCommand::Match(m) => super::capture_rpc::run_match(m),
+        CaptureCommand::Whatif(w) => super::capture_whatif::run(w),
     }
 }
 

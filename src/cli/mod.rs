@@ -6,6 +6,7 @@
 mod args;
 mod capture;
 mod capture_rpc;
+mod capture_whatif;
 mod compare;
 mod connect;
 mod db;

@@ -18,6 +18,7 @@ pub mod svg;
 pub mod tcpwatch;
 pub mod text;
 pub mod traffic;
+pub mod whatif;
 
 use serde::Serializer;
 use std::time::Duration;

@@ -13,6 +13,8 @@
 //!   (200 ms + RTT) it restarts from 10 MSS when `slow_start_after_idle` is set (Linux's default,
 //!   net.ipv4.tcp_slow_start_after_idle=1). The sending rate is capped by `--bandwidth`, by default by the
 //!   fastest transfer seen on the connection in the capture (the path's capacity as far as the capture shows).
+//! - With [`PathKind::Relay`] (the delay added by a TCP-terminating relay such as `roundtrip proxy --rtt`
+//!   without `--window`) the windows are not limits: each TCP leg sees a short RTT and the relay buffers.
 //! - Loss: with `--loss p` the rate is also capped by Mathis et al.: MSS / RTT * 1.22 / sqrt(p).
 //! - What the connection did after its last response (closing) is kept as client time.
 //!
@@ -41,6 +43,20 @@ pub struct Network {
     pub loss: f64,
     /// Restart slow start after an idle longer than the RTO (Linux tcp_slow_start_after_idle).
     pub slow_start_after_idle: bool,
+    /// How the added RTT reaches TCP's window.
+    pub path: PathKind,
+}
+
+/// What kind of path the added RTT is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PathKind {
+    /// A real network path: the end hosts' TCP sees the RTT (slow start, receiver window per RTT).
+    #[default]
+    Tcp,
+    /// A TCP-terminating relay that adds the delay (`roundtrip proxy --rtt` without `--window`): each TCP leg
+    /// sees a short RTT and the relay buffers, so transfers are not window-bound; only the capacity counts.
+    Relay,
 }
 
 /// Where the time goes (critical path).
@@ -164,10 +180,19 @@ struct Sender {
 
 impl Sender {
     fn new(mss: f64, rwnd: u64, rate_bps: Option<f64>, net: &Network) -> Self {
-        let iw = INITIAL_WINDOW_SEGMENTS as f64 * mss;
+        let relay = net.path == PathKind::Relay;
+        let iw = if relay {
+            f64::INFINITY
+        } else {
+            INITIAL_WINDOW_SEGMENTS as f64 * mss
+        };
         Sender {
             cwnd: iw,
-            cap: (rwnd as f64).max(iw),
+            cap: if relay {
+                f64::INFINITY
+            } else {
+                (rwnd as f64).max(iw)
+            },
             iw,
             rate: rate_bps.map(|r| r / 8.0),
             rtt: net.rtt.as_secs_f64(),

@@ -1,0 +1,363 @@
+//! `roundtrip capture whatif`: an application's run time at another RTT, bandwidth and loss, predicted from a
+//! capture of today's traffic.
+
+use super::args;
+use super::output::{Exit, note, out};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::capture::Filter;
+use roundtrip::capture::rpc::Proto;
+use roundtrip::capture::rpc::driver::ProtoChoice;
+use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::report::text::Table;
+use roundtrip::report::whatif::{Bar, html, stacked_svg};
+use roundtrip::whatif::predict::{self, Network, PathKind, Prediction};
+use roundtrip::whatif::profile::{AppProfile, ProfileOptions, RttSource};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Help shown after `capture whatif --help`.
+pub const WHATIF_HELP: &str = "Model: each connection's request/response turns (rpc decoders, generic turns \
+otherwise) are replayed in their capture order: a request waits for the response it waited for in the capture \
+plus the client's think time; server time (response start - request end - capture RTT) stays; each turn pays \
+the new RTT; transfers follow TCP (initial window 10 MSS, growth per RTT, capped by the receiver window seen in \
+the capture and by --bandwidth, default: the fastest transfer of the connection in the capture; slow start again \
+after an idle longer than 200 ms + RTT when net.ipv4.tcp_slow_start_after_idle=1; --loss caps the rate by \
+Mathis: MSS/RTT*1.22/sqrt(p)); a captured handshake costs one RTT.";
+
+/// Arguments of `roundtrip capture whatif`.
+#[derive(Debug, Args)]
+pub struct WhatifArgs {
+    /// Capture file (pcap, pcapng, optionally .gz).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// RTT(s) to predict for, comma separated (e.g. 0.6ms,5ms,40ms).
+    #[arg(long, value_delimiter = ',', value_parser = args::duration, required = true)]
+    rtt: Vec<Duration>,
+    /// Path capacity (e.g. 1Gbit/s); default: the fastest transfer seen per connection.
+    #[arg(long, value_parser = args::bitrate)]
+    bandwidth: Option<u64>,
+    /// Packet loss (e.g. 0.1%).
+    #[arg(long, value_parser = args::probability)]
+    loss: Option<f64>,
+    /// Only this connection: ADDR:PORT-ADDR:PORT (either order).
+    #[arg(long, alias = "connection", value_parser = parse_flow, value_name = "A:P-B:P")]
+    flow: Option<(SocketAddr, SocketAddr)>,
+    /// Only packets to or from this address.
+    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
+    host: Option<IpAddr>,
+    /// Only packets with this TCP port on either side.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Protocol: auto, pgsql, mysql, redis, http, smb2, ... or generic.
+    #[arg(long, default_value = "auto", value_parser = parse_proto)]
+    proto: ProtoChoice,
+    /// Path kind: tcp (a real path: slow start and receiver window per RTT) or relay (the delay of a
+    /// TCP-terminating relay such as `roundtrip proxy --rtt` without --window: windows are no limit).
+    #[arg(long, default_value = "tcp", value_parser = parse_path)]
+    path: PathKind,
+    /// One JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// HTML report with stacked breakdown bars per RTT.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
+    /// SVG of the stacked breakdown bars per RTT.
+    #[arg(long, value_name = "FILE.svg")]
+    svg: Option<PathBuf>,
+}
+
+fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(ProtoChoice::Auto);
+    }
+    Proto::parse(s).map(ProtoChoice::Force).ok_or_else(|| {
+        format!("unknown protocol '{s}': use auto, pgsql, mysql, redis, http, smb2, tns or generic")
+    })
+}
+
+fn parse_path(s: &str) -> Result<PathKind, String> {
+    match s {
+        "tcp" => Ok(PathKind::Tcp),
+        "relay" | "proxy" => Ok(PathKind::Relay),
+        _ => Err(format!("unknown path kind '{s}': use tcp or relay")),
+    }
+}
+
+fn parse_host(s: &str) -> Result<IpAddr, String> {
+    Filter::parse_host(s).map_err(|e| e.to_string())
+}
+
+fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    Filter::parse_flow(s).map_err(|e| e.to_string())
+}
+
+/// The assumptions, printed with every result.
+pub const ASSUMPTIONS: [&str; 5] = [
+    "turns keep their capture order and dependencies; think and server times stay as captured",
+    "each turn pays the new RTT once; a captured handshake pays one RTT",
+    "TCP per direction (--path tcp): initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture; --path relay: no window limit",
+    "rate capped by --bandwidth (default: the fastest transfer seen on the connection) and by Mathis with --loss",
+    "connections are predicted independently and keep their start offsets",
+];
+
+#[derive(Serialize)]
+struct WhatifDoc<'a> {
+    file: String,
+    capture_duration_s: f64,
+    slow_start_after_idle: bool,
+    path: PathKind,
+    bandwidth_bps: Option<u64>,
+    loss: f64,
+    connections: Vec<ConnDoc>,
+    predictions: &'a [Prediction],
+    assumptions: &'a [&'a str],
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct ConnDoc {
+    client: SocketAddr,
+    server: SocketAddr,
+    protocol: String,
+    duration_s: f64,
+    rtt_s: f64,
+    rtt_source: &'static str,
+    turns: usize,
+    round_trips: u64,
+    max_outstanding: u32,
+    think_s: f64,
+    server_s: f64,
+    request_bytes: u64,
+    response_bytes: u64,
+    mss: u32,
+    window_bytes: [u64; 2],
+}
+
+fn source(s: RttSource) -> &'static str {
+    match s {
+        RttSource::Handshake => "handshake",
+        RttSource::AckTiming => "ack timing",
+        RttSource::Unknown => "unknown",
+    }
+}
+
+/// Runs `roundtrip capture whatif`.
+pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
+    let opts = ProfileOptions {
+        filter: Filter {
+            host: a.host,
+            port: a.port,
+            flow: a.flow,
+        },
+        proto: a.proto,
+    };
+    let prof = AppProfile::from_capture(&a.file, &opts)?;
+    let ssai = predict::host_slow_start_after_idle();
+    let loss = a.loss.unwrap_or(0.0);
+    let preds: Vec<Prediction> = a
+        .rtt
+        .iter()
+        .map(|&rtt| {
+            predict::predict(
+                &prof,
+                &Network {
+                    rtt,
+                    bandwidth_bps: a.bandwidth,
+                    loss,
+                    slow_start_after_idle: ssai,
+                    path: a.path,
+                },
+            )
+        })
+        .collect();
+    let conns: Vec<ConnDoc> = prof
+        .connections
+        .iter()
+        .map(|c| {
+            let b = c.bytes();
+            ConnDoc {
+                client: c.client,
+                server: c.server,
+                protocol: c.protocol.clone(),
+                duration_s: c.duration.as_secs_f64(),
+                rtt_s: c.rtt.as_secs_f64(),
+                rtt_source: source(c.rtt_source),
+                turns: c.turns.len(),
+                round_trips: c.round_trips(),
+                max_outstanding: c.turns.iter().map(|t| t.outstanding).max().unwrap_or(0),
+                think_s: c.turns.iter().map(|t| t.think.as_secs_f64()).sum(),
+                server_s: c.turns.iter().map(|t| t.server.as_secs_f64()).sum(),
+                request_bytes: b[0],
+                response_bytes: b[1],
+                mss: c.mss,
+                window_bytes: c.max_window,
+            }
+        })
+        .collect();
+    let text = render(&a, &prof, &conns, &preds, ssai);
+    if a.report.is_some() || a.svg.is_some() {
+        let bars: Vec<Bar> = preds
+            .iter()
+            .map(|p| Bar {
+                label: format!("{} ms", p.rtt_s * 1e3),
+                parts: [
+                    p.breakdown.think_s,
+                    p.breakdown.server_s,
+                    p.breakdown.round_trips_s,
+                    p.breakdown.transfer_s,
+                ],
+            })
+            .collect();
+        let title = format!("what-if: {}", a.file.display());
+        let svg = stacked_svg(&title, &bars);
+        if let Some(p) = &a.svg {
+            std::fs::write(p, &svg).with_context(|| format!("writing {}", p.display()))?;
+        }
+        if let Some(p) = &a.report {
+            std::fs::write(p, html(&title, &svg, &text))
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+    }
+    if a.json {
+        out(doc(
+            "capture_whatif",
+            WhatifDoc {
+                file: a.file.display().to_string(),
+                capture_duration_s: prof.duration.as_secs_f64(),
+                slow_start_after_idle: ssai,
+                path: a.path,
+                bandwidth_bps: a.bandwidth,
+                loss,
+                connections: conns,
+                predictions: &preds,
+                assumptions: &ASSUMPTIONS,
+                notes: &prof.notes,
+            },
+        ))?;
+        for n in &prof.notes {
+            note(format!("note: {n}"));
+        }
+    } else {
+        out(text)?;
+    }
+    Ok(Exit::Ok)
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.1} ms", s * 1e3)
+}
+
+fn secs(s: f64) -> String {
+    if s >= 1.0 { format!("{s:.3} s") } else { ms(s) }
+}
+
+fn render(
+    a: &WhatifArgs,
+    prof: &AppProfile,
+    conns: &[ConnDoc],
+    preds: &[Prediction],
+    ssai: bool,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: {} TCP connection(s), {} today, {} application round trips",
+        a.file.display(),
+        conns.len(),
+        secs(prof.duration.as_secs_f64()),
+        prof.round_trips()
+    );
+    let mut t = Table::new(&[
+        "connection",
+        "proto",
+        "today",
+        "rtt",
+        "turns",
+        "round trips",
+        "outstanding",
+        "think",
+        "server",
+        "bytes up",
+        "bytes down",
+    ]);
+    for c in conns {
+        t.row(vec![
+            format!("{} -> {}", c.client, c.server),
+            c.protocol.clone(),
+            secs(c.duration_s),
+            format!(
+                "{} ({})",
+                roundtrip::units::fmt_nanos(c.rtt_s * 1e9),
+                c.rtt_source
+            ),
+            c.turns.to_string(),
+            c.round_trips.to_string(),
+            c.max_outstanding.to_string(),
+            secs(c.think_s),
+            secs(c.server_s),
+            roundtrip::units::fmt_bytes(c.request_bytes),
+            roundtrip::units::fmt_bytes(c.response_bytes),
+        ]);
+    }
+    s.push_str(&t.render(2));
+    let _ = writeln!(s, "\npredicted (whole capture):");
+    let mut t = Table::new(&[
+        "rtt",
+        "predicted",
+        "x today",
+        "think",
+        "server",
+        "round trips",
+        "transfer",
+        "s per +1ms",
+    ]);
+    for p in preds {
+        t.row(vec![
+            ms(p.rtt_s),
+            secs(p.predicted_s),
+            format!("{:.2}", p.predicted_s / p.today_s.max(1e-9)),
+            secs(p.breakdown.think_s),
+            secs(p.breakdown.server_s),
+            secs(p.breakdown.round_trips_s),
+            secs(p.breakdown.transfer_s),
+            format!("{:.4}", p.sensitivity_s_per_ms),
+        ]);
+    }
+    s.push_str(&t.render(2));
+    if conns.len() > 1 {
+        let _ = writeln!(s, "\npredicted per connection:");
+        let mut t = Table::new(&["connection", "rtt", "today", "predicted", "round trips"]);
+        for p in preds {
+            for c in &p.connections {
+                t.row(vec![
+                    format!("{} -> {}", c.client, c.server),
+                    ms(p.rtt_s),
+                    secs(c.today_s),
+                    secs(c.predicted_s),
+                    c.round_trips.to_string(),
+                ]);
+            }
+        }
+        s.push_str(&t.render(2));
+    }
+    let _ = writeln!(
+        s,
+        "\nassumptions (path: {}, slow start after idle: {}):",
+        match a.path {
+            PathKind::Tcp => "tcp",
+            PathKind::Relay => "relay",
+        },
+        if ssai { "on" } else { "off" }
+    );
+    for x in ASSUMPTIONS {
+        let _ = writeln!(s, "  - {x}");
+    }
+    for n in &prof.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}

