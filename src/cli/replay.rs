@@ -11,7 +11,7 @@ use roundtrip::probe::target::{Family, Target};
 use roundtrip::replay::{self, ReplayConfig, ReplayResult};
 use roundtrip::report::json;
 use roundtrip::units::{fmt_bytes, fmt_duration};
-use roundtrip::whatif::predict::{Network, host_slow_start_after_idle, predict};
+use roundtrip::whatif::predict::{Network, PathKind, host_slow_start_after_idle, predict};
 use roundtrip::whatif::profile::{AppProfile, ProfileError, ProfileOptions};
 use roundtrip::wire::sockperf::DEFAULT_PORT;
 use serde::Serialize;
@@ -52,6 +52,11 @@ pub struct ReplayArgs {
     /// instead of the turns `capture whatif` reads.
     #[arg(long)]
     generic: bool,
+    /// Path kind for the prediction printed beside the replay (as `capture whatif --path`): tcp (a real path:
+    /// slow start and receiver window per RTT) or relay (the delay of a TCP-terminating relay such as
+    /// `roundtrip proxy --rtt`: no window limit).
+    #[arg(long, default_value = "tcp", value_parser = parse_path)]
+    path: PathKind,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -135,6 +140,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
                 bandwidth_bps: None,
                 loss: 0.0,
                 slow_start_after_idle: host_slow_start_after_idle(),
+                path: a.path,
             },
         );
         Duration::from_secs_f64(p.predicted_s.max(0.0))
@@ -310,4 +316,12 @@ fn text(
 
 fn parse_flow(s: &str) -> Result<(std::net::SocketAddr, std::net::SocketAddr), String> {
     Filter::parse_flow(s).map_err(|e| e.to_string())
+}
+
+fn parse_path(s: &str) -> Result<PathKind, String> {
+    match s {
+        "tcp" => Ok(PathKind::Tcp),
+        "relay" => Ok(PathKind::Relay),
+        _ => Err(format!("unknown path kind '{s}': use tcp or relay")),
+    }
 }
