@@ -78,7 +78,9 @@ pub enum ReplayError {
     )]
     TooManyConnections(usize, usize),
     /// The TCP connection could not be made.
-    #[error("connecting to {addr} failed: {source}")]
+    #[error(
+        "connecting to {addr} failed: {source} (start `roundtrip server --allow-replay` there, or check the address)"
+    )]
     Connect {
         /// The server.
         addr: SocketAddr,
