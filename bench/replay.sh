@@ -64,8 +64,12 @@ capture() { # capture FILE PORT CMD...: tcpdump on PORT while CMD runs
     wait "$td" 2>/dev/null || true
 }
 replayed() { # replayed FILE PORT [--generic]: the replayed duration in seconds
-    "$RT" replay "$1" --to "127.0.0.1:$2" --rtt-pings 0 --json ${3:-} 2>/dev/null |
-        python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("data", d)["replayed_seconds"])'
+    if "$RT" replay "$1" --to "127.0.0.1:$2" --rtt-pings 0 --json ${3:-} >"$WORK/replay.json" 2>"$WORK/replay.err"; then
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("data", d)["replayed_seconds"])' <"$WORK/replay.json"
+    else
+        grep error "$WORK/replay.err" >&2
+        echo nan
+    fi
 }
 
 # --- Samba ---
