@@ -70,27 +70,30 @@ capture() { # FILE PORT CMD...
   kill -INT "$td"; wait "$td" 2>/dev/null || true
 }
 
-proxy() { # PORT RTT -> prints proxy port; pid in PIDS
+PROXY_PID=
+PP=
+proxy() { # PORT RTT -> sets PP (its port) and PROXY_PID
   local out=$W/proxy.$RANDOM
   "$RT" proxy --listen 127.0.0.1:0 --upstream "127.0.0.1:$1" --rtt "$2" >"$out" 2>/dev/null &
-  PIDS+=($!)
+  PROXY_PID=$!
+  PIDS+=($PROXY_PID)
   for _ in $(seq 100); do grep -q "listening on" "$out" 2>/dev/null && break; sleep 0.05; done
-  grep -o "127.0.0.1:[0-9]*" "$out" | head -1 | cut -d: -f2
+  PP=$(grep -o "127.0.0.1:[0-9]*" "$out" | head -1 | cut -d: -f2)
 }
 
 predict_s() { # FILE RTT -> predicted seconds (whole capture)
-  "$RT" capture whatif "$1" --rtt "$2" --path relay --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["predictions"][0]["predicted_s"])'
+  "$RT" capture whatif "$1" --rtt "$2" --path relay --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["predictions"][0]["predicted_s"])'
 }
-today_s() { "$RT" capture whatif "$1" --rtt 1ms --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["capture_duration_s"])'; }
+today_s() { "$RT" capture whatif "$1" --rtt 1ms --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["capture_duration_s"])'; }
 
 RES=$W/results
 : > "$RES"
 smb_case() { # SIZE FILE RTT ROUND
   local d=$W/smb_direct.pcap v=$W/smb_via.pcap pp
-  capture "$d" "$SMB_PORT" smbclient //127.0.0.1/share -p "$SMB_PORT" -N -c "get $2 /dev/null" >/dev/null 2>&1
-  pp=$(proxy "$SMB_PORT" "$3")
+  capture "$d" "$SMB_PORT" smbclient //127.0.0.1/share -p "$SMB_PORT" -N -c "get $2 /dev/null" >"$W/smbclient.out" 2>&1 || { cat "$W/smbclient.out" "$W/smbd.out" >&2; exit 1; }
+  proxy "$SMB_PORT" "$3"; pp=$PP
   capture "$v" "$pp" smbclient //127.0.0.1/share -p "$pp" -N -c "get $2 /dev/null" >/dev/null 2>&1
-  kill "${PIDS[-1]}"; unset 'PIDS[-1]'
+  kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
   echo "samba-get-$1 $3 $(predict_s "$d" "$3") $(today_s "$v")" >> "$RES"
 }
 
@@ -104,12 +107,12 @@ pg_case() { # NAME RTT OPTS
   # TPS at the new RTT: today's TPS times the benchmark connection's duration over its predicted duration.
   pred=$("$RT" capture whatif "$d" --rtt "$2" --path relay --json | python3 -c '
 import json,sys
-r=json.load(sys.stdin)["result"]; c=r["predictions"][0]["connections"]
+r=json.load(sys.stdin); c=r["predictions"][0]["connections"]
 b=max(range(len(c)), key=lambda i: r["connections"][i]["turns"])
 print(float(sys.argv[1])*r["connections"][b]["duration_s"]/c[b]["predicted_s"])' "$today")
-  pp=$(proxy 5432 "$2")
+  proxy 5432 "$2"; pp=$PP
   meas=$(pgbench -h 127.0.0.1 -p "$pp" -U postgres -c 1 -T 3 -n $3 "$DB" 2>&1 | tps)
-  kill "${PIDS[-1]}"; unset 'PIDS[-1]'
+  kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
   echo "pgbench-$1 $2 $pred $meas" >> "$RES"
 }
 
