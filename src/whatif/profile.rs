@@ -326,6 +326,7 @@ fn conn_profile(
     // Attribute data segments to turns: each to the oldest unfinished turn whose window holds it.
     let n = txs.len();
     let mut bytes = vec![[0u64; 2]; n];
+    #[allow(clippy::needless_range_loop)] // dir also selects the window of each turn
     for dir in 0..2 {
         let mut order: Vec<usize> = (0..n).collect();
         let win = |t: &Transaction| {
