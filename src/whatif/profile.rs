@@ -264,7 +264,6 @@ impl ConnProfile {
     }
 }
 
-#[allow(clippy::needless_range_loop)] // `dir` indexes the per-turn byte pairs and picks the window
 fn conn_profile(
     f: &FlowSummary,
     t0: Duration,
