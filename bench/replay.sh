@@ -4,7 +4,9 @@
 # (`smbclient -c 'get big /dev/null'` of a SIZE_MB file; smbd from Debian `samba` on a free port with a
 # generated smb.conf and a temp share) and `pgbench -c 1 -t TX -S` (PostgreSQL 127.0.0.1:5432, a scratch
 # database created and dropped here). Then per RTT (5 ms, 20 ms), ROUNDS interleaved rounds of: the
-# application run through a proxy adding RTT in front of its server (wall time of the client process), and
+# application run through a proxy adding RTT in front of its server (its connections' span, first to last
+# packet, in a capture at the client's side of the proxy: the client process's own start-up left out, as the
+# replay leaves it out), and
 # `roundtrip replay` of its capture through the same proxy in front of `roundtrip server --allow-replay`
 # (the replayed duration it reports). Medians and the ratio replayed / measured.
 #
@@ -29,13 +31,6 @@ cleanup() {
 trap cleanup EXIT
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-secs() { # run a command, print its wall time in seconds
-    local t0 t1
-    t0=$(date +%s%N)
-    "$@" >/dev/null 2>&1 || true
-    t1=$(date +%s%N)
-    echo "($t1 - $t0) / 1000000000" | bc -l
-}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # start_bg LOGFILE CMD...: runs CMD in the background, remembers its pid
 start_bg() {
@@ -62,6 +57,13 @@ capture() { # capture FILE PORT CMD...: tcpdump on PORT while CMD runs
     sleep 0.5
     kill -INT "$td"
     wait "$td" 2>/dev/null || true
+}
+span() { # span PORT CMD...: capture the application's connections through PORT while CMD runs; print their span
+    local port=$1
+    shift
+    capture "$WORK/span.pcap" "$port" "$@"
+    "$RT" capture whatif "$WORK/span.pcap" --rtt 1ms --json 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["capture_duration_s"])'
 }
 replayed() { # replayed FILE PORT [--generic]: the replayed duration in seconds
     if "$RT" replay "$1" --to "127.0.0.1:$2" --rtt-pings 0 --json ${3:-} >"$WORK/replay.json" 2>"$WORK/replay.err"; then
@@ -110,17 +112,16 @@ psql -h 127.0.0.1 -U postgres -d test -q -c "create database $DB" >/dev/null
 pgbench -h 127.0.0.1 -U postgres -i -q "$DB" >/dev/null 2>&1
 pg_run() { pgbench -h 127.0.0.1 -p "$1" -U postgres -c 1 -t "$TX" -S "$DB"; }
 
-# --- captures, directly (through a proxy adding nothing, on a private port) ---
+# --- captures, directly ---
 SERVER_PORT=$(free_port)
 start_bg "$WORK/server.log" "$RT" server --bind 127.0.0.1 -p "$SERVER_PORT" --tcp-only --allow-replay
 wait_port "$SERVER_PORT"
 capture "$WORK/smb.pcap" "$SMB_PORT" smb_get "$SMB_PORT"
-PG0=$(proxy 5432 "")
-capture "$WORK/pg.pcap" "$PG0" pg_run "$PG0"
+capture "$WORK/pg.pcap" 5432 pg_run 5432
 
 echo "roundtrip replay vs the application through roundtrip proxy --rtt R; $ROUNDS interleaved rounds, medians"
 echo "samba: get of a $SIZE_MB MB file; pgbench: -c 1 -t $TX -S"
-# measured: the client's wall time (process start included: smbclient's is tens of ms); replayed: capture
+# measured: the application's connections, first to last packet, at the client's side of the proxy; replayed: capture
 # whatif's turns (decoded, pipelining kept); generic: every byte as plain request/response runs (--generic).
 printf '%-8s %-6s %12s %12s %8s %12s %8s\n' app rtt measured replayed ratio generic ratio
 for RTT in 5ms 20ms; do
@@ -129,10 +130,10 @@ for RTT in 5ms 20ms; do
     RP_P=$(proxy "$SERVER_PORT" "$RTT")
     : >"$WORK/m_smb"; : >"$WORK/r_smb"; : >"$WORK/g_smb"; : >"$WORK/m_pg"; : >"$WORK/r_pg"; : >"$WORK/g_pg"
     for _ in $(seq "$ROUNDS"); do
-        secs smb_get "$SMB_P" >>"$WORK/m_smb"
+        span "$SMB_P" smb_get "$SMB_P" >>"$WORK/m_smb"
         replayed "$WORK/smb.pcap" "$RP_P" >>"$WORK/r_smb"
         replayed "$WORK/smb.pcap" "$RP_P" --generic >>"$WORK/g_smb"
-        secs pg_run "$PG_P" >>"$WORK/m_pg"
+        span "$PG_P" pg_run "$PG_P" >>"$WORK/m_pg"
         replayed "$WORK/pg.pcap" "$RP_P" >>"$WORK/r_pg"
         replayed "$WORK/pg.pcap" "$RP_P" --generic >>"$WORK/g_pg"
     done
