@@ -50,9 +50,9 @@ proxy() { # proxy UPSTREAM_PORT RTT: prints the listening port
 capture() { # capture FILE PORT CMD...: tcpdump on PORT while CMD runs
     local file=$1 port=$2
     shift 2
-    tcpdump -i lo -s 0 -B 262144 -U -w "$file" "tcp port $port" 2>"$WORK/tcpdump.log" &
+    tcpdump --immediate-mode -i lo -s 0 -B 65536 -U -w "$file" "tcp port $port" 2>"$WORK/tcpdump.log" &
     local td=$!
-    sleep 1
+    for _ in $(seq 100); do grep -q "listening on" "$WORK/tcpdump.log" 2>/dev/null && break; sleep 0.1; done
     "$@" >/dev/null 2>&1
     sleep 0.5
     kill -INT "$td"
