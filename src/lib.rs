@@ -4,6 +4,7 @@
 //! This crate is the engine: every capability returns typed results and never prints. The `roundtrip` binary
 //! (in `src/main.rs` and `src/cli/`) parses arguments and renders results through [`report`].
 //!
+//! - [`agent`]: `roundtrip agent`, continuous probing of many targets with Prometheus metrics.
 //! - [`probe`]: measurement engines (ping-pong over TCP/UDP, ...).
 //! - [`server`]: the sockperf-compatible responder.
 //! - [`wire`]: message formats.
@@ -14,6 +15,7 @@
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 
+pub mod agent;
 pub mod capture;
 pub mod db;
 pub mod model;

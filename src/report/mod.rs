@@ -9,6 +9,7 @@
 pub mod charts;
 pub mod csv;
 pub mod downsample;
+pub mod heatmap;
 pub mod html;
 pub mod json;
 pub mod kinds;
