@@ -115,10 +115,8 @@ pub fn fetch(url: &str, timeout: Duration) -> Result<Results, MeshError> {
     if let Some(p) = base.path.strip_suffix(RESULTS_PATH) {
         base.path = p.to_string();
     }
-    let resp = http::get(&base, RESULTS_PATH, timeout).map_err(|e| MeshError::Unreachable {
-        url: parsed.text.clone(),
-        why: e.to_string(),
-    })?;
+    let resp = http::get(&base, RESULTS_PATH, timeout)
+        .map_err(|e| http::error(&parsed, "a roundtrip agent", &e))?;
     let foreign = |why: String| MeshError::NotService {
         url: parsed.text.clone(),
         what: "a roundtrip agent",
@@ -263,7 +261,11 @@ pub fn read(urls: &[String], filter: &Filter, timeout: Duration) -> Result<Mesh,
             && let MeshError::Unreachable { why, .. } | MeshError::NotService { why, .. } =
                 &mut first
         {
-            why.push_str(&format!(" (and {} other agents failed)", n - 1));
+            let others = n - 1;
+            why.push_str(&format!(
+                " (and {others} other agent{} failed)",
+                if others == 1 { "" } else { "s" }
+            ));
         }
         return Err(first);
     }

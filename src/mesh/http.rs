@@ -152,6 +152,32 @@ pub fn encode_component(s: &str) -> String {
     o
 }
 
+/// An I/O error in words, without the `(os error N)` suffix.
+pub fn describe(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error ") {
+        Some(i) => text[..i].to_lowercase(),
+        None => text,
+    }
+}
+
+/// The [`MeshError`](super::MeshError) of a failed [`get`]: an answer that is not HTTP makes `url` "not
+/// `what`", anything else unreachable.
+pub fn error(url: &Url, what: &'static str, e: &io::Error) -> super::MeshError {
+    if e.kind() == io::ErrorKind::InvalidData {
+        super::MeshError::NotService {
+            url: url.text.clone(),
+            what,
+            why: describe(e),
+        }
+    } else {
+        super::MeshError::Unreachable {
+            url: url.text.clone(),
+            why: describe(e),
+        }
+    }
+}
+
 /// `GET url.path + path_and_query` within `timeout` (connect, send and read together).
 pub fn get(url: &Url, path_and_query: &str, timeout: Duration) -> io::Result<Response> {
     let deadline = Instant::now() + timeout;

@@ -197,10 +197,8 @@ pub fn parse_value(s: &str) -> Option<f64> {
 /// Runs one instant query.
 fn query(url: &Url, promql: &str, timeout: Duration) -> Result<Vec<Sample>, MeshError> {
     let path = format!("{QUERY_PATH}?query={}", http::encode_component(promql));
-    let resp = http::get(url, &path, timeout).map_err(|e| MeshError::Unreachable {
-        url: url.text.clone(),
-        why: e.to_string(),
-    })?;
+    let resp =
+        http::get(url, &path, timeout).map_err(|e| http::error(url, "a Prometheus server", &e))?;
     match interpret(&resp) {
         Answer::Vector(v) => Ok(v),
         Answer::Error(kind, message) => Err(MeshError::Prometheus {
