@@ -7,7 +7,7 @@
 use assert_cmd::Command;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -358,7 +358,7 @@ fn agents_that_fail() {
     // One agent of three does not answer: the others' rows, then its error; exit 1.
     let (code, out, err) = mesh(&["--agent", &a(1), "--agent", &a(9), "--agent", &a(3)]);
     assert_eq!(code, 1, "{out}{err}");
-    assert_eq!(out.lines().count(), 4, "{out}");
+    assert_eq!(out.lines().count(), 5, "{out}");
     assert!(
         out.contains("10.0.0.1  ") && out.contains("10.0.0.3  ") && !out.contains("\n10.0.0.2  ")
     );
