@@ -92,9 +92,9 @@ pub enum MeshError {
 /// Orders the matrix's names: sources in natural order (IP addresses numerically, then names), targets that
 /// are also sources in the same order (so the diagonal is the diagonal), then the other targets.
 pub fn order_names(matrix: &mut Matrix) {
-    matrix.sources.sort_by(|a, b| natural(a).cmp(&natural(b)));
+    matrix.sources.sort_by_cached_key(|a| natural(a));
     matrix.sources.dedup();
-    matrix.targets.sort_by(|a, b| natural(a).cmp(&natural(b)));
+    matrix.targets.sort_by_cached_key(|a| natural(a));
     matrix.targets.dedup();
     let mut targets: Vec<String> = matrix
         .sources
@@ -112,9 +112,12 @@ pub fn order_names(matrix: &mut Matrix) {
     matrix.targets = targets;
 }
 
+/// Addresses first (by address and port), then names split into (text, number) runs.
+type NaturalKey = (u8, Option<(IpAddr, u16)>, Vec<(String, u64)>);
+
 /// Sort key: addresses (with or without a port) by number, then other names by text with digit runs
 /// compared as numbers (`node2` before `node10`).
-fn natural(name: &str) -> (u8, Option<(IpAddr, u16)>, Vec<(String, u64)>) {
+fn natural(name: &str) -> NaturalKey {
     let (host, port) = match name.rsplit_once(':') {
         Some((h, p)) if !h.contains(':') || h.starts_with('[') => (
             h.trim_start_matches('[').trim_end_matches(']'),

@@ -53,7 +53,7 @@ pub fn promql_string(s: &str) -> String {
 /// A window as a PromQL range (`5m`, `90s`, `1500ms`); None when it is not a whole number of milliseconds
 /// or is zero.
 pub fn promql_range(window: Duration) -> Option<String> {
-    if window.is_zero() || window.subsec_nanos() % 1_000_000 != 0 {
+    if window.is_zero() || !window.subsec_nanos().is_multiple_of(1_000_000) {
         return None;
     }
     Some(crate::report::heatmap::fmt_window(window))

@@ -102,14 +102,14 @@ pub const TRANSPOSE_OVER: usize = 12;
 /// [`fmt_duration`]).
 pub fn fmt_window(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 || ms == 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) || ms == 0 {
         return fmt_duration(d);
     }
-    if ms % 3_600_000 == 0 {
+    if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
