@@ -148,7 +148,14 @@ pub fn assemble(docs: &[(String, Results)], filter: &Filter) -> (Matrix, Vec<Str
     let mut windows: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut several = 0usize;
     let mut other_kinds = BTreeSet::new();
-    for (_, r) in docs {
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for (url, r) in docs {
+        if let Some(first) = seen.insert(&r.source, url) {
+            notes.push(format!(
+                "{first} and {url} both report source {}: their rows are merged",
+                r.source
+            ));
+        }
         m.sources.push(r.source.clone());
         let w = r
             .window_s
@@ -359,6 +366,20 @@ mod tests {
         assert_eq!(m.window, Duration::from_secs(60));
         assert!(
             notes.iter().any(|n| n.contains("30s (10.0.0.3)")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn the_same_source_twice_is_said() {
+        let mut docs = three();
+        docs[1].1.source = "10.0.0.1".into();
+        let (m, notes) = assemble(&docs, &Filter::default());
+        assert_eq!(m.sources, ["10.0.0.1", "10.0.0.3"]);
+        assert!(
+            notes[0].contains(
+                "http://x/agent1.json and http://x/agent2.json both report source 10.0.0.1"
+            ),
             "{notes:?}"
         );
     }
