@@ -13,6 +13,7 @@ mod db;
 mod demo;
 mod icmp;
 mod load;
+mod mesh;
 mod model;
 mod output;
 mod ping;
@@ -73,6 +74,8 @@ enum Command {
     Tcp(tcp::TcpArgs),
     /// Draw saved --json results (and their full logs) as a self-contained HTML report or an SVG chart.
     Report(report::ReportArgs),
+    /// The all-pairs matrix of a fleet: p50 / p99 RTT and loss per source x target, from Prometheus or agents.
+    Mesh(mesh::MeshArgs),
 }
 
 /// Parses the command line, runs the command and returns the process exit code.
@@ -102,6 +105,7 @@ pub fn main() -> i32 {
         Command::Db(a) => db::run(a),
         Command::Tcp(a) => tcp::run(a),
         Command::Report(a) => report::run(a),
+        Command::Mesh(a) => mesh::run(a),
     };
     output::finish(result)
 }
