@@ -831,3 +831,31 @@ fn ipv6_loopback_against_a_dual_stack_server() {
         "has no IPv6 address",
     );
 }
+
+/// A server bound to the unspecified address answers UDP from the address the client sent to, so a
+/// client's connected socket (every roundtrip client, every agent) accepts the answers: 127.0.0.2 here
+/// (before, the answers came from 127.0.0.1 and were all dropped).
+#[test]
+fn udp_answers_come_from_the_address_the_client_sent_to() {
+    for bind in [None, Some(std::net::IpAddr::from([0, 0, 0, 0]))] {
+        let srv = server::start(
+            &ServerConfig {
+                bind,
+                port: 0,
+                ..Default::default()
+            },
+            |_| {},
+        )
+        .expect("start embedded server");
+        let port = srv.udp_addr().unwrap().port();
+        let addr = SocketAddr::from(([127, 0, 0, 2], port));
+        let r = ping::run(&config(addr, Transport::Udp, 200), &mut NoObserver).unwrap();
+        assert_eq!(r.peer, PeerKind::Roundtrip, "bind {bind:?}");
+        assert!(
+            r.received > r.sent / 2,
+            "bind {bind:?}: {} of {} answered",
+            r.received,
+            r.sent
+        );
+    }
+}

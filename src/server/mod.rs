@@ -21,6 +21,7 @@
 //! streams and, with [`ServerConfig::allow_replay`], replay requests. The server never prints: it reports
 //! [`ServerEvent`]s, one per occurrence; [`crate::report::ratelimit`] turns them into rate-limited log lines.
 
+mod pktinfo;
 pub mod session;
 mod tcp;
 mod timer;

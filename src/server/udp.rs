@@ -7,7 +7,7 @@
 //! exchange itself is answered.
 
 use super::session::{answer_in_place, realtime_ns};
-use super::{DatagramIssue, ServerEvent, Shared};
+use super::{DatagramIssue, ServerEvent, Shared, pktinfo};
 use crate::wire::auth;
 use crate::wire::sockperf::{
     self, Control, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_UDP_MESSAGE_LEN,
@@ -16,7 +16,7 @@ use crate::wire::sockperf::{
 use socket2::SockRef;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -31,10 +31,11 @@ const AUTH_IDLE: Duration = Duration::from_secs(600);
 
 pub(super) fn spawn(sock: UdpSocket, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
     sock.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let pktinfo = pktinfo::enable(&sock)?;
     let _ = SockRef::from(&sock).set_recv_buffer_size(4 << 20);
     std::thread::Builder::new()
         .name("server-udp".into())
-        .spawn(move || Udp::new(sock, shared).run())
+        .spawn(move || Udp::new(sock, shared, pktinfo).run())
 }
 
 /// A bounded map from address to value that forgets the oldest insertion when full.
@@ -83,10 +84,14 @@ struct Udp {
     running: Arc<AtomicUsize>,
     threads: Vec<JoinHandle<()>>,
     last_expiry: Instant,
+    /// Whether the socket reports each datagram's destination (bound to the unspecified address).
+    pktinfo: bool,
+    /// The address the datagram being answered was sent to: answers go out from it.
+    reply_from: Option<IpAddr>,
 }
 
 impl Udp {
-    fn new(sock: UdpSocket, shared: Arc<Shared>) -> Self {
+    fn new(sock: UdpSocket, shared: Arc<Shared>, pktinfo: bool) -> Self {
         Udp {
             sock,
             shared,
@@ -96,6 +101,8 @@ impl Udp {
             running: Arc::default(),
             threads: Vec::new(),
             last_expiry: Instant::now(),
+            pktinfo,
+            reply_from: None,
         }
     }
 
@@ -108,7 +115,7 @@ impl Udp {
     }
 
     fn send(&self, msg: &[u8], peer: SocketAddr) {
-        if self.sock.send_to(msg, peer).is_ok() {
+        if pktinfo::send(&self.sock, msg, peer, self.reply_from).is_ok() {
             self.shared.answered.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -116,10 +123,17 @@ impl Udp {
     fn run(&mut self) {
         let mut buf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
         while !self.shared.stopping() {
-            let (n, peer) = match self.sock.recv_from(&mut buf) {
-                Ok(pair) => pair,
-                Err(_) => continue,
+            let received = if self.pktinfo {
+                pktinfo::recv(&self.sock, &mut buf)
+            } else {
+                self.sock
+                    .recv_from(&mut buf)
+                    .map(|(n, peer)| (n, peer, None))
             };
+            let Ok((n, peer, to)) = received else {
+                continue;
+            };
+            self.reply_from = to;
             let recv_ns = realtime_ns();
             self.datagram(&mut buf[..n], peer, recv_ns);
             if self.last_expiry.elapsed() > Duration::from_secs(10) {
@@ -382,6 +396,7 @@ impl Udp {
         };
         active.insert(peer);
         drop(active);
+        let from = self.reply_from;
         let size = size.clamp(HEADER_LEN as u32, MAX_UDP_MESSAGE_LEN as u32);
         (self.shared.events)(ServerEvent::ReverseStarted {
             peer,
@@ -398,7 +413,7 @@ impl Udp {
         match std::thread::Builder::new()
             .name("server-udp-reverse".into())
             .spawn(move || {
-                stream(&sock, peer, size, granted, &shared);
+                stream(&sock, peer, from, size, granted, &shared);
                 reversing.lock().expect("reverse list").remove(&peer);
                 running.fetch_sub(1, Ordering::SeqCst);
             }) {
@@ -413,7 +428,14 @@ impl Udp {
 
 /// Streams datagrams of `size` bytes to `peer` for `duration`, then sends the end marker three times, 10 ms
 /// apart.
-fn stream(sock: &UdpSocket, peer: SocketAddr, size: u32, duration: Duration, shared: &Shared) {
+fn stream(
+    sock: &UdpSocket,
+    peer: SocketAddr,
+    from: Option<IpAddr>,
+    size: u32,
+    duration: Duration,
+    shared: &Shared,
+) {
     let mut m = vec![0u8; size as usize];
     for (i, b) in m.iter_mut().enumerate().skip(HEADER_LEN) {
         *b = (i as u8).wrapping_mul(31).wrapping_add(7);
@@ -428,7 +450,7 @@ fn stream(sock: &UdpSocket, peer: SocketAddr, size: u32, duration: Duration, sha
             len: size,
         }
         .write(&mut m);
-        match sock.send_to(&m, peer) {
+        match pktinfo::send(sock, &m, peer, from) {
             Ok(_) => messages += 1,
             // The buffer was full: the datagram was not sent, which is not loss on the path; try again.
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => seq -= 1,
@@ -438,7 +460,7 @@ fn stream(sock: &UdpSocket, peer: SocketAddr, size: u32, duration: Duration, sha
     let bytes = messages * u64::from(size);
     let end_msg = Control::ReverseEnd { messages, bytes }.encode(Flags(0));
     for _ in 0..3 {
-        let _ = sock.send_to(&end_msg, peer);
+        let _ = pktinfo::send(sock, &end_msg, peer, from);
         std::thread::sleep(Duration::from_millis(10));
     }
 }
