@@ -316,7 +316,9 @@ impl Loop {
                 }));
             }
             Msg::Update { id, spec } => {
-                let Some(&i) = self.by_id.get(&id) else { return };
+                let Some(&i) = self.by_id.get(&id) else {
+                    return;
+                };
                 let sched = self.tag();
                 let Some(s) = self.slots[i as usize].as_mut() else {
                     return;
@@ -394,7 +396,8 @@ impl Loop {
                 self.send(i, None);
             }
             Err(e) => {
-                s.entry.record_err(now, &io_failure("registering the socket", &e));
+                s.entry
+                    .record_err(now, &io_failure("registering the socket", &e));
                 s.conn = Conn::Idle;
             }
         }
@@ -547,10 +550,9 @@ impl Loop {
                 fail_all(s, sent, &f);
                 drop_conn(s);
             }
-            Ok(_) => s.entry.record_err(
-                sent,
-                &Failure::new(ErrorReason::Other, "short UDP send"),
-            ),
+            Ok(_) => s
+                .entry
+                .record_err(sent, &Failure::new(ErrorReason::Other, "short UDP send")),
             Err(e) => {
                 let f = io_failure("send", &e);
                 s.entry.record_err(sent, &f);
