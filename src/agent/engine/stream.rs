@@ -284,6 +284,9 @@ impl Loop {
                 let id = entry.id;
                 let epoch = self.tag();
                 let sched = self.tag();
+                // Connection generations start from a fresh tag, so a worker's late answer for a removed
+                // target never lands on the target that reuses its slot.
+                let cgen = self.tag();
                 let slot = Slot {
                     entry,
                     kind: kind_of(&spec),
@@ -291,7 +294,7 @@ impl Loop {
                     epoch,
                     sched,
                     next_due: first,
-                    cgen: 0,
+                    cgen,
                     conn: Conn::Idle,
                     seq: 0,
                     inflight: Inflight::new(first),
