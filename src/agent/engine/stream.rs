@@ -2,7 +2,7 @@
 //! pings' deadlines, one read buffer. TCP and UDP ping targets are served here over their persistent
 //! connections; connect, ICMP and database targets are only scheduled here and handed to the probe pool.
 
-use super::pool::{Job, io_failure};
+use super::pool::{Job, Pending, io_failure};
 use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, lock};
 use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
 use crate::wire::sockperf::{Flags, HEADER_LEN, HELLO_SEQ, Header, MAX_MESSAGE_LEN};
@@ -57,6 +57,8 @@ enum TimerKind {
     Due,
     /// An outstanding ping may be past its deadline (tag: the slot's epoch).
     Deadline,
+    /// A TCP connect may be past its deadline (tag: the connection's generation).
+    ConnectDeadline,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,6 +78,8 @@ enum Kind {
 
 enum Conn {
     Idle,
+    /// The loop's non-blocking connect is under way (a dead host costs no worker).
+    TcpConnecting(TcpStream),
     /// A worker is making the connection for the probe due at `due`.
     Connecting,
     Tcp(TcpStream),
@@ -417,6 +421,7 @@ impl Loop {
             match t.kind {
                 TimerKind::Due => self.due(t.slot, t.tag, t.at),
                 TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
+                TimerKind::ConnectDeadline => self.connect_deadline(t.slot, t.tag),
             }
         }
     }
@@ -461,21 +466,102 @@ impl Loop {
                 }
             }
             (Conn::Idle, _) => self.start_connect(i),
-            (Conn::Connecting, _) => {} // skipped: the handshake's outcome counts
+            (Conn::Connecting | Conn::TcpConnecting(_), _) => {} // skipped: the connection's outcome counts
             (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
         }
     }
 
     fn start_connect(&mut self, i: u32) {
-        let Some(s) = self.slot(i) else { return };
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
         s.cgen = s.cgen.wrapping_add(1);
-        s.conn = Conn::Connecting;
+        let now = Instant::now();
+        let deadline = now + s.spec.timeout;
+        if matches!(s.kind, Kind::Udp { .. }) {
+            s.conn = Conn::Connecting;
+            let job = Job::Connect {
+                slot: i,
+                cgen: s.cgen,
+                link: Pending::Udp(s.spec.addr),
+                deadline,
+            };
+            if self.connects.send(job).is_err() {
+                self.stop = true;
+            }
+            return;
+        }
+        let started = TcpStream::connect(s.spec.addr).and_then(|mut t| {
+            registry
+                .register(&mut t, token(i, s.cgen), Interest::WRITABLE)
+                .map(|()| t)
+        });
+        match started {
+            Ok(t) => {
+                s.conn = Conn::TcpConnecting(t);
+                let cgen = s.cgen;
+                self.heap.push(Reverse(Timer {
+                    at: deadline,
+                    slot: i,
+                    tag: cgen,
+                    kind: TimerKind::ConnectDeadline,
+                }));
+            }
+            Err(e) => {
+                s.entry.record_err(now, &io_failure("connect", &e));
+                s.conn = Conn::Idle;
+            }
+        }
+    }
+
+    /// The TCP connect of slot `i` went on for the whole timeout.
+    fn connect_deadline(&mut self, i: u32, cgen: u32) {
+        let Some(s) = self.slot(i) else { return };
+        if s.cgen != cgen || !matches!(s.conn, Conn::TcpConnecting(_)) {
+            return;
+        }
+        let f = Failure::new(
+            ErrorReason::Timeout,
+            format!("connect: no answer within {:?}", s.spec.timeout),
+        );
+        s.entry.record_err(Instant::now(), &f);
+        drop_conn(s);
+    }
+
+    /// The non-blocking connect of slot `i` is writable: connected (the handshake goes to a worker) or
+    /// failed.
+    fn connect_done(&mut self, i: u32) {
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Conn::TcpConnecting(t) = &s.conn else {
+            return;
+        };
+        let now = Instant::now();
+        let error = match t.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match t.peer_addr() {
+                Ok(_) => None,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // not yet
+                Err(e) => Some(e),
+            },
+        };
+        if let Some(e) = error {
+            s.entry.record_err(now, &io_failure("connect", &e));
+            drop_conn(s);
+            return;
+        }
+        let Conn::TcpConnecting(mut t) = std::mem::replace(&mut s.conn, Conn::Connecting) else {
+            return;
+        };
+        let _ = registry.deregister(&mut t);
         let job = Job::Connect {
             slot: i,
             cgen: s.cgen,
-            addr: s.spec.addr,
-            udp: matches!(s.kind, Kind::Udp { .. }),
-            timeout: s.spec.timeout,
+            link: Pending::Tcp(t.into()),
+            deadline: now + s.spec.timeout,
         };
         if self.connects.send(job).is_err() {
             self.stop = true;
@@ -618,14 +704,11 @@ impl Loop {
         if s.cgen != cgen {
             return;
         }
-        let (tcp, udp) = (
-            matches!(s.conn, Conn::Tcp(_)),
-            matches!(s.conn, Conn::Udp(_)),
-        );
-        if tcp {
-            self.read_tcp(i, closed);
-        } else if udp {
-            self.read_udp(i);
+        match s.conn {
+            Conn::Tcp(_) => self.read_tcp(i, closed),
+            Conn::Udp(_) => self.read_udp(i),
+            Conn::TcpConnecting(_) => self.connect_done(i),
+            Conn::Idle | Conn::Connecting => {}
         }
     }
 

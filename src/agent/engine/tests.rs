@@ -162,6 +162,90 @@ fn silent(mut c: std::net::TcpStream, stop: &AtomicBool) {
     }
 }
 
+/// Reads one sockperf message (blocking, with the stream's read timeout); None at the end or on stop.
+fn read_msg(c: &mut std::net::TcpStream, stop: &AtomicBool) -> Option<Vec<u8>> {
+    let mut head = [0u8; 14];
+    let mut got = 0;
+    while got < 14 {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        match c.read(&mut head[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(_) => {}
+        }
+    }
+    let len = u32::from_be_bytes(head[10..14].try_into().unwrap()) as usize;
+    let mut msg = head.to_vec();
+    msg.resize(len.max(14), 0);
+    while got < msg.len() {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        match c.read(&mut msg[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(_) => {}
+        }
+    }
+    msg[9] &= !1; // the answer: CLIENT cleared
+    Some(msg)
+}
+
+/// A sockperf-like peer (echoes the hello, so it looks like sockperf) that sends each answer one byte per
+/// segment: the engine must put the pieces together.
+fn dribble(mut c: std::net::TcpStream, stop: &AtomicBool) {
+    let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+    let _ = c.set_nodelay(true);
+    while let Some(msg) = read_msg(&mut c, stop) {
+        for b in &msg {
+            if c.write_all(std::slice::from_ref(b)).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Answers the hello correctly, then every ping with the wrong sequence number.
+fn wrong_seq(mut c: std::net::TcpStream, stop: &AtomicBool) {
+    let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+    while let Some(mut msg) = read_msg(&mut c, stop) {
+        if msg[..8] != [0xff; 8] {
+            msg[7] ^= 0x55;
+        }
+        if c.write_all(&msg).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn answers_in_pieces_are_put_together() {
+    let peer = Peer::start(dribble);
+    let e = engine(None);
+    let mut s = spec("d", peer.addr, ProbeKind::Tcp { size: 100 });
+    s.timeout = Duration::from_secs(5);
+    e.set_targets(vec![s]);
+    let t = wait_for(&e, "d", "answers", |t| t.rtt.count >= 5);
+    assert_eq!(failed(&t), 0, "{:?}", t.last_error);
+    e.shutdown();
+}
+
+#[test]
+fn a_wrong_echo_counts_protocol() {
+    let peer = Peer::start(wrong_seq);
+    let e = engine(None);
+    e.set_targets(vec![spec("w", peer.addr, ProbeKind::Tcp { size: 64 })]);
+    let t = wait_for(&e, "w", "protocol errors", |t| {
+        err(t, ErrorReason::Protocol) >= 3
+    });
+    assert_eq!(t.rtt.count, 0);
+    assert!(!t.up);
+    e.shutdown();
+}
+
 #[test]
 fn tcp_and_udp_pings_fill_the_histogram() {
     let srv = server(0, None);
