@@ -142,6 +142,15 @@ impl Shared {
     fn record_lag(&self, lag: Duration) {
         lock(&self.lag).record_seconds(lag.as_secs_f64());
     }
+
+    fn merge_lag(&self, h: &Histogram) {
+        let mut lag = lock(&self.lag);
+        for (a, b) in lag.counts.iter_mut().zip(h.counts.iter()) {
+            *a += b;
+        }
+        lag.sum_s += h.sum_s;
+        lag.count += h.count;
+    }
 }
 
 /// A running engine: probes its targets until [`Engine::shutdown`] (or drop).

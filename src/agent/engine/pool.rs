@@ -191,7 +191,10 @@ fn connect_udp(
     };
     let s = UdpSocket::bind(local).map_err(|e| io_failure("UDP socket", &e))?;
     s.connect(addr).map_err(|e| io_failure("connect", &e))?;
-    hello::handshake(&mut Link::Udp(&s), Feature::default(), psk, timeout)
+    // The handshake tries three times over UDP, each try waiting a third of the timeout: the whole set-up
+    // stays within the target's timeout.
+    let per_try = (timeout / 3).max(Duration::from_millis(1));
+    hello::handshake(&mut Link::Udp(&s), Feature::default(), psk, per_try)
         .map_err(handshake_failure)?;
     s.set_read_timeout(None)
         .and_then(|()| s.set_nonblocking(true))

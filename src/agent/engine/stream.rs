@@ -199,6 +199,8 @@ pub(super) struct Loop {
     rbuf: Vec<u8>,
     sbuf: Vec<u8>,
     stop: bool,
+    /// Schedule lags of this wake-up, added to the shared histogram once per wake-up.
+    lag: crate::agent::Histogram,
     /// The engine has a key (UDP peers must be re-authenticated after a silence).
     keyed: bool,
 }
@@ -226,6 +228,7 @@ impl Loop {
             rbuf: vec![0u8; READ_BUF],
             sbuf: Vec::new(),
             stop: false,
+            lag: crate::agent::Histogram::zero(),
             keyed,
         })
     }
@@ -415,7 +418,7 @@ impl Loop {
         let horizon = Instant::now() + BATCH;
         while let Some(Reverse(t)) = self.heap.peek().copied() {
             if t.at > horizon {
-                return;
+                break;
             }
             self.heap.pop();
             match t.kind {
@@ -423,6 +426,10 @@ impl Loop {
                 TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
                 TimerKind::ConnectDeadline => self.connect_deadline(t.slot, t.tag),
             }
+        }
+        if self.lag.count > 0 {
+            self.shared.merge_lag(&self.lag);
+            self.lag = crate::agent::Histogram::zero();
         }
     }
 
@@ -617,7 +624,8 @@ impl Loop {
                 let at = sent + s.spec.timeout;
                 let epoch = s.epoch;
                 if let Some(due) = due {
-                    self.shared.record_lag(sent.saturating_duration_since(due));
+                    self.lag
+                        .record_seconds(sent.saturating_duration_since(due).as_secs_f64());
                 }
                 self.heap.push(Reverse(Timer {
                     at,
@@ -758,7 +766,8 @@ impl Loop {
                 return;
             };
             let Kind::Udp { size } = s.kind else { return };
-            for _ in 0..64 {
+            // Edge-triggered: drain to WouldBlock (a connected socket only hears its peer, bounded by its buffer).
+            loop {
                 let Conn::Udp(u) = &mut s.conn else { return };
                 let res = u.recv(&mut self.rbuf);
                 let now = Instant::now();
