@@ -344,6 +344,17 @@ impl Loop {
                         kind: TimerKind::Due,
                     }));
                 }
+                if s.spec.timeout != spec.timeout
+                    && let Some(f) = s.inflight.front()
+                {
+                    // Deadline timers were set with the old timeout: one for the oldest ping with the new.
+                    self.heap.push(Reverse(Timer {
+                        at: f.sent + spec.timeout,
+                        slot: i,
+                        tag: s.epoch,
+                        kind: TimerKind::Deadline,
+                    }));
+                }
                 s.kind = kind_of(&spec);
                 s.spec = spec;
                 if reconnect {

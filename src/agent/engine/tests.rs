@@ -500,3 +500,28 @@ fn db_probe_against_local_postgres() {
     assert!(t.up);
     e.shutdown();
 }
+
+#[test]
+fn icmp_probes_loopback() {
+    let e = engine(None);
+    e.set_targets(vec![spec(
+        "lo",
+        "127.0.0.1:0".parse().unwrap(),
+        ProbeKind::Icmp { size: 56 },
+    )]);
+    let t = wait_for(&e, "lo", "3 outcomes", |t| t.probes >= 3);
+    if err(&t, ErrorReason::Other) > 0
+        && t.last_error
+            .as_deref()
+            .is_some_and(|m| m.contains("not permitted"))
+    {
+        println!(
+            "skipped: ICMP sockets are not permitted here: {:?}",
+            t.last_error
+        );
+        return;
+    }
+    assert_eq!(failed(&t), 0, "{:?}", t.last_error);
+    assert!(t.up && t.rtt.count >= 3);
+    e.shutdown();
+}
