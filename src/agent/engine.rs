@@ -334,7 +334,8 @@ impl Engine {
         }
     }
 
-    /// Stops probing, closes every connection and joins the threads.
+    /// Stops probing, closes every connection and joins the threads (a worker still in the middle of a
+    /// probe or handshake after one second is left to end on its own, within that target's timeout).
     pub fn shutdown(mut self) {
         self.stop_now();
     }
@@ -346,8 +347,9 @@ impl Engine {
         let _ = self.to_loop.send(stream::Msg::Stop);
         let _ = self.waker.wake();
         // The loop stops at once; it drops the pools' queues, and a worker ends after the probe it is running
-        // (at most a target's timeout). Workers still busy after 2 s are left to end on their own.
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // (at most a target's timeout). Workers still busy after 1 s are left to end on their own (a process
+        // that exits does not wait for them), so a stop never takes much more than a second.
+        let deadline = Instant::now() + Duration::from_secs(1);
         for t in self.threads.drain(..) {
             while !t.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));

@@ -225,7 +225,9 @@ fn wrong_seq(mut c: std::net::TcpStream, stop: &AtomicBool) {
 fn answers_in_pieces_are_put_together() {
     let peer = Peer::start(dribble);
     let e = engine(None);
-    let mut s = spec("d", peer.addr, ProbeKind::Tcp { size: 100 });
+    let mut s = spec("d", peer.addr, ProbeKind::Tcp { size: 40 });
+    // An answer takes 40 segments: far less than the interval, so pings never pile up.
+    s.interval = Duration::from_millis(300);
     s.timeout = Duration::from_secs(5);
     e.set_targets(vec![s]);
     let t = wait_for(&e, "d", "answers", |t| t.rtt.count >= 5);
