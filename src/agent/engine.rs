@@ -40,7 +40,8 @@
 //! its statistics, see [`super::stats`]: ~400 bytes fixed plus 16 bytes per outcome in the window, at most
 //! [`super::stats::RECENT_CAP`] outcomes = 16 KiB), ~300 bytes of loop state (the slot, up to
 //! [`MAX_INFLIGHT`] outstanding pings, the timer entries), one socket, and an incomplete message while one
-//! is arriving. 5,000 targets: about 7 MB in the process plus the kernel's socket buffers.
+//! is arriving. Measured (release build, loopback, 5,000 TCP targets at 1 ping/s, 60 s window): 21 MB
+//! resident for the whole process, about 6-7% of one core, schedule lag p99 under 2 ms.
 
 mod pool;
 mod stream;
