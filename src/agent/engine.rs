@@ -20,8 +20,8 @@
 //! made at the next due time; over UDP the socket is kept, except with a key, where a timeout or refusal
 //! means a new handshake (a restarted server forgot us). A due probe that finds its connection still being
 //! made is skipped (not counted; the connection attempt's own outcome counts once). The ping sent right
-//! after a new connection is ready answers the probe that asked for it; its lag is not recorded (it
-//! measures the connection set-up, not the scheduler). At most [`MAX_INFLIGHT`] pings are outstanding per
+//! after a new connection is ready answers the probe that asked for it; its lag is when the connection
+//! attempt started (the set-up time is not the scheduler's). At most [`MAX_INFLIGHT`] pings are outstanding per
 //! target (only reached when the timeout exceeds 4 intervals): one more counts the oldest as `timeout`.
 //! A deadline may be noticed up to [`BATCH`] early.
 //!

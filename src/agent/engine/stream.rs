@@ -483,7 +483,12 @@ impl Loop {
                     self.stop = true;
                 }
             }
-            (Conn::Idle, _) => self.start_connect(i),
+            (Conn::Idle, _) => {
+                // The probe starts with a new connection: its lag is when the connect started.
+                self.lag
+                    .record_seconds(Instant::now().saturating_duration_since(at).as_secs_f64());
+                self.start_connect(i);
+            }
             (Conn::Connecting | Conn::TcpConnecting(_), _) => {} // skipped: the connection's outcome counts
             (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
         }
