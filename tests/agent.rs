@@ -985,3 +985,33 @@ fn exposed_metrics_are_announced() {
     kill_pid(pid, "-TERM");
     assert_eq!(t.wait_exit(idx), Some(0));
 }
+
+#[test]
+fn ports_in_use_are_one_line_and_exit_1() {
+    let mut t = T::new();
+    let (_, port) = t.server(0, &[]);
+    let p = port.to_string();
+    let (code, _, err) = t.run_agent(&[
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &p,
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with("roundtrip: error: starting the responder"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m = busy.local_addr().unwrap().to_string();
+    let (code, _, err) = t.run_agent(&["--no-responder", "--metrics", &m]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!("roundtrip: error: cannot serve --metrics on {m}")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

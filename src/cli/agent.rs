@@ -329,6 +329,13 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         )?;
         Some(handle)
     };
+    // The pages' port, before the engine starts (a port in use stops everything at once).
+    let listener = std::net::TcpListener::bind(a.metrics).with_context(|| {
+        format!(
+            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
+            a.metrics
+        )
+    })?;
     let mut targets_now = first.targets;
     if let Some(h) = &responder {
         filter.port = h.tcp_addr().map(|a| a.port());
@@ -383,12 +390,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         let site = site.clone();
         Arc::new(move |r: &Request| site.handle(r))
     };
-    let http = HttpServer::start(a.metrics, 4, handler).with_context(|| {
-        format!(
-            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
-            a.metrics
-        )
-    })?;
+    let http = HttpServer::serve(listener, 4, handler).context("starting the pages' threads")?;
     drop(site);
 
     let (tx, rx) = mpsc::channel();
