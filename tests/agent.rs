@@ -732,6 +732,34 @@ fn config_reload_with_an_error_keeps_the_old_targets() {
     t.until(&a, "/metrics", "the new peer up", |m| {
         sample(m, "roundtrip_up", &[&l2, "zone=\"b\""]) == Some(1.0)
     });
+
+    // SIGHUP reloads (it does not stop the agent).
+    let reloads = |a: &Agent| {
+        snapshot(&a.err)
+            .iter()
+            .filter(|l| l.contains("reloaded"))
+            .count()
+    };
+    let before = reloads(&a);
+    let pid = t.child(idx).id();
+    kill_pid(pid, "-HUP");
+    let deadline = Instant::now() + WAIT;
+    while reloads(&a) == before {
+        assert!(
+            Instant::now() < deadline,
+            "no reload after SIGHUP: {:?}",
+            snapshot(&a.err)
+        );
+        assert!(
+            t.child(idx).try_wait().unwrap().is_none(),
+            "SIGHUP stopped the agent"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        t.child(idx).try_wait().unwrap().is_none(),
+        "SIGHUP stopped the agent"
+    );
 }
 
 #[test]
