@@ -177,6 +177,8 @@ struct Watch {
     plan: Plan,
     collector: Collector,
     current: Vec<TargetSpec>,
+    /// The last list refused for --max-series (refused once, logged once).
+    refused: Option<Vec<TargetSpec>>,
     max_series: usize,
     source: String,
 }
@@ -217,11 +219,12 @@ impl Watch {
         for label in &got.dns_errors {
             engine.count_dns_error(label);
         }
-        if got.targets == self.current {
+        if got.targets == self.current || self.refused.as_ref() == Some(&got.targets) {
             return;
         }
         let n = got.targets.len();
         if n * SERIES_PER_TARGET > self.max_series {
+            self.refused = Some(got.targets.clone());
             note(format!(
                 "roundtrip agent: the new target list has {}, over --max-series; keeping the previous {} targets",
                 series_line(n, self.max_series),
@@ -455,6 +458,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             plan,
             collector,
             current: targets_now,
+            refused: None,
             max_series: a.max_series,
             source,
         };
