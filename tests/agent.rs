@@ -497,6 +497,32 @@ fn over_max_series_is_refused_at_start() {
         "{err}"
     );
     assert!(!out.contains("metrics on"), "nothing was started: {out}");
+
+    // A change that goes over is refused too, and the agent keeps its targets.
+    let f = t.write("peers", "10.255.0.1\n");
+    let a = t.agent(
+        &[
+            "--peers-file",
+            f.to_str().unwrap(),
+            "--max-series",
+            "50",
+            "--interval",
+            "1s",
+        ],
+        &[],
+    );
+    t.write("peers", "10.255.0.1\n10.255.0.2\n");
+    let idx = a.idx;
+    let line = t.wait_for(idx, &a.err, "over --max-series", "the refusal");
+    assert!(
+        line.contains("2 targets x 38 series = 76 series (max 50)"),
+        "{line}"
+    );
+    assert!(line.ends_with("keeping the previous 1 targets"), "{line}");
+    let m = t.until(&a, "/metrics", "one target", |m| {
+        sample(m, "roundtrip_agent_targets", &[]) == Some(1.0)
+    });
+    assert!(sample(&m, "roundtrip_up", &["target=\"10.255.0.2\""]).is_none());
 }
 
 #[test]
