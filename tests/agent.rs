@@ -138,8 +138,21 @@ impl T {
     }
 
     fn spawn(&mut self, cmd: &mut Command) -> (usize, Lines, Lines) {
+        self.spawn_with_input(cmd, None)
+    }
+
+    /// Starts `cmd` (own process group, killed with the test), writing `input` to its stdin.
+    fn spawn_with_input(
+        &mut self,
+        cmd: &mut Command,
+        input: Option<String>,
+    ) -> (usize, Lines, Lines) {
         let mut c = cmd
-            .stdin(Stdio::null())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -148,6 +161,12 @@ impl T {
         self.pids.lock().unwrap().push(c.id());
         let out = read_lines(c.stdout.take().unwrap());
         let err = read_lines(c.stderr.take().unwrap());
+        if let (Some(text), Some(mut stdin)) = (input, c.stdin.take()) {
+            // A writer thread: a child that does not read cannot block the test.
+            thread::spawn(move || {
+                let _ = stdin.write_all(text.as_bytes());
+            });
+        }
         self.children.push(Some(c));
         (self.children.len() - 1, out, err)
     }
@@ -598,6 +617,28 @@ fn metrics_api_and_page_of_an_agent_probing_a_server() {
     let (status, head, _) = get(a.metrics, "/metrics", None).unwrap();
     assert_eq!(status, 200);
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    // Prometheus's own linter finds nothing to say.
+    if common::have("promtool") {
+        let (idx, out, err) = t.spawn_with_input(
+            Command::new("promtool").args(["check", "metrics"]),
+            Some(text.clone()),
+        );
+        let code = t.wait_exit(idx);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            code,
+            Some(0),
+            "promtool: {:?} {:?}",
+            snapshot(&out),
+            snapshot(&err)
+        );
+        assert!(
+            snapshot(&err).is_empty() && snapshot(&out).is_empty(),
+            "promtool: {:?} {:?}",
+            snapshot(&out),
+            snapshot(&err)
+        );
+    }
 
     // OpenMetrics when asked.
     let (status, head, om) = get(
