@@ -95,14 +95,18 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// One line; any `SCHEME://USER:PASSWORD@` the key or the message quotes is shown without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = scrub(&self.what);
         if self.line == 0 {
-            write!(f, "config {}: {}", self.file, self.what)
+            write!(f, "config {}: {what}", self.file)
         } else {
             write!(
                 f,
-                "config {}:{}: key `{}`: {}",
-                self.file, self.line, self.key, self.what
+                "config {}:{}: key `{}`: {what}",
+                self.file,
+                self.line,
+                scrub(&self.key)
             )
         }
     }
@@ -751,6 +755,10 @@ url = "postgres://app:hunter2@db1:5432/app"
             "a postgres://u:***@h/x b"
         );
         assert_eq!(scrub("no urls"), "no urls");
+        let e = p("peers_dns = \"x.postgres://app:fuzzpw@db1:5432/app\"").unwrap_err();
+        assert!(!e.to_string().contains("fuzzpw"), "{e}");
+        let e = p("\"postgres://app:fuzzpw@db1\" = 1").unwrap_err();
+        assert!(!e.to_string().contains("fuzzpw"), "{e}");
         assert_eq!(scrub("http://host/x"), "http://host/x");
     }
 

@@ -214,7 +214,7 @@ impl Watch {
         }
         let got = self.collector.collect(&self.plan, Instant::now());
         for e in &got.errors {
-            note(e);
+            note(config::scrub(e));
         }
         for label in &got.dns_errors {
             engine.count_dns_error(label);
@@ -281,7 +281,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             )),
             Ok(text) => {
                 if let Err((line, what)) = targets::parse_peers(&text) {
-                    refuse(format!("peers file {}:{line}: {what}", path.display()));
+                    refuse(config::scrub(&format!(
+                        "peers file {}:{line}: {what}",
+                        path.display()
+                    )));
                 }
             }
         }
@@ -299,7 +302,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     );
     let first = collector.collect(&plan, Instant::now());
     for e in &first.errors {
-        note(e);
+        note(config::scrub(e));
     }
     let n = first.targets.len();
     if n * SERIES_PER_TARGET > a.max_series {
