@@ -9,19 +9,21 @@
 //! 1 ms early: its lag counts as 0). The schedule lag (send instant - due instant) goes into
 //! [`Snapshot::schedule_lag`].
 //!
-//! **TCP and UDP pings** (`tcp`, `udp`): over persistent connections. A worker thread connects and runs the
-//! hello / pre-shared key handshake ([`crate::probe::hello`]) with the target's timeout; the socket then goes
-//! non-blocking into one `mio` event loop that sends every due ping (a sockperf message of the target's
-//! size) and reads every echo into one shared buffer (a connection keeps only an incomplete message). The
-//! loop never blocks on a peer: a slow or dead peer only fails its own probes. A ping not answered within
-//! the target's timeout counts as `timeout`; over TCP the connection is then dropped (with every ping still
-//! outstanding on it, counted under the same reason) and a new one is made at the next due time; over UDP
-//! the socket is kept, except with a key, where a timeout or refusal means a new handshake (a restarted
-//! server forgot us). A due probe that finds its connection still being made is skipped (not counted; the
-//! handshake's own outcome counts once). The ping sent right after a new connection is ready answers the
-//! probe that asked for it; its lag is not recorded (it measures the handshake, not the scheduler). At most
-//! [`MAX_INFLIGHT`] pings are outstanding per target (only reached when the timeout exceeds 4 intervals):
-//! one more counts the oldest as `timeout`.
+//! **TCP and UDP pings** (`tcp`, `udp`): over persistent connections. The loop starts a TCP connect
+//! without blocking (a dead host costs no thread) and bounds it by the target's timeout; a worker thread then
+//! runs the hello / pre-shared key handshake ([`crate::probe::hello`]) within the timeout (for UDP a worker
+//! does both). The socket then goes non-blocking into one `mio` event loop that sends every due ping (a
+//! sockperf message of the target's size) and reads every echo into one shared buffer (a connection keeps
+//! only an incomplete message). The loop never blocks on a peer: a slow or dead peer only fails its own
+//! probes. A ping not answered within the target's timeout counts as `timeout`; over TCP the connection is
+//! then dropped (with every ping still outstanding on it, counted under the same reason) and a new one is
+//! made at the next due time; over UDP the socket is kept, except with a key, where a timeout or refusal
+//! means a new handshake (a restarted server forgot us). A due probe that finds its connection still being
+//! made is skipped (not counted; the connection attempt's own outcome counts once). The ping sent right
+//! after a new connection is ready answers the probe that asked for it; its lag is not recorded (it
+//! measures the connection set-up, not the scheduler). At most [`MAX_INFLIGHT`] pings are outstanding per
+//! target (only reached when the timeout exceeds 4 intervals): one more counts the oldest as `timeout`.
+//! A deadline may be noticed up to [`BATCH`] early.
 //!
 //! **Connect, ICMP and database probes** run single-shot on a pool of [`EngineConfig::workers`] threads
 //! (a database probe reuses a kept session: one trivial query per probe, a new session after an error). The
@@ -65,7 +67,8 @@ pub struct EngineConfig {
     pub psk: Option<Psk>,
     /// The span of the recent window behind [`super::WindowStats`] (default 60 s).
     pub window: Duration,
-    /// Threads for connect, ICMP and database probes (default 4).
+    /// Threads for connect, ICMP and database probes (default 4); as many again run the hello / key
+    /// handshakes of new TCP and UDP connections.
     pub workers: usize,
 }
 
@@ -138,6 +141,15 @@ struct Shared {
 impl Shared {
     fn record_lag(&self, lag: Duration) {
         lock(&self.lag).record_seconds(lag.as_secs_f64());
+    }
+
+    fn merge_lag(&self, h: &Histogram) {
+        let mut lag = lock(&self.lag);
+        for (a, b) in lag.counts.iter_mut().zip(h.counts.iter()) {
+            *a += b;
+        }
+        lag.sum_s += h.sum_s;
+        lag.count += h.count;
     }
 }
 

@@ -23,7 +23,13 @@ const FAILED: u64 = u64::MAX;
 /// The bucket a value (seconds) falls in: the first bound that is `>=` the value (Prometheus `le`
 /// semantics), or 25 (`+Inf`) above 10 s. NaN goes to `+Inf`.
 pub fn bucket_index(seconds: f64) -> usize {
-    BUCKET_BOUNDS.partition_point(|&b| !(seconds <= b))
+    BUCKET_BOUNDS
+        .partition_point(|&b| b.partial_cmp(&seconds) == Some(std::cmp::Ordering::Less))
+        .max(if seconds.is_nan() {
+            BUCKET_BOUNDS.len()
+        } else {
+            0
+        })
 }
 
 impl Histogram {

@@ -2,7 +2,7 @@
 //! pings' deadlines, one read buffer. TCP and UDP ping targets are served here over their persistent
 //! connections; connect, ICMP and database targets are only scheduled here and handed to the probe pool.
 
-use super::pool::{Job, io_failure};
+use super::pool::{Job, Pending, io_failure};
 use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, lock};
 use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
 use crate::wire::sockperf::{Flags, HEADER_LEN, HELLO_SEQ, Header, MAX_MESSAGE_LEN};
@@ -57,6 +57,8 @@ enum TimerKind {
     Due,
     /// An outstanding ping may be past its deadline (tag: the slot's epoch).
     Deadline,
+    /// A TCP connect may be past its deadline (tag: the connection's generation).
+    ConnectDeadline,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,6 +78,8 @@ enum Kind {
 
 enum Conn {
     Idle,
+    /// The loop's non-blocking connect is under way (a dead host costs no worker).
+    TcpConnecting(TcpStream),
     /// A worker is making the connection for the probe due at `due`.
     Connecting,
     Tcp(TcpStream),
@@ -195,6 +199,8 @@ pub(super) struct Loop {
     rbuf: Vec<u8>,
     sbuf: Vec<u8>,
     stop: bool,
+    /// Schedule lags of this wake-up, added to the shared histogram once per wake-up.
+    lag: crate::agent::Histogram,
     /// The engine has a key (UDP peers must be re-authenticated after a silence).
     keyed: bool,
 }
@@ -222,6 +228,7 @@ impl Loop {
             rbuf: vec![0u8; READ_BUF],
             sbuf: Vec::new(),
             stop: false,
+            lag: crate::agent::Histogram::zero(),
             keyed,
         })
     }
@@ -284,6 +291,9 @@ impl Loop {
                 let id = entry.id;
                 let epoch = self.tag();
                 let sched = self.tag();
+                // Connection generations start from a fresh tag, so a worker's late answer for a removed
+                // target never lands on the target that reuses its slot.
+                let cgen = self.tag();
                 let slot = Slot {
                     entry,
                     kind: kind_of(&spec),
@@ -291,7 +301,7 @@ impl Loop {
                     epoch,
                     sched,
                     next_due: first,
-                    cgen: 0,
+                    cgen,
                     conn: Conn::Idle,
                     seq: 0,
                     inflight: Inflight::new(first),
@@ -316,7 +326,9 @@ impl Loop {
                 }));
             }
             Msg::Update { id, spec } => {
-                let Some(&i) = self.by_id.get(&id) else { return };
+                let Some(&i) = self.by_id.get(&id) else {
+                    return;
+                };
                 let sched = self.tag();
                 let Some(s) = self.slots[i as usize].as_mut() else {
                     return;
@@ -394,7 +406,8 @@ impl Loop {
                 self.send(i, None);
             }
             Err(e) => {
-                s.entry.record_err(now, &io_failure("registering the socket", &e));
+                s.entry
+                    .record_err(now, &io_failure("registering the socket", &e));
                 s.conn = Conn::Idle;
             }
         }
@@ -405,13 +418,18 @@ impl Loop {
         let horizon = Instant::now() + BATCH;
         while let Some(Reverse(t)) = self.heap.peek().copied() {
             if t.at > horizon {
-                return;
+                break;
             }
             self.heap.pop();
             match t.kind {
                 TimerKind::Due => self.due(t.slot, t.tag, t.at),
                 TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
+                TimerKind::ConnectDeadline => self.connect_deadline(t.slot, t.tag),
             }
+        }
+        if self.lag.count > 0 {
+            self.shared.merge_lag(&self.lag);
+            self.lag = crate::agent::Histogram::zero();
         }
     }
 
@@ -455,21 +473,102 @@ impl Loop {
                 }
             }
             (Conn::Idle, _) => self.start_connect(i),
-            (Conn::Connecting, _) => {} // skipped: the handshake's outcome counts
+            (Conn::Connecting | Conn::TcpConnecting(_), _) => {} // skipped: the connection's outcome counts
             (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
         }
     }
 
     fn start_connect(&mut self, i: u32) {
-        let Some(s) = self.slot(i) else { return };
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
         s.cgen = s.cgen.wrapping_add(1);
-        s.conn = Conn::Connecting;
+        let now = Instant::now();
+        let deadline = now + s.spec.timeout;
+        if matches!(s.kind, Kind::Udp { .. }) {
+            s.conn = Conn::Connecting;
+            let job = Job::Connect {
+                slot: i,
+                cgen: s.cgen,
+                link: Pending::Udp(s.spec.addr),
+                deadline,
+            };
+            if self.connects.send(job).is_err() {
+                self.stop = true;
+            }
+            return;
+        }
+        let started = TcpStream::connect(s.spec.addr).and_then(|mut t| {
+            registry
+                .register(&mut t, token(i, s.cgen), Interest::WRITABLE)
+                .map(|()| t)
+        });
+        match started {
+            Ok(t) => {
+                s.conn = Conn::TcpConnecting(t);
+                let cgen = s.cgen;
+                self.heap.push(Reverse(Timer {
+                    at: deadline,
+                    slot: i,
+                    tag: cgen,
+                    kind: TimerKind::ConnectDeadline,
+                }));
+            }
+            Err(e) => {
+                s.entry.record_err(now, &io_failure("connect", &e));
+                s.conn = Conn::Idle;
+            }
+        }
+    }
+
+    /// The TCP connect of slot `i` went on for the whole timeout.
+    fn connect_deadline(&mut self, i: u32, cgen: u32) {
+        let Some(s) = self.slot(i) else { return };
+        if s.cgen != cgen || !matches!(s.conn, Conn::TcpConnecting(_)) {
+            return;
+        }
+        let f = Failure::new(
+            ErrorReason::Timeout,
+            format!("connect: no answer within {:?}", s.spec.timeout),
+        );
+        s.entry.record_err(Instant::now(), &f);
+        drop_conn(s);
+    }
+
+    /// The non-blocking connect of slot `i` is writable: connected (the handshake goes to a worker) or
+    /// failed.
+    fn connect_done(&mut self, i: u32) {
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Conn::TcpConnecting(t) = &s.conn else {
+            return;
+        };
+        let now = Instant::now();
+        let error = match t.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match t.peer_addr() {
+                Ok(_) => None,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // not yet
+                Err(e) => Some(e),
+            },
+        };
+        if let Some(e) = error {
+            s.entry.record_err(now, &io_failure("connect", &e));
+            drop_conn(s);
+            return;
+        }
+        let Conn::TcpConnecting(mut t) = std::mem::replace(&mut s.conn, Conn::Connecting) else {
+            return;
+        };
+        let _ = registry.deregister(&mut t);
         let job = Job::Connect {
             slot: i,
             cgen: s.cgen,
-            addr: s.spec.addr,
-            udp: matches!(s.kind, Kind::Udp { .. }),
-            timeout: s.spec.timeout,
+            link: Pending::Tcp(t.into()),
+            deadline: now + s.spec.timeout,
         };
         if self.connects.send(job).is_err() {
             self.stop = true;
@@ -525,7 +624,8 @@ impl Loop {
                 let at = sent + s.spec.timeout;
                 let epoch = s.epoch;
                 if let Some(due) = due {
-                    self.shared.record_lag(sent.saturating_duration_since(due));
+                    self.lag
+                        .record_seconds(sent.saturating_duration_since(due).as_secs_f64());
                 }
                 self.heap.push(Reverse(Timer {
                     at,
@@ -547,10 +647,9 @@ impl Loop {
                 fail_all(s, sent, &f);
                 drop_conn(s);
             }
-            Ok(_) => s.entry.record_err(
-                sent,
-                &Failure::new(ErrorReason::Other, "short UDP send"),
-            ),
+            Ok(_) => s
+                .entry
+                .record_err(sent, &Failure::new(ErrorReason::Other, "short UDP send")),
             Err(e) => {
                 let f = io_failure("send", &e);
                 s.entry.record_err(sent, &f);
@@ -613,14 +712,11 @@ impl Loop {
         if s.cgen != cgen {
             return;
         }
-        let (tcp, udp) = (
-            matches!(s.conn, Conn::Tcp(_)),
-            matches!(s.conn, Conn::Udp(_)),
-        );
-        if tcp {
-            self.read_tcp(i, closed);
-        } else if udp {
-            self.read_udp(i);
+        match s.conn {
+            Conn::Tcp(_) => self.read_tcp(i, closed),
+            Conn::Udp(_) => self.read_udp(i),
+            Conn::TcpConnecting(_) => self.connect_done(i),
+            Conn::Idle | Conn::Connecting => {}
         }
     }
 
@@ -670,7 +766,8 @@ impl Loop {
                 return;
             };
             let Kind::Udp { size } = s.kind else { return };
-            for _ in 0..64 {
+            // Edge-triggered: drain to WouldBlock (a connected socket only hears its peer, bounded by its buffer).
+            loop {
                 let Conn::Udp(u) = &mut s.conn else { return };
                 let res = u.recv(&mut self.rbuf);
                 let now = Instant::now();
