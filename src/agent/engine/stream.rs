@@ -51,7 +51,7 @@ pub(super) enum Msg {
     Stop,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TimerKind {
     /// The slot's next probe is due (tag: the slot's schedule tag).
     Due,
@@ -61,12 +61,72 @@ enum TimerKind {
     ConnectDeadline,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Timer {
     at: Instant,
     slot: u32,
     tag: u32,
     kind: TimerKind,
+}
+
+/// The timer heap. A timer is packed into 16 bytes ordered by time (nanoseconds since the loop's origin in
+/// the high 64 bits, then kind and slot, then tag): pops compare integers, and the heap stays small.
+struct Timers {
+    heap: BinaryHeap<Reverse<u128>>,
+    origin: Instant,
+}
+
+impl Timers {
+    fn new() -> Timers {
+        Timers {
+            heap: BinaryHeap::new(),
+            origin: Instant::now(),
+        }
+    }
+
+    fn push(&mut self, t: Timer) {
+        debug_assert!(t.slot < 1 << 30);
+        let ns = u64::try_from(t.at.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        let kind: u128 = match t.kind {
+            TimerKind::Due => 0,
+            TimerKind::Deadline => 1,
+            TimerKind::ConnectDeadline => 2,
+        };
+        let slot = u128::from(t.slot & 0x3fff_ffff);
+        self.heap.push(Reverse(
+            u128::from(ns) << 64 | kind << 62 | slot << 32 | u128::from(t.tag),
+        ));
+    }
+
+    fn at(&self, packed: u128) -> Instant {
+        self.origin + Duration::from_nanos((packed >> 64) as u64)
+    }
+
+    /// When the next timer fires.
+    fn next(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse(p)| self.at(*p))
+    }
+
+    /// The next timer if it fires at or before `horizon`.
+    fn pop_until(&mut self, horizon: Instant) -> Option<Timer> {
+        let &Reverse(p) = self.heap.peek()?;
+        let at = self.at(p);
+        if at > horizon {
+            return None;
+        }
+        self.heap.pop();
+        Some(Timer {
+            at,
+            slot: (p >> 32) as u32 & 0x3fff_ffff,
+            tag: p as u32,
+            kind: match (p >> 62) as u32 & 3 {
+                0 => TimerKind::Due,
+                1 => TimerKind::Deadline,
+                _ => TimerKind::ConnectDeadline,
+            },
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -194,7 +254,7 @@ pub(super) struct Loop {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     by_id: HashMap<u64, u32>,
-    heap: BinaryHeap<Reverse<Timer>>,
+    heap: Timers,
     next_tag: u32,
     rbuf: Vec<u8>,
     sbuf: Vec<u8>,
@@ -223,7 +283,7 @@ impl Loop {
             slots: Vec::new(),
             free: Vec::new(),
             by_id: HashMap::new(),
-            heap: BinaryHeap::new(),
+            heap: Timers::new(),
             next_tag: 0,
             rbuf: vec![0u8; READ_BUF],
             sbuf: Vec::new(),
@@ -244,8 +304,8 @@ impl Loop {
         while !self.stop {
             let timeout = self
                 .heap
-                .peek()
-                .map(|Reverse(t)| t.at.saturating_duration_since(Instant::now()));
+                .next()
+                .map(|at| at.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout)
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -318,12 +378,12 @@ impl Loop {
                     }
                 };
                 self.by_id.insert(id, i);
-                self.heap.push(Reverse(Timer {
+                self.heap.push(Timer {
                     at: first,
                     slot: i,
                     tag: sched,
                     kind: TimerKind::Due,
-                }));
+                });
             }
             Msg::Update { id, spec } => {
                 let Some(&i) = self.by_id.get(&id) else {
@@ -337,12 +397,23 @@ impl Loop {
                 if s.spec.interval != spec.interval {
                     // The schedule keeps its phase: the next due probe stays, the new interval follows it.
                     s.sched = sched;
-                    self.heap.push(Reverse(Timer {
+                    self.heap.push(Timer {
                         at: s.next_due,
                         slot: i,
                         tag: sched,
                         kind: TimerKind::Due,
-                    }));
+                    });
+                }
+                if s.spec.timeout != spec.timeout
+                    && let Some(f) = s.inflight.front()
+                {
+                    // Deadline timers were set with the old timeout: one for the oldest ping with the new.
+                    self.heap.push(Timer {
+                        at: f.sent + spec.timeout,
+                        slot: i,
+                        tag: s.epoch,
+                        kind: TimerKind::Deadline,
+                    });
                 }
                 s.kind = kind_of(&spec);
                 s.spec = spec;
@@ -416,13 +487,9 @@ impl Loop {
     /// Handles the timers due by now (and within [`BATCH`]).
     fn timers(&mut self) {
         let horizon = Instant::now() + BATCH;
-        while let Some(Reverse(t)) = self.heap.peek().copied() {
-            if t.at > horizon {
-                break;
-            }
-            self.heap.pop();
+        while let Some(t) = self.heap.pop_until(horizon) {
             match t.kind {
-                TimerKind::Due => self.due(t.slot, t.tag, t.at),
+                TimerKind::Due => self.due(t.slot, t.tag),
                 TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
                 TimerKind::ConnectDeadline => self.connect_deadline(t.slot, t.tag),
             }
@@ -433,11 +500,13 @@ impl Loop {
         }
     }
 
-    fn due(&mut self, i: u32, tag: u32, at: Instant) {
+    fn due(&mut self, i: u32, tag: u32) {
         let Some(s) = self.slot(i) else { return };
-        if s.sched != tag || s.next_due != at {
+        // One live due timer per slot: the one carrying its current schedule tag.
+        if s.sched != tag {
             return;
         }
+        let at = s.next_due;
         // The next one: phase + n x interval; slots already missed by a whole interval are skipped.
         let interval = s.spec.interval.max(Duration::from_micros(100));
         let mut next = at + interval;
@@ -449,12 +518,12 @@ impl Loop {
         }
         s.next_due = next;
         let sched = s.sched;
-        self.heap.push(Reverse(Timer {
+        self.heap.push(Timer {
             at: next,
             slot: i,
             tag: sched,
             kind: TimerKind::Due,
-        }));
+        });
         let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return;
         };
@@ -472,7 +541,12 @@ impl Loop {
                     self.stop = true;
                 }
             }
-            (Conn::Idle, _) => self.start_connect(i),
+            (Conn::Idle, _) => {
+                // The probe starts with a new connection: its lag is when the connect started.
+                self.lag
+                    .record_seconds(Instant::now().saturating_duration_since(at).as_secs_f64());
+                self.start_connect(i);
+            }
             (Conn::Connecting | Conn::TcpConnecting(_), _) => {} // skipped: the connection's outcome counts
             (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
         }
@@ -508,12 +582,12 @@ impl Loop {
             Ok(t) => {
                 s.conn = Conn::TcpConnecting(t);
                 let cgen = s.cgen;
-                self.heap.push(Reverse(Timer {
+                self.heap.push(Timer {
                     at: deadline,
                     slot: i,
                     tag: cgen,
                     kind: TimerKind::ConnectDeadline,
-                }));
+                });
             }
             Err(e) => {
                 s.entry.record_err(now, &io_failure("connect", &e));
@@ -627,12 +701,12 @@ impl Loop {
                     self.lag
                         .record_seconds(sent.saturating_duration_since(due).as_secs_f64());
                 }
-                self.heap.push(Reverse(Timer {
+                self.heap.push(Timer {
                     at,
                     slot: i,
                     tag: epoch,
                     kind: TimerKind::Deadline,
-                }));
+                });
             }
             Ok(_) | Err(_) if tcp => {
                 // A short write: the peer does not read what we send; any error: the connection is gone.
@@ -923,5 +997,46 @@ fn drop_conn(s: &mut Slot) {
     s.partial.clear();
     if s.partial.capacity() > 4096 {
         s.partial = Vec::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timers_pop_in_time_order_and_keep_their_fields() {
+        let mut t = Timers::new();
+        let base = t.origin + Duration::from_secs(5);
+        let kinds = [
+            TimerKind::Due,
+            TimerKind::Deadline,
+            TimerKind::ConnectDeadline,
+        ];
+        for i in 0..30u32 {
+            t.push(Timer {
+                at: base + Duration::from_nanos(u64::from((i * 7919) % 30) * 1_000_001),
+                slot: (1 << 30) - 1 - i,
+                tag: u32::MAX - i,
+                kind: kinds[i as usize % 3],
+            });
+        }
+        assert_eq!(t.pop_until(base - Duration::from_nanos(1)), None);
+        let mut last = None;
+        let mut n = 0;
+        while let Some(x) = t.pop_until(base + Duration::from_secs(1)) {
+            let i = u32::MAX - x.tag;
+            assert_eq!(x.slot, (1 << 30) - 1 - i);
+            assert_eq!(x.kind, kinds[i as usize % 3]);
+            assert_eq!(
+                x.at,
+                base + Duration::from_nanos(u64::from((i * 7919) % 30) * 1_000_001)
+            );
+            assert!(last.is_none_or(|l| l <= x.at));
+            last = Some(x.at);
+            n += 1;
+        }
+        assert_eq!(n, 30);
+        assert_eq!(t.next(), None);
     }
 }

@@ -225,7 +225,9 @@ fn wrong_seq(mut c: std::net::TcpStream, stop: &AtomicBool) {
 fn answers_in_pieces_are_put_together() {
     let peer = Peer::start(dribble);
     let e = engine(None);
-    let mut s = spec("d", peer.addr, ProbeKind::Tcp { size: 100 });
+    let mut s = spec("d", peer.addr, ProbeKind::Tcp { size: 40 });
+    // An answer takes 40 segments: far less than the interval, so pings never pile up.
+    s.interval = Duration::from_millis(300);
     s.timeout = Duration::from_secs(5);
     e.set_targets(vec![s]);
     let t = wait_for(&e, "d", "answers", |t| t.rtt.count >= 5);
@@ -498,5 +500,30 @@ fn db_probe_against_local_postgres() {
     });
     assert_eq!(failed(&t), 0, "{:?}", t.last_error);
     assert!(t.up);
+    e.shutdown();
+}
+
+#[test]
+fn icmp_probes_loopback() {
+    let e = engine(None);
+    e.set_targets(vec![spec(
+        "lo",
+        "127.0.0.1:0".parse().unwrap(),
+        ProbeKind::Icmp { size: 56 },
+    )]);
+    let t = wait_for(&e, "lo", "3 outcomes", |t| t.probes >= 3);
+    if err(&t, ErrorReason::Other) > 0
+        && t.last_error
+            .as_deref()
+            .is_some_and(|m| m.contains("not permitted"))
+    {
+        println!(
+            "skipped: ICMP sockets are not permitted here: {:?}",
+            t.last_error
+        );
+        return;
+    }
+    assert_eq!(failed(&t), 0, "{:?}", t.last_error);
+    assert!(t.up && t.rtt.count >= 3);
     e.shutdown();
 }
