@@ -5,6 +5,7 @@
 //! (in `src/main.rs` and `src/cli/`) parses arguments and renders results through [`report`].
 //!
 //! - [`agent`]: `roundtrip agent`, continuous probing of many targets with Prometheus metrics.
+//! - [`mesh`]: `roundtrip mesh`, the all-pairs matrix of a fleet, from Prometheus or from the agents.
 //! - [`probe`]: measurement engines (ping-pong over TCP/UDP, ...).
 //! - [`server`]: the sockperf-compatible responder.
 //! - [`wire`]: message formats.
@@ -18,6 +19,7 @@
 pub mod agent;
 pub mod capture;
 pub mod db;
+pub mod mesh;
 pub mod model;
 pub mod probe;
 pub mod proxy;

@@ -1,1 +1,677 @@
-//! (to be written)
+//! The agent's TOML configuration file (`--config FILE`).
+//!
+//! ```toml
+//! source = "app1"            # optional: the `source` label (default: this host's address toward its targets)
+//! interval = "1s"            # defaults for the targets below and for the command line's peers
+//! timeout = "1s"
+//! probe = "tcp"              # tcp | udp | connect | icmp
+//! size = 64
+//! peers = ["10.0.0.2", "10.0.0.3:11111"]
+//! peers_file = "/etc/roundtrip/peers"
+//! peers_dns = "roundtrip.default.svc.cluster.local"
+//! [labels]                   # added to every target
+//! zone = "a"
+//! [[target]]
+//! address = "db1:5432"       # HOST[:PORT]
+//! probe = "connect"          # tcp | udp | connect | icmp | db
+//! interval = "5s"
+//! labels = { role = "db" }
+//! [[target]]
+//! probe = "db"
+//! url = "postgres://app@db1:5432/app"
+//! ```
+//!
+//! Every error names the file, the line and the key ([`ConfigError`]); unknown keys are errors. Database
+//! passwords (in a `url`) never appear in errors: URLs are shown redacted.
+
+use crate::db::{DbUrl, redact_text};
+use crate::probe::target::Target;
+use crate::units;
+use crate::wire::sockperf::MAX_UDP_MESSAGE_LEN;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::de::{DeTable, DeValue};
+
+/// Label names the agent sets itself; a user label may not use them.
+pub const RESERVED_LABELS: [&str; 6] = ["source", "target", "probe", "size", "le", "reason"];
+
+/// Smallest message size (the sockperf header).
+pub const MIN_SIZE: u32 = 14;
+/// Largest message size (the largest UDP payload).
+pub const MAX_SIZE: u32 = MAX_UDP_MESSAGE_LEN as u32;
+
+/// A probe kind by name, before its size or URL is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeName {
+    /// Application-level ping over TCP.
+    Tcp,
+    /// Application-level ping over UDP.
+    Udp,
+    /// TCP handshake.
+    Connect,
+    /// ICMP echo.
+    Icmp,
+    /// Database round trip (config `[[target]]` with a `url` only).
+    Db,
+}
+
+impl ProbeName {
+    /// Parses `tcp`, `udp`, `connect`, `icmp` or `db`.
+    pub fn parse(s: &str) -> Option<ProbeName> {
+        Some(match s {
+            "tcp" => ProbeName::Tcp,
+            "udp" => ProbeName::Udp,
+            "connect" => ProbeName::Connect,
+            "icmp" => ProbeName::Icmp,
+            "db" => ProbeName::Db,
+            _ => return None,
+        })
+    }
+
+    /// The name, as the `probe` label spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeName::Tcp => "tcp",
+            ProbeName::Udp => "udp",
+            ProbeName::Connect => "connect",
+            ProbeName::Icmp => "icmp",
+            ProbeName::Db => "db",
+        }
+    }
+}
+
+/// A configuration error: `config FILE:LINE: key `K`: what`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as given.
+    pub file: String,
+    /// 1-based line (0 when the file could not be read at all).
+    pub line: usize,
+    /// The key at fault (empty when the file could not be read).
+    pub key: String,
+    /// What is wrong and what to do, one line.
+    pub what: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "config {}: {}", self.file, self.what)
+        } else {
+            write!(
+                f,
+                "config {}:{}: key `{}`: {}",
+                self.file, self.line, self.key, self.what
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One `[[target]]` entry, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetEntry {
+    /// The line of its `[[target]]` header.
+    pub line: usize,
+    /// `address = "HOST[:PORT]"` (checked syntax), absent for `db` targets.
+    pub address: Option<String>,
+    /// `probe` (default: the file's, then the command line's).
+    pub probe: Option<ProbeName>,
+    /// `size`.
+    pub size: Option<u32>,
+    /// `interval`.
+    pub interval: Option<Duration>,
+    /// `timeout`.
+    pub timeout: Option<Duration>,
+    /// `url` of a `db` target (parsed; its password stays inside).
+    pub url: Option<Box<DbUrl>>,
+    /// `labels`, sorted by name.
+    pub labels: Vec<(String, String)>,
+}
+
+/// The configuration file, checked.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// `source`.
+    pub source: Option<String>,
+    /// `interval`: default for every target.
+    pub interval: Option<Duration>,
+    /// `timeout`: default for every target.
+    pub timeout: Option<Duration>,
+    /// `probe`: default for every target (not `db`).
+    pub probe: Option<ProbeName>,
+    /// `size`: default for every target.
+    pub size: Option<u32>,
+    /// `peers`: HOST[:PORT] each (checked syntax).
+    pub peers: Vec<String>,
+    /// `peers_file` (relative names are relative to the configuration file's folder).
+    pub peers_file: Option<PathBuf>,
+    /// `peers_dns`: NAME[:PORT].
+    pub peers_dns: Option<String>,
+    /// `[labels]`, sorted by name.
+    pub labels: Vec<(String, String)>,
+    /// `[[target]]` entries in file order.
+    pub targets: Vec<TargetEntry>,
+}
+
+/// Checks a user label name: a Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`, not starting with `__`) and
+/// none of [`RESERVED_LABELS`].
+pub fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "label name '{name}' is not a Prometheus label name (letters, digits and _, not starting with a digit)"
+        ));
+    }
+    if name.starts_with("__") {
+        return Err(format!(
+            "label name '{name}' starts with __, which Prometheus reserves"
+        ));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(format!(
+            "label name '{name}' is set by the agent itself (reserved: {})",
+            RESERVED_LABELS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a message size: [`MIN_SIZE`] to [`MAX_SIZE`] bytes.
+pub fn check_size(size: u64) -> Result<u32, String> {
+    if size < u64::from(MIN_SIZE) || size > u64::from(MAX_SIZE) {
+        return Err(format!(
+            "size {size} is out of range: give {MIN_SIZE} to {MAX_SIZE} bytes"
+        ));
+    }
+    Ok(size as u32)
+}
+
+/// Reads and checks the file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.display().to_string(),
+        line: 0,
+        key: String::new(),
+        what: format!("cannot read it: {e} (check the path given to --config)"),
+    })?;
+    parse(&text, path)
+}
+
+/// The 1-based line holding byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Parses and checks configuration `text`, read from `path` (named in errors; relative `peers_file` names
+/// are taken relative to its folder).
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let doc = match DeTable::parse(text) {
+        Ok(d) => d,
+        Err(e) => {
+            let offset = e.span().map_or(0, |s| s.start);
+            let line = line_of(text, offset);
+            let line_text = text.lines().nth(line - 1).unwrap_or("").trim();
+            let key = match line_text.split_once('=') {
+                Some((k, _)) => k.trim().to_string(),
+                None => redact_text(line_text).chars().take(60).collect(),
+            };
+            return Err(ConfigError {
+                file,
+                line,
+                key,
+                what: format!(
+                    "not valid TOML: {} (see https://toml.io)",
+                    e.message().trim().replace('\n', " ")
+                ),
+            });
+        }
+    };
+    let cx = Cx { text, file: &file };
+    let mut c = Config {
+        path: path.to_path_buf(),
+        ..Config::default()
+    };
+    for (k, v) in doc.get_ref().iter() {
+        let key = k.get_ref().as_ref();
+        match key {
+            "source" => {
+                let s = cx.string(key, v)?;
+                if s.trim().is_empty() {
+                    return Err(cx.err(key, v, "is empty: give a name, e.g. source = \"app1\""));
+                }
+                c.source = Some(s.to_string());
+            }
+            "interval" => c.interval = Some(cx.duration(key, v)?),
+            "timeout" => c.timeout = Some(cx.duration(key, v)?),
+            "probe" => {
+                let p = cx.probe(key, v)?;
+                if p == ProbeName::Db {
+                    return Err(cx.err(
+                        key,
+                        v,
+                        "db is per target: give it in a [[target]] with a url",
+                    ));
+                }
+                c.probe = Some(p);
+            }
+            "size" => c.size = Some(cx.size(key, v)?),
+            "peers" => {
+                let DeValue::Array(items) = v.get_ref() else {
+                    return Err(cx.err(
+                        key,
+                        v,
+                        "must be a list of HOST[:PORT] strings, e.g. [\"10.0.0.2\", \"db1:11111\"]",
+                    ));
+                };
+                for item in items.iter() {
+                    c.peers.push(cx.host_port(key, item)?);
+                }
+            }
+            "peers_file" => {
+                let s = cx.string(key, v)?;
+                if s.is_empty() {
+                    return Err(cx.err(key, v, "is empty: give a file name"));
+                }
+                let p = PathBuf::from(s);
+                c.peers_file = Some(if p.is_relative() {
+                    path.parent().map_or(p.clone(), |d| d.join(&p))
+                } else {
+                    p
+                });
+            }
+            "peers_dns" => c.peers_dns = Some(cx.host_port(key, v)?),
+            "labels" => c.labels = cx.labels(key, v)?,
+            "target" => {
+                let DeValue::Array(items) = v.get_ref() else {
+                    return Err(cx.err(
+                        key,
+                        v,
+                        "must be a list of tables: write each as [[target]]",
+                    ));
+                };
+                for item in items.iter() {
+                    c.targets.push(cx.target(item)?);
+                }
+            }
+            _ => {
+                return Err(ConfigError {
+                    file: file.clone(),
+                    line: line_of(text, k.span().start),
+                    key: key.to_string(),
+                    what: "unknown key (known: source, interval, timeout, probe, size, peers, peers_file, \
+                           peers_dns, [labels], [[target]])"
+                        .into(),
+                });
+            }
+        }
+    }
+    Ok(c)
+}
+
+type Val<'a> = toml::Spanned<DeValue<'a>>;
+
+/// Context for building errors.
+struct Cx<'t> {
+    text: &'t str,
+    file: &'t str,
+}
+
+impl Cx<'_> {
+    fn err(&self, key: &str, v: &Val<'_>, what: &str) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            line: line_of(self.text, v.span().start),
+            key: key.to_string(),
+            what: what.to_string(),
+        }
+    }
+
+    fn string<'v>(&self, key: &str, v: &'v Val<'_>) -> Result<&'v str, ConfigError> {
+        match v.get_ref() {
+            DeValue::String(s) => Ok(s.as_ref()),
+            other => Err(self.err(
+                key,
+                v,
+                &format!("must be a string in quotes, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn duration(&self, key: &str, v: &Val<'_>) -> Result<Duration, ConfigError> {
+        let s = self.string(key, v).map_err(|mut e| {
+            e.what = "must be a duration in quotes, e.g. \"1s\" or \"500ms\"".into();
+            e
+        })?;
+        match units::parse_duration(s) {
+            Ok(d) if d.is_zero() => Err(self.err(key, v, "must be more than 0")),
+            Ok(d) => Ok(d),
+            Err(e) => Err(self.err(key, v, &e.to_string())),
+        }
+    }
+
+    fn probe(&self, key: &str, v: &Val<'_>) -> Result<ProbeName, ConfigError> {
+        let s = self.string(key, v)?;
+        ProbeName::parse(s).ok_or_else(|| {
+            self.err(
+                key,
+                v,
+                &format!("unknown probe '{s}' (known: tcp, udp, connect, icmp, db)"),
+            )
+        })
+    }
+
+    fn size(&self, key: &str, v: &Val<'_>) -> Result<u32, ConfigError> {
+        let n = match v.get_ref() {
+            DeValue::Integer(i) => u64::from_str_radix(i.as_str(), i.radix()).map_err(|_| {
+                self.err(key, v, &format!("must be {MIN_SIZE} to {MAX_SIZE} bytes"))
+            })?,
+            DeValue::String(s) => {
+                units::parse_size(s).map_err(|e| self.err(key, v, &e.to_string()))?
+            }
+            other => {
+                return Err(self.err(
+                    key,
+                    v,
+                    &format!("must be a number of bytes, not {}", other.type_str()),
+                ));
+            }
+        };
+        check_size(n).map_err(|e| self.err(key, v, &e))
+    }
+
+    fn host_port(&self, key: &str, v: &Val<'_>) -> Result<String, ConfigError> {
+        let s = self.string(key, v)?;
+        Target::parse(s, super::DEFAULT_PORT).map_err(|e| self.err(key, v, &e.to_string()))?;
+        Ok(s.trim().to_string())
+    }
+
+    fn labels(&self, key: &str, v: &Val<'_>) -> Result<Vec<(String, String)>, ConfigError> {
+        let DeValue::Table(t) = v.get_ref() else {
+            return Err(self.err(
+                key,
+                v,
+                "must be a table of NAME = \"VALUE\", e.g. labels = { zone = \"a\" }",
+            ));
+        };
+        let mut out = Vec::new();
+        for (k, lv) in t.iter() {
+            let name = k.get_ref().as_ref();
+            let full = format!("{key}.{name}");
+            check_label_name(name).map_err(|e| ConfigError {
+                file: self.file.to_string(),
+                line: line_of(self.text, k.span().start),
+                key: full.clone(),
+                what: e,
+            })?;
+            let value = self.string(&full, lv)?;
+            out.push((name.to_string(), value.to_string()));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn target(&self, v: &Val<'_>) -> Result<TargetEntry, ConfigError> {
+        let DeValue::Table(t) = v.get_ref() else {
+            return Err(self.err(
+                "target",
+                v,
+                "must be a table: write each target as [[target]]",
+            ));
+        };
+        let mut e = TargetEntry {
+            line: line_of(self.text, v.span().start),
+            address: None,
+            probe: None,
+            size: None,
+            interval: None,
+            timeout: None,
+            url: None,
+            labels: Vec::new(),
+        };
+        let mut url_val = None;
+        let mut address_val = None;
+        let mut probe_val = None;
+        for (k, tv) in t.iter() {
+            let name = k.get_ref().as_ref();
+            let full = format!("target.{name}");
+            match name {
+                "address" => {
+                    e.address = Some(self.host_port(&full, tv)?);
+                    address_val = Some(tv);
+                }
+                "probe" => {
+                    e.probe = Some(self.probe(&full, tv)?);
+                    probe_val = Some(tv);
+                }
+                "size" => e.size = Some(self.size(&full, tv)?),
+                "interval" => e.interval = Some(self.duration(&full, tv)?),
+                "timeout" => e.timeout = Some(self.duration(&full, tv)?),
+                "labels" => e.labels = self.labels(&full, tv)?,
+                "url" => {
+                    let s = self.string(&full, tv)?;
+                    let url =
+                        DbUrl::parse(s).map_err(|err| self.err(&full, tv, &err.to_string()))?;
+                    e.url = Some(Box::new(url));
+                    url_val = Some(tv);
+                }
+                _ => {
+                    return Err(ConfigError {
+                        file: self.file.to_string(),
+                        line: line_of(self.text, k.span().start),
+                        key: full,
+                        what: "unknown key (known in [[target]]: address, probe, size, interval, timeout, \
+                               labels, url)"
+                            .into(),
+                    });
+                }
+            }
+        }
+        match (e.probe == Some(ProbeName::Db), e.url.is_some()) {
+            (true, false) => {
+                return Err(self.err(
+                    "target.url",
+                    probe_val.unwrap_or(v),
+                    "a db target needs url = \"postgres://USER@HOST:PORT/DB\" (or mysql://, redis://, oracle://)",
+                ));
+            }
+            (false, true) => {
+                return Err(self.err(
+                    "target.probe",
+                    url_val.unwrap_or(v),
+                    "a target with a url needs probe = \"db\"",
+                ));
+            }
+            (true, true) => {
+                if let Some(a) = address_val {
+                    return Err(self.err(
+                        "target.address",
+                        a,
+                        "a db target takes its host and port from its url: leave address out",
+                    ));
+                }
+            }
+            (false, false) => {
+                if e.address.is_none() {
+                    return Err(self.err(
+                        "target.address",
+                        v,
+                        "this [[target]] has no address: give address = \"HOST[:PORT]\"",
+                    ));
+                }
+            }
+        }
+        Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Config, ConfigError> {
+        parse(text, Path::new("/etc/rt/agent.toml"))
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let c = p(r#"
+source = "app1"
+interval = "1s"
+timeout = "500ms"
+probe = "tcp"
+size = 64
+peers = ["10.0.0.2", "10.0.0.3:11111"]
+peers_file = "peers"
+peers_dns = "roundtrip.default.svc.cluster.local"
+[labels]
+zone = "a"
+[[target]]
+address = "db1:5432"
+probe = "connect"
+interval = "5s"
+labels = { role = "db" }
+[[target]]
+probe = "db"
+url = "postgres://app:hunter2@db1:5432/app"
+"#)
+        .unwrap();
+        assert_eq!(c.source.as_deref(), Some("app1"));
+        assert_eq!(c.timeout, Some(Duration::from_millis(500)));
+        assert_eq!(c.probe, Some(ProbeName::Tcp));
+        assert_eq!(c.size, Some(64));
+        assert_eq!(c.peers, vec!["10.0.0.2", "10.0.0.3:11111"]);
+        assert_eq!(c.peers_file, Some(PathBuf::from("/etc/rt/peers")));
+        assert_eq!(c.labels, vec![("zone".into(), "a".into())]);
+        assert_eq!(c.targets.len(), 2);
+        assert_eq!(c.targets[0].line, 12);
+        assert_eq!(c.targets[0].address.as_deref(), Some("db1:5432"));
+        assert_eq!(c.targets[0].probe, Some(ProbeName::Connect));
+        assert_eq!(c.targets[0].interval, Some(Duration::from_secs(5)));
+        assert_eq!(c.targets[0].labels, vec![("role".into(), "db".into())]);
+        assert_eq!(c.targets[1].probe, Some(ProbeName::Db));
+        assert_eq!(c.targets[1].url.as_ref().unwrap().host, "db1");
+    }
+
+    #[test]
+    fn empty_file_is_an_empty_config() {
+        let c = p("# nothing\n").unwrap();
+        assert!(c.targets.is_empty() && c.peers.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_key() {
+        let e = p("interval = \"1s\"\nintervall = \"2s\"\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert_eq!(e.key, "intervall");
+        let s = e.to_string();
+        assert!(
+            s.starts_with("config /etc/rt/agent.toml:2: key `intervall`: unknown key"),
+            "{s}"
+        );
+        let e = p("[[target]]\naddress = \"a\"\nport = 1\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (3, "target.port"));
+    }
+
+    #[test]
+    fn bad_values_name_their_line() {
+        let cases: &[(&str, usize, &str)] = &[
+            ("interval = \"fast\"", 1, "interval"),
+            ("interval = 5", 1, "interval"),
+            ("interval = \"0s\"", 1, "interval"),
+            ("\n\nprobe = \"smoke\"", 3, "probe"),
+            ("probe = \"db\"", 1, "probe"),
+            ("size = 3", 1, "size"),
+            ("size = 1000000", 1, "size"),
+            ("size = -1", 1, "size"),
+            ("peers = \"10.0.0.1\"", 1, "peers"),
+            ("peers = [\"a:b:c\"]", 1, "peers"),
+            ("peers = [\"host:0\"]", 1, "peers"),
+            ("peers = [1]", 1, "peers"),
+            ("[labels]\nzone = 1", 2, "labels.zone"),
+            ("[labels]\n\"bad-name\" = \"x\"", 2, "labels.bad-name"),
+            ("[labels]\ntarget = \"x\"", 2, "labels.target"),
+            ("[labels]\n__x = \"x\"", 2, "labels.__x"),
+            ("source = \"\"", 1, "source"),
+            ("[[target]]\nprobe = \"tcp\"", 1, "target.address"),
+            ("[[target]]\nprobe = \"db\"", 2, "target.url"),
+            (
+                "[[target]]\naddress = \"h\"\nurl = \"postgres://h/db\"",
+                3,
+                "target.probe",
+            ),
+            (
+                "[[target]]\nprobe = \"db\"\naddress = \"h\"\nurl = \"postgres://h/db\"",
+                3,
+                "target.address",
+            ),
+            (
+                "[[target]]\nprobe = \"db\"\nurl = \"nope://h\"",
+                3,
+                "target.url",
+            ),
+            ("target = 1", 1, "target"),
+        ];
+        for (text, line, key) in cases {
+            let e = p(text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (*line, *key), "{text}: {e}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_key() {
+        let e = p("interval = \"1s\"\ntimeout = \n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert_eq!(e.key, "timeout");
+        assert!(!e.to_string().contains('\n'));
+        let e = p("a = 1\na = 2\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+    }
+
+    #[test]
+    fn passwords_never_in_errors() {
+        let e = p("[[target]]\nprobe = \"db\"\nurl = \"postgres://u:s3cretpw@h/db?bogus=1\"")
+            .unwrap_err();
+        assert!(!e.to_string().contains("s3cretpw"), "{e}");
+        let e = p("\"postgres://u:s3cretpw@h/db\"\n").unwrap_err();
+        assert!(!e.to_string().contains("s3cretpw"), "{e}");
+    }
+
+    #[test]
+    fn sizes_as_strings_with_units() {
+        assert_eq!(p("size = \"1k\"").unwrap().size, Some(1024));
+        assert_eq!(p("size = 0x40").unwrap().size, Some(64));
+    }
+
+    #[test]
+    fn label_names() {
+        assert!(check_label_name("zone").is_ok());
+        assert!(check_label_name("_z9").is_ok());
+        for bad in ["", "9a", "a-b", "__a", "le", "source", "zoné"] {
+            assert!(check_label_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unreadable_file() {
+        let e = load(Path::new("/nonexistent/agent.toml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("config /nonexistent/agent.toml: cannot read it")
+        );
+    }
+}

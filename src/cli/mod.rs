@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own file named after it. Arguments are parsed and validated (units, ranges,
 //! conflicts) before any socket is opened.
 
+mod agent;
 mod args;
 mod capture;
 mod capture_rpc;
@@ -13,6 +14,7 @@ mod db;
 mod demo;
 mod icmp;
 mod load;
+mod mesh;
 mod model;
 mod output;
 mod ping;
@@ -71,8 +73,13 @@ enum Command {
     /// The kernel's view of live TCP connections (sock_diag, as ss -ti): RTT, cwnd, windows, in flight,
     /// limited time, and what limits each connection, sampled every interval.
     Tcp(tcp::TcpArgs),
+    /// Probe many targets continuously (and answer their probes), for Prometheus: /metrics, /api/results
+    /// and an HTML matrix.
+    Agent(agent::AgentArgs),
     /// Draw saved --json results (and their full logs) as a self-contained HTML report or an SVG chart.
     Report(report::ReportArgs),
+    /// The all-pairs matrix of a fleet: p50 / p99 RTT and loss per source x target, from Prometheus or agents.
+    Mesh(mesh::MeshArgs),
 }
 
 /// Parses the command line, runs the command and returns the process exit code.
@@ -102,6 +109,8 @@ pub fn main() -> i32 {
         Command::Db(a) => db::run(a),
         Command::Tcp(a) => tcp::run(a),
         Command::Report(a) => report::run(a),
+        Command::Agent(a) => agent::run(a),
+        Command::Mesh(a) => mesh::run(a),
     };
     output::finish(result)
 }

@@ -157,7 +157,8 @@ impl PictureArgs {
     }
 }
 
-fn check_output(p: &Path) -> anyhow::Result<()> {
+/// Checks an output path before any I/O: not empty, not a folder, its folder exists.
+pub fn check_output(p: &Path) -> anyhow::Result<()> {
     if p.as_os_str().is_empty() {
         bail!("an output file name is empty");
     }

@@ -87,26 +87,39 @@ th:first-child,td:first-child{text-align:left}td:last-child{white-space:normal;o
 td.k{color:var(--axis)}figure{margin:10px 0 22px;max-width:1200px}svg.rt{display:block}\
 .note{color:var(--axis);font-size:12px}.runs{display:flex;flex-wrap:wrap;gap:8px 36px}\n";
 
-/// Renders the page as one HTML document.
-pub fn render(page: &Page) -> String {
-    let mut o = String::with_capacity(64 * 1024);
+/// Writes the start of a page into `o`: doctype, head (title, the shared styles plus `extra_css`), the
+/// opening body, the `<h1>` title and the "Made by roundtrip" line dated `generated_unix_s`. Other pages (the
+/// heat map) share it, so every page of roundtrip looks the same; close it with [`page_end`].
+pub fn page_start(o: &mut String, title: &str, extra_css: &str, generated_unix_s: f64) {
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\" class=\"rt\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-<meta name=\"generator\" content=\"roundtrip {}\"><title>{}</title><style>{}{}</style></head>\n<body class=\"rt\">\n",
+<meta name=\"generator\" content=\"roundtrip {}\"><title>{}</title><style>{}{}{}</style></head>\n<body class=\"rt\">\n",
         env!("CARGO_PKG_VERSION"),
-        esc(&page.title),
+        esc(title),
         svg::CSS,
-        PAGE_CSS
+        PAGE_CSS,
+        extra_css
     );
-    let _ = writeln!(o, "<h1>{}</h1>", esc(&page.title));
+    let _ = writeln!(o, "<h1>{}</h1>", esc(title));
     let _ = writeln!(
         o,
         "<p class=\"meta\">Made by roundtrip {} on {} UTC. Self-contained: no scripts, nothing fetched.</p>",
         env!("CARGO_PKG_VERSION"),
-        utc(page.generated_unix_s)
+        utc(generated_unix_s)
     );
+}
+
+/// Closes a page opened with [`page_start`].
+pub fn page_end(o: &mut String) {
+    o.push_str("</body></html>\n");
+}
+
+/// Renders the page as one HTML document.
+pub fn render(page: &Page) -> String {
+    let mut o = String::with_capacity(64 * 1024);
+    page_start(&mut o, &page.title, "", page.generated_unix_s);
 
     // Where and when each result was measured.
     o.push_str("<h2 id=\"runs\">Runs and environment</h2>\n");
@@ -176,7 +189,7 @@ pub fn render(page: &Page) -> String {
             let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
         }
     }
-    o.push_str("</body></html>\n");
+    page_end(&mut o);
     o
 }
 

@@ -1,0 +1,28 @@
+//! Fuzzes the agent's TOML configuration parser and the target plan built from it: any text either parses
+//! or gives a one-line error naming a line of the file and never a database password.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use roundtrip::agent::config;
+use roundtrip::agent::targets::{CliTargets, Plan};
+use std::path::Path;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match config::parse(text, Path::new("fuzz.toml")) {
+        Ok(c) => {
+            // Building the plan never panics and never reads the real environment.
+            let _ = Plan::build(&CliTargets::default(), Some(&c), &|_| None);
+        }
+        Err(e) => {
+            let line = e.to_string();
+            assert!(!line.contains('\n'), "{line}");
+            assert!(e.line >= 1 && e.line <= text.lines().count().max(1) + 1, "{line}");
+            if text.contains("fuzzpw") {
+                assert!(!line.contains(":fuzzpw@"), "{line}");
+            }
+        }
+    }
+});

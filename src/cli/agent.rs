@@ -1,0 +1,504 @@
+//! `roundtrip agent`: the responder and a prober in one process, probing its targets until stopped and
+//! serving `/metrics`, `/api/results` and `/`.
+
+use super::args;
+use super::output::{Exit, error_line, note};
+use super::server::{EventLog, GuardArgs, exposure, raise_fd_limit};
+use anyhow::Context;
+use clap::Args;
+use roundtrip::agent::config::{self, ProbeName};
+use roundtrip::agent::engine::{Engine, EngineConfig};
+use roundtrip::agent::http::{Handler, HttpServer, Request, Site};
+use roundtrip::agent::metrics::AgentInfo;
+use roundtrip::agent::targets::{self, CliTargets, Collector, Plan, SelfFilter};
+use roundtrip::agent::{DEFAULT_PORT, SERIES_PER_TARGET, TargetSpec};
+use roundtrip::probe::target::Target;
+use roundtrip::server::{self, ServerConfig};
+use roundtrip::units;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Arguments of `roundtrip agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Address the responder listens on (default: every address).
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<IpAddr>,
+    /// The responder's TCP and UDP port (0: a free one); targets given without a port use 11111.
+    #[arg(long, short = 'p', default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Only probe: run no responder.
+    #[arg(long)]
+    no_responder: bool,
+    /// A target, HOST[:PORT] (repeatable).
+    #[arg(long = "peer", value_name = "HOST[:PORT]", value_parser = host_port)]
+    peers: Vec<String>,
+    /// A file of targets, one HOST[:PORT] per line (`#` comments); read again when it changes.
+    #[arg(long, value_name = "FILE")]
+    peers_file: Option<PathBuf>,
+    /// Every A/AAAA record of NAME is a target (a Kubernetes headless Service gives every pod), resolved
+    /// again every --dns-interval.
+    #[arg(long, value_name = "NAME[:PORT]", value_parser = host_port)]
+    peers_dns: Option<String>,
+    /// How often names are resolved again.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = args::positive_duration)]
+    dns_interval: Duration,
+    /// A TOML configuration file: defaults, peers, labels and [[target]] entries with their own probe (see
+    /// the README); reloaded when it changes and on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Probe for the peers: tcp or udp (application ping), connect (handshake), icmp [default: tcp].
+    #[arg(long, value_name = "KIND", value_parser = probe_name)]
+    probe: Option<ProbeName>,
+    /// Message size in bytes, header included (tcp, udp; payload for icmp) [default: 64].
+    #[arg(long, short = 'm', value_name = "BYTES", value_parser = message_size)]
+    size: Option<u32>,
+    /// Time between probes of each target [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = args::positive_duration)]
+    interval: Option<Duration>,
+    /// Time an answer may take before the probe counts as a timeout [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = args::positive_duration)]
+    timeout: Option<Duration>,
+    /// A label added to every target's series, NAME=VALUE (repeatable).
+    #[arg(long = "label", value_name = "NAME=VALUE", value_parser = label)]
+    labels: Vec<(String, String)>,
+    /// The `source` label (default: this host's address toward its first target, else its name).
+    #[arg(long, value_name = "NAME", value_parser = source_name)]
+    source: Option<String>,
+    /// Where /metrics, /api/results and / are served (port 0: a free one). Loopback by default: give
+    /// 0.0.0.0:9911 for a Prometheus on another host.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9911", value_parser = args::listen_addr)]
+    metrics: SocketAddr,
+    /// The span of the recent window behind /api/results and / (percentiles, loss).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = args::positive_duration)]
+    window: Duration,
+    /// Refuse to start (and refuse a reload) with more series than this (38 per target).
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    max_series: usize,
+    /// Threads for connect, ICMP and database probes.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    workers: usize,
+    #[command(flatten)]
+    guard: GuardArgs,
+}
+
+fn host_port(s: &str) -> Result<String, String> {
+    Target::parse(s, DEFAULT_PORT).map_err(|e| e.to_string())?;
+    Ok(s.trim().to_string())
+}
+
+fn probe_name(s: &str) -> Result<ProbeName, String> {
+    match ProbeName::parse(s) {
+        Some(ProbeName::Db) => Err(
+            "db targets are given in --config, as a [[target]] with probe = \"db\" and a url"
+                .into(),
+        ),
+        Some(p) => Ok(p),
+        None => Err(format!(
+            "unknown probe '{s}' (known: tcp, udp, connect, icmp)"
+        )),
+    }
+}
+
+fn message_size(s: &str) -> Result<u32, String> {
+    config::check_size(args::size(s)?)
+}
+
+fn label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not NAME=VALUE, e.g. --label zone=a"))?;
+    config::check_label_name(k)?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn source_name(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("the source name is empty".into());
+    }
+    Ok(s.to_string())
+}
+
+/// Set by SIGHUP: reload the configuration.
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGHUP ask for a reload (installed after ctrlc's handler, which would take it as a stop).
+fn catch_hup() {
+    // SAFETY: the sigaction struct is fully initialised (zeroed, then the handler and an empty mask), and
+    // the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_hup as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
+    }
+}
+
+/// A file's modification time and size, to notice changes.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()))
+}
+
+/// Prints a line on stdout at once (tests and supervisors read it).
+fn say(line: String) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+fn series_line(n: usize, max: usize) -> String {
+    format!(
+        "{n} targets x {SERIES_PER_TARGET} series = {} series (max {max})",
+        n * SERIES_PER_TARGET
+    )
+}
+
+/// Exits with 2 after a one-line error (bad configuration, too many series): nothing is running yet.
+fn refuse(msg: impl std::fmt::Display) -> ! {
+    error_line(msg);
+    std::process::exit(2)
+}
+
+/// What the targets thread needs.
+struct Watch {
+    cli: CliTargets,
+    config_path: Option<PathBuf>,
+    config_stamp: Option<(SystemTime, u64)>,
+    plan: Plan,
+    collector: Collector,
+    current: Vec<TargetSpec>,
+    max_series: usize,
+    source: String,
+}
+
+impl Watch {
+    /// One round: reload the configuration when asked or changed, collect, apply.
+    fn tick(&mut self, engine: &Engine) {
+        if let Some(path) = self.config_path.clone() {
+            let now_stamp = stamp(&path);
+            let asked = RELOAD.swap(false, Ordering::SeqCst);
+            if asked || now_stamp != self.config_stamp {
+                self.config_stamp = now_stamp;
+                match config::load(&path) {
+                    Ok(c) => {
+                        if c.source.is_some() && c.source.as_ref() != Some(&self.source) {
+                            note(format!(
+                                "roundtrip agent: config {}: the source stays {} until the agent restarts",
+                                path.display(),
+                                self.source
+                            ));
+                        }
+                        self.plan = Plan::build(&self.cli, Some(&c), &|k| std::env::var(k).ok());
+                        note(format!(
+                            "roundtrip agent: config {} reloaded",
+                            path.display()
+                        ));
+                    }
+                    Err(e) => note(format!(
+                        "roundtrip agent: {e}; keeping the previous configuration"
+                    )),
+                }
+            }
+        }
+        let got = self.collector.collect(&self.plan, Instant::now());
+        for e in &got.errors {
+            note(e);
+        }
+        for label in &got.dns_errors {
+            engine.count_dns_error(label);
+        }
+        if got.targets == self.current {
+            return;
+        }
+        let n = got.targets.len();
+        if n * SERIES_PER_TARGET > self.max_series {
+            note(format!(
+                "roundtrip agent: the new target list has {}, over --max-series; keeping the previous {} targets",
+                series_line(n, self.max_series),
+                self.current.len()
+            ));
+            return;
+        }
+        let (added, removed) = targets::diff(&self.current, &got.targets);
+        engine.set_targets(got.targets.clone());
+        self.current = got.targets;
+        if added > 0 || removed > 0 {
+            say(format!(
+                "roundtrip agent: targets: +{added} -{removed} (now {n})"
+            ));
+        }
+    }
+}
+
+/// Runs the agent until SIGTERM or Ctrl-C.
+pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
+    // Arguments first: nothing is read or opened before they are all checked.
+    let limits = a.guard.limits()?;
+    anyhow::ensure!(a.workers > 0, "--workers must be at least 1");
+    anyhow::ensure!(a.max_series > 0, "--max-series must be at least 1");
+    let psk = a.guard.psk()?;
+    let cfg = match &a.config {
+        Some(p) => match config::load(p) {
+            Ok(c) => Some(c),
+            Err(e) => refuse(e),
+        },
+        None => None,
+    };
+    let cli = CliTargets {
+        peers: a.peers.clone(),
+        peers_file: a.peers_file.clone(),
+        peers_dns: a.peers_dns.clone(),
+        probe: a.probe,
+        size: a.size,
+        interval: a.interval,
+        timeout: a.timeout,
+        labels: a.labels.clone(),
+    };
+    // A peers file given at start must be readable and correct (later changes that are not keep the
+    // previous list).
+    for path in cli
+        .peers_file
+        .iter()
+        .chain(cfg.as_ref().and_then(|c| c.peers_file.as_ref()))
+    {
+        match std::fs::read_to_string(path) {
+            Err(e) => refuse(format!(
+                "peers file {}: cannot read it: {e} (check the path)",
+                path.display()
+            )),
+            Ok(text) => {
+                if let Err((line, what)) = targets::parse_peers(&text) {
+                    refuse(format!("peers file {}:{line}: {what}", path.display()));
+                }
+            }
+        }
+    }
+    let plan = Plan::build(&cli, cfg.as_ref(), &|k| std::env::var(k).ok());
+    let mut filter = SelfFilter {
+        local: targets::local_addresses(),
+        bind: a.bind,
+        port: (!a.no_responder && a.port != 0).then_some(a.port),
+    };
+    let mut collector = Collector::new(
+        Box::new(targets::system_lookup),
+        a.dns_interval,
+        filter.clone(),
+    );
+    let first = collector.collect(&plan, Instant::now());
+    for e in &first.errors {
+        note(e);
+    }
+    let n = first.targets.len();
+    if n * SERIES_PER_TARGET > a.max_series {
+        refuse(format!(
+            "{n} targets x {SERIES_PER_TARGET} series = {} series, over --max-series {}: probe fewer targets, \
+             or raise --max-series if your Prometheus can hold them",
+            n * SERIES_PER_TARGET,
+            a.max_series
+        ));
+    }
+
+    // The responder.
+    let log = EventLog::new();
+    let responder = if a.no_responder {
+        None
+    } else {
+        let config = ServerConfig {
+            bind: a.bind,
+            port: a.port,
+            tcp: true,
+            udp: true,
+            psk: psk.clone(),
+            allow_replay: false,
+            limits,
+        };
+        raise_fd_limit(config.limits.max_clients);
+        let sink = log.clone();
+        let handle = server::start(&config, move |ev| sink.event(&ev)).context(
+            "starting the responder (is another agent or server on that port? give --port)",
+        )?;
+        Some(handle)
+    };
+    let mut targets_now = first.targets;
+    if let Some(h) = &responder {
+        filter.port = h.tcp_addr().map(|a| a.port());
+        collector.self_filter = filter.clone();
+        targets_now.retain(|t| !filter.is_self(t));
+    }
+    let first_addr = targets_now.first().map(|t| t.addr);
+    let source = a
+        .source
+        .clone()
+        .or_else(|| cfg.as_ref().and_then(|c| c.source.clone()))
+        .unwrap_or_else(|| targets::default_source(first_addr));
+    let address = match responder.as_ref().and_then(|h| h.tcp_addr()) {
+        Some(addr) if addr.ip().is_unspecified() => {
+            let ip = source
+                .parse::<IpAddr>()
+                .ok()
+                .or_else(|| first_addr.and_then(targets::local_address_toward));
+            ip.map_or(addr, |ip| SocketAddr::new(ip, addr.port()))
+                .to_string()
+        }
+        Some(addr) => addr.to_string(),
+        None => String::new(),
+    };
+
+    // The engine.
+    let engine = Arc::new(
+        Engine::start(EngineConfig {
+            psk: psk.clone(),
+            window: a.window,
+            workers: a.workers,
+        })
+        .context("starting the probe engine")?,
+    );
+    engine.set_targets(targets_now.clone());
+
+    // The pages.
+    let info = AgentInfo {
+        source: source.clone(),
+        address,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let site = {
+        let engine = engine.clone();
+        Arc::new(Site {
+            info,
+            window: a.window,
+            snapshot: Box::new(move || engine.snapshot()),
+        })
+    };
+    let handler: Arc<Handler> = {
+        let site = site.clone();
+        Arc::new(move |r: &Request| site.handle(r))
+    };
+    let http = HttpServer::start(a.metrics, 4, handler).with_context(|| {
+        format!(
+            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
+            a.metrics
+        )
+    })?;
+    drop(site);
+
+    let (tx, rx) = mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })
+    .context("installing the SIGTERM/Ctrl-C handler")?;
+    catch_hup();
+
+    match &responder {
+        Some(h) => {
+            let addr = h.tcp_addr().map_or("?".into(), |a| a.to_string());
+            say(format!(
+                "roundtrip agent: responder on tcp+udp {addr} ({})",
+                exposure(h, a.guard.psk_path())
+            ));
+        }
+        None => say("roundtrip agent: no responder".into()),
+    }
+    let maddr = http.local_addr();
+    if server::is_loopback(maddr.ip()) {
+        say(format!(
+            "roundtrip agent: metrics on http://{maddr}/metrics (loopback only: give --metrics 0.0.0.0:{} for a \
+             Prometheus on another host)",
+            maddr.port()
+        ));
+    } else {
+        say(format!(
+            "roundtrip agent: metrics on http://{maddr}/metrics (exposed: anyone who can reach this address \
+             reads the targets and their results)"
+        ));
+        note(format!(
+            "warning: --metrics {maddr} is reachable from other hosts: /metrics, /api/results and / show every \
+             target; bind 127.0.0.1 or firewall it if that is not wanted"
+        ));
+    }
+    let psk_note = a.guard.psk_path().map_or(String::new(), |p| {
+        format!("; probes prove the key in {}", p.display())
+    });
+    say(format!(
+        "roundtrip agent: source {source}, {}{psk_note}",
+        series_line(targets_now.len(), a.max_series)
+    ));
+    if first.left_out_self > 0 {
+        note(format!(
+            "roundtrip agent: {} target(s) left out: they are this agent",
+            first.left_out_self
+        ));
+    }
+    note(format!(
+        "roundtrip agent: probing every target on its own schedule (window {}); SIGTERM or Ctrl-C to stop",
+        units::fmt_duration(a.window)
+    ));
+
+    // The targets thread: reloads and re-resolves every second.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let mut w = Watch {
+            cli,
+            config_stamp: a.config.as_deref().and_then(stamp),
+            config_path: a.config.clone(),
+            plan,
+            collector,
+            current: targets_now,
+            max_series: a.max_series,
+            source,
+        };
+        let engine = engine.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("agent-targets".into())
+            .spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    w.tick(&engine);
+                }
+            })
+            .context("starting the targets thread")?
+    };
+
+    while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
+        log.flush();
+    }
+
+    // Stop: pages, targets thread, engine, responder.
+    stop.store(true, Ordering::SeqCst);
+    http.shutdown();
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while !watcher.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut engine = Some(engine);
+    while let Some(e) = engine.take() {
+        match Arc::try_unwrap(e) {
+            Ok(e) => e.shutdown(),
+            Err(e) if Instant::now() < deadline => {
+                engine = Some(e);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // A page or a lookup still holds it: the process exit ends it.
+            Err(_) => {}
+        }
+    }
+    if let Some(h) = responder {
+        h.shutdown();
+    }
+    log.flush();
+    note("roundtrip agent: stopped");
+    Ok(Exit::Ok)
+}
