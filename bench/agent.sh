@@ -171,7 +171,9 @@ EOF
 
 # --- the targets and their responder ---
 PORT=$(free_port)
-"$RT" server --bind 0.0.0.0 -p "$PORT" >"$WORK/server.log" 2>&1 &
+# every probe connection comes from 127.0.0.1: lift the per-address cap (256 by default)
+"$RT" server --bind 0.0.0.0 -p "$PORT" --max-per-address $((N + 1000)) --max-clients $((N + 1000)) \
+    >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
 python3 - "$N" "$PORT" >"$WORK/peers" <<'EOF'
 import sys

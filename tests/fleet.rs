@@ -446,13 +446,47 @@ fn three_agents_in_namespaces_scraped_by_prometheus() {
                 f.stdout
             );
         }
-        // one row per source, each with the diagonal's `-`
-        let rows = f
+        // one row per source: the diagonal's `-` and a `p50 / p99` cell per other agent
+        let rows: Vec<&str> = f
             .stdout
             .lines()
-            .filter(|l| names.iter().any(|n| l.trim_start().starts_with(n.as_str())))
-            .count();
-        assert!(rows >= N, "{what}: fewer than {N} rows:\n{}", f.stdout);
+            .filter(|l| names.iter().any(|n| l.starts_with(n.as_str())))
+            .collect();
+        assert_eq!(rows.len(), N, "{what}: not {N} rows:\n{}", f.stdout);
+        for r in rows {
+            assert_eq!(
+                r.matches(" / ").count(),
+                N - 1,
+                "{what}: a row without all its cells: {r}\n{}",
+                f.stdout
+            );
+            assert!(
+                r.split("  ").any(|c| c.trim() == "-"),
+                "{what}: no diagonal in {r}"
+            );
+        }
+    }
+    let f = lan.run(
+        N,
+        "mesh --json",
+        &bin(),
+        &[
+            "mesh",
+            "--prometheus",
+            &prom_url,
+            "--window",
+            "1m",
+            "--json",
+        ],
+        WAIT,
+    );
+    assert!(f.ok(), "mesh --json ended {:?}:\n{}", f.status, f.output);
+    let doc: serde_json::Value = serde_json::from_str(&f.stdout)
+        .unwrap_or_else(|e| panic!("mesh --json: {e}:\n{}", f.stdout));
+    let cells = doc["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), N * (N - 1), "{doc}");
+    for c in cells {
+        assert!(c["p50_seconds"].as_f64().is_some_and(|v| v > 0.0), "{c}");
     }
 
     // 6. all stop cleanly
