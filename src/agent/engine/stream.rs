@@ -1,0 +1,830 @@
+//! The event loop: one thread, one `mio` poll, a timer heap for every target's due probes and outstanding
+//! pings' deadlines, one read buffer. TCP and UDP ping targets are served here over their persistent
+//! connections; connect, ICMP and database targets are only scheduled here and handed to the probe pool.
+
+use super::pool::{Job, io_failure};
+use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, lock};
+use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
+use crate::wire::sockperf::{Flags, HEADER_LEN, HELLO_SEQ, Header, MAX_MESSAGE_LEN};
+use mio::net::{TcpStream, UdpSocket};
+use mio::{Events, Interest, Poll, Token};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+/// The waker's token (slot tokens are `slot | cgen << 32`, never all ones).
+pub(super) const WAKER: Token = Token(usize::MAX);
+
+/// Size of the shared read buffer.
+const READ_BUF: usize = 64 * 1024;
+
+/// A connection made by a worker, ready for the loop.
+pub(super) enum Connection {
+    /// A TCP connection past its handshake, non-blocking.
+    Tcp(std::net::TcpStream),
+    /// A connected UDP socket past its handshake, non-blocking.
+    Udp(std::net::UdpSocket),
+}
+
+/// What the engine and the workers tell the loop.
+pub(super) enum Msg {
+    /// A new target; its first probe is due at `first`.
+    Add {
+        entry: Arc<Entry>,
+        spec: Arc<TargetSpec>,
+        first: Instant,
+    },
+    /// A kept target whose spec changed.
+    Update { id: u64, spec: Arc<TargetSpec> },
+    /// A target removed.
+    Remove { id: u64 },
+    /// A worker finished making a connection.
+    Connected {
+        slot: u32,
+        cgen: u32,
+        result: Result<Connection, Failure>,
+    },
+    /// Stop.
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// The slot's next probe is due (tag: the slot's schedule tag).
+    Due,
+    /// An outstanding ping may be past its deadline (tag: the slot's epoch).
+    Deadline,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: Instant,
+    slot: u32,
+    tag: u32,
+    kind: TimerKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Tcp { size: usize },
+    Udp { size: usize },
+    Pool,
+}
+
+enum Conn {
+    Idle,
+    /// A worker is making the connection for the probe due at `due`.
+    Connecting,
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// An outstanding ping.
+#[derive(Debug, Clone, Copy)]
+struct Flight {
+    /// 0: answered out of order (UDP), waiting to leave the front.
+    seq: u64,
+    sent: Instant,
+}
+
+/// The pings outstanding on one connection, oldest first.
+#[derive(Debug)]
+struct Inflight {
+    ring: [Flight; MAX_INFLIGHT],
+    head: usize,
+    len: usize,
+}
+
+impl Inflight {
+    fn new(now: Instant) -> Inflight {
+        Inflight {
+            ring: [Flight { seq: 0, sent: now }; MAX_INFLIGHT],
+            head: 0,
+            len: 0,
+        }
+    }
+    fn full(&self) -> bool {
+        self.len == MAX_INFLIGHT
+    }
+    fn push(&mut self, f: Flight) {
+        debug_assert!(!self.full());
+        self.ring[(self.head + self.len) % MAX_INFLIGHT] = f;
+        self.len += 1;
+    }
+    fn front(&self) -> Option<Flight> {
+        (self.len > 0).then(|| self.ring[self.head])
+    }
+    fn pop(&mut self) -> Option<Flight> {
+        let f = self.front()?;
+        self.head = (self.head + 1) % MAX_INFLIGHT;
+        self.len -= 1;
+        self.trim();
+        Some(f)
+    }
+    /// Drops answered entries from the front.
+    fn trim(&mut self) {
+        while self.len > 0 && self.ring[self.head].seq == 0 {
+            self.head = (self.head + 1) % MAX_INFLIGHT;
+            self.len -= 1;
+        }
+    }
+    /// Removes the ping with sequence `seq` (UDP: answers may come out of order).
+    fn take(&mut self, seq: u64) -> Option<Flight> {
+        for i in 0..self.len {
+            let k = (self.head + i) % MAX_INFLIGHT;
+            if self.ring[k].seq == seq {
+                let f = self.ring[k];
+                self.ring[k].seq = 0;
+                self.trim();
+                return Some(f);
+            }
+        }
+        None
+    }
+}
+
+struct Slot {
+    entry: Arc<Entry>,
+    spec: Arc<TargetSpec>,
+    kind: Kind,
+    /// Unique tag of this slot's occupant, for deadline timers.
+    epoch: u32,
+    /// Tag of the live due timer.
+    sched: u32,
+    /// When the next probe is due.
+    next_due: Instant,
+    /// Generation of the connection (tokens and worker answers carry it).
+    cgen: u32,
+    conn: Conn,
+    seq: u64,
+    inflight: Inflight,
+    /// An incomplete TCP message.
+    partial: Vec<u8>,
+}
+
+fn kind_of(spec: &TargetSpec) -> Kind {
+    let size = |s: u32| (s as usize).clamp(HEADER_LEN, MAX_MESSAGE_LEN);
+    match spec.probe {
+        ProbeKind::Tcp { size: s } => Kind::Tcp { size: size(s) },
+        ProbeKind::Udp { size: s } => Kind::Udp {
+            size: size(s).min(crate::wire::sockperf::MAX_UDP_MESSAGE_LEN),
+        },
+        _ => Kind::Pool,
+    }
+}
+
+fn token(slot: u32, cgen: u32) -> Token {
+    Token(slot as usize | (cgen as usize) << 32)
+}
+
+/// The event loop's state.
+pub(super) struct Loop {
+    poll: Poll,
+    rx: mpsc::Receiver<Msg>,
+    connects: mpsc::Sender<Job>,
+    probes: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    by_id: HashMap<u64, u32>,
+    heap: BinaryHeap<Reverse<Timer>>,
+    next_tag: u32,
+    rbuf: Vec<u8>,
+    sbuf: Vec<u8>,
+    stop: bool,
+    /// The engine has a key (UDP peers must be re-authenticated after a silence).
+    keyed: bool,
+}
+
+impl Loop {
+    pub(super) fn new(
+        poll: Poll,
+        rx: mpsc::Receiver<Msg>,
+        connects: mpsc::Sender<Job>,
+        probes: mpsc::Sender<Job>,
+        shared: Arc<Shared>,
+        keyed: bool,
+    ) -> io::Result<Loop> {
+        Ok(Loop {
+            poll,
+            rx,
+            connects,
+            probes,
+            shared,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_id: HashMap::new(),
+            heap: BinaryHeap::new(),
+            next_tag: 0,
+            rbuf: vec![0u8; READ_BUF],
+            sbuf: Vec::new(),
+            stop: false,
+            keyed,
+        })
+    }
+
+    fn tag(&mut self) -> u32 {
+        self.next_tag = self.next_tag.wrapping_add(1);
+        self.next_tag
+    }
+
+    /// Runs until [`Msg::Stop`] (or the engine is gone).
+    pub(super) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        while !self.stop {
+            let timeout = self
+                .heap
+                .peek()
+                .map(|Reverse(t)| t.at.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.poll.poll(&mut events, timeout)
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                // Nothing sensible to do but retry after a pause.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut wake = false;
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    wake = true;
+                    continue;
+                }
+                let t = ev.token().0;
+                self.io(t as u32, (t >> 32) as u32, ev.is_read_closed());
+            }
+            if wake || events.is_empty() {
+                self.messages();
+            }
+            if self.stop {
+                break;
+            }
+            self.timers();
+        }
+    }
+
+    fn messages(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(m) => self.message(m),
+                Err(mpsc::TryRecvError::Empty) => return,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.stop = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn message(&mut self, m: Msg) {
+        match m {
+            Msg::Stop => self.stop = true,
+            Msg::Add { entry, spec, first } => {
+                let id = entry.id;
+                let epoch = self.tag();
+                let sched = self.tag();
+                let slot = Slot {
+                    entry,
+                    kind: kind_of(&spec),
+                    spec,
+                    epoch,
+                    sched,
+                    next_due: first,
+                    cgen: 0,
+                    conn: Conn::Idle,
+                    seq: 0,
+                    inflight: Inflight::new(first),
+                    partial: Vec::new(),
+                };
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.slots[i as usize] = Some(slot);
+                        i
+                    }
+                    None => {
+                        self.slots.push(Some(slot));
+                        (self.slots.len() - 1) as u32
+                    }
+                };
+                self.by_id.insert(id, i);
+                self.heap.push(Reverse(Timer {
+                    at: first,
+                    slot: i,
+                    tag: sched,
+                    kind: TimerKind::Due,
+                }));
+            }
+            Msg::Update { id, spec } => {
+                let Some(&i) = self.by_id.get(&id) else { return };
+                let sched = self.tag();
+                let Some(s) = self.slots[i as usize].as_mut() else {
+                    return;
+                };
+                let reconnect = s.spec.addr != spec.addr || s.spec.probe != spec.probe;
+                if s.spec.interval != spec.interval {
+                    // The schedule keeps its phase: the next due probe stays, the new interval follows it.
+                    s.sched = sched;
+                    self.heap.push(Reverse(Timer {
+                        at: s.next_due,
+                        slot: i,
+                        tag: sched,
+                        kind: TimerKind::Due,
+                    }));
+                }
+                s.kind = kind_of(&spec);
+                s.spec = spec;
+                if reconnect {
+                    // Pings outstanding to the old address are forgotten, not counted.
+                    s.conn = Conn::Idle;
+                    s.cgen = s.cgen.wrapping_add(1);
+                    s.inflight = Inflight::new(Instant::now());
+                    s.partial = Vec::new();
+                    lock(&s.entry.db).take();
+                }
+            }
+            Msg::Remove { id } => {
+                let Some(i) = self.by_id.remove(&id) else {
+                    return;
+                };
+                self.slots[i as usize] = None;
+                self.free.push(i);
+            }
+            Msg::Connected { slot, cgen, result } => self.connected(slot, cgen, result),
+        }
+    }
+
+    fn slot(&mut self, i: u32) -> Option<&mut Slot> {
+        self.slots.get_mut(i as usize).and_then(Option::as_mut)
+    }
+
+    fn connected(&mut self, i: u32, cgen: u32, result: Result<Connection, Failure>) {
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if s.cgen != cgen || !matches!(s.conn, Conn::Connecting) {
+            return;
+        }
+        let now = Instant::now();
+        let conn = match result {
+            Err(f) => {
+                s.entry.record_err(now, &f);
+                s.conn = Conn::Idle;
+                return;
+            }
+            Ok(Connection::Tcp(t)) => {
+                let mut t = TcpStream::from_std(t);
+                registry
+                    .register(&mut t, token(i, cgen), Interest::READABLE)
+                    .map(|()| Conn::Tcp(t))
+            }
+            Ok(Connection::Udp(u)) => {
+                let mut u = UdpSocket::from_std(u);
+                registry
+                    .register(&mut u, token(i, cgen), Interest::READABLE)
+                    .map(|()| Conn::Udp(u))
+            }
+        };
+        match conn {
+            Ok(c) => {
+                s.conn = c;
+                s.inflight = Inflight::new(now);
+                s.partial.clear();
+                self.send(i, None);
+            }
+            Err(e) => {
+                s.entry.record_err(now, &io_failure("registering the socket", &e));
+                s.conn = Conn::Idle;
+            }
+        }
+    }
+
+    /// Handles the timers due by now (and within [`BATCH`]).
+    fn timers(&mut self) {
+        let horizon = Instant::now() + BATCH;
+        while let Some(Reverse(t)) = self.heap.peek().copied() {
+            if t.at > horizon {
+                return;
+            }
+            self.heap.pop();
+            match t.kind {
+                TimerKind::Due => self.due(t.slot, t.tag, t.at),
+                TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
+            }
+        }
+    }
+
+    fn due(&mut self, i: u32, tag: u32, at: Instant) {
+        let Some(s) = self.slot(i) else { return };
+        if s.sched != tag || s.next_due != at {
+            return;
+        }
+        // The next one: phase + n x interval; slots already missed by a whole interval are skipped.
+        let interval = s.spec.interval.max(Duration::from_micros(100));
+        let mut next = at + interval;
+        let now = Instant::now();
+        if next + interval <= now {
+            let late = now.duration_since(next).as_nanos();
+            let skip = (late / interval.as_nanos()) as u32;
+            next += interval * skip;
+        }
+        s.next_due = next;
+        let sched = s.sched;
+        self.heap.push(Reverse(Timer {
+            at: next,
+            slot: i,
+            tag: sched,
+            kind: TimerKind::Due,
+        }));
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        match (&s.conn, s.kind) {
+            (_, Kind::Pool) => {
+                if s.entry.busy.swap(true, Ordering::AcqRel) {
+                    return; // still running: this due probe is skipped
+                }
+                let job = Job::Probe {
+                    entry: s.entry.clone(),
+                    spec: s.spec.clone(),
+                    due: at,
+                };
+                if self.probes.send(job).is_err() {
+                    self.stop = true;
+                }
+            }
+            (Conn::Idle, _) => self.start_connect(i),
+            (Conn::Connecting, _) => {} // skipped: the handshake's outcome counts
+            (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
+        }
+    }
+
+    fn start_connect(&mut self, i: u32) {
+        let Some(s) = self.slot(i) else { return };
+        s.cgen = s.cgen.wrapping_add(1);
+        s.conn = Conn::Connecting;
+        let job = Job::Connect {
+            slot: i,
+            cgen: s.cgen,
+            addr: s.spec.addr,
+            udp: matches!(s.kind, Kind::Udp { .. }),
+            timeout: s.spec.timeout,
+        };
+        if self.connects.send(job).is_err() {
+            self.stop = true;
+        }
+    }
+
+    /// Sends one ping on the slot's connection; `due` is when it was due (None: right after the handshake,
+    /// not a scheduler measurement).
+    fn send(&mut self, i: u32, due: Option<Instant>) {
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let size = match s.kind {
+            Kind::Tcp { size } | Kind::Udp { size } => size,
+            Kind::Pool => return,
+        };
+        if s.inflight.full() {
+            let now = Instant::now();
+            let f = Failure::new(ErrorReason::Timeout, "no answer within the timeout");
+            if matches!(s.conn, Conn::Tcp(_)) {
+                fail_all(s, now, &f);
+                drop_conn(s);
+                self.start_connect(i);
+                return;
+            }
+            s.inflight.pop();
+            s.entry.record_err(now, &f);
+        }
+        if self.sbuf.len() < size {
+            self.sbuf.resize(size, 0);
+        }
+        s.seq += 1;
+        if s.seq == HELLO_SEQ {
+            s.seq = 1;
+        }
+        Header {
+            seq: s.seq,
+            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
+            len: size as u32,
+        }
+        .write(&mut self.sbuf);
+        let msg = &self.sbuf[..size];
+        let sent = Instant::now();
+        let res = match &mut s.conn {
+            Conn::Tcp(t) => t.write(msg),
+            Conn::Udp(u) => u.send(msg),
+            _ => return,
+        };
+        let tcp = matches!(s.conn, Conn::Tcp(_));
+        match res {
+            Ok(n) if n == size => {
+                s.inflight.push(Flight { seq: s.seq, sent });
+                let at = sent + s.spec.timeout;
+                let epoch = s.epoch;
+                if let Some(due) = due {
+                    self.shared.record_lag(sent.saturating_duration_since(due));
+                }
+                self.heap.push(Reverse(Timer {
+                    at,
+                    slot: i,
+                    tag: epoch,
+                    kind: TimerKind::Deadline,
+                }));
+            }
+            Ok(_) | Err(_) if tcp => {
+                // A short write: the peer does not read what we send; any error: the connection is gone.
+                let f = match res {
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => io_failure("send", &e),
+                    _ => Failure::new(
+                        ErrorReason::Timeout,
+                        "the peer does not take our messages (send buffer full)",
+                    ),
+                };
+                s.entry.record_err(sent, &f);
+                fail_all(s, sent, &f);
+                drop_conn(s);
+            }
+            Ok(_) => s.entry.record_err(
+                sent,
+                &Failure::new(ErrorReason::Other, "short UDP send"),
+            ),
+            Err(e) => {
+                let f = io_failure("send", &e);
+                s.entry.record_err(sent, &f);
+                // With a key the connection is made again at the next due time.
+                self.keyed_udp_reset(i, f.reason);
+            }
+        }
+    }
+
+    /// Over UDP with a key, a refusal or a timeout means the peer may have forgotten our handshake.
+    fn keyed_udp_reset(&mut self, i: u32, reason: ErrorReason) -> bool {
+        let keyed = self.keyed;
+        let Some(s) = self.slot(i) else { return false };
+        if keyed
+            && matches!(s.conn, Conn::Udp(_))
+            && matches!(reason, ErrorReason::Refused | ErrorReason::Timeout)
+        {
+            let now = Instant::now();
+            let f = Failure::new(reason, "no answer after the peer refused or went silent");
+            fail_all(s, now, &f);
+            drop_conn(s);
+            return true;
+        }
+        false
+    }
+
+    fn deadline(&mut self, i: u32, tag: u32, horizon: Instant) {
+        let Some(s) = self.slot(i) else { return };
+        if s.epoch != tag {
+            return;
+        }
+        let timeout = s.spec.timeout;
+        let mut expired = false;
+        while let Some(f) = s.inflight.front() {
+            if f.sent + timeout > horizon {
+                break;
+            }
+            expired = true;
+            let fail = Failure::new(
+                ErrorReason::Timeout,
+                format!("no answer within {timeout:?}"),
+            );
+            if matches!(s.conn, Conn::Tcp(_)) {
+                fail_all(s, Instant::now(), &fail);
+                drop_conn(s);
+                return;
+            }
+            s.inflight.pop();
+            s.entry.record_err(Instant::now(), &fail);
+        }
+        if expired {
+            self.keyed_udp_reset(i, ErrorReason::Timeout);
+        }
+    }
+
+    fn io(&mut self, i: u32, cgen: u32, closed: bool) {
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if s.cgen != cgen {
+            return;
+        }
+        let (tcp, udp) = (
+            matches!(s.conn, Conn::Tcp(_)),
+            matches!(s.conn, Conn::Udp(_)),
+        );
+        if tcp {
+            self.read_tcp(i, closed);
+        } else if udp {
+            self.read_udp(i);
+        }
+    }
+
+    fn read_tcp(&mut self, i: u32, closed: bool) {
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let rbuf = &mut self.rbuf;
+        loop {
+            let Conn::Tcp(t) = &mut s.conn else { return };
+            let res = t.read(rbuf);
+            let now = Instant::now();
+            match res {
+                Ok(0) => {
+                    let f = Failure::new(ErrorReason::Reset, "the peer closed the connection");
+                    fail_all(s, now, &f);
+                    drop_conn(s);
+                    return;
+                }
+                Ok(n) => {
+                    if let Err(f) = feed_tcp(s, &rbuf[..n], now) {
+                        fail_all(s, now, &f);
+                        drop_conn(s);
+                        return;
+                    }
+                    // A short read drained the socket (unless the peer also closed: read on to see it).
+                    if n < rbuf.len() && !closed {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let f = io_failure("receive", &e);
+                    fail_all(s, now, &f);
+                    drop_conn(s);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_udp(&mut self, i: u32) {
+        let mut reset = None;
+        {
+            let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+                return;
+            };
+            let Kind::Udp { size } = s.kind else { return };
+            for _ in 0..64 {
+                let Conn::Udp(u) = &mut s.conn else { return };
+                let res = u.recv(&mut self.rbuf);
+                let now = Instant::now();
+                match res {
+                    Ok(n) => {
+                        let msg = &self.rbuf[..n];
+                        match check_answer(msg, size) {
+                            Ok(h) if h.seq == HELLO_SEQ => {} // a late handshake answer
+                            Ok(h) => {
+                                if let Some(f) = s.inflight.take(h.seq) {
+                                    s.entry
+                                        .record_ok(now, now.saturating_duration_since(f.sent));
+                                }
+                                // Otherwise: the answer to a ping already counted as a timeout.
+                            }
+                            Err(f) => {
+                                if s.inflight.pop().is_some() {
+                                    s.entry.record_err(now, &f);
+                                }
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let f = io_failure("receive", &e);
+                        if s.inflight.pop().is_some() {
+                            s.entry.record_err(now, &f);
+                        }
+                        reset = Some(f.reason);
+                    }
+                }
+            }
+        }
+        if let Some(r) = reset {
+            self.keyed_udp_reset(i, r);
+        }
+    }
+}
+
+/// Checks one answer: a sockperf message of the ping's size, flags without `CLIENT`.
+fn check_answer(msg: &[u8], size: usize) -> Result<Header, Failure> {
+    let h = Header::parse(msg, MAX_MESSAGE_LEN).map_err(|e| {
+        Failure::new(
+            ErrorReason::Protocol,
+            format!("not a sockperf message: {e}"),
+        )
+    })?;
+    if h.len as usize != size || msg.len() != size {
+        return Err(Failure::new(
+            ErrorReason::Protocol,
+            format!("an answer of {} bytes to a {size}-byte ping", h.len),
+        ));
+    }
+    if h.flags.contains(Flags::CLIENT) {
+        return Err(Failure::new(
+            ErrorReason::Protocol,
+            "the answer still has the client flag (not a sockperf server)",
+        ));
+    }
+    Ok(h)
+}
+
+/// Takes TCP bytes: completes the kept partial message, then whole messages from `data`; keeps the rest.
+fn feed_tcp(s: &mut Slot, mut data: &[u8], now: Instant) -> Result<(), Failure> {
+    let Kind::Tcp { size } = s.kind else {
+        return Ok(());
+    };
+    if !s.partial.is_empty() {
+        let need = size - s.partial.len();
+        let take = need.min(data.len());
+        s.partial.extend_from_slice(&data[..take]);
+        data = &data[take..];
+        if s.partial.len() < HEADER_LEN {
+            return Ok(());
+        }
+        let h = check_header(&s.partial, size)?;
+        if s.partial.len() < size {
+            let _ = h;
+            return Ok(());
+        }
+        let msg = std::mem::take(&mut s.partial);
+        let r = answer_tcp(s, &msg, now);
+        s.partial = msg;
+        s.partial.clear();
+        r?;
+    }
+    while !data.is_empty() {
+        if data.len() < HEADER_LEN {
+            s.partial.extend_from_slice(data);
+            return Ok(());
+        }
+        check_header(data, size)?;
+        if data.len() < size {
+            s.partial.extend_from_slice(data);
+            return Ok(());
+        }
+        answer_tcp(s, &data[..size], now)?;
+        data = &data[size..];
+    }
+    Ok(())
+}
+
+/// The header of a message that should be the answer to one of our pings: its length must be the ping's.
+fn check_header(b: &[u8], size: usize) -> Result<Header, Failure> {
+    let h = Header::parse(&b[..HEADER_LEN], MAX_MESSAGE_LEN).map_err(|e| {
+        Failure::new(
+            ErrorReason::Protocol,
+            format!("not a sockperf message: {e}"),
+        )
+    })?;
+    if h.len as usize != size {
+        return Err(Failure::new(
+            ErrorReason::Protocol,
+            format!("an answer of {} bytes to a {size}-byte ping", h.len),
+        ));
+    }
+    Ok(h)
+}
+
+fn answer_tcp(s: &mut Slot, msg: &[u8], now: Instant) -> Result<(), Failure> {
+    let h = check_answer(msg, msg.len())?;
+    let Some(f) = s.inflight.front() else {
+        return Err(Failure::new(
+            ErrorReason::Protocol,
+            "a message that answers no ping",
+        ));
+    };
+    if f.seq != h.seq {
+        return Err(Failure::new(
+            ErrorReason::Protocol,
+            format!("the answer to ping {} came for ping {}", h.seq, f.seq),
+        ));
+    }
+    s.inflight.pop();
+    s.entry
+        .record_ok(now, now.saturating_duration_since(f.sent));
+    Ok(())
+}
+
+/// Counts every outstanding ping as failed.
+fn fail_all(s: &mut Slot, now: Instant, f: &Failure) {
+    while let Some(fl) = s.inflight.pop() {
+        let _ = fl;
+        s.entry.record_err(now, f);
+    }
+}
+
+/// Closes the slot's connection; the next due probe makes a new one.
+fn drop_conn(s: &mut Slot) {
+    s.conn = Conn::Idle;
+    s.cgen = s.cgen.wrapping_add(1);
+    s.partial.clear();
+    if s.partial.capacity() > 4096 {
+        s.partial = Vec::new();
+    }
+}
