@@ -192,17 +192,20 @@ ip netns exec "$NS" sysctl -q -w net.ipv4.ping_group_range="0 2147483647"
 RESULTS=$WORK/results # lines: TOOL ROUND cpu% us/probe probes/s rss_mb lag_p99_ms scrape_ms note
 : >"$RESULTS"
 
-# measure TOOL ROUND PID COUNTER_CMD...: CPU of PID and the increase of COUNTER over the window
+# measure TOOL PID COUNTER_CMD...: over the window, CPU of PID as % of one core and per unit of COUNTER's
+# increase, and COUNTER's rate (each reading timed, so the figures do not depend on the scrapes' own delays)
 measure() {
-    local t0 t1 n0 n1
+    local t0 t1 n0 n1 s0 s1
     n0=$("${@:3}")
+    s0=$(date +%s.%N)
     t0=$(cpu_ticks "$2")
     sleep "$MEASURE"
     t1=$(cpu_ticks "$2")
+    s1=$(date +%s.%N)
     n1=$("${@:3}")
     python3 -c "
-t=($t1-$t0)/$CLK_TCK; n=$n1-$n0
-print(f'{100*t/$MEASURE:.2f} {1e6*t/n if n > 0 else float(\"nan\"):.2f} {n/$MEASURE:.0f}')"
+t=($t1-$t0)/$CLK_TCK; n=$n1-$n0; span=$s1-$s0
+print(f'{100*t/span:.2f} {1e6*t/n if n > 0 else float(\"nan\"):.2f} {n/span:.0f}')"
 }
 
 run_roundtrip() {
