@@ -192,20 +192,23 @@ ip netns exec "$NS" sysctl -q -w net.ipv4.ping_group_range="0 2147483647"
 RESULTS=$WORK/results # lines: TOOL ROUND cpu% us/probe probes/s rss_mb lag_p99_ms scrape_ms note
 : >"$RESULTS"
 
-# measure TOOL PID COUNTER_CMD...: over the window, CPU of PID as % of one core and per unit of COUNTER's
-# increase, and COUNTER's rate (each reading timed, so the figures do not depend on the scrapes' own delays)
+# measure TOOL PID COUNTER_CMD...: over the window, CPU of PID as % of one core, COUNTER's rate, and CPU per
+# unit of COUNTER (CPU rate / counter rate). Each reading is timed: a counter's time is when its command
+# starts (the scrape; parsing it takes a while after), the CPU's when its ticks are read.
 measure() {
-    local t0 t1 n0 n1 s0 s1
-    n0=$("${@:3}")
+    local t0 t1 n0 n1 s0 s1 c0 c1
     s0=$(date +%s.%N)
+    n0=$("${@:3}")
+    c0=$(date +%s.%N)
     t0=$(cpu_ticks "$2")
     sleep "$MEASURE"
     t1=$(cpu_ticks "$2")
+    c1=$(date +%s.%N)
     s1=$(date +%s.%N)
     n1=$("${@:3}")
     python3 -c "
-t=($t1-$t0)/$CLK_TCK; n=$n1-$n0; span=$s1-$s0
-print(f'{100*t/span:.2f} {1e6*t/n if n > 0 else float(\"nan\"):.2f} {n/span:.0f}')"
+cpu=($t1-$t0)/$CLK_TCK/($c1-$c0); rate=($n1-$n0)/($s1-$s0)
+print(f'{100*cpu:.2f} {1e6*cpu/rate if rate > 0 else float(\"nan\"):.2f} {rate:.0f}')"
 }
 
 run_roundtrip() {
