@@ -24,7 +24,7 @@
 //! Every error names the file, the line and the key ([`ConfigError`]); unknown keys are errors. Database
 //! passwords (in a `url`) never appear in errors: URLs are shown redacted.
 
-use crate::db::{DbUrl, redact_text};
+use crate::db::{DbError, DbUrl};
 use crate::probe::target::Target;
 use crate::units;
 use crate::wire::sockperf::MAX_UDP_MESSAGE_LEN;
@@ -95,14 +95,18 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// One line; any `SCHEME://USER:PASSWORD@` the key or the message quotes is shown without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = scrub(&self.what);
         if self.line == 0 {
-            write!(f, "config {}: {}", self.file, self.what)
+            write!(f, "config {}: {what}", self.file)
         } else {
             write!(
                 f,
-                "config {}:{}: key `{}`: {}",
-                self.file, self.line, self.key, self.what
+                "config {}:{}: key `{}`: {what}",
+                self.file,
+                self.line,
+                scrub(&self.key)
             )
         }
     }
@@ -225,17 +229,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             let offset = e.span().map_or(0, |s| s.start);
             let line = line_of(text, offset);
             let line_text = text.lines().nth(line - 1).unwrap_or("").trim();
-            let key = match line_text.split_once('=') {
-                Some((k, _)) => k.trim().to_string(),
-                None => redact_text(line_text).chars().take(60).collect(),
-            };
             return Err(ConfigError {
                 file,
                 line,
-                key,
+                key: key_on_line(line_text),
                 what: format!(
                     "not valid TOML: {} (see https://toml.io)",
-                    e.message().trim().replace('\n', " ")
+                    scrub(e.message().trim()).replace(['\n', '\r'], " ")
                 ),
             });
         }
@@ -320,6 +320,87 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
     }
     Ok(c)
+}
+
+/// The key a line starts with, for an error on a line TOML could not read: its leading key characters
+/// (letters, digits, `_ - . " '`, spaces, brackets), or `?` when it starts with none.
+fn key_on_line(line: &str) -> String {
+    let k: String = line
+        .chars()
+        .take_while(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | '\'' | ' ' | '[' | ']')
+        })
+        .take(60)
+        .collect();
+    let k = k.trim();
+    if k.is_empty() {
+        "?".into()
+    } else {
+        k.to_string()
+    }
+}
+
+/// `text` with the password of every `SCHEME://USER:PASSWORD@` in it replaced by `***` (up to the last `@`
+/// before the next blank or quote, so a password holding `/`, `?` or `@` is hidden whole).
+pub fn scrub(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
+            .unwrap_or(rest.len());
+        let authority = &rest[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+                rest = &rest[end..];
+            }
+            _ => {}
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The password of a URL as typed: between the first `:` after `SCHEME://` and the last `@`.
+fn typed_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = &rest[..rest.rfind('@')?];
+    let (_, pw) = userinfo.split_once(':')?;
+    (!pw.is_empty()).then_some(pw)
+}
+
+/// Whether `text` holds any 4 consecutive characters of `secret` (all of it when shorter).
+fn shows_part_of(text: &str, secret: &str) -> bool {
+    let chars: Vec<char> = secret.chars().collect();
+    let n = chars.len().min(4);
+    chars
+        .windows(n)
+        .any(|w| text.contains(&w.iter().collect::<String>()))
+}
+
+/// The error of a `url` that does not parse, without any part of its password.
+fn url_error(url: &str, e: &DbError) -> String {
+    let detail = match e {
+        DbError::Url { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    };
+    let shown = scrub(url);
+    match typed_password(url) {
+        Some(pw) if shows_part_of(&detail, pw) || shows_part_of(&shown, pw) => {
+            "invalid database URL (not shown: it holds a password); check its syntax: \
+             SCHEME://USER[:PASSWORD]@HOST[:PORT]/DB, with special characters in the password percent-encoded"
+                .to_string()
+        }
+        _ => format!(
+            "invalid database URL '{shown}': {detail} (expected SCHEME://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE], \
+             SCHEME postgres, mysql, mariadb, redis, rediss or oracle)"
+        ),
+    }
 }
 
 type Val<'a> = toml::Spanned<DeValue<'a>>;
@@ -464,7 +545,7 @@ impl Cx<'_> {
                 "url" => {
                     let s = self.string(&full, tv)?;
                     let url =
-                        DbUrl::parse(s).map_err(|err| self.err(&full, tv, &err.to_string()))?;
+                        DbUrl::parse(s).map_err(|err| self.err(&full, tv, &url_error(s, &err)))?;
                     e.url = Some(Box::new(url));
                     url_val = Some(tv);
                 }
@@ -649,6 +730,36 @@ url = "postgres://app:hunter2@db1:5432/app"
         assert!(!e.to_string().contains("s3cretpw"), "{e}");
         let e = p("\"postgres://u:s3cretpw@h/db\"\n").unwrap_err();
         assert!(!e.to_string().contains("s3cretpw"), "{e}");
+    }
+
+    #[test]
+    fn passwords_with_odd_characters_never_in_errors() {
+        for (url, pw) in [
+            ("postgres://u:pa/ss@h/db?bogus=1", "pa/ss"),
+            ("postgres://u:p?ss@h/db", "p?ss"),
+            ("postgres://u:p@ss@h/db?x=1", "p@ss"),
+            ("nope://u:secretpw@h", "secretpw"),
+            ("postgres://u:%zzsecret@h/db", "%zzsecret"),
+        ] {
+            let text = format!("[[target]]\nprobe = \"db\"\nurl = \"{url}\"\n");
+            let e = p(&text).unwrap_err().to_string();
+            assert!(!e.contains(pw), "{pw} in {e}");
+        }
+        // A line TOML cannot read that holds a URL.
+        let e = p("[[target]]\nurl \u{0}Oysql://root:fuzzpw@[::1]:3306/x?sslmode=bogus\"\n")
+            .unwrap_err();
+        assert!(!e.to_string().contains("fuzzpw"), "{e}");
+        assert_eq!(e.key, "url");
+        assert_eq!(
+            scrub("a postgres://u:p/w@h/x b"),
+            "a postgres://u:***@h/x b"
+        );
+        assert_eq!(scrub("no urls"), "no urls");
+        let e = p("peers_dns = \"x.postgres://app:fuzzpw@db1:5432/app\"").unwrap_err();
+        assert!(!e.to_string().contains("fuzzpw"), "{e}");
+        let e = p("\"postgres://app:fuzzpw@db1\" = 1").unwrap_err();
+        assert!(!e.to_string().contains("fuzzpw"), "{e}");
+        assert_eq!(scrub("http://host/x"), "http://host/x");
     }
 
     #[test]

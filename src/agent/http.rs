@@ -114,7 +114,15 @@ impl HttpServer {
         workers: usize,
         handler: Arc<Handler>,
     ) -> io::Result<HttpServer> {
-        let listener = TcpListener::bind(addr)?;
+        HttpServer::serve(TcpListener::bind(addr)?, workers, handler)
+    }
+
+    /// Serves on a listener bound earlier (so that a port in use is found before anything else starts).
+    pub fn serve(
+        listener: TcpListener,
+        workers: usize,
+        handler: Arc<Handler>,
+    ) -> io::Result<HttpServer> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx): (SyncSender<TcpStream>, Receiver<TcpStream>) = sync_channel(QUEUE);

@@ -222,7 +222,8 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     out.push_str(name);
     out.push_str("_count");
     braces(out);
-    let _ = writeln!(out, " {}", h.count);
+    // The +Inf bucket's count, so the two always agree.
+    let _ = writeln!(out, " {cumulative}");
 }
 
 /// The label list (without braces) of a target's series.

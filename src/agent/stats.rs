@@ -23,7 +23,13 @@ const FAILED: u64 = u64::MAX;
 /// The bucket a value (seconds) falls in: the first bound that is `>=` the value (Prometheus `le`
 /// semantics), or 25 (`+Inf`) above 10 s. NaN goes to `+Inf`.
 pub fn bucket_index(seconds: f64) -> usize {
-    BUCKET_BOUNDS.partition_point(|&b| !(seconds <= b))
+    BUCKET_BOUNDS
+        .partition_point(|&b| b.partial_cmp(&seconds) == Some(std::cmp::Ordering::Less))
+        .max(if seconds.is_nan() {
+            BUCKET_BOUNDS.len()
+        } else {
+            0
+        })
 }
 
 impl Histogram {
@@ -186,24 +192,33 @@ impl TargetStats {
                 scratch.push(r.rtt_ns);
             }
         }
-        scratch.sort_unstable();
-        let pct = |p: f64| -> Option<Duration> {
-            let n = scratch.len();
-            if n == 0 {
-                return None;
-            }
-            // Nearest rank: the smallest value with at least p of the values at or below it.
-            let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
-            Some(Duration::from_nanos(scratch[rank - 1]))
-        };
+        // Exact nearest-rank percentiles by selection (linear time, cheaper than sorting every window):
+        // the smallest value with at least p of the values at or below it.
+        let n = scratch.len();
+        let rank = |p: f64| ((p * n as f64).ceil() as usize).clamp(1, n) - 1;
+        let (mut p50, mut p90, mut p99, mut max) = (None, None, None, None);
+        if n > 0 {
+            let mut from = 0;
+            let mut pick = |k: usize| -> u64 {
+                let (_, v, _) = scratch[from..].select_nth_unstable(k - from);
+                let v = *v;
+                from = k;
+                v
+            };
+            p50 = Some(pick(rank(0.5)));
+            p90 = Some(pick(rank(0.9)));
+            p99 = Some(pick(rank(0.99)));
+            max = scratch[from..].iter().max().copied();
+        }
+        let d = |v: Option<u64>| v.map(Duration::from_nanos);
         WindowStats {
             span: Duration::from_nanos(now_ns - from),
             sent,
             lost,
-            p50: pct(0.5),
-            p90: pct(0.9),
-            p99: pct(0.99),
-            max: scratch.last().map(|&n| Duration::from_nanos(n)),
+            p50: d(p50),
+            p90: d(p90),
+            p99: d(p99),
+            max: d(max),
         }
     }
 
@@ -327,6 +342,34 @@ mod tests {
         s.failed(later, ErrorReason::Timeout, format_args!("no answer"));
         assert_eq!(s.recent.len(), 1);
         assert_eq!(s.histogram().count, 100);
+    }
+
+    #[test]
+    fn selection_matches_sorting() {
+        let t0 = Instant::now();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for n in [1usize, 2, 3, 7, 10, 99, 100, 101, 250] {
+            let mut s = TargetStats::new(t0, Duration::from_secs(3600));
+            let mut all = Vec::new();
+            for i in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let v = 1 + x % 50; // duplicates on purpose
+                all.push(v);
+                s.answered(
+                    t0 + Duration::from_millis(i as u64),
+                    Duration::from_nanos(v),
+                );
+            }
+            all.sort_unstable();
+            let at = |p: f64| all[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+            let w = s.window_stats(t0 + Duration::from_secs(1), &mut Vec::new());
+            assert_eq!(w.p50, Some(Duration::from_nanos(at(0.5))), "n={n}");
+            assert_eq!(w.p90, Some(Duration::from_nanos(at(0.9))), "n={n}");
+            assert_eq!(w.p99, Some(Duration::from_nanos(at(0.99))), "n={n}");
+            assert_eq!(w.max, Some(Duration::from_nanos(all[n - 1])), "n={n}");
+        }
     }
 
     #[test]

@@ -177,6 +177,8 @@ struct Watch {
     plan: Plan,
     collector: Collector,
     current: Vec<TargetSpec>,
+    /// The last list refused for --max-series (refused once, logged once).
+    refused: Option<Vec<TargetSpec>>,
     max_series: usize,
     source: String,
 }
@@ -212,16 +214,17 @@ impl Watch {
         }
         let got = self.collector.collect(&self.plan, Instant::now());
         for e in &got.errors {
-            note(e);
+            note(config::scrub(e));
         }
         for label in &got.dns_errors {
             engine.count_dns_error(label);
         }
-        if got.targets == self.current {
+        if got.targets == self.current || self.refused.as_ref() == Some(&got.targets) {
             return;
         }
         let n = got.targets.len();
         if n * SERIES_PER_TARGET > self.max_series {
+            self.refused = Some(got.targets.clone());
             note(format!(
                 "roundtrip agent: the new target list has {}, over --max-series; keeping the previous {} targets",
                 series_line(n, self.max_series),
@@ -278,7 +281,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             )),
             Ok(text) => {
                 if let Err((line, what)) = targets::parse_peers(&text) {
-                    refuse(format!("peers file {}:{line}: {what}", path.display()));
+                    refuse(config::scrub(&format!(
+                        "peers file {}:{line}: {what}",
+                        path.display()
+                    )));
                 }
             }
         }
@@ -296,7 +302,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     );
     let first = collector.collect(&plan, Instant::now());
     for e in &first.errors {
-        note(e);
+        note(config::scrub(e));
     }
     let n = first.targets.len();
     if n * SERIES_PER_TARGET > a.max_series {
@@ -329,6 +335,13 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         )?;
         Some(handle)
     };
+    // The pages' port, before the engine starts (a port in use stops everything at once).
+    let listener = std::net::TcpListener::bind(a.metrics).with_context(|| {
+        format!(
+            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
+            a.metrics
+        )
+    })?;
     let mut targets_now = first.targets;
     if let Some(h) = &responder {
         filter.port = h.tcp_addr().map(|a| a.port());
@@ -383,12 +396,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         let site = site.clone();
         Arc::new(move |r: &Request| site.handle(r))
     };
-    let http = HttpServer::start(a.metrics, 4, handler).with_context(|| {
-        format!(
-            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
-            a.metrics
-        )
-    })?;
+    let http = HttpServer::serve(listener, 4, handler).context("starting the pages' threads")?;
     drop(site);
 
     let (tx, rx) = mpsc::channel();
@@ -453,6 +461,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             plan,
             collector,
             current: targets_now,
+            refused: None,
             max_series: a.max_series,
             source,
         };

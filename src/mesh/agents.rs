@@ -41,8 +41,8 @@ pub struct TargetResult {
     pub target: String,
     /// The `probe` label.
     pub probe: String,
-    /// The `size` label.
-    #[serde(default)]
+    /// The `size` label (a number; a string of digits is accepted too).
+    #[serde(default, deserialize_with = "number_or_string")]
     pub size: u64,
     /// Probes since the target was added.
     #[serde(default)]
@@ -73,6 +73,20 @@ pub struct WindowResult {
     /// 99th percentile RTT, seconds.
     #[serde(default)]
     pub p99_s: Option<f64>,
+}
+
+fn number_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| D::Error::custom("size is not a whole number")),
+        serde_json::Value::String(s) => s
+            .parse()
+            .map_err(|_| D::Error::custom("size is not a whole number")),
+        serde_json::Value::Null => Ok(0),
+        _ => Err(D::Error::custom("size is not a number")),
+    }
 }
 
 /// Parses an agent's answer body; Err says why it is not one.
@@ -403,6 +417,12 @@ mod tests {
         )
         .unwrap();
         let c = cell(&r.targets[0]);
+        let r2 = parse(br#"{"source":"a","targets":[{"target":"b","probe":"tcp","size":"64"}]}"#)
+            .unwrap();
+        assert_eq!(r2.targets[0].size, 64);
+        assert!(
+            parse(br#"{"source":"a","targets":[{"target":"b","probe":"tcp","size":-1}]}"#).is_err()
+        );
         assert_eq!((c.p50, c.p99, c.loss, c.probes), (None, None, None, 5));
     }
 }

@@ -447,7 +447,10 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
 
 /// Makes the calling thread a SCHED_FIFO real-time thread at priority 1.
 fn set_realtime() -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
+    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
     // SAFETY: pthread_self() names the calling thread, which is alive; `param` is a valid sched_param that
     // outlives the call.
     let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };

@@ -141,14 +141,20 @@ pub fn precise_timers_for_this_thread() {
 /// CAP_SYS_NICE, RLIMIT_RTPRIO 0). Returns whether it worked. The kernel's real-time throttling keeps such
 /// threads from starving the machine.
 pub fn realtime_for_this_thread() -> bool {
-    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
+    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
     // SAFETY: pthread_self() is always valid for the calling thread, and param is a valid sched_param.
     unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
 }
 
 /// Returns this thread to normal scheduling (after [`realtime_for_this_thread`]).
 pub fn normal_for_this_thread() {
-    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
+    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 0;
     // SAFETY: as in realtime_for_this_thread.
     unsafe {
         libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);

@@ -22,13 +22,13 @@ pub(super) type DbSession = Box<dyn db::Session + Send>;
 
 /// Work for a pool thread.
 pub(super) enum Job {
-    /// Make a connection for loop slot `slot`, generation `cgen`.
+    /// Finish a connection for loop slot `slot`, generation `cgen`: the hello / key handshake on a TCP
+    /// connection the loop made, or a UDP socket and its handshake; all before `deadline`.
     Connect {
         slot: u32,
         cgen: u32,
-        addr: SocketAddr,
-        udp: bool,
-        timeout: Duration,
+        link: Pending,
+        deadline: Instant,
     },
     /// Run one probe of a connect, ICMP or database target due at `due`.
     Probe {
@@ -36,6 +36,14 @@ pub(super) enum Job {
         spec: Arc<TargetSpec>,
         due: Instant,
     },
+}
+
+/// What a connection job starts from.
+pub(super) enum Pending {
+    /// A connected TCP stream (the loop connected it without blocking).
+    Tcp(TcpStream),
+    /// The UDP peer's address.
+    Udp(SocketAddr),
 }
 
 /// Starts `n` threads taking jobs from one queue; returns the queue. Connection results go to `back`.
@@ -68,16 +76,21 @@ pub(super) fn spawn(
                             Job::Connect {
                                 slot,
                                 cgen,
-                                addr,
-                                udp,
-                                timeout,
+                                link,
+                                deadline,
                             } => {
-                                let result = if udp {
-                                    connect_udp(addr, timeout, psk.as_ref().as_ref())
-                                        .map(Connection::Udp)
-                                } else {
-                                    connect_tcp(addr, timeout, psk.as_ref().as_ref())
-                                        .map(Connection::Tcp)
+                                let timeout = deadline
+                                    .saturating_duration_since(Instant::now())
+                                    .max(Duration::from_millis(1));
+                                let result = match link {
+                                    Pending::Udp(addr) => {
+                                        connect_udp(addr, timeout, psk.as_ref().as_ref())
+                                            .map(Connection::Udp)
+                                    }
+                                    Pending::Tcp(s) => {
+                                        handshake_tcp(s, timeout, psk.as_ref().as_ref())
+                                            .map(Connection::Tcp)
+                                    }
                                 };
                                 if let Some((tx, waker)) = &back {
                                     let _ = tx.send(Msg::Connected { slot, cgen, result });
@@ -145,14 +158,13 @@ fn handshake_failure(e: HandshakeError) -> Failure {
     Failure::new(reason, format!("hello: {e}"))
 }
 
-fn connect_tcp(
-    addr: SocketAddr,
+fn handshake_tcp(
+    mut s: TcpStream,
     timeout: Duration,
     psk: Option<&Psk>,
 ) -> Result<TcpStream, Failure> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| io_failure("connect", &e))?;
     let setup = |s: &TcpStream| -> io::Result<()> {
+        s.set_nonblocking(false)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))
@@ -179,7 +191,10 @@ fn connect_udp(
     };
     let s = UdpSocket::bind(local).map_err(|e| io_failure("UDP socket", &e))?;
     s.connect(addr).map_err(|e| io_failure("connect", &e))?;
-    hello::handshake(&mut Link::Udp(&s), Feature::default(), psk, timeout)
+    // The handshake tries three times over UDP, each try waiting a third of the timeout: the whole set-up
+    // stays within the target's timeout.
+    let per_try = (timeout / 3).max(Duration::from_millis(1));
+    hello::handshake(&mut Link::Udp(&s), Feature::default(), psk, per_try)
         .map_err(handshake_failure)?;
     s.set_read_timeout(None)
         .and_then(|()| s.set_nonblocking(true))

@@ -2,7 +2,7 @@
 //! pings' deadlines, one read buffer. TCP and UDP ping targets are served here over their persistent
 //! connections; connect, ICMP and database targets are only scheduled here and handed to the probe pool.
 
-use super::pool::{Job, io_failure};
+use super::pool::{Job, Pending, io_failure};
 use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, lock};
 use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
 use crate::wire::sockperf::{Flags, HEADER_LEN, HELLO_SEQ, Header, MAX_MESSAGE_LEN};
@@ -51,20 +51,82 @@ pub(super) enum Msg {
     Stop,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TimerKind {
     /// The slot's next probe is due (tag: the slot's schedule tag).
     Due,
     /// An outstanding ping may be past its deadline (tag: the slot's epoch).
     Deadline,
+    /// A TCP connect may be past its deadline (tag: the connection's generation).
+    ConnectDeadline,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Timer {
     at: Instant,
     slot: u32,
     tag: u32,
     kind: TimerKind,
+}
+
+/// The timer heap. A timer is packed into 16 bytes ordered by time (nanoseconds since the loop's origin in
+/// the high 64 bits, then kind and slot, then tag): pops compare integers, and the heap stays small.
+struct Timers {
+    heap: BinaryHeap<Reverse<u128>>,
+    origin: Instant,
+}
+
+impl Timers {
+    fn new() -> Timers {
+        Timers {
+            heap: BinaryHeap::new(),
+            origin: Instant::now(),
+        }
+    }
+
+    fn push(&mut self, t: Timer) {
+        debug_assert!(t.slot < 1 << 30);
+        let ns = u64::try_from(t.at.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        let kind: u128 = match t.kind {
+            TimerKind::Due => 0,
+            TimerKind::Deadline => 1,
+            TimerKind::ConnectDeadline => 2,
+        };
+        let slot = u128::from(t.slot & 0x3fff_ffff);
+        self.heap.push(Reverse(
+            u128::from(ns) << 64 | kind << 62 | slot << 32 | u128::from(t.tag),
+        ));
+    }
+
+    fn at(&self, packed: u128) -> Instant {
+        self.origin + Duration::from_nanos((packed >> 64) as u64)
+    }
+
+    /// When the next timer fires.
+    fn next(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse(p)| self.at(*p))
+    }
+
+    /// The next timer if it fires at or before `horizon`.
+    fn pop_until(&mut self, horizon: Instant) -> Option<Timer> {
+        let &Reverse(p) = self.heap.peek()?;
+        let at = self.at(p);
+        if at > horizon {
+            return None;
+        }
+        self.heap.pop();
+        Some(Timer {
+            at,
+            slot: (p >> 32) as u32 & 0x3fff_ffff,
+            tag: p as u32,
+            kind: match (p >> 62) as u32 & 3 {
+                0 => TimerKind::Due,
+                1 => TimerKind::Deadline,
+                _ => TimerKind::ConnectDeadline,
+            },
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +138,8 @@ enum Kind {
 
 enum Conn {
     Idle,
+    /// The loop's non-blocking connect is under way (a dead host costs no worker).
+    TcpConnecting(TcpStream),
     /// A worker is making the connection for the probe due at `due`.
     Connecting,
     Tcp(TcpStream),
@@ -190,11 +254,13 @@ pub(super) struct Loop {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     by_id: HashMap<u64, u32>,
-    heap: BinaryHeap<Reverse<Timer>>,
+    heap: Timers,
     next_tag: u32,
     rbuf: Vec<u8>,
     sbuf: Vec<u8>,
     stop: bool,
+    /// Schedule lags of this wake-up, added to the shared histogram once per wake-up.
+    lag: crate::agent::Histogram,
     /// The engine has a key (UDP peers must be re-authenticated after a silence).
     keyed: bool,
 }
@@ -217,11 +283,12 @@ impl Loop {
             slots: Vec::new(),
             free: Vec::new(),
             by_id: HashMap::new(),
-            heap: BinaryHeap::new(),
+            heap: Timers::new(),
             next_tag: 0,
             rbuf: vec![0u8; READ_BUF],
             sbuf: Vec::new(),
             stop: false,
+            lag: crate::agent::Histogram::zero(),
             keyed,
         })
     }
@@ -237,8 +304,8 @@ impl Loop {
         while !self.stop {
             let timeout = self
                 .heap
-                .peek()
-                .map(|Reverse(t)| t.at.saturating_duration_since(Instant::now()));
+                .next()
+                .map(|at| at.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout)
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -284,6 +351,9 @@ impl Loop {
                 let id = entry.id;
                 let epoch = self.tag();
                 let sched = self.tag();
+                // Connection generations start from a fresh tag, so a worker's late answer for a removed
+                // target never lands on the target that reuses its slot.
+                let cgen = self.tag();
                 let slot = Slot {
                     entry,
                     kind: kind_of(&spec),
@@ -291,7 +361,7 @@ impl Loop {
                     epoch,
                     sched,
                     next_due: first,
-                    cgen: 0,
+                    cgen,
                     conn: Conn::Idle,
                     seq: 0,
                     inflight: Inflight::new(first),
@@ -308,15 +378,17 @@ impl Loop {
                     }
                 };
                 self.by_id.insert(id, i);
-                self.heap.push(Reverse(Timer {
+                self.heap.push(Timer {
                     at: first,
                     slot: i,
                     tag: sched,
                     kind: TimerKind::Due,
-                }));
+                });
             }
             Msg::Update { id, spec } => {
-                let Some(&i) = self.by_id.get(&id) else { return };
+                let Some(&i) = self.by_id.get(&id) else {
+                    return;
+                };
                 let sched = self.tag();
                 let Some(s) = self.slots[i as usize].as_mut() else {
                     return;
@@ -325,12 +397,23 @@ impl Loop {
                 if s.spec.interval != spec.interval {
                     // The schedule keeps its phase: the next due probe stays, the new interval follows it.
                     s.sched = sched;
-                    self.heap.push(Reverse(Timer {
+                    self.heap.push(Timer {
                         at: s.next_due,
                         slot: i,
                         tag: sched,
                         kind: TimerKind::Due,
-                    }));
+                    });
+                }
+                if s.spec.timeout != spec.timeout
+                    && let Some(f) = s.inflight.front()
+                {
+                    // Deadline timers were set with the old timeout: one for the oldest ping with the new.
+                    self.heap.push(Timer {
+                        at: f.sent + spec.timeout,
+                        slot: i,
+                        tag: s.epoch,
+                        kind: TimerKind::Deadline,
+                    });
                 }
                 s.kind = kind_of(&spec);
                 s.spec = spec;
@@ -394,7 +477,8 @@ impl Loop {
                 self.send(i, None);
             }
             Err(e) => {
-                s.entry.record_err(now, &io_failure("registering the socket", &e));
+                s.entry
+                    .record_err(now, &io_failure("registering the socket", &e));
                 s.conn = Conn::Idle;
             }
         }
@@ -403,23 +487,26 @@ impl Loop {
     /// Handles the timers due by now (and within [`BATCH`]).
     fn timers(&mut self) {
         let horizon = Instant::now() + BATCH;
-        while let Some(Reverse(t)) = self.heap.peek().copied() {
-            if t.at > horizon {
-                return;
-            }
-            self.heap.pop();
+        while let Some(t) = self.heap.pop_until(horizon) {
             match t.kind {
-                TimerKind::Due => self.due(t.slot, t.tag, t.at),
+                TimerKind::Due => self.due(t.slot, t.tag),
                 TimerKind::Deadline => self.deadline(t.slot, t.tag, horizon),
+                TimerKind::ConnectDeadline => self.connect_deadline(t.slot, t.tag),
             }
+        }
+        if self.lag.count > 0 {
+            self.shared.merge_lag(&self.lag);
+            self.lag = crate::agent::Histogram::zero();
         }
     }
 
-    fn due(&mut self, i: u32, tag: u32, at: Instant) {
+    fn due(&mut self, i: u32, tag: u32) {
         let Some(s) = self.slot(i) else { return };
-        if s.sched != tag || s.next_due != at {
+        // One live due timer per slot: the one carrying its current schedule tag.
+        if s.sched != tag {
             return;
         }
+        let at = s.next_due;
         // The next one: phase + n x interval; slots already missed by a whole interval are skipped.
         let interval = s.spec.interval.max(Duration::from_micros(100));
         let mut next = at + interval;
@@ -431,12 +518,12 @@ impl Loop {
         }
         s.next_due = next;
         let sched = s.sched;
-        self.heap.push(Reverse(Timer {
+        self.heap.push(Timer {
             at: next,
             slot: i,
             tag: sched,
             kind: TimerKind::Due,
-        }));
+        });
         let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return;
         };
@@ -454,22 +541,108 @@ impl Loop {
                     self.stop = true;
                 }
             }
-            (Conn::Idle, _) => self.start_connect(i),
-            (Conn::Connecting, _) => {} // skipped: the handshake's outcome counts
+            (Conn::Idle, _) => {
+                // The probe starts with a new connection: its lag is when the connect started.
+                self.lag
+                    .record_seconds(Instant::now().saturating_duration_since(at).as_secs_f64());
+                self.start_connect(i);
+            }
+            (Conn::Connecting | Conn::TcpConnecting(_), _) => {} // skipped: the connection's outcome counts
             (Conn::Tcp(_) | Conn::Udp(_), _) => self.send(i, Some(at)),
         }
     }
 
     fn start_connect(&mut self, i: u32) {
-        let Some(s) = self.slot(i) else { return };
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
         s.cgen = s.cgen.wrapping_add(1);
-        s.conn = Conn::Connecting;
+        let now = Instant::now();
+        let deadline = now + s.spec.timeout;
+        if matches!(s.kind, Kind::Udp { .. }) {
+            s.conn = Conn::Connecting;
+            let job = Job::Connect {
+                slot: i,
+                cgen: s.cgen,
+                link: Pending::Udp(s.spec.addr),
+                deadline,
+            };
+            if self.connects.send(job).is_err() {
+                self.stop = true;
+            }
+            return;
+        }
+        let started = TcpStream::connect(s.spec.addr).and_then(|mut t| {
+            registry
+                .register(&mut t, token(i, s.cgen), Interest::WRITABLE)
+                .map(|()| t)
+        });
+        match started {
+            Ok(t) => {
+                s.conn = Conn::TcpConnecting(t);
+                let cgen = s.cgen;
+                self.heap.push(Timer {
+                    at: deadline,
+                    slot: i,
+                    tag: cgen,
+                    kind: TimerKind::ConnectDeadline,
+                });
+            }
+            Err(e) => {
+                s.entry.record_err(now, &io_failure("connect", &e));
+                s.conn = Conn::Idle;
+            }
+        }
+    }
+
+    /// The TCP connect of slot `i` went on for the whole timeout.
+    fn connect_deadline(&mut self, i: u32, cgen: u32) {
+        let Some(s) = self.slot(i) else { return };
+        if s.cgen != cgen || !matches!(s.conn, Conn::TcpConnecting(_)) {
+            return;
+        }
+        let f = Failure::new(
+            ErrorReason::Timeout,
+            format!("connect: no answer within {:?}", s.spec.timeout),
+        );
+        s.entry.record_err(Instant::now(), &f);
+        drop_conn(s);
+    }
+
+    /// The non-blocking connect of slot `i` is writable: connected (the handshake goes to a worker) or
+    /// failed.
+    fn connect_done(&mut self, i: u32) {
+        let registry = self.poll.registry();
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Conn::TcpConnecting(t) = &s.conn else {
+            return;
+        };
+        let now = Instant::now();
+        let error = match t.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match t.peer_addr() {
+                Ok(_) => None,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // not yet
+                Err(e) => Some(e),
+            },
+        };
+        if let Some(e) = error {
+            s.entry.record_err(now, &io_failure("connect", &e));
+            drop_conn(s);
+            return;
+        }
+        let Conn::TcpConnecting(mut t) = std::mem::replace(&mut s.conn, Conn::Connecting) else {
+            return;
+        };
+        let _ = registry.deregister(&mut t);
         let job = Job::Connect {
             slot: i,
             cgen: s.cgen,
-            addr: s.spec.addr,
-            udp: matches!(s.kind, Kind::Udp { .. }),
-            timeout: s.spec.timeout,
+            link: Pending::Tcp(t.into()),
+            deadline: now + s.spec.timeout,
         };
         if self.connects.send(job).is_err() {
             self.stop = true;
@@ -525,14 +698,15 @@ impl Loop {
                 let at = sent + s.spec.timeout;
                 let epoch = s.epoch;
                 if let Some(due) = due {
-                    self.shared.record_lag(sent.saturating_duration_since(due));
+                    self.lag
+                        .record_seconds(sent.saturating_duration_since(due).as_secs_f64());
                 }
-                self.heap.push(Reverse(Timer {
+                self.heap.push(Timer {
                     at,
                     slot: i,
                     tag: epoch,
                     kind: TimerKind::Deadline,
-                }));
+                });
             }
             Ok(_) | Err(_) if tcp => {
                 // A short write: the peer does not read what we send; any error: the connection is gone.
@@ -547,10 +721,9 @@ impl Loop {
                 fail_all(s, sent, &f);
                 drop_conn(s);
             }
-            Ok(_) => s.entry.record_err(
-                sent,
-                &Failure::new(ErrorReason::Other, "short UDP send"),
-            ),
+            Ok(_) => s
+                .entry
+                .record_err(sent, &Failure::new(ErrorReason::Other, "short UDP send")),
             Err(e) => {
                 let f = io_failure("send", &e);
                 s.entry.record_err(sent, &f);
@@ -613,14 +786,11 @@ impl Loop {
         if s.cgen != cgen {
             return;
         }
-        let (tcp, udp) = (
-            matches!(s.conn, Conn::Tcp(_)),
-            matches!(s.conn, Conn::Udp(_)),
-        );
-        if tcp {
-            self.read_tcp(i, closed);
-        } else if udp {
-            self.read_udp(i);
+        match s.conn {
+            Conn::Tcp(_) => self.read_tcp(i, closed),
+            Conn::Udp(_) => self.read_udp(i),
+            Conn::TcpConnecting(_) => self.connect_done(i),
+            Conn::Idle | Conn::Connecting => {}
         }
     }
 
@@ -670,7 +840,8 @@ impl Loop {
                 return;
             };
             let Kind::Udp { size } = s.kind else { return };
-            for _ in 0..64 {
+            // Edge-triggered: drain to WouldBlock (a connected socket only hears its peer, bounded by its buffer).
+            loop {
                 let Conn::Udp(u) = &mut s.conn else { return };
                 let res = u.recv(&mut self.rbuf);
                 let now = Instant::now();
@@ -826,5 +997,46 @@ fn drop_conn(s: &mut Slot) {
     s.partial.clear();
     if s.partial.capacity() > 4096 {
         s.partial = Vec::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timers_pop_in_time_order_and_keep_their_fields() {
+        let mut t = Timers::new();
+        let base = t.origin + Duration::from_secs(5);
+        let kinds = [
+            TimerKind::Due,
+            TimerKind::Deadline,
+            TimerKind::ConnectDeadline,
+        ];
+        for i in 0..30u32 {
+            t.push(Timer {
+                at: base + Duration::from_nanos(u64::from((i * 7919) % 30) * 1_000_001),
+                slot: (1 << 30) - 1 - i,
+                tag: u32::MAX - i,
+                kind: kinds[i as usize % 3],
+            });
+        }
+        assert_eq!(t.pop_until(base - Duration::from_nanos(1)), None);
+        let mut last = None;
+        let mut n = 0;
+        while let Some(x) = t.pop_until(base + Duration::from_secs(1)) {
+            let i = u32::MAX - x.tag;
+            assert_eq!(x.slot, (1 << 30) - 1 - i);
+            assert_eq!(x.kind, kinds[i as usize % 3]);
+            assert_eq!(
+                x.at,
+                base + Duration::from_nanos(u64::from((i * 7919) % 30) * 1_000_001)
+            );
+            assert!(last.is_none_or(|l| l <= x.at));
+            last = Some(x.at);
+            n += 1;
+        }
+        assert_eq!(n, 30);
+        assert_eq!(t.next(), None);
     }
 }
