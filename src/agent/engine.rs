@@ -75,7 +75,11 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { psk: None, window: Duration::from_secs(60), workers: 4 }
+        EngineConfig {
+            psk: None,
+            window: Duration::from_secs(60),
+            workers: 4,
+        }
     }
 }
 
