@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod netns;
 pub mod procs;
+pub mod prometheus;
 pub mod samba;
 
 use std::path::PathBuf;
