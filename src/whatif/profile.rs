@@ -221,20 +221,43 @@ impl AppProfile {
             }
         }
         if prof.connections.is_empty() {
-            return Err(ProfileError::Empty {
-                path: file,
-                what: format!(
-                    "no TCP connection carried data both ways ({} connection(s), {} with data one way only): \
-                     a what-if needs requests and their responses; capture both directions (e.g. on the client)",
+            let one_way = flows
+                .iter()
+                .filter(|f| {
+                    let (up, down) = (
+                        f.client_to_server.payload_bytes,
+                        f.server_to_client.payload_bytes,
+                    );
+                    (up == 0) != (down == 0)
+                })
+                .count();
+            let both = flows
+                .iter()
+                .filter(|f| {
+                    f.client_to_server.payload_bytes > 0 && f.server_to_client.payload_bytes > 0
+                })
+                .count();
+            let what = if both == 0 {
+                format!(
+                    "no TCP connection carried data both ways ({} connection(s), {one_way} with data one way \
+                     only): a what-if needs requests and their responses; capture both directions (e.g. on the \
+                     client)",
+                    flows.len()
+                )
+            } else {
+                format!(
+                    "no request/response turn could be read in {both} connection(s) with data both ways ({} in \
+                     all, {one_way} one way only){}; if the protocol runs on an unusual port, name it with --proto",
                     flows.len(),
-                    flows
-                        .iter()
-                        .filter(|f| f.client_to_server.payload_bytes
-                            + f.server_to_client.payload_bytes
-                            > 0)
-                        .count()
-                ),
-            });
+                    if flows.iter().any(|f| f.handshake.is_none()) {
+                        ", and without a handshake the client is guessed as the side with the higher port: \
+                         capture from before the connection opens"
+                    } else {
+                        ""
+                    }
+                )
+            };
+            return Err(ProfileError::Empty { path: file, what });
         }
         prof.connections.sort_by_key(|c| c.start);
         Ok(prof)

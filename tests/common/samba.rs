@@ -30,14 +30,12 @@ impl Samba {
             return None;
         }
         let mut last = String::new();
-        // A port picked by the OS is free when we look; another process may take it before smbd binds it,
-        // so a start that does not listen is retried on a new port.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+        // A free port below the kernel's ephemeral range, as a real file server's (445) is: captures without
+        // a handshake then tell client from server by the ports as they would in the field (the higher port
+        // is the client's). Free when we look; another process may take it before smbd binds it, so a start
+        // that does not listen is retried on a new port.
+        for attempt in 0..5 {
+            let port = server_port(attempt);
             match Samba::start_on(port) {
                 Ok(s) => return Some(s),
                 Err(e) => last = e,
@@ -167,4 +165,33 @@ fn unsafe_free_kill(pid: u32) {
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
+}
+
+/// A port free on 127.0.0.1 now, below the ephemeral range (`ip_local_port_range`), else one the OS picks.
+fn server_port(attempt: u32) -> u16 {
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let span = low.saturating_sub(10_000).max(1);
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(attempt.wrapping_mul(40_503))
+        .wrapping_add(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()),
+        );
+    for i in 0..200u32 {
+        let port = low - 1 - (seed.wrapping_add(i.wrapping_mul(7919)) % span);
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            drop(l);
+            return port as u16;
+        }
+    }
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
