@@ -367,15 +367,6 @@ fn port_after(line: &str, prefix: &str) -> u16 {
         .unwrap_or_else(|_| panic!("a port in {line}"))
 }
 
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET `path` with a deadline on everything; returns (status, head, body).
 fn get(
     addr: SocketAddr,
@@ -832,7 +823,7 @@ fn config_reload_with_an_error_keeps_the_old_targets() {
 #[test]
 fn a_down_peer_counts_refused_and_comes_back() {
     let mut t = T::new();
-    let down = free_port();
+    let down = common::free_port();
     let junk = t.garbage_peer();
     let a = t.agent(
         &[
@@ -973,7 +964,7 @@ fn psk_agents_measure_each_other_and_not_one_without_the_key() {
 fn a_database_password_never_appears() {
     let mut t = T::new();
     let (_, sp) = t.server(0, &[]);
-    let closed = free_port();
+    let closed = common::free_port();
     let cfg = t.write(
         "agent.toml",
         &format!(

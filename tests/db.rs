@@ -1176,14 +1176,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A self-signed certificate for "localhost" made with openssl: (cert, key).
 fn self_signed(dir: &std::path::Path) -> (String, String) {
     let cert = dir.join("cert.pem").to_str().unwrap().to_string();
@@ -1226,7 +1218,7 @@ fn rediss_against_a_redis_with_tls() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
-    let port = free_port();
+    let port = common::free_port();
     let child = std::process::Command::new("redis-server")
         .args([
             "--port",
@@ -1310,7 +1302,7 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
             "--skip-test-db",
         ],
     );
-    let port = free_port();
+    let port = common::free_port();
     let sock = dir.path().join("sock").display().to_string();
     let child = std::process::Command::new("mariadbd")
         .args([

@@ -69,3 +69,12 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// A TCP port free on 127.0.0.1 when asked (bound by the OS, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -41,19 +41,6 @@ pub struct Prometheus {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// `%`-encodes everything but the unreserved characters of RFC 3986.
-pub fn url_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// GET `path` from `addr` (connecting from namespace `ns`), everything within `timeout`; the status code
 /// and the body.
 pub fn http_get(
@@ -248,7 +235,10 @@ impl Prometheus {
 
     /// `/api/v1/query?query=Q`: the parsed `data` of a successful answer, else an error.
     pub fn query(&self, q: &str) -> Result<serde_json::Value, String> {
-        let path = format!("/api/v1/query?query={}", url_encode(q));
+        let path = format!(
+            "/api/v1/query?query={}",
+            roundtrip::mesh::http::encode_component(q)
+        );
         let (code, body) = http_get(
             self.ns.as_deref(),
             self.addr,

@@ -189,9 +189,5 @@ fn server_port(attempt: u32) -> u16 {
             return port as u16;
         }
     }
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::free_port()
 }
