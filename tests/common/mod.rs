@@ -57,7 +57,23 @@ pub fn have(program: &str) -> bool {
     ok
 }
 
-/// True when running as root (namespaces, raw sockets).
+/// A test that cannot run here: prints `SKIPPED: {why}` and returns false, or fails under CI
+/// (ROUNDTRIP_REQUIRE_SERVICES=1, set by .ci/run): a skip in CI would let a green run hide an untested path.
+pub fn skip(why: &str) -> bool {
+    if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
+        panic!("{why}, and under CI (ROUNDTRIP_REQUIRE_SERVICES set) a skip is a failure");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// True when running as root; otherwise [`skip`]s with `what` (e.g. "raw sockets"), which fails under CI.
+pub fn require_root(what: &str) -> bool {
+    is_root() || skip(&format!("this test needs root ({what})"))
+}
+
+/// True when running as root (namespaces, raw sockets). Tests that cannot run without root use
+/// [`require_root`], so that CI fails instead of skipping.
 pub fn is_root() -> bool {
     // SAFETY-free check: /proc/self/status has the effective uid.
     std::fs::read_to_string("/proc/self/status")
