@@ -12,6 +12,8 @@ mod compare;
 mod connect;
 mod db;
 mod demo;
+mod examples;
+mod generate;
 mod icmp;
 mod load;
 mod mesh;
@@ -26,7 +28,7 @@ mod sweep;
 mod tcp;
 mod throughput;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Measure the round trip an application really pays: application-level ping-pong over TCP and UDP,
 /// sockperf-compatible.
@@ -80,11 +82,19 @@ enum Command {
     Report(report::ReportArgs),
     /// The all-pairs matrix of a fleet: p50 / p99 RTT and loss per source x target, from Prometheus or agents.
     Mesh(mesh::MeshArgs),
+    /// Man pages and shell completions (bash, zsh, fish), from the same definitions as this help.
+    Generate(generate::GenerateArgs),
 }
 
 /// Parses the command line, runs the command and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    // Every command's --help ends with examples (src/cli/examples.rs); the man pages carry them too.
+    let cmd = examples::attach(Cli::command());
+    let cli = match cmd
+        .clone()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -92,6 +102,11 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    // The documentation test (tests/docs.rs) checks the command lines the docs show against these definitions:
+    // with ROUNDTRIP_PARSE_ONLY=1 a command line that parses exits 0 here, before anything runs.
+    if std::env::var_os("ROUNDTRIP_PARSE_ONLY").is_some_and(|v| v == "1") {
+        return 0;
+    }
     let result = match cli.command {
         Command::Server(a) => server::run(a),
         Command::Ping(a) => ping::run(a),
@@ -111,6 +126,7 @@ pub fn main() -> i32 {
         Command::Report(a) => report::run(a),
         Command::Mesh(a) => mesh::run(a),
         Command::Agent(a) => agent::run(a),
+        Command::Generate(a) => generate::run(a, cmd),
     };
     output::finish(result)
 }
