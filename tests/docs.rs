@@ -116,8 +116,18 @@ fn shown_commands(path: &Path) -> Vec<Shown> {
                 });
             }
         } else {
-            // Inline code spans: `roundtrip ...`.
-            let mut rest = l;
+            // Inline code spans: `roundtrip ...`, also when a span runs over a line break: the paragraph's
+            // lines are read as one (a blank line or a fence ends it).
+            let mut para = l.to_string();
+            while i + 1 < lines.len()
+                && !lines[i + 1].trim().is_empty()
+                && !lines[i + 1].trim_start().starts_with("```")
+            {
+                i += 1;
+                para.push(' ');
+                para.push_str(lines[i].trim());
+            }
+            let mut rest = para.as_str();
             while let Some(s) = rest.find('`') {
                 let after = &rest[s + 1..];
                 let Some(e) = after.find('`') else { break };
