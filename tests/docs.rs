@@ -801,3 +801,74 @@ fn zsh_and_fish_completions_name_every_command() {
         }
     }
 }
+
+#[test]
+fn help_examples_parse_and_the_offline_ones_run() {
+    let tree = command_tree();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::create_dir(work.path().join("docs")).unwrap();
+    std::os::unix::fs::symlink(
+        root().join("docs/captures"),
+        work.path().join("docs/captures"),
+    )
+    .unwrap();
+    let mut bad = Vec::new();
+    let mut ran = 0;
+    for (path, _) in tree.iter().filter(|(_, f)| !f.contains(ALIAS)) {
+        let o = Command::new(bin())
+            .args(path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&o.stdout).to_string();
+        let Some(examples) = help.split("\nExamples:\n").nth(1) else {
+            bad.push(format!(
+                "`roundtrip {} --help` has no examples",
+                path.join(" ")
+            ));
+            continue;
+        };
+        let lines: Vec<&str> = examples
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("roundtrip "))
+            .collect();
+        if lines.len() < 2 {
+            bad.push(format!(
+                "`roundtrip {} --help` has fewer than two examples",
+                path.join(" ")
+            ));
+        }
+        for line in lines {
+            let words = shell_words(line);
+            let o = Command::new(bin())
+                .args(&words)
+                .env("ROUNDTRIP_PARSE_ONLY", "1")
+                .output()
+                .unwrap();
+            if !o.status.success() {
+                bad.push(format!(
+                    "help example `roundtrip {line}`: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+                continue;
+            }
+            // A file it reads from another example (ping.json) or from another host is not here; the rest run.
+            if runs_offline(&words) && !line.contains("--from") {
+                let o = Command::new(bin())
+                    .args(&words)
+                    .current_dir(work.path())
+                    .output()
+                    .unwrap();
+                ran += 1;
+                if !o.status.success() {
+                    bad.push(format!(
+                        "help example `roundtrip {line}` failed: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(ran >= 20, "only {ran} help examples ran");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
