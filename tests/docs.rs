@@ -872,3 +872,74 @@ fn help_examples_parse_and_the_offline_ones_run() {
     assert!(ran >= 20, "only {ran} help examples ran");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+#[test]
+fn json_format_page_lists_every_offline_kind_and_its_fields() {
+    let page = std::fs::read_to_string(root().join("docs/json-format.md")).unwrap();
+    let runs: &[&[&str]] = &[
+        &[
+            "model", "tps", "--tps", "2000", "--rtt", "0.2ms", "--at", "1ms",
+        ],
+        &["model", "window", "--window", "64KiB", "--rtt", "40ms"],
+        &["model", "bdp", "--rate", "1gbit", "--rtt", "40ms"],
+        &[
+            "model", "mathis", "--mss", "1448", "--loss", "0.1%", "--rtt", "40ms",
+        ],
+        &["model", "transfer", "--bytes", "8KiB", "--link", "1gbit"],
+        &["capture", "stats", "docs/captures/roundtrip-ping.pcap"],
+        &["capture", "timeline", "docs/captures/roundtrip-ping.pcap"],
+        &["capture", "flows", "docs/captures/roundtrip-ping.pcap"],
+        &["capture", "rpc", "docs/captures/pgbench-select.pcap"],
+        &[
+            "capture",
+            "match",
+            "docs/captures/roundtrip-ping.pcap",
+            "docs/captures/roundtrip-ping.pcap",
+        ],
+        &[
+            "capture",
+            "whatif",
+            "docs/captures/pgbench-select.pcap",
+            "--rtt",
+            "5ms",
+        ],
+    ];
+    let mut bad = Vec::new();
+    for args in runs {
+        let o = Command::new(bin())
+            .args(*args)
+            .arg("--json")
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let kind = doc["kind"].as_str().unwrap();
+        assert_eq!(doc["format"], "roundtrip");
+        // The row of the kinds table that names this kind.
+        let Some(row) = page
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&format!("`{kind}`")))
+        else {
+            bad.push(format!(
+                "kind {kind} ({args:?}) is not in docs/json-format.md"
+            ));
+            continue;
+        };
+        for key in doc.as_object().unwrap().keys() {
+            if ["format", "format_version", "kind", "environment"].contains(&key.as_str()) {
+                continue;
+            }
+            if !row.contains(key.as_str()) {
+                bad.push(format!(
+                    "kind {kind}: field {key} is not in its row of docs/json-format.md"
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
