@@ -32,9 +32,11 @@ pub struct GenerateArgs {
     dir: Option<PathBuf>,
 }
 
-/// Writes what was asked for; `cmd` is the whole command tree, examples attached.
-pub fn run(a: GenerateArgs, cmd: Command) -> Result<Exit, anyhow::Error> {
-    let mut cmd = cmd;
+/// Writes what was asked for.
+pub fn run(a: GenerateArgs) -> Result<Exit, anyhow::Error> {
+    // The definitions without the examples appended to each help: the man pages put them in a section of
+    // their own (EXAMPLES), formatted as commands rather than filled text.
+    let mut cmd = <super::Cli as clap::CommandFactory>::command();
     cmd.build();
     if let Some(dir) = &a.dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -48,10 +50,7 @@ pub fn run(a: GenerateArgs, cmd: Command) -> Result<Exit, anyhow::Error> {
             ));
         }
         (What::Man, None) => {
-            let mut buf = Vec::new();
-            clap_mangen::Man::new(cmd)
-                .render(&mut buf)
-                .context("rendering the man page")?;
+            let buf = page(cmd, "").context("rendering the man page")?;
             std::io::stdout()
                 .write_all(&buf)
                 .context("writing to standard output")?;
@@ -91,22 +90,83 @@ pub fn run(a: GenerateArgs, cmd: Command) -> Result<Exit, anyhow::Error> {
 /// Writes roundtrip.1 and a page for every subcommand, nested ones too (roundtrip-capture-rpc.1); returns how many.
 fn man_pages(cmd: &Command, dir: &Path) -> Result<usize, anyhow::Error> {
     let mut n = 0;
-    let mut stack = vec![(cmd.clone(), "roundtrip".to_string())];
-    while let Some((c, name)) = stack.pop() {
+    let mut stack = vec![(cmd.clone(), String::new())];
+    while let Some((c, path)) = stack.pop() {
         for sub in c
             .get_subcommands()
             .filter(|s| !s.is_hide_set() && s.get_name() != "help")
         {
-            stack.push((sub.clone(), format!("{name}-{}", sub.get_name())));
+            let sub_path = if path.is_empty() {
+                sub.get_name().to_string()
+            } else {
+                format!("{path} {}", sub.get_name())
+            };
+            stack.push((sub.clone(), sub_path));
         }
-        let page = c.clone().name(name.clone()).display_name(name.clone());
-        let path = dir.join(format!("{name}.1"));
-        let mut buf = Vec::new();
-        clap_mangen::Man::new(page)
-            .render(&mut buf)
-            .with_context(|| format!("rendering {name}.1"))?;
-        std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
+        let name = page_name(&path);
+        let file = dir.join(format!("{name}.1"));
+        let buf = page(c, &path).with_context(|| format!("rendering {name}.1"))?;
+        std::fs::write(&file, buf).with_context(|| format!("writing {}", file.display()))?;
         n += 1;
     }
     Ok(n)
+}
+
+/// `roundtrip-capture-rpc` for the path "capture rpc".
+fn page_name(path: &str) -> String {
+    std::iter::once("roundtrip")
+        .chain(path.split(' ').filter(|w| !w.is_empty()))
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// One man page: clap_mangen's sections, then EXAMPLES from src/cli/examples.rs.
+fn page(cmd: Command, path: &str) -> std::io::Result<Vec<u8>> {
+    let name = page_name(path);
+    let has_args = cmd.get_arguments().any(|a| !a.is_hide_set());
+    let has_subs = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let has_extra = cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some();
+    let has_version = cmd.get_version().is_some() || cmd.get_long_version().is_some();
+    let man = clap_mangen::Man::new(cmd.name(name.clone()).display_name(name));
+    let mut buf = Vec::new();
+    man.render_title(&mut buf)?;
+    man.render_name_section(&mut buf)?;
+    man.render_synopsis_section(&mut buf)?;
+    man.render_description_section(&mut buf)?;
+    if has_args {
+        man.render_options_section(&mut buf)?;
+    }
+    if has_subs {
+        man.render_subcommands_section(&mut buf)?;
+    }
+    if has_extra {
+        man.render_extra_section(&mut buf)?;
+    }
+    if let Some((_, examples)) = super::examples::EXAMPLES.iter().find(|(p, _)| *p == path) {
+        buf.extend_from_slice(b".SH EXAMPLES\n");
+        for (line, what) in *examples {
+            buf.extend_from_slice(
+                format!(
+                    ".TP\n\\fB{}\\fR\n{}\n",
+                    roff_escape(line),
+                    roff_escape(what)
+                )
+                .as_bytes(),
+            );
+        }
+    }
+    if has_version {
+        man.render_version_section(&mut buf)?;
+    }
+    Ok(buf)
+}
+
+/// Text as roff reads it literally: backslashes and hyphens escaped, no line starting as a request.
+fn roff_escape(s: &str) -> String {
+    let e = s.replace('\\', "\\e").replace('-', "\\-");
+    if e.starts_with('.') || e.starts_with('\'') {
+        format!("\\&{e}")
+    } else {
+        e
+    }
 }

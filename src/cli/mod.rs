@@ -91,7 +91,6 @@ pub fn main() -> i32 {
     // Every command's --help ends with examples (src/cli/examples.rs); the man pages carry them too.
     let cmd = examples::attach(Cli::command());
     let cli = match cmd
-        .clone()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m))
     {
@@ -126,7 +125,7 @@ pub fn main() -> i32 {
         Command::Report(a) => report::run(a),
         Command::Mesh(a) => mesh::run(a),
         Command::Agent(a) => agent::run(a),
-        Command::Generate(a) => generate::run(a, cmd),
+        Command::Generate(a) => generate::run(a),
     };
     output::finish(result)
 }
