@@ -307,7 +307,8 @@ fn db_reason(e: &DbError) -> ErrorReason {
         | DbError::TlsRequired { .. }
         | DbError::RsaKey { .. }
         | DbError::Protocol { .. }
-        | DbError::Unsupported { .. } => ErrorReason::Protocol,
+        | DbError::Unsupported { .. }
+        | DbError::Link { .. } => ErrorReason::Protocol,
     }
 }
 
