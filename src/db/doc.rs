@@ -111,6 +111,10 @@ pub struct LinkDoc {
     pub client_statement: Summary,
     /// The client -> local database leg of the same run (protocol ping), the same numbers as `ping`.
     pub client_leg: Summary,
+    /// Requests each call sends through the link (1: dblink; 2: FEDERATEDX's SHOW TABLE STATUS + SELECT).
+    pub requests_per_call: u32,
+    /// Median call / requests per call: the median network round trip through the link.
+    pub round_trip_per_request_p50_ns: Option<f64>,
 }
 
 /// The document.
@@ -224,6 +228,8 @@ impl DbDoc {
                 },
                 client_statement: l.statement.summary(),
                 client_leg: r.ping.summary(),
+                requests_per_call: l.requests_per_call,
+                round_trip_per_request_p50_ns: l.per_request_p50_ns(),
             }),
         }
     }
@@ -402,7 +408,14 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
                 fmt_nanos(o.client.as_nanos() as f64)
             );
         }
-        row3(format!("link round trip ({})", l.remote_sql), &l.single);
+        if l.requests_per_call > 1 {
+            row3(
+                format!("link call ({} requests; {})", l.requests_per_call, l.remote_sql),
+                &l.single,
+            );
+        } else {
+            row3(format!("link round trip ({})", l.remote_sql), &l.single);
+        }
         if l.rows > 0 {
             row3(
                 format!(
@@ -424,12 +437,20 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
                 l.rows - 1
             );
         }
+        if let (true, Some(q)) = (l.requests_per_call > 1, l.per_request_p50_ns()) {
+            let _ = writeln!(
+                out,
+                "per network round trip through the link: {} (median call / {} requests per call)",
+                fmt_nanos(q),
+                l.requests_per_call
+            );
+        }
         if !l.single.is_empty() && !r.ping.is_empty() {
             let _ = writeln!(
                 out,
                 "legs (medians): client -> local database {}; local database -> remote through the link {}",
                 fmt_nanos(r.ping.percentile_ns(50.0) as f64),
-                fmt_nanos(l.single.percentile_ns(50.0) as f64)
+                fmt_nanos(l.per_request_p50_ns().unwrap_or_default())
             );
         }
     }

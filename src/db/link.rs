@@ -382,9 +382,18 @@ pub struct LinkResult {
     pub rows: u64,
     /// Bytes per row of the multi-row call.
     pub row_bytes: u64,
+    /// Requests each call sends through the link: 1 for dblink; 2 for FEDERATEDX, which asks the remote
+    /// server `SHOW TABLE STATUS` before every statement's `SELECT` (seen in the remote's general log).
+    pub requests_per_call: u32,
 }
 
 impl LinkResult {
+    /// Median call divided by the requests each call makes: the median network round trip.
+    pub fn per_request_p50_ns(&self) -> Option<f64> {
+        (!self.single.is_empty())
+            .then(|| self.single.percentile_ns(50.0) as f64 / f64::from(self.requests_per_call.max(1)))
+    }
+
     /// Network time per row: (median multi-row call - median single-row call) / (rows - 1).
     pub fn per_row_ns(&self) -> Option<f64> {
         (self.rows >= 2 && !self.multi.is_empty() && !self.single.is_empty()).then(|| {
@@ -442,6 +451,8 @@ pub struct LinkSession {
     /// Remarks for the report.
     pub notes: Vec<String>,
     rows: u64,
+    /// Requests each call sends through the link.
+    pub requests_per_call: u32,
 }
 
 fn parse_call(
@@ -587,6 +598,7 @@ $rtf$",
                     ),
                     notes,
                     rows,
+                    requests_per_call: 1,
                 })
             }
             Scheme::Mysql => {
@@ -643,6 +655,13 @@ $rtf$",
                         "--create-extension: loaded FEDERATEDX (INSTALL SONAME 'ha_federatedx'; left loaded, UNINSTALL SONAME 'ha_federatedx' removes it)".into(),
                     );
                 }
+                // FEDERATEDX sends SHOW TABLE STATUS before each statement's SELECT (two round trips) unless
+                // federated_pushdown hands the whole query over.
+                let (_, pd) = session.query_row("SELECT @@global.federated_pushdown", during)?;
+                let pushdown = matches!(pd.first().cloned().flatten().as_deref(), Some("1" | "ON"));
+                if pushdown {
+                    notes.push("federated_pushdown is ON: the requests per call were measured with it OFF (two), so the per-request figure assumes one".into());
+                }
                 let remote_table = format!("roundtrip_link_{tag}_remote");
                 let table = format!("roundtrip_link_{tag}");
                 let proc_name = format!("roundtrip_link_{tag}_call");
@@ -695,6 +714,7 @@ $rtf$",
                     ),
                     notes,
                     rows,
+                    requests_per_call: if pushdown { 1 } else { 2 },
                 };
                 if let Err(e) = made {
                     ls.cleanup();
@@ -948,7 +968,14 @@ pub(crate) fn measure(
         statement: LatencyHistogram::new(),
         rows: config.rows,
         row_bytes: config.row_bytes,
+        requests_per_call: ls.requests_per_call,
     };
+    if ls.requests_per_call > 1 {
+        ls.notes.push(format!(
+            "FEDERATEDX asks the remote server SHOW TABLE STATUS before the SELECT of every statement: each call is {} round trips through the link",
+            ls.requests_per_call
+        ));
+    }
     r.notes.append(&mut ls.notes);
     let outcome = (|| -> Result<(), DbError> {
         let at = start.elapsed();
@@ -1051,11 +1078,14 @@ mod tests {
             statement: LatencyHistogram::new(),
             rows: 10,
             row_bytes: 1437,
+            requests_per_call: 2,
         };
         assert_eq!(r.per_row_ns(), None);
         r.single.record(Duration::from_micros(1000));
         r.multi.record(Duration::from_micros(10_000));
         let p = r.per_row_ns().unwrap();
         assert!((990_000.0..=1_010_000.0).contains(&p), "{p}");
+        let q = r.per_request_p50_ns().unwrap();
+        assert!((495_000.0..=505_000.0).contains(&q), "{q}");
     }
 }
