@@ -90,7 +90,10 @@ struct ScratchDb(String);
 impl ScratchDb {
     fn new(what: &str, dblink: bool) -> ScratchDb {
         let name = format!("rt_dblink_{what}_{}", std::process::id());
-        psql("test", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        psql(
+            "test",
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
         psql("test", &format!("CREATE DATABASE {name}"));
         let db = ScratchDb(name);
         if dblink {
@@ -99,7 +102,10 @@ impl ScratchDb {
         db
     }
     fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{PG}/{}?sslmode=disable", self.0)
+        format!(
+            "postgres://postgres@127.0.0.1:{PG}/{}?sslmode=disable",
+            self.0
+        )
     }
 }
 
@@ -122,7 +128,9 @@ impl Drop for ScratchDb {
 
 /// A dblink connection string to `port` on this machine, carrying the marker password.
 fn pg_target(port: u16) -> String {
-    format!("host=127.0.0.1 port={port} dbname=test user=postgres password={MARKER} sslmode=disable")
+    format!(
+        "host=127.0.0.1 port={port} dbname=test user=postgres password={MARKER} sslmode=disable"
+    )
 }
 
 fn ms(v: &Value) -> f64 {
@@ -134,7 +142,10 @@ fn pg_ready() -> bool {
 }
 
 fn no_marker(what: &str, text: &str) {
-    assert!(!text.contains(MARKER), "the password appears in {what}:\n{text}");
+    assert!(
+        !text.contains(MARKER),
+        "the password appears in {what}:\n{text}"
+    );
 }
 
 #[test]
@@ -161,9 +172,17 @@ fn pg_link_through_a_10ms_proxy_and_without() {
     no_marker("stdout", &direct.stdout);
     no_marker("stderr", &direct.stderr);
     let d = json_of(&direct);
-    assert_eq!(psql(&db.0, "SELECT count(*) FROM pg_extension WHERE extname = 'dblink'"), "1");
+    assert_eq!(
+        psql(
+            &db.0,
+            "SELECT count(*) FROM pg_extension WHERE extname = 'dblink'"
+        ),
+        "1"
+    );
     assert!(
-        d["notes"].to_string().contains("created the dblink extension"),
+        d["notes"]
+            .to_string()
+            .contains("created the dblink extension"),
         "{}",
         d["notes"]
     );
@@ -198,7 +217,10 @@ fn pg_link_through_a_10ms_proxy_and_without() {
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let v = json_of(&o);
     let l = &v["link"];
-    assert_eq!(l["target"].as_str().unwrap(), pg_target(proxy).replace(MARKER, "***"));
+    assert_eq!(
+        l["target"].as_str().unwrap(),
+        pg_target(proxy).replace(MARKER, "***")
+    );
     let p50 = ms(&l["round_trip"]["p50_ns"]);
     // 10 ms through the proxy plus the dblink call: a missing delay is below 10 ms, a doubled one 20 ms.
     assert!(
@@ -217,15 +239,22 @@ fn pg_link_through_a_10ms_proxy_and_without() {
     assert_eq!(l["round_trip"]["count"], 15);
     // Multi-row: seed 001's defaults, every call returning its rows through the 10 ms link.
     let m = &l["multi_row"];
-    assert_eq!((m["rows"].as_u64(), m["row_bytes"].as_u64()), (Some(10), Some(1437)));
+    assert_eq!(
+        (m["rows"].as_u64(), m["row_bytes"].as_u64()),
+        (Some(10), Some(1437))
+    );
     assert_eq!(m["summary"]["count"], 15);
     assert!(ms(&m["summary"]["p50_ns"]) >= RTT_MS, "{m}");
     let per_row = m["per_row_ns"].as_f64().expect("a per-row figure");
-    let expect = (m["summary"]["p50_ns"].as_f64().unwrap() - l["round_trip"]["p50_ns"].as_f64().unwrap()) / 9.0;
+    let expect = (m["summary"]["p50_ns"].as_f64().unwrap()
+        - l["round_trip"]["p50_ns"].as_f64().unwrap())
+        / 9.0;
     assert!((per_row - expect).abs() < 1.0, "{per_row} vs {expect}");
     // The full log: one link row per call with the local database's clock around it, and the open apart.
     let log = std::fs::read_to_string(&csv).unwrap();
-    assert!(log.starts_with("op,seq,start_s,duration_ns,rows,bytes,db_begin_unix_s,db_end_unix_s\n"));
+    assert!(
+        log.starts_with("op,seq,start_s,duration_ns,rows,bytes,db_begin_unix_s,db_end_unix_s\n")
+    );
     let links: Vec<&str> = log.lines().filter(|r| r.starts_with("link,")).collect();
     assert_eq!(links.len(), 15, "{log}");
     for r in &links {
@@ -235,10 +264,19 @@ fn pg_link_through_a_10ms_proxy_and_without() {
         assert!((e - b - d).abs() < 2e-6, "{r}");
         assert!(d >= RTT_MS / 1e3, "{r}");
     }
-    assert_eq!(log.lines().filter(|r| r.starts_with("link_open,")).count(), 1);
-    assert_eq!(log.lines().filter(|r| r.starts_with("link_multi,")).count(), 15);
+    assert_eq!(
+        log.lines().filter(|r| r.starts_with("link_open,")).count(),
+        1
+    );
+    assert_eq!(
+        log.lines().filter(|r| r.starts_with("link_multi,")).count(),
+        15
+    );
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("link round trip"), "the report shows the link");
+    assert!(
+        page.contains("link round trip"),
+        "the report shows the link"
+    );
     for (what, text) in [
         ("stdout", &o.stdout),
         ("stderr", &o.stderr),
@@ -264,10 +302,20 @@ fn pg_link_through_a_10ms_proxy_and_without() {
         "100",
     ]));
     assert_eq!(t.code, 0, "{}\n{}", t.stdout, t.stderr);
-    assert!(t.stdout.contains("link open (first call, not in the statistics): local begin "));
+    assert!(
+        t.stdout
+            .contains("link open (first call, not in the statistics): local begin ")
+    );
     assert!(t.stdout.contains("call 3: local begin "), "{}", t.stdout);
-    assert!(t.stdout.contains("link multi-row (4 rows x 100 B)"), "{}", t.stdout);
-    assert!(t.stdout.contains("legs (medians): client -> local database "));
+    assert!(
+        t.stdout.contains("link multi-row (4 rows x 100 B)"),
+        "{}",
+        t.stdout
+    );
+    assert!(
+        t.stdout
+            .contains("legs (medians): client -> local database ")
+    );
     assert!(t.stdout.contains("password=***"));
     no_marker("text stdout", &t.stdout);
     no_marker("text stderr", &t.stderr);
@@ -290,7 +338,13 @@ fn pg_missing_extension_is_one_line_and_nothing_is_created() {
         "{}",
         errors[0]
     );
-    assert_eq!(psql(&db.0, "SELECT count(*) FROM pg_extension WHERE extname = 'dblink'"), "0");
+    assert_eq!(
+        psql(
+            &db.0,
+            "SELECT count(*) FROM pg_extension WHERE extname = 'dblink'"
+        ),
+        "0"
+    );
     no_marker("stderr", &o.stderr);
     no_marker("stdout", &o.stdout);
 }
@@ -315,12 +369,17 @@ fn pg_link_target_down_is_one_line_and_exit_1() {
     let errors: Vec<&str> = o.stderr.lines().filter(|l| l.contains("error")).collect();
     assert_eq!(errors.len(), 1, "{}", o.stderr);
     assert!(
-        errors[0].contains("could not establish connection") && errors[0].contains(&closed.to_string()),
+        errors[0].contains("could not establish connection")
+            && errors[0].contains(&closed.to_string()),
         "{}",
         errors[0]
     );
     let v = json_of(&o);
-    assert!(v["error"].as_str().unwrap().contains("opening the link"), "{}", v["error"]);
+    assert!(
+        v["error"].as_str().unwrap().contains("opening the link"),
+        "{}",
+        v["error"]
+    );
     no_marker("stderr", &o.stderr);
     no_marker("stdout", &o.stdout);
 }
@@ -374,11 +433,19 @@ fn oracle_and_redis_links_are_refused_before_any_io() {
     ]));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
-    assert!(o.stderr.contains("SQL over TNS") && o.stderr.contains("does not speak yet"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("SQL over TNS") && o.stderr.contains("does not speak yet"),
+        "{}",
+        o.stderr
+    );
     no_marker("stderr", &o.stderr);
     let r = run(rt().args(["db", "redis://127.0.0.1:1", "--link", "x"]));
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("Redis has no database links"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("Redis has no database links"),
+        "{}",
+        r.stderr
+    );
     // A malformed connection string is refused without echoing its password.
     let b = run(rt().args([
         "db",
@@ -397,13 +464,22 @@ fn mariadb_link_through_federatedx() {
         return;
     }
     let engine = |s: &str| matches!(s, "YES" | "DEFAULT");
-    let before = mariadb("SELECT COALESCE(MAX(SUPPORT), '') FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED'");
+    let before = mariadb(
+        "SELECT COALESCE(MAX(SUPPORT), '') FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED'",
+    );
     struct Unload(bool);
     impl Drop for Unload {
         fn drop(&mut self) {
             if self.0 {
                 let _ = std::process::Command::new("mysql")
-                    .args(["-h", "127.0.0.1", "-uroot", "test", "-e", "UNINSTALL SONAME 'ha_federatedx'"])
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-uroot",
+                        "test",
+                        "-e",
+                        "UNINSTALL SONAME 'ha_federatedx'",
+                    ])
                     .output();
             }
         }
@@ -413,20 +489,32 @@ fn mariadb_link_through_federatedx() {
     let proxy = kids.proxy(MY, &["--rtt", "10ms"]);
     let target = format!("mysql://root:{MARKER}@127.0.0.1:{proxy}/test");
     let count_scratch = || {
-        mariadb("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME LIKE 'roundtrip\\_link\\_%'")
+        mariadb(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME LIKE 'roundtrip\\_link\\_%'",
+        )
     };
     let scratch_before = count_scratch();
     if !engine(&before) {
         // Not loaded: one line naming what is missing, and nothing loaded.
-        let o = run(rt().args(["db", "mysql://root@127.0.0.1/test", "--link", &target, "-n", "2"]));
+        let o = run(rt().args([
+            "db",
+            "mysql://root@127.0.0.1/test",
+            "--link",
+            &target,
+            "-n",
+            "2",
+        ]));
         assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
         assert!(
-            o.stderr.contains("FEDERATEDX engine is not loaded") && o.stderr.contains("INSTALL SONAME 'ha_federatedx'"),
+            o.stderr.contains("FEDERATEDX engine is not loaded")
+                && o.stderr.contains("INSTALL SONAME 'ha_federatedx'"),
             "{}",
             o.stderr
         );
         no_marker("stderr", &o.stderr);
-        assert!(!engine(&mariadb("SELECT COALESCE(MAX(SUPPORT), '') FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED'")));
+        assert!(!engine(&mariadb(
+            "SELECT COALESCE(MAX(SUPPORT), '') FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED'"
+        )));
     }
     // The far end logs in as a scratch user whose password is the marker: it goes to FEDERATEDX's
     // CONNECTION and roundtrip's own connection for the remote scratch table, and nowhere else.
@@ -442,7 +530,9 @@ fn mariadb_link_through_federatedx() {
             let u = &self.0;
             let _ = std::process::Command::new("mysql")
                 .args(["-h", "127.0.0.1", "-uroot", "test", "-e"])
-                .arg(format!("DROP USER IF EXISTS '{u}'@'%'; DROP USER IF EXISTS '{u}'@'localhost'"))
+                .arg(format!(
+                    "DROP USER IF EXISTS '{u}'@'%'; DROP USER IF EXISTS '{u}'@'localhost'"
+                ))
                 .output();
         }
     }
@@ -462,7 +552,12 @@ fn mariadb_link_through_federatedx() {
     ]));
     if o.code != 0 && o.stderr.contains("INSTALL SONAME") {
         // The engine cannot be loaded on this server: the refusal is the clear one-line answer.
-        assert_eq!(o.stderr.lines().filter(|l| l.contains("error")).count(), 1, "{}", o.stderr);
+        assert_eq!(
+            o.stderr.lines().filter(|l| l.contains("error")).count(),
+            1,
+            "{}",
+            o.stderr
+        );
         common::skip("FEDERATEDX cannot be loaded on this MariaDB");
         return;
     }
@@ -480,14 +575,19 @@ fn mariadb_link_through_federatedx() {
         "FEDERATEDX call p50 {p50} ms, expected two 10 ms round trips plus a small overhead"
     );
     let per = ms(&l["round_trip_per_request_p50_ns"]);
-    assert!((RTT_MS..RTT_MS + 4.0).contains(&per), "per request {per} ms");
+    assert!(
+        (RTT_MS..RTT_MS + 4.0).contains(&per),
+        "per request {per} ms"
+    );
     assert!(ms(&l["client_leg"]["p50_ns"]) < RTT_MS / 2.0, "{l}");
     assert_eq!(l["multi_row"]["summary"]["count"], 10);
     assert_eq!(l["multi_row"]["rows"], 10);
     // The scratch tables (local FEDERATED, remote InnoDB) and the procedure are gone.
     assert_eq!(count_scratch(), scratch_before);
     assert_eq!(
-        mariadb("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_NAME LIKE 'roundtrip\\_link\\_%'"),
+        mariadb(
+            "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_NAME LIKE 'roundtrip\\_link\\_%'"
+        ),
         "0"
     );
 }
@@ -498,11 +598,15 @@ fn get(addr: SocketAddr, path: &str) -> String {
         return String::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
-    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+    let _ = s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     let text = String::from_utf8_lossy(&raw).into_owned();
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }
 
 fn sample(text: &str, name: &str, having: &[&str]) -> Option<f64> {
@@ -554,17 +658,40 @@ fn agent_db_link_target_is_scraped_without_its_password() {
     let deadline = Instant::now() + Duration::from_secs(90);
     let metrics = loop {
         let m = get(addr, "/metrics");
-        if sample(&m, "roundtrip_rtt_seconds_count", &[&label, "probe=\"db-link\""]).is_some_and(|n| n >= 3.0) {
+        if sample(
+            &m,
+            "roundtrip_rtt_seconds_count",
+            &[&label, "probe=\"db-link\""],
+        )
+        .is_some_and(|n| n >= 3.0)
+        {
             break m;
         }
-        assert!(Instant::now() < deadline, "no db-link samples:\n{m}\n{}", agent.output());
+        assert!(
+            Instant::now() < deadline,
+            "no db-link samples:\n{m}\n{}",
+            agent.output()
+        );
         std::thread::sleep(Duration::from_millis(300));
     };
-    let n = sample(&metrics, "roundtrip_rtt_seconds_count", &[&label, "probe=\"db-link\""]).unwrap();
-    let sum = sample(&metrics, "roundtrip_rtt_seconds_sum", &[&label, "probe=\"db-link\""]).unwrap();
+    let n = sample(
+        &metrics,
+        "roundtrip_rtt_seconds_count",
+        &[&label, "probe=\"db-link\""],
+    )
+    .unwrap();
+    let sum = sample(
+        &metrics,
+        "roundtrip_rtt_seconds_sum",
+        &[&label, "probe=\"db-link\""],
+    )
+    .unwrap();
     // Every counted probe went through the 10 ms link (the link open is not counted).
     assert!(sum / n >= RTT_MS / 1e3, "mean {} s", sum / n);
-    assert!(!metrics.contains("probe=\"db\""), "one db-link series set, no db one");
+    assert!(
+        !metrics.contains("probe=\"db\""),
+        "one db-link series set, no db one"
+    );
     let api = get(addr, "/api/results");
     let page = get(addr, "/");
     agent.signal(libc_sigterm());

@@ -4,12 +4,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
-use roundtrip::db::doc::{DbDoc, text_heading, text_summary};
 use roundtrip::db::doc::link_heading;
+use roundtrip::db::doc::{DbDoc, text_heading, text_summary};
 use roundtrip::db::link::{self, LinkTarget};
 use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, LinkConfig, Observer, Secret};
-use roundtrip::report::load;
 use roundtrip::report::json;
+use roundtrip::report::load;
 use std::fs::File;
 use std::io::{BufRead, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -201,7 +201,9 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
             refuse(e);
         }
         if a.query.is_some() {
-            refuse("--query does not go with --link: the link call is fixed (select clock_timestamp() through the link)");
+            refuse(
+                "--query does not go with --link: the link call is fixed (select clock_timestamp() through the link)",
+            );
         }
     }
     config.validate().context("checking the arguments")?;

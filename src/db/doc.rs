@@ -410,7 +410,10 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
         }
         if l.requests_per_call > 1 {
             row3(
-                format!("link call ({} requests; {})", l.requests_per_call, l.remote_sql),
+                format!(
+                    "link call ({} requests; {})",
+                    l.requests_per_call, l.remote_sql
+                ),
                 &l.single,
             );
         } else {

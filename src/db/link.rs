@@ -187,7 +187,12 @@ impl LinkTarget {
             // A libpq URI: the password is in the user part or a password= parameter.
             let mut secrets = Vec::new();
             let mut redacted = super::redact_text(t);
-            if let Ok(u) = DbUrl::parse(&t.split('?').next().unwrap_or(t).replace("postgresql://", "postgres://")) {
+            if let Ok(u) = DbUrl::parse(
+                &t.split('?')
+                    .next()
+                    .unwrap_or(t)
+                    .replace("postgresql://", "postgres://"),
+            ) {
                 secrets.extend(u.password.clone());
             }
             if let Some((_, q)) = t.split_once('?') {
@@ -390,8 +395,9 @@ pub struct LinkResult {
 impl LinkResult {
     /// Median call divided by the requests each call makes: the median network round trip.
     pub fn per_request_p50_ns(&self) -> Option<f64> {
-        (!self.single.is_empty())
-            .then(|| self.single.percentile_ns(50.0) as f64 / f64::from(self.requests_per_call.max(1)))
+        (!self.single.is_empty()).then(|| {
+            self.single.percentile_ns(50.0) as f64 / f64::from(self.requests_per_call.max(1))
+        })
     }
 
     /// Network time per row: (median multi-row call - median single-row call) / (rows - 1).
@@ -554,7 +560,11 @@ impl LinkSession {
                     )?;
                     match row.as_slice() {
                         [Some(s), Some(v)] => (s.clone(), v.clone()),
-                        _ => return Err(link_err("CREATE EXTENSION dblink did not create it".into())),
+                        _ => {
+                            return Err(link_err(
+                                "CREATE EXTENSION dblink did not create it".into(),
+                            ));
+                        }
                     }
                 };
                 let s = quote_ident(&schema);
@@ -643,7 +653,10 @@ $rtf$",
                         )));
                     }
                     session
-                        .query_row("INSTALL SONAME 'ha_federatedx'", "INSTALL SONAME 'ha_federatedx'")
+                        .query_row(
+                            "INSTALL SONAME 'ha_federatedx'",
+                            "INSTALL SONAME 'ha_federatedx'",
+                        )
                         .map_err(|e| link_err(format!("loading FEDERATEDX failed: {e}")))?;
                     engine = support(&mut session)?;
                     if !loaded(&engine) {
@@ -761,7 +774,8 @@ END"
                     }
                 }
                 ls.single_sql = format!("CALL `{local_db}`.`{proc_name}`(0, 0)");
-                ls.multi_sql = (rows > 0).then(|| format!("CALL `{local_db}`.`{proc_name}`(1, {rows})"));
+                ls.multi_sql =
+                    (rows > 0).then(|| format!("CALL `{local_db}`.`{proc_name}`(1, {rows})"));
                 Ok(ls)
             }
             _ => Err(DbError::Config(
@@ -890,7 +904,9 @@ END"
                 let _ = self
                     .session
                     .query(&format!("DROP PROCEDURE IF EXISTS `{proc_name}`"));
-                let _ = self.session.query(&format!("DROP TABLE IF EXISTS `{table}`"));
+                let _ = self
+                    .session
+                    .query(&format!("DROP TABLE IF EXISTS `{table}`"));
                 if let Ok(mut rs) = open_direct(remote, self.timeout) {
                     let _ = rs.query(&format!("DROP TABLE IF EXISTS `{remote_table}`"));
                     rs.close();
@@ -1039,8 +1055,11 @@ mod tests {
         assert_eq!(t.label(), "db2:6543/app");
         assert!(!format!("{t:?}").contains("s3 cr"));
         assert_eq!(t.scrub("oops s3 cr'et here"), "oops *** here");
-        let u = LinkTarget::parse("postgresql://app:pw%21x@db2/app?password=other", Scheme::Postgres)
-            .unwrap();
+        let u = LinkTarget::parse(
+            "postgresql://app:pw%21x@db2/app?password=other",
+            Scheme::Postgres,
+        )
+        .unwrap();
         assert!(!u.redacted().contains("pw%21x") && !u.redacted().contains("other"));
         assert_eq!(u.scrub("a pw!x b other c pw%21x"), "a *** b *** c ***");
         let s = LinkTarget::parse("remote_srv", Scheme::Postgres).unwrap();
@@ -1050,11 +1069,19 @@ mod tests {
 
     #[test]
     fn bad_targets_fail_without_the_password() {
-        for bad in ["host=db2 password='hunter2", "host=db2 =hunter2", "two words"] {
-            let e = LinkTarget::parse(bad, Scheme::Postgres).unwrap_err().to_string();
+        for bad in [
+            "host=db2 password='hunter2",
+            "host=db2 =hunter2",
+            "two words",
+        ] {
+            let e = LinkTarget::parse(bad, Scheme::Postgres)
+                .unwrap_err()
+                .to_string();
             assert!(!e.contains("hunter2"), "{e}");
         }
-        let e = LinkTarget::parse("x", Scheme::Oracle).unwrap_err().to_string();
+        let e = LinkTarget::parse("x", Scheme::Oracle)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("SQL over TNS"), "{e}");
         let e = LinkTarget::parse("mysql://u:hunter2@h", Scheme::Mysql)
             .unwrap_err()

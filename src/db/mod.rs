@@ -781,6 +781,9 @@ pub trait Observer {
 pub struct NoObserver;
 impl Observer for NoObserver {}
 
+/// The values of one row: text per column, `None` for NULL.
+pub(crate) type Row = Vec<Option<String>>;
+
 /// Rows and value bytes a statement returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Fetched {
@@ -797,11 +800,7 @@ pub(crate) trait Session {
     /// Runs a statement and reads all its rows.
     fn query(&mut self, q: &str) -> Result<Fetched, DbError>;
     /// Runs a statement, reads all its rows and returns the values of the first one (empty: no row).
-    fn query_row(
-        &mut self,
-        q: &str,
-        during: &str,
-    ) -> Result<(Fetched, Vec<Option<String>>), DbError> {
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, Row), DbError> {
         let _ = (q, during);
         Err(DbError::Config(
             "this protocol returns no rows to read values from".into(),

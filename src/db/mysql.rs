@@ -377,7 +377,7 @@ impl MySession {
         &mut self,
         sql: &str,
         during: &str,
-        first: &mut Option<Vec<Option<String>>>,
+        first: &mut Option<super::Row>,
     ) -> Result<Fetched, DbError> {
         let want = first.is_some();
         self.conn
@@ -473,7 +473,7 @@ impl Session for MySession {
     fn query(&mut self, q: &str) -> Result<Fetched, DbError> {
         self.run(q, "the query")
     }
-    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, Vec<Option<String>>), DbError> {
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, super::Row), DbError> {
         let mut first = Some(Vec::new());
         let f = self.run_rows(q, during, &mut first)?;
         Ok((f, first.unwrap_or_default()))

@@ -200,10 +200,10 @@ impl PgSession {
         sql: &str,
         during: &str,
         first: bool,
-    ) -> Result<(Fetched, Option<Vec<Option<String>>>), DbError> {
+    ) -> Result<(Fetched, Option<super::Row>), DbError> {
         self.conn.send(&pg::query(sql), during)?;
         let mut f = Fetched::default();
-        let mut row: Option<Vec<Option<String>>> = None;
+        let mut row: Option<super::Row> = None;
         let mut error: Option<DbError> = None;
         loop {
             let want = first && row.is_none();
@@ -251,7 +251,7 @@ impl Session for PgSession {
     fn query(&mut self, q: &str) -> Result<Fetched, DbError> {
         self.run(q, "the query")
     }
-    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, Vec<Option<String>>), DbError> {
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, super::Row), DbError> {
         self.run_rows(q, during, true)
             .map(|(f, row)| (f, row.unwrap_or_default()))
     }
