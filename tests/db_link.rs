@@ -322,6 +322,44 @@ fn pg_link_through_a_10ms_proxy_and_without() {
 }
 
 #[test]
+fn pg_link_to_a_foreign_server_with_a_user_mapping() {
+    if !pg_ready() {
+        return;
+    }
+    let db = ScratchDb::new("fdw", true);
+    let mut kids = Kids::default();
+    let proxy = kids.proxy(PG, &["--rtt", "10ms"]);
+    psql(
+        &db.0,
+        &format!(
+            "CREATE SERVER rt_far FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host '127.0.0.1', port '{proxy}', dbname 'test', sslmode 'disable'); \
+             CREATE USER MAPPING FOR postgres SERVER rt_far OPTIONS (user 'postgres', password '{MARKER}')"
+        ),
+    );
+    let o = run(rt().args([
+        "db",
+        &db.url(),
+        "--link",
+        "rt_far",
+        "-n",
+        "8",
+        "--connects",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let v = json_of(&o);
+    assert_eq!(v["link"]["target"], "rt_far");
+    let p50 = ms(&v["link"]["round_trip"]["p50_ns"]);
+    assert!(
+        (RTT_MS..RTT_MS + 8.0).contains(&p50),
+        "link p50 {p50} ms through the foreign server"
+    );
+    no_marker("stdout", &o.stdout);
+    no_marker("stderr", &o.stderr);
+}
+
+#[test]
 fn pg_missing_extension_is_one_line_and_nothing_is_created() {
     if !pg_ready() {
         return;
