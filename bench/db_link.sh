@@ -56,4 +56,4 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 printf '%-6s %16s %18s | %16s %18s\n' median \
     "$(awk '{print $2}' "$work/rows" | median)" "$(awk '{print $3}' "$work/rows" | median)" \
-    "$(awk '{print $4}' "$work/rows" | median)" "$(awk '{print $5}' "$work/rows" | median)"
+    "$(awk '{print $5}' "$work/rows" | median)" "$(awk '{print $6}' "$work/rows" | median)"
