@@ -360,6 +360,62 @@ fn pg_link_to_a_foreign_server_with_a_user_mapping() {
 }
 
 #[test]
+fn ctrl_c_mid_run_prints_what_was_measured_and_closes_the_link() {
+    if !pg_ready() {
+        return;
+    }
+    let db = ScratchDb::new("sigint", true);
+    let mut kids = Kids::default();
+    let proxy = kids.proxy(PG, &["--rtt", "10ms"]);
+    let mut cmd = std::process::Command::new(common::procs::bin());
+    cmd.args([
+        "db",
+        &db.url(),
+        "--link",
+        &pg_target(proxy),
+        "-n",
+        "100000",
+        "-i",
+        "50ms",
+        "--connects",
+        "1",
+    ]);
+    let mut p = Proc::spawn("db --link", cmd);
+    // Progress: one line per call as it comes.
+    p.wait_line("call 4: local begin", Duration::from_secs(60))
+        .unwrap();
+    p.signal(2);
+    let status = p
+        .wait_exit(Duration::from_secs(30))
+        .expect("it stops on Ctrl-C");
+    let out = p.stdout();
+    assert!(status.success(), "{}", p.output());
+    assert!(
+        out.contains("link round trip (SELECT clock_timestamp(), NULL::text)"),
+        "{out}"
+    );
+    assert!(!out.contains("100000"), "it stopped early: {out}");
+    no_marker("output", &p.output());
+    // Its session in the local database has ended (the link closed with it).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while psql(
+        "test",
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}'",
+            db.0
+        ),
+    ) != "0"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a session is still open in {}",
+            db.0
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
 fn pg_missing_extension_is_one_line_and_nothing_is_created() {
     if !pg_ready() {
         return;

@@ -798,6 +798,16 @@ mod tests {
     }
 
     #[test]
+    fn row_values_handle_null_and_truncation() {
+        assert_eq!(
+            row_values(&[3, b'a', b'b', b'c', 0xfb, 1, b'x']).unwrap(),
+            vec![Some("abc".into()), None, Some("x".into())]
+        );
+        assert!(row_values(&[5, b'a']).is_err());
+        assert!(row_values(&[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
     fn row_bytes_handle_null_and_truncation() {
         assert_eq!(
             row_value_bytes(&[3, b'a', b'b', b'c', 0xfb, 1, b'x']).unwrap(),

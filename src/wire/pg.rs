@@ -394,6 +394,29 @@ mod tests {
     }
 
     #[test]
+    fn data_row_values_read_text_null_and_refuse_truncation() {
+        // 'D', length, 3 columns: "ab", NULL, "".
+        let mut m = vec![b'D', 0, 0, 0, 0, 0, 3];
+        m.extend_from_slice(&2i32.to_be_bytes());
+        m.extend_from_slice(b"ab");
+        m.extend_from_slice(&(-1i32).to_be_bytes());
+        m.extend_from_slice(&0i32.to_be_bytes());
+        let len = (m.len() - 1) as u32;
+        m[1..5].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(
+            data_row_values(&m).unwrap(),
+            vec![Some("ab".to_string()), None, Some(String::new())]
+        );
+        for cut in 0..m.len() - 4 {
+            let _ = data_row_values(&m[..cut]);
+        }
+        assert!(data_row_values(&m[..9]).is_err());
+        let mut big = m.clone();
+        big[7..11].copy_from_slice(&1000i32.to_be_bytes());
+        assert!(data_row_values(&big).is_err());
+    }
+
+    #[test]
     fn rejects_impossible_lengths() {
         assert!(parse_backend(&[b'Z', 0, 0, 0, 3, 0]).is_err());
         assert!(parse_backend(&[b'Z', 0x7f, 0xff, 0xff, 0xff]).is_err());
