@@ -326,7 +326,12 @@ fn pg_link_to_a_foreign_server_with_a_user_mapping() {
     if !pg_ready() {
         return;
     }
-    let db = ScratchDb::new("fdw", true);
+    // The extension in a schema off the search path: roundtrip calls it by its schema.
+    let db = ScratchDb::new("fdw", false);
+    psql(
+        &db.0,
+        "CREATE SCHEMA rt_ext; CREATE EXTENSION dblink SCHEMA rt_ext",
+    );
     let mut kids = Kids::default();
     let proxy = kids.proxy(PG, &["--rtt", "10ms"]);
     psql(
@@ -350,6 +355,14 @@ fn pg_link_to_a_foreign_server_with_a_user_mapping() {
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let v = json_of(&o);
     assert_eq!(v["link"]["target"], "rt_far");
+    assert!(
+        v["link"]["method"]
+            .as_str()
+            .unwrap()
+            .contains("schema rt_ext"),
+        "{}",
+        v["link"]
+    );
     let p50 = ms(&v["link"]["round_trip"]["p50_ns"]);
     assert!(
         (RTT_MS..RTT_MS + 8.0).contains(&p50),

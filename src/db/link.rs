@@ -430,6 +430,8 @@ enum Backend {
     Pg {
         /// The dblink connection name.
         name: String,
+        /// The dblink extension's schema, quoted.
+        schema: String,
     },
     My {
         /// Local FEDERATED table and procedure names.
@@ -598,7 +600,10 @@ $rtf$",
                     session,
                     single_sql: remote_single,
                     multi_sql: (rows > 0).then_some(remote_multi),
-                    backend: Backend::Pg { name },
+                    backend: Backend::Pg {
+                        name,
+                        schema: s.clone(),
+                    },
                     target: target.clone(),
                     addr,
                     proto,
@@ -615,7 +620,7 @@ $rtf$",
                 let Kind::Url(remote) = &target.kind else {
                     return Err(link_err("a MySQL link needs a mysql:// TARGET".into()));
                 };
-                let Some(local_db) = local.database.clone() else {
+                let Some(local_db) = local.database.as_ref().map(|d| d.replace('`', "``")) else {
                     return Err(DbError::Config(
                         "--link from MySQL/MariaDB needs the local database in the URL (mysql://USER@HOST/DATABASE): the scratch FEDERATED table goes there".into(),
                     ));
@@ -838,7 +843,7 @@ END"
     /// The first call: opens the link, then one single-row round trip through it.
     pub fn open_link(&mut self) -> Result<LinkCall, DbError> {
         let sql = match &self.backend {
-            Backend::Pg { name } => format!(
+            Backend::Pg { name, .. } => format!(
                 "SELECT * FROM pg_temp.roundtrip_link_open({}, {}, {})",
                 dollar(self.target.text.expose()),
                 dollar(name),
@@ -869,7 +874,7 @@ END"
             self.single_sql.clone()
         };
         match &self.backend {
-            Backend::Pg { name } => format!(
+            Backend::Pg { name, .. } => format!(
                 "SELECT * FROM pg_temp.roundtrip_link_call({}, {})",
                 dollar(name),
                 dollar(&q)
@@ -889,9 +894,9 @@ END"
     /// session anyway).
     pub fn cleanup(&mut self) {
         match &self.backend {
-            Backend::Pg { name } => {
+            Backend::Pg { name, schema } => {
                 let _ = self.session.query(&format!(
-                    "SELECT dblink_disconnect({n}) WHERE {n} = ANY (dblink_get_connections())",
+                    "SELECT {schema}.dblink_disconnect({n}) WHERE {n} = ANY ({schema}.dblink_get_connections())",
                     n = dollar(name)
                 ));
             }
