@@ -799,6 +799,12 @@ fn agent_db_link_target_is_scraped_without_its_password() {
         !metrics.contains("probe=\"db\""),
         "one db-link series set, no db one"
     );
+    // One target's series, all under probe="db-link" (SERIES_PER_TARGET = 38: 28 + up + 8 error reasons + 1).
+    let series = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("probe=\"db-link\""))
+        .count();
+    assert_eq!(series, 38, "{metrics}");
     let api = get(addr, "/api/results");
     let page = get(addr, "/");
     agent.signal(libc_sigterm());
