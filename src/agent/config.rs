@@ -19,11 +19,16 @@
 //! [[target]]
 //! probe = "db"
 //! url = "postgres://app@db1:5432/app"
+//! [[target]]                 # the round trip from db1 to db2 through a database link (probe="db-link")
+//! probe = "db"
+//! url = "postgres://app@db1:5432/app"
+//! link = "host=db2 dbname=app user=app password=..."   # or a foreign server name; mysql:// for FEDERATEDX
 //! ```
 //!
 //! Every error names the file, the line and the key ([`ConfigError`]); unknown keys are errors. Database
 //! passwords (in a `url`) never appear in errors: URLs are shown redacted.
 
+use crate::db::link::LinkTarget;
 use crate::db::{DbError, DbUrl};
 use crate::probe::target::Target;
 use crate::units;
@@ -131,6 +136,8 @@ pub struct TargetEntry {
     pub timeout: Option<Duration>,
     /// `url` of a `db` target (parsed; its password stays inside).
     pub url: Option<Box<DbUrl>>,
+    /// `link` of a `db` target: measure through this database link instead (probe label `db-link`).
+    pub link: Option<Box<LinkTarget>>,
     /// `labels`, sorted by name.
     pub labels: Vec<(String, String)>,
 }
@@ -521,9 +528,11 @@ impl Cx<'_> {
             interval: None,
             timeout: None,
             url: None,
+            link: None,
             labels: Vec::new(),
         };
         let mut url_val = None;
+        let mut link_val = None;
         let mut address_val = None;
         let mut probe_val = None;
         for (k, tv) in t.iter() {
@@ -549,17 +558,30 @@ impl Cx<'_> {
                     e.url = Some(Box::new(url));
                     url_val = Some(tv);
                 }
+                "link" => link_val = Some((self.string(&full, tv)?, tv)),
                 _ => {
                     return Err(ConfigError {
                         file: self.file.to_string(),
                         line: line_of(self.text, k.span().start),
                         key: full,
                         what: "unknown key (known in [[target]]: address, probe, size, interval, timeout, \
-                               labels, url)"
+                               labels, url, link)"
                             .into(),
                     });
                 }
             }
+        }
+        if let Some((text, tv)) = link_val {
+            let Some(url) = &e.url else {
+                return Err(self.err(
+                    "target.link",
+                    tv,
+                    "a link goes with probe = \"db\" and the url of the local database it starts from",
+                ));
+            };
+            let t = LinkTarget::parse(text, url.scheme)
+                .map_err(|err| self.err("target.link", tv, &err.to_string()))?;
+            e.link = Some(Box::new(t));
         }
         match (e.probe == Some(ProbeName::Db), e.url.is_some()) {
             (true, false) => {

@@ -97,6 +97,8 @@ struct Entry {
     busy: AtomicBool,
     /// The kept database session of a `db` target.
     db: Mutex<Option<pool::DbSession>>,
+    /// The kept link session of a `db-link` target.
+    link: Mutex<Option<crate::db::link::LinkSession>>,
 }
 
 struct EntryState {
@@ -277,6 +279,7 @@ impl Engine {
                             }),
                             busy: AtomicBool::new(false),
                             db: Mutex::new(None),
+                            link: Mutex::new(None),
                         });
                         msgs.push(stream::Msg::Add {
                             entry: entry.clone(),
@@ -292,6 +295,9 @@ impl Engine {
                 msgs.push(stream::Msg::Remove { id: entry.id });
                 if matches!(lock(&entry.state).spec.probe, ProbeKind::Db { .. }) {
                     lock(&entry.db).take();
+                }
+                if let Some(l) = lock(&entry.link).take() {
+                    l.close();
                 }
             }
             // Sent under the registry lock, so concurrent calls reach the loop in registry order.

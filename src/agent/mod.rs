@@ -82,10 +82,18 @@ pub enum ProbeKind {
         /// The URL; its password never leaves [`crate::db`] (labels use [`DbUrl::redacted`]).
         url: Box<DbUrl>,
     },
+    /// The round trip from the database at `url` to a remote one through a database link, timed inside the
+    /// local database ([`crate::db::link`]); the first call (link open) is not counted.
+    DbLink {
+        /// The local database.
+        url: Box<DbUrl>,
+        /// The far end; labels use [`crate::db::link::LinkTarget::label`], never its password.
+        link: Box<crate::db::link::LinkTarget>,
+    },
 }
 
 impl ProbeKind {
-    /// The `probe` label value: `tcp`, `udp`, `connect`, `icmp` or `db`.
+    /// The `probe` label value: `tcp`, `udp`, `connect`, `icmp`, `db` or `db-link`.
     pub fn label(&self) -> &'static str {
         match self {
             ProbeKind::Tcp { .. } => "tcp",
@@ -93,6 +101,7 @@ impl ProbeKind {
             ProbeKind::Connect => "connect",
             ProbeKind::Icmp { .. } => "icmp",
             ProbeKind::Db { .. } => "db",
+            ProbeKind::DbLink { .. } => "db-link",
         }
     }
 
@@ -100,7 +109,7 @@ impl ProbeKind {
     pub fn size(&self) -> u32 {
         match self {
             ProbeKind::Tcp { size } | ProbeKind::Udp { size } | ProbeKind::Icmp { size } => *size,
-            ProbeKind::Connect | ProbeKind::Db { .. } => 0,
+            ProbeKind::Connect | ProbeKind::Db { .. } | ProbeKind::DbLink { .. } => 0,
         }
     }
 }

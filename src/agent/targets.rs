@@ -17,6 +17,7 @@
 use super::config::{Config, ProbeName};
 use super::{DEFAULT_PORT, ProbeKind, TargetSpec};
 use crate::db::DbUrl;
+use crate::db::link::LinkTarget;
 use crate::probe::target::Target;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -106,14 +107,25 @@ fn merge_labels(base: &[(String, String)], over: &[(String, String)]) -> Vec<(St
     m.into_iter().collect()
 }
 
-fn probe_kind(name: ProbeName, size: u32, url: Option<&DbUrl>) -> Option<ProbeKind> {
+fn probe_kind(
+    name: ProbeName,
+    size: u32,
+    url: Option<&DbUrl>,
+    link: Option<&LinkTarget>,
+) -> Option<ProbeKind> {
     Some(match name {
         ProbeName::Tcp => ProbeKind::Tcp { size },
         ProbeName::Udp => ProbeKind::Udp { size },
         ProbeName::Connect => ProbeKind::Connect,
         ProbeName::Icmp => ProbeKind::Icmp { size },
-        ProbeName::Db => ProbeKind::Db {
-            url: Box::new(url?.clone()),
+        ProbeName::Db => match link {
+            Some(l) => ProbeKind::DbLink {
+                url: Box::new(url?.clone()),
+                link: Box::new(l.clone()),
+            },
+            None => ProbeKind::Db {
+                url: Box::new(url?.clone()),
+            },
         },
     })
 }
@@ -134,6 +146,7 @@ impl Plan {
             probe: probe_kind(
                 cli.probe.or(c.probe).unwrap_or(DEFAULT_PROBE),
                 cli.size.or(c.size).unwrap_or(DEFAULT_SIZE),
+                None,
                 None,
             )
             .unwrap_or(ProbeKind::Tcp { size: DEFAULT_SIZE }),
@@ -171,6 +184,7 @@ impl Plan {
                 name,
                 t.size.or(c.size).or(cli.size).unwrap_or(DEFAULT_SIZE),
                 url.as_ref(),
+                t.link.as_deref(),
             ) else {
                 continue;
             };
@@ -210,6 +224,17 @@ pub fn target_label(host: &str, port: u16, probe: &ProbeKind) -> String {
     let with_port = match probe {
         ProbeKind::Icmp { .. } => false,
         ProbeKind::Db { .. } => true,
+        // Two links from one database are two series: the label names the far end (never its password).
+        ProbeKind::DbLink { link, .. } => {
+            return format!(
+                "{}->{}",
+                Target {
+                    host: host.to_string(),
+                    port,
+                },
+                link.label()
+            );
+        }
         _ => port != DEFAULT_PORT,
     };
     if !with_port {
@@ -280,7 +305,7 @@ impl SelfFilter {
             || ip.is_unspecified()
             || self.local.iter().any(|l| canonical(*l) == ip);
         match t.probe {
-            ProbeKind::Db { .. } => false,
+            ProbeKind::Db { .. } | ProbeKind::DbLink { .. } => false,
             ProbeKind::Icmp { .. } => ours,
             _ => {
                 if self.port != Some(t.addr.port()) {

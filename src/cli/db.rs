@@ -4,9 +4,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::db::doc::link_heading;
 use roundtrip::db::doc::{DbDoc, text_heading, text_summary};
-use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, Observer, Secret};
+use roundtrip::db::link::{self, LinkTarget};
+use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, LinkConfig, Observer, Secret};
 use roundtrip::report::json;
+use roundtrip::report::load;
 use std::fs::File;
 use std::io::{BufRead, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -33,12 +36,21 @@ pub struct DbArgs {
     /// Singleton statement to time [default: SELECT 1; Redis: GET roundtrip:db:probe].
     #[arg(long, value_name = "SQL")]
     query: Option<String>,
-    /// Rows per multi-row fetch (0: no fetch).
-    #[arg(long, default_value = "100", value_parser = rows)]
-    rows: u64,
-    /// Bytes per fetched row (e.g. 1000, 1400, 8k).
-    #[arg(long, default_value = "1000", value_parser = args::size, value_name = "BYTES")]
-    row_bytes: u64,
+    /// Rows per multi-row fetch (0: no fetch) [default: 100; with --link: 10, a row per packet].
+    #[arg(long, value_parser = rows)]
+    rows: Option<u64>,
+    /// Bytes per fetched row (e.g. 1000, 1400, 8k) [default: 1000; with --link: 1437, a row per packet].
+    #[arg(long, value_parser = args::size, value_name = "BYTES")]
+    row_bytes: Option<u64>,
+    /// Measure from inside the database at URL to a remote database through a database link: a dblink
+    /// connection string ('host=... dbname=... user=... password=...') or foreign server name (PostgreSQL),
+    /// or mysql://USER:PASSWORD@HOST:PORT/DATABASE reached through a FEDERATEDX table (MySQL/MariaDB).
+    /// The password is never printed. See docs/db-link.md.
+    #[arg(long, value_name = "TARGET")]
+    link: Option<String>,
+    /// With --link: create the dblink extension (PostgreSQL) or load FEDERATEDX (MariaDB) when missing.
+    #[arg(long, requires = "link")]
+    create_extension: bool,
     /// Longest wait for any answer.
     #[arg(long, default_value = "5s", value_parser = args::positive_duration)]
     timeout: Duration,
@@ -74,13 +86,26 @@ struct CsvLog {
     w: BufWriter<File>,
     rows: u64,
     failed: bool,
+    /// `--link`: two more columns, the local database's clock around each link call.
+    link: bool,
 }
 
 impl Observer for CsvLog {
     fn sample(&mut self, s: &DbSample) {
+        let span = match (self.link, s.db_span) {
+            (false, _) => String::new(),
+            (true, None) => ",,".into(),
+            (true, Some((b, e))) => format!(
+                ",{}.{:06},{}.{:06}",
+                b.div_euclid(1_000_000),
+                b.rem_euclid(1_000_000),
+                e.div_euclid(1_000_000),
+                e.rem_euclid(1_000_000)
+            ),
+        };
         if writeln!(
             self.w,
-            "{},{},{:.9},{},{},{}",
+            "{},{},{:.9},{},{},{}{span}",
             s.op.name(),
             s.seq,
             s.at.as_secs_f64(),
@@ -96,8 +121,24 @@ impl Observer for CsvLog {
     }
 }
 
-struct Nothing;
-impl Observer for Nothing {}
+/// Passes samples to the full log and, with `--link` in text mode, prints each link call as it comes.
+struct Both<'a> {
+    log: Option<&'a mut CsvLog>,
+    print_link: bool,
+}
+
+impl Observer for Both<'_> {
+    fn sample(&mut self, s: &DbSample) {
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sample(s);
+        }
+        if self.print_link
+            && let Some(line) = roundtrip::db::doc::link_call_line(s)
+        {
+            let _ = out(format!("{line}\n"));
+        }
+    }
+}
 
 /// Reads a password from the terminal without echo.
 fn prompt_password(user: &str, what: &str) -> anyhow::Result<Secret> {
@@ -129,16 +170,47 @@ fn prompt_password(user: &str, what: &str) -> anyhow::Result<Secret> {
 pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     let mut url = DbUrl::parse(&a.url)?;
     url.apply_env(&|k| std::env::var(k).ok());
+    let link = match &a.link {
+        Some(t) => match LinkTarget::parse(t, url.scheme) {
+            Ok(t) => Some(LinkConfig {
+                target: t,
+                create_extension: a.create_extension,
+            }),
+            // Refused before any I/O.
+            Err(e) => refuse(e),
+        },
+        None => None,
+    };
+    let (default_rows, default_row_bytes) = if link.is_some() {
+        (link::DEFAULT_ROWS, link::DEFAULT_ROW_BYTES)
+    } else {
+        (100, 1000)
+    };
     let mut config = DbConfig::new(url);
+    config.link = link;
     config.family = super::args::family(a.ipv4, a.ipv6);
     config.connects = u32::try_from(a.connects).unwrap_or(u32::MAX);
     config.count = a.count;
     config.interval = a.interval;
     config.query = a.query.clone();
-    config.rows = a.rows;
-    config.row_bytes = a.row_bytes;
+    config.rows = a.rows.unwrap_or(default_rows);
+    config.row_bytes = a.row_bytes.unwrap_or(default_row_bytes);
     config.timeout = a.timeout;
+    if config.link.is_some() {
+        if let Err(e) = config.validate() {
+            refuse(e);
+        }
+        if a.query.is_some() {
+            refuse(
+                "--query does not go with --link: the link call is fixed (select clock_timestamp() through the link)",
+            );
+        }
+    }
     config.validate().context("checking the arguments")?;
+    let scrub = |s: String| match &config.link {
+        Some(l) => l.target.scrub(&s),
+        None => s,
+    };
     a.pictures.validate()?;
     let mut log = match &a.full_log {
         Some(p) => {
@@ -146,12 +218,18 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
                 File::create(p)
                     .with_context(|| format!("cannot create the full log {}", p.display()))?,
             );
-            writeln!(w, "op,seq,start_s,duration_ns,rows,bytes")
+            let header = if config.link.is_some() {
+                load::DB_LINK_LOG_HEADER
+            } else {
+                load::DB_LOG_HEADER
+            };
+            writeln!(w, "{header}")
                 .with_context(|| format!("writing the full log {}", p.display()))?;
             Some(CsvLog {
                 w,
                 rows: 0,
                 failed: false,
+                link: config.link.is_some(),
             })
         }
         None => None,
@@ -164,14 +242,22 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     }
     config.cancel = super::ping::cancel_on_ctrl_c();
     if !a.json {
-        out(text_heading(&config.url.redacted(), config.url.scheme))?;
+        out(match &config.link {
+            Some(l) => link_heading(
+                &config.url.redacted(),
+                config.url.scheme,
+                l.target.redacted(),
+            ),
+            None => text_heading(&config.url.redacted(), config.url.scheme),
+        })?;
     }
+    let print_link = !a.json && config.link.is_some();
     let mut result = {
-        let obs: &mut dyn Observer = match &mut log {
-            Some(l) => l,
-            None => &mut Nothing,
+        let mut obs = Both {
+            log: log.as_mut(),
+            print_link,
         };
-        db::run(&config, obs)?
+        db::run(&config, &mut obs).map_err(|e| anyhow::anyhow!(scrub(e.to_string())))?
     };
     // The server wants a password we do not have: ask once, when a person is there to answer.
     if let Some(DbError::NoPassword { user, .. }) = &result.error
@@ -180,16 +266,17 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         && result.connects_ok == 0
     {
         config.url.password = Some(prompt_password(user, config.url.scheme.name())?);
-        let obs: &mut dyn Observer = match &mut log {
-            Some(l) => l,
-            None => &mut Nothing,
+        let mut obs = Both {
+            log: log.as_mut(),
+            print_link,
         };
-        result = db::run(&config, obs)?;
+        result = db::run(&config, &mut obs).map_err(|e| anyhow::anyhow!(scrub(e.to_string())))?;
     }
     if a.json {
-        out(json::to_bytes(&DbDoc::new(&config, &result)))?;
+        let bytes = json::to_bytes(&DbDoc::new(&config, &result));
+        out(scrub(String::from_utf8_lossy(&bytes).into_owned()))?;
     } else {
-        out(text_summary(&config, &result))?;
+        out(scrub(text_summary(&config, &result)))?;
     }
     if let (Some(mut log), Some(path)) = (log, &a.full_log) {
         if log.w.flush().is_err() || log.failed {
@@ -217,8 +304,14 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         )?;
     }
     if let Some(e) = &result.error {
-        error_line(e);
+        error_line(scrub(e.to_string()));
         return Ok(Exit::Failed);
     }
     Ok(Exit::Ok)
+}
+
+/// Exits with 2 after a one-line error: the arguments were refused before any I/O.
+fn refuse(msg: impl std::fmt::Display) -> ! {
+    error_line(msg);
+    std::process::exit(2)
 }

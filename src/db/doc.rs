@@ -64,6 +64,59 @@ pub struct FetchDoc {
     pub throughput_bytes_per_s: Option<f64>,
 }
 
+/// The first call through a link (it opened the link; not in the statistics).
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkCallDoc {
+    /// The local database's clock before the remote call, Unix seconds.
+    pub began_unix_s: f64,
+    /// The local database's clock after it, Unix seconds.
+    pub ended_unix_s: f64,
+    /// End - begin.
+    pub round_trip_ns: u64,
+    /// The whole statement as the client saw it.
+    pub client_ns: u64,
+}
+
+/// The multi-row calls through a link.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkMultiDoc {
+    /// Time per multi-row call, from the local database's clock.
+    pub summary: Summary,
+    /// Rows per call.
+    pub rows: u64,
+    /// Bytes per row (`rpad('X', B)`).
+    pub row_bytes: u64,
+    /// (median multi-row call - median single-row call) / (rows - 1).
+    pub per_row_ns: Option<f64>,
+    /// The statement sent through the link.
+    pub remote_sql: Option<String>,
+}
+
+/// `db --link`: round trips from the local database to the remote one, timed inside the local database.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkDoc {
+    /// TARGET without password.
+    pub target: String,
+    /// How the link is made and timed.
+    pub method: String,
+    /// The statement sent through the link for a single-row call.
+    pub remote_sql: String,
+    /// The first call (link open), kept apart.
+    pub open: Option<LinkCallDoc>,
+    /// Single-row round trips through the link (local database's clock: begin and end around the remote call).
+    pub round_trip: Summary,
+    /// Multi-row calls.
+    pub multi_row: LinkMultiDoc,
+    /// The single-row call statement as the client saw it (both legs and the local work).
+    pub client_statement: Summary,
+    /// The client -> local database leg of the same run (protocol ping), the same numbers as `ping`.
+    pub client_leg: Summary,
+    /// Requests each call sends through the link (1: dblink; 2: FEDERATEDX's SHOW TABLE STATUS + SELECT).
+    pub requests_per_call: u32,
+    /// Median call / requests per call: the median network round trip through the link.
+    pub round_trip_per_request_p50_ns: Option<f64>,
+}
+
 /// The document.
 #[derive(Debug, Clone, Serialize)]
 pub struct DbDoc {
@@ -101,6 +154,9 @@ pub struct DbDoc {
     pub error: Option<String>,
     /// Stopped by the user.
     pub cancelled: bool,
+    /// `--link` only: the round trips through the database link.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkDoc>,
 }
 
 impl DbDoc {
@@ -152,8 +208,59 @@ impl DbDoc {
             notes: r.notes.clone(),
             error: r.error.as_ref().map(|e| e.to_string()),
             cancelled: r.cancelled,
+            link: r.link.as_ref().map(|l| LinkDoc {
+                target: l.target.clone(),
+                method: l.method.clone(),
+                remote_sql: l.remote_sql.clone(),
+                open: l.open.map(|c| LinkCallDoc {
+                    began_unix_s: c.began_unix_us as f64 / 1e6,
+                    ended_unix_s: c.ended_unix_us as f64 / 1e6,
+                    round_trip_ns: c.round_trip().as_nanos() as u64,
+                    client_ns: c.client.as_nanos() as u64,
+                }),
+                round_trip: l.single.summary(),
+                multi_row: LinkMultiDoc {
+                    summary: l.multi.summary(),
+                    rows: l.rows,
+                    row_bytes: l.row_bytes,
+                    per_row_ns: l.per_row_ns(),
+                    remote_sql: l.remote_multi_sql.clone(),
+                },
+                client_statement: l.statement.summary(),
+                client_leg: r.ping.summary(),
+                requests_per_call: l.requests_per_call,
+                round_trip_per_request_p50_ns: l.per_request_p50_ns(),
+            }),
         }
     }
+}
+
+/// One line per call through a link, as seed 001 prints them: the local database's clock before and after.
+pub fn link_call_line(s: &super::DbSample) -> Option<String> {
+    use super::Op;
+    let (b, e) = s.db_span?;
+    let what = match s.op {
+        Op::LinkOpen => "link open (first call, not in the statistics)".to_string(),
+        Op::Link => format!("call {}", s.seq + 1),
+        Op::LinkMulti => format!("multi-row {} ({} rows)", s.seq + 1, s.rows),
+        _ => return None,
+    };
+    Some(format!(
+        "{what}: local begin {}.{:06} end {}.{:06} round trip {}",
+        b.div_euclid(1_000_000),
+        b.rem_euclid(1_000_000),
+        e.div_euclid(1_000_000),
+        e.rem_euclid(1_000_000),
+        crate::units::fmt_nanos(s.duration.as_nanos() as f64)
+    ))
+}
+
+/// The heading printed before a `--link` run.
+pub fn link_heading(r_target: &str, scheme: Scheme, link: &str) -> String {
+    format!(
+        "roundtrip db {r_target} ({}) --link {link}: round trips from that database to the remote one, timed inside it\n",
+        scheme.name()
+    )
 }
 
 /// The heading printed before a run.
@@ -246,7 +353,9 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             Scheme::Mysql => "protocol ping (COM_PING)",
             _ => "protocol ping (PING)",
         };
-        let _ = writeln!(out, "on one connection ({} iterations):", r.ping.len());
+        if config.link.is_none() {
+            let _ = writeln!(out, "on one connection ({} iterations):", r.ping.len());
+        }
         row2(ping_name.into(), &r.ping);
         let q = if r.query_text.chars().count() > 32 {
             format!("{}...", r.query_text.chars().take(29).collect::<String>())
@@ -264,7 +373,9 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
                 &r.fetch,
             );
         }
-        out.push_str(&t2.render(2));
+        if config.link.is_none() {
+            out.push_str(&t2.render(2));
+        }
         if let (Some(per_row), Some(tp)) = (r.per_row_ns(), r.fetch_throughput_bytes_per_s()) {
             let _ = writeln!(
                 out,
@@ -274,7 +385,79 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             );
         }
     }
-    if let Some(a) = r.attribution() {
+    if let Some(l) = &r.link {
+        let mut t3 = Table::new(&[
+            "", "min", "mean", "stddev", "p50", "p90", "p99", "max", "count",
+        ]);
+        let mut row3 = |name: String, h: &crate::stats::LatencyHistogram| {
+            let c = summary_cells(&h.summary());
+            let mut v = vec![name];
+            v.extend(
+                [&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[8], &c[9]]
+                    .iter()
+                    .map(|s| s.to_string()),
+            );
+            t3.row(v);
+        };
+        let _ = writeln!(out, "link to {} ({}):", l.target, l.method);
+        if let Some(o) = &l.open {
+            let _ = writeln!(
+                out,
+                "  link open (first call, not in the statistics): {} inside the database, {} at the client",
+                fmt_nanos(o.round_trip().as_nanos() as f64),
+                fmt_nanos(o.client.as_nanos() as f64)
+            );
+        }
+        if l.requests_per_call > 1 {
+            row3(
+                format!(
+                    "link call ({} requests; {})",
+                    l.requests_per_call, l.remote_sql
+                ),
+                &l.single,
+            );
+        } else {
+            row3(format!("link round trip ({})", l.remote_sql), &l.single);
+        }
+        if l.rows > 0 {
+            row3(
+                format!(
+                    "link multi-row ({} rows x {})",
+                    l.rows,
+                    fmt_bytes(l.row_bytes)
+                ),
+                &l.multi,
+            );
+        }
+        row3("client -> local database (ping)".into(), &r.ping);
+        row3("whole call at the client".into(), &l.statement);
+        out.push_str(&t3.render(2));
+        if let Some(p) = l.per_row_ns() {
+            let _ = writeln!(
+                out,
+                "per row through the link: {} ((median multi-row - median single-row) / {})",
+                signed_nanos(p.round() as i64),
+                l.rows - 1
+            );
+        }
+        if let (true, Some(q)) = (l.requests_per_call > 1, l.per_request_p50_ns()) {
+            let _ = writeln!(
+                out,
+                "per network round trip through the link: {} (median call / {} requests per call)",
+                fmt_nanos(q),
+                l.requests_per_call
+            );
+        }
+        if !l.single.is_empty() && !r.ping.is_empty() {
+            let _ = writeln!(
+                out,
+                "legs (medians): client -> local database {}; local database -> remote through the link {}",
+                fmt_nanos(r.ping.percentile_ns(50.0) as f64),
+                fmt_nanos(l.per_request_p50_ns().unwrap_or_default())
+            );
+        }
+    }
+    if let Some(a) = r.attribution().filter(|_| r.link.is_none()) {
         let _ = write!(
             out,
             "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",

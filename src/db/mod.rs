@@ -11,6 +11,7 @@
 //! every result, document and error carries.
 
 pub mod doc;
+pub mod link;
 pub mod mysql;
 pub mod oracle;
 pub mod postgres;
@@ -151,7 +152,7 @@ pub struct DbUrl {
     pub get_server_public_key: bool,
 }
 
-fn percent_decode(s: &str) -> Result<String, String> {
+pub(crate) fn percent_decode(s: &str) -> Result<String, String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -582,6 +583,16 @@ pub enum DbError {
         /// What was wrong.
         detail: String,
     },
+    /// A database link cannot be used (extension or engine missing, the link's rule); never a password.
+    #[error("{proto} at {addr}: {message}")]
+    Link {
+        /// Protocol name.
+        proto: &'static str,
+        /// Address of the local database.
+        addr: SocketAddr,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The server asks for something roundtrip does not implement.
     #[error("{proto} at {addr} asks for {what}, which roundtrip does not support ({hint})")]
     Unsupported {
@@ -619,6 +630,17 @@ pub struct DbConfig {
     pub timeout: Duration,
     /// Set to stop early; results so far are kept.
     pub cancel: Arc<AtomicBool>,
+    /// `--link`: measure through a database link instead of the ping/query/fetch loop.
+    pub link: Option<LinkConfig>,
+}
+
+/// `--link TARGET [--create-extension]`.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// The far end of the link.
+    pub target: link::LinkTarget,
+    /// Whether roundtrip may create the dblink extension / load FEDERATEDX when missing.
+    pub create_extension: bool,
 }
 
 /// Largest `--rows`.
@@ -640,6 +662,7 @@ impl DbConfig {
             row_bytes: 1000,
             timeout: Duration::from_secs(5),
             cancel: Arc::new(AtomicBool::new(false)),
+            link: None,
         }
     }
 
@@ -668,6 +691,12 @@ impl DbConfig {
         if matches!(&self.query, Some(q) if q.trim().is_empty()) {
             return Err(DbError::Config("--query must not be empty".into()));
         }
+        if self.link.is_some() && !matches!(self.url.scheme, Scheme::Postgres | Scheme::Mysql) {
+            return Err(DbError::Config(match self.url.scheme {
+                Scheme::Oracle => "--link from Oracle (select ... from dual@LINK) needs SQL over TNS, which roundtrip does not speak yet: it can only ping an Oracle listener (roundtrip db oracle://HOST without --link)".into(),
+                _ => "--link needs a SQL database at URL (postgres:// with dblink, or mysql:// with FEDERATEDX); Redis has no database links".into(),
+            }));
+        }
         if let Some(path) = &self.url.server_public_key {
             mysql::load_public_key(path)?;
         }
@@ -695,6 +724,12 @@ pub enum Op {
     Query,
     /// Multi-row fetch on the open connection.
     Fetch,
+    /// `--link`: the first call, which opened the link.
+    LinkOpen,
+    /// `--link`: a single-row round trip through the link, timed inside the local database.
+    Link,
+    /// `--link`: a multi-row call through the link.
+    LinkMulti,
 }
 
 impl Op {
@@ -709,6 +744,9 @@ impl Op {
             Op::Ping => "ping",
             Op::Query => "query",
             Op::Fetch => "fetch",
+            Op::LinkOpen => "link_open",
+            Op::Link => "link",
+            Op::LinkMulti => "link_multi",
         }
     }
 }
@@ -728,6 +766,8 @@ pub struct DbSample {
     pub rows: u64,
     /// Value bytes received (queries and fetches).
     pub bytes: u64,
+    /// Link calls: the local database's clock before and after the remote call (µs since the Unix epoch).
+    pub db_span: Option<(i64, i64)>,
 }
 
 /// Receives samples as they are measured.
@@ -740,6 +780,9 @@ pub trait Observer {
 #[derive(Debug, Default)]
 pub struct NoObserver;
 impl Observer for NoObserver {}
+
+/// The values of one row: text per column, `None` for NULL.
+pub(crate) type Row = Vec<Option<String>>;
 
 /// Rows and value bytes a statement returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -756,6 +799,13 @@ pub(crate) trait Session {
     fn ping(&mut self) -> Result<(), DbError>;
     /// Runs a statement and reads all its rows.
     fn query(&mut self, q: &str) -> Result<Fetched, DbError>;
+    /// Runs a statement, reads all its rows and returns the values of the first one (empty: no row).
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, Row), DbError> {
+        let _ = (q, during);
+        Err(DbError::Config(
+            "this protocol returns no rows to read values from".into(),
+        ))
+    }
     /// Untimed preparation of the multi-row fetch; returns the statement to time.
     fn prepare_fetch(&mut self, rows: u64, row_bytes: u64) -> Result<String, DbError>;
     /// Untimed cleanup after the fetches.
@@ -838,6 +888,8 @@ pub struct DbResult {
     pub error: Option<DbError>,
     /// Stopped by the user.
     pub cancelled: bool,
+    /// `--link`: the round trips through the database link.
+    pub link: Option<link::LinkResult>,
 }
 
 impl DbResult {
@@ -1179,6 +1231,7 @@ fn record(
         duration: d,
         rows: f.rows,
         bytes: f.bytes,
+        db_span: None,
     });
 }
 
@@ -1230,20 +1283,21 @@ pub fn run(config: &DbConfig, obs: &mut dyn Observer) -> Result<DbResult, DbErro
         ping: LatencyHistogram::new(),
         query: LatencyHistogram::new(),
         fetch: LatencyHistogram::new(),
-        fetch_rows: if scheme == Scheme::Oracle {
+        fetch_rows: if scheme == Scheme::Oracle || config.link.is_some() {
             0
         } else {
             config.rows
         },
         fetch_bytes_total: 0,
         fetch_rows_total: 0,
-        query_text: if scheme == Scheme::Oracle {
+        query_text: if scheme == Scheme::Oracle || config.link.is_some() {
             String::new()
         } else {
             query_text.clone()
         },
         error: None,
         cancelled: false,
+        link: None,
     };
     // The first resolution is fatal when it fails: nothing can be measured.
     let (addr, dns) = target.resolve(config.family)?;
@@ -1274,15 +1328,15 @@ fn open_session(
     config: &DbConfig,
     conn: Conn,
     r: &mut DbResult,
-) -> Result<(Box<dyn Session>, Setup), DbError> {
+) -> Result<(Box<dyn Session + Send>, Setup), DbError> {
     let url = &config.url;
     match url.scheme {
         Scheme::Postgres => postgres::connect(conn, url, r.ssl_mode)
-            .map(|(s, st)| (Box::new(s) as Box<dyn Session>, st)),
+            .map(|(s, st)| (Box::new(s) as Box<dyn Session + Send>, st)),
         Scheme::Mysql => mysql::connect(conn, url, r.ssl_mode)
-            .map(|(s, st)| (Box::new(s) as Box<dyn Session>, st)),
+            .map(|(s, st)| (Box::new(s) as Box<dyn Session + Send>, st)),
         Scheme::Redis => redis::connect(conn, url, r.ssl_mode)
-            .map(|(s, st)| (Box::new(s) as Box<dyn Session>, st)),
+            .map(|(s, st)| (Box::new(s) as Box<dyn Session + Send>, st)),
         Scheme::Oracle => Err(DbError::Config(
             "an Oracle listener ping opens no database session".into(),
         )),
@@ -1300,7 +1354,7 @@ fn run_sql(
     start: Instant,
 ) -> Result<(), DbError> {
     let proto = r.scheme.name();
-    let mut session: Option<Box<dyn Session>> = None;
+    let mut session: Option<Box<dyn Session + Send>> = None;
     for i in 0..u64::from(config.connects) {
         if config.cancel.load(Ordering::SeqCst) {
             return Ok(());
@@ -1370,6 +1424,9 @@ fn run_sql(
         }
     }
     let Some(mut s) = session else { return Ok(()) };
+    if config.link.is_some() {
+        return link::measure(config, s, r, obs, start);
+    }
     let result = measure_loop(config, query_text, s.as_mut(), r, obs, start);
     s.cleanup();
     s.close();
@@ -1613,6 +1670,7 @@ mod tests {
             query_text: String::new(),
             error: None,
             cancelled: false,
+            link: None,
         };
         assert_eq!(r.attribution(), None);
         r.tcp_handshake.record(Duration::from_micros(100));

@@ -369,9 +369,21 @@ pub(crate) fn connect(
 
 impl MySession {
     fn run(&mut self, sql: &str, during: &str) -> Result<Fetched, DbError> {
+        self.run_rows(sql, during, &mut None)
+    }
+
+    /// Runs `sql`; when `first` is `Some`, it receives the values of the first row of any result set.
+    fn run_rows(
+        &mut self,
+        sql: &str,
+        during: &str,
+        first: &mut Option<super::Row>,
+    ) -> Result<Fetched, DbError> {
+        let want = first.is_some();
         self.conn
             .send(&mysql::command(mysql::COM_QUERY, sql.as_bytes()), during)?;
         let mut f = Fetched::default();
+        let mut got = false;
         loop {
             let p = packet(&mut self.conn, during)?;
             let columns = match reply(&self.conn, &p, false, during)? {
@@ -413,6 +425,13 @@ impl MySession {
                         f.rows += 1;
                         f.bytes += mysql::row_value_bytes(&p.payload)
                             .map_err(|e| self.conn.protocol(during, e))?;
+                        if want && !got {
+                            *first = Some(
+                                mysql::row_values(&p.payload)
+                                    .map_err(|e| self.conn.protocol(during, e))?,
+                            );
+                            got = true;
+                        }
                     }
                 }
             };
@@ -453,6 +472,11 @@ impl Session for MySession {
     }
     fn query(&mut self, q: &str) -> Result<Fetched, DbError> {
         self.run(q, "the query")
+    }
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, super::Row), DbError> {
+        let mut first = Some(Vec::new());
+        let f = self.run_rows(q, during, &mut first)?;
+        Ok((f, first.unwrap_or_default()))
     }
     fn prepare_fetch(&mut self, rows: u64, row_bytes: u64) -> Result<String, DbError> {
         // MySQL 8 stops recursion at cte_max_recursion_depth (1000 by default): lift it for this session.

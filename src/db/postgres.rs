@@ -47,7 +47,15 @@ fn query_error(conn: &Conn, during: &str, e: &ServerError) -> DbError {
     if e.severity == "FATAL" || e.severity == "PANIC" {
         conn.closed(during, &format!("{} ({})", e.message, e.code))
     } else {
-        conn.server(during, format!("{} {}: {}", e.severity, e.code, e.message))
+        let detail = if e.detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", e.detail)
+        };
+        conn.server(
+            during,
+            format!("{} {}: {}{detail}", e.severity, e.code, e.message).replace('\n', " "),
+        )
     }
 }
 
@@ -183,11 +191,36 @@ pub(crate) fn connect(
 
 impl PgSession {
     fn run(&mut self, sql: &str, during: &str) -> Result<Fetched, DbError> {
+        self.run_rows(sql, during, false).map(|(f, _)| f)
+    }
+
+    /// Runs `sql`; with `first`, also returns the values of the first row.
+    fn run_rows(
+        &mut self,
+        sql: &str,
+        during: &str,
+        first: bool,
+    ) -> Result<(Fetched, Option<super::Row>), DbError> {
         self.conn.send(&pg::query(sql), during)?;
         let mut f = Fetched::default();
+        let mut row: Option<super::Row> = None;
         let mut error: Option<DbError> = None;
         loop {
-            match next(&mut self.conn, during)? {
+            let want = first && row.is_none();
+            let (msg, values) = self.conn.next(during, |b: &[u8]| {
+                let Some((m, used)) = pg::parse_backend(b)? else {
+                    return Ok(None);
+                };
+                let v = match (&m, want) {
+                    (Backend::DataRow { .. }, true) => Some(pg::data_row_values(&b[..used])?),
+                    _ => None,
+                };
+                Ok::<_, pg::PgWireError>(Some(((m, v), used)))
+            })?;
+            if values.is_some() {
+                row = values;
+            }
+            match msg {
                 Backend::DataRow { value_bytes, .. } => {
                     f.rows += 1;
                     f.bytes += value_bytes as u64;
@@ -206,7 +239,7 @@ impl PgSession {
         }
         match error {
             Some(e) => Err(e),
-            None => Ok(f),
+            None => Ok((f, row)),
         }
     }
 }
@@ -217,6 +250,10 @@ impl Session for PgSession {
     }
     fn query(&mut self, q: &str) -> Result<Fetched, DbError> {
         self.run(q, "the query")
+    }
+    fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, super::Row), DbError> {
+        self.run_rows(q, during, true)
+            .map(|(f, row)| (f, row.unwrap_or_default()))
     }
     fn prepare_fetch(&mut self, rows: u64, row_bytes: u64) -> Result<String, DbError> {
         Ok(format!(

@@ -610,9 +610,33 @@ pub struct FetchIn {
     pub summary: SummaryIn,
 }
 
+/// The multi-row part of a `db --link` document.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LinkMultiIn {
+    /// Statistics of the multi-row calls.
+    pub summary: SummaryIn,
+}
+
+/// What the db report reads from the `link` part of a `db --link` document.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LinkIn {
+    /// TARGET without password.
+    #[serde(default)]
+    pub target: String,
+    /// Single-row round trips through the link.
+    pub round_trip: SummaryIn,
+    /// Multi-row calls through the link.
+    pub multi_row: LinkMultiIn,
+    /// The call as the client saw it.
+    pub client_statement: SummaryIn,
+}
+
 /// What the db report reads from a `db --json` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DbIn {
+    /// `--link` only: the round trips through the database link.
+    #[serde(default)]
+    pub link: Option<LinkIn>,
     /// Connection phases.
     pub phases: PhasesIn,
     /// Protocol-level ping.
@@ -631,9 +655,9 @@ pub struct DbIn {
 
 impl DbIn {
     /// (phase name, statistics) in the order a session goes through them.
-    pub fn phases(&self) -> [(&'static str, SummaryIn); 8] {
+    pub fn phases(&self) -> Vec<(&'static str, SummaryIn)> {
         let p = &self.phases;
-        [
+        let mut v = vec![
             ("dns", p.dns),
             ("tcp handshake", p.tcp_handshake),
             ("tls", p.tls),
@@ -642,7 +666,13 @@ impl DbIn {
             ("ping", self.ping),
             ("query", self.query),
             ("fetch", self.fetch.summary),
-        ]
+        ];
+        if let Some(l) = &self.link {
+            v.push(("link round trip", l.round_trip));
+            v.push(("link multi-row", l.multi_row.summary));
+            v.push(("whole call at the client", l.client_statement));
+        }
+        v
     }
 }
 
@@ -658,6 +688,12 @@ pub(crate) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             if s.count > 0 {
                 t.rows.push(summary_row(&r.label, name, s));
             }
+        }
+        if let Some(l) = &d.link {
+            sec.notes.push(format!(
+                "{}: link to {}: round trips timed inside the local database; ping is the client -> local database leg",
+                r.label, l.target
+            ));
         }
         for n in &d.notes {
             sec.notes.push(format!("{}: {n}", r.label));

@@ -321,6 +321,10 @@ pub struct FullLogSeries {
 
 /// Header of the `roundtrip db --full-log` CSV.
 pub const DB_LOG_HEADER: &str = "op,seq,start_s,duration_ns,rows,bytes";
+/// Header of the `roundtrip db --link --full-log` CSV: two more columns, the local database's clock before
+/// and after each link call (Unix seconds; empty on other rows).
+pub const DB_LINK_LOG_HEADER: &str =
+    "op,seq,start_s,duration_ns,rows,bytes,db_begin_unix_s,db_end_unix_s";
 
 /// The samples of one operation of a db full log.
 #[derive(Debug, Clone)]
@@ -365,7 +369,9 @@ pub fn load_any_log(path: &Path) -> Result<AnyLog, LoadError> {
     let mut r = std::io::BufReader::new(f);
     let mut first = Vec::new();
     std::io::BufRead::read_until(&mut r, b'\n', &mut first).map_err(io)?;
-    if trim_eol(&first) == DB_LOG_HEADER.as_bytes() {
+    if trim_eol(&first) == DB_LOG_HEADER.as_bytes()
+        || trim_eol(&first) == DB_LINK_LOG_HEADER.as_bytes()
+    {
         return read_phase_log(&name, r).map(AnyLog::Db);
     }
     load_full_log(path).map(AnyLog::Ping)
@@ -394,7 +400,7 @@ pub fn read_phase_log(name: &str, r: impl std::io::BufRead) -> Result<PhaseLog, 
             why,
         };
         let f: Vec<&[u8]> = l.split(|&b| b == b',').collect();
-        if f.len() != 6 {
+        if f.len() != 6 && f.len() != 8 {
             return Err(bad(format!(
                 "{} columns instead of 6 ({DB_LOG_HEADER})",
                 f.len()

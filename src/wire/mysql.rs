@@ -541,6 +541,24 @@ pub fn row_value_bytes(p: &[u8]) -> Result<u64, MyWireError> {
     Ok(total)
 }
 
+/// The values of a text-protocol row: text per column, `None` for NULL (non-UTF-8 bytes replaced).
+pub fn row_values(p: &[u8]) -> Result<Vec<Option<String>>, MyWireError> {
+    let mut c = Cur { b: p };
+    let mut out = Vec::new();
+    while !c.b.is_empty() {
+        match c.lenenc("row value length")? {
+            Some(n) => {
+                let n = usize::try_from(n).map_err(|_| MyWireError::Truncated("row value"))?;
+                out.push(Some(
+                    String::from_utf8_lossy(c.take(n, "row value")?).into_owned(),
+                ));
+            }
+            None => out.push(None),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -777,6 +795,16 @@ mod tests {
 
     fn mysql_more(p: &[u8]) -> bool {
         more_results(p)
+    }
+
+    #[test]
+    fn row_values_handle_null_and_truncation() {
+        assert_eq!(
+            row_values(&[3, b'a', b'b', b'c', 0xfb, 1, b'x']).unwrap(),
+            vec![Some("abc".into()), None, Some("x".into())]
+        );
+        assert!(row_values(&[5, b'a']).is_err());
+        assert!(row_values(&[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).is_err());
     }
 
     #[test]

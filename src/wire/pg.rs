@@ -45,6 +45,8 @@ pub struct ServerError {
     pub code: String,
     /// Primary message (`M`).
     pub message: String,
+    /// Detail (`D`), often empty.
+    pub detail: String,
 }
 
 /// A backend message.
@@ -144,6 +146,7 @@ fn error_fields(r: &mut Reader<'_>) -> Result<ServerError, PgWireError> {
             b'V' => e.severity = v,
             b'C' => e.code = v,
             b'M' => e.message = v,
+            b'D' => e.detail = v,
             _ => {}
         }
     }
@@ -221,6 +224,28 @@ pub fn parse_backend(buf: &[u8]) -> Result<Option<(Backend, usize)>, PgWireError
         other => Backend::Other(other),
     };
     Ok(Some((m, total)))
+}
+
+/// The values of a DataRow message (`msg` is the whole message as [`parse_backend`] framed it, tag
+/// included): text per column, `None` for NULL. Non-UTF-8 bytes are replaced.
+pub fn data_row_values(msg: &[u8]) -> Result<Vec<Option<String>>, PgWireError> {
+    let mut r = Reader {
+        b: msg.get(5..).unwrap_or_default(),
+        tag: 'D',
+    };
+    let columns = r.u16("column count")?;
+    let mut out = Vec::with_capacity(usize::from(columns));
+    for _ in 0..columns {
+        let n = r.u32("value length")? as i32;
+        if n < 0 {
+            out.push(None);
+        } else {
+            out.push(Some(
+                String::from_utf8_lossy(r.take(n as usize, "value")?).into_owned(),
+            ));
+        }
+    }
+    Ok(out)
 }
 
 fn message(tag: Option<u8>, body: &[u8]) -> Vec<u8> {
@@ -366,6 +391,29 @@ mod tests {
         let mut bad = m.clone();
         bad[10] = 9;
         assert!(parse_backend(&bad).is_err());
+    }
+
+    #[test]
+    fn data_row_values_read_text_null_and_refuse_truncation() {
+        // 'D', length, 3 columns: "ab", NULL, "".
+        let mut m = vec![b'D', 0, 0, 0, 0, 0, 3];
+        m.extend_from_slice(&2i32.to_be_bytes());
+        m.extend_from_slice(b"ab");
+        m.extend_from_slice(&(-1i32).to_be_bytes());
+        m.extend_from_slice(&0i32.to_be_bytes());
+        let len = (m.len() - 1) as u32;
+        m[1..5].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(
+            data_row_values(&m).unwrap(),
+            vec![Some("ab".to_string()), None, Some(String::new())]
+        );
+        for cut in 0..m.len() - 4 {
+            let _ = data_row_values(&m[..cut]);
+        }
+        assert!(data_row_values(&m[..9]).is_err());
+        let mut big = m.clone();
+        big[7..11].copy_from_slice(&1000i32.to_be_bytes());
+        assert!(data_row_values(&big).is_err());
     }
 
     #[test]

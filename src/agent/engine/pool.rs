@@ -208,6 +208,7 @@ fn probe_once(entry: &Entry, spec: &TargetSpec) -> Result<Duration, Failure> {
         ProbeKind::Connect => connect_probe(spec),
         ProbeKind::Icmp { size } => icmp_probe(spec, *size),
         ProbeKind::Db { url } => db_probe(entry, spec, url),
+        ProbeKind::DbLink { url, link } => db_link_probe(entry, spec, url, link),
         ProbeKind::Tcp { .. } | ProbeKind::Udp { .. } => Err(Failure::new(
             ErrorReason::Other,
             "a ping target reached the probe pool",
@@ -307,12 +308,61 @@ fn db_reason(e: &DbError) -> ErrorReason {
         | DbError::TlsRequired { .. }
         | DbError::RsaKey { .. }
         | DbError::Protocol { .. }
-        | DbError::Unsupported { .. } => ErrorReason::Protocol,
+        | DbError::Unsupported { .. }
+        | DbError::Link { .. } => ErrorReason::Protocol,
     }
 }
 
 fn db_failure(e: &DbError) -> Failure {
     Failure::new(db_reason(e), e.to_string())
+}
+
+/// One call through the target's database link, timed inside the local database (the kept link session is
+/// opened first when there is none; its first call opens the link and is not counted).
+fn db_link_probe(
+    entry: &Entry,
+    spec: &TargetSpec,
+    url: &DbUrl,
+    link: &db::link::LinkTarget,
+) -> Result<Duration, Failure> {
+    let fail = |e: DbError| db_failure(&link.scrub_error(e));
+    let addr = SocketAddr::new(spec.addr.ip(), url.port());
+    let kept = lock(&entry.link).take();
+    let mut ls = match kept {
+        Some(s) => s,
+        None => {
+            let session = open_db(url, addr, spec.timeout).map_err(fail)?;
+            let version = None::<&str>;
+            let mut ls = db::link::LinkSession::prepare(
+                session,
+                url.scheme,
+                version,
+                url,
+                link,
+                addr,
+                0,
+                1,
+                false,
+                spec.timeout,
+            )
+            .map_err(fail)?;
+            if let Err(e) = ls.open_link() {
+                ls.close();
+                return Err(fail(e));
+            }
+            ls
+        }
+    };
+    match ls.call() {
+        Ok(c) => {
+            *lock(&entry.link) = Some(ls);
+            Ok(c.round_trip())
+        }
+        Err(e) => {
+            ls.close();
+            Err(fail(e))
+        }
+    }
 }
 
 fn open_db(url: &DbUrl, addr: SocketAddr, timeout: Duration) -> Result<DbSession, DbError> {
