@@ -206,7 +206,7 @@ fn fmt_bits(bps: f64) -> String {
 
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
     let label = a.common.file.display().to_string();
     super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
@@ -319,7 +319,7 @@ fn no_connection(file: &std::path::Path, info: &CaptureInfo, filter: &Filter) ->
 
 fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let graph = (a.common.json || a.pictures.wanted()).then_some(match a.data_from {
         DataFromArg::Busier => capture::DataFrom::Busier,
         DataFromArg::Client => capture::DataFrom::Client,
@@ -531,7 +531,7 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         idle_timeout: a.idle_timeout,
         ..TrackerConfig::default()
     };
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let mut r = capture::run_flows(&a.common.file, &filter, config, None)?;
     if a.common.json || a.pictures.wanted() {
         r.window_series = capture::flow_series(&a.common.file, &filter, config, &r.flows)?;

@@ -383,7 +383,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         interval: a.interval,
         by_conn: a.by_conn,
     };
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let keylog = match &a.keylog {
         Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
         None => None,
@@ -501,7 +501,7 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     let filter = Filter::default();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (ci, c) = run::collect(&a.client, &filter, a.proto)
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
     let (si, s) = run::collect(&a.server, &filter, a.proto)

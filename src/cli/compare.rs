@@ -4,7 +4,6 @@ use super::args;
 use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row};
 use roundtrip::probe::connect::ConnectMode;
@@ -102,8 +101,8 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     };
     config.icmp_mode = IcmpMode::Auto;
     config.loopback_v6 = a.ipv6;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let mut dns_ns = None;
     let mut dns_line = String::new();
     if let Some(t) = &target {

@@ -2,7 +2,6 @@
 
 use super::args;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
@@ -149,8 +148,8 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     } else {
         ConnectMode::Kernel
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
 
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr;

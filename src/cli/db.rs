@@ -138,8 +138,8 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     config.rows = a.rows;
     config.row_bytes = a.row_bytes;
     config.timeout = a.timeout;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let mut log = match &a.full_log {
         Some(p) => {
             let mut w = BufWriter::new(

@@ -4,7 +4,6 @@ use super::args;
 use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::icmp::{
     self, IcmpConfig, IcmpMode, IcmpObserver, IcmpSocket, Probe, ProbeOutcome,
@@ -132,8 +131,8 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         (_, true) => IcmpMode::Datagram,
         _ => IcmpMode::Auto,
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
     config.cancel = super::ping::cancel_on_ctrl_c();

@@ -26,7 +26,7 @@ mod sweep;
 mod tcp;
 mod throughput;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Measure the round trip an application really pays: application-level ping-pong over TCP and UDP,
 /// sockperf-compatible.
@@ -82,15 +82,15 @@ enum Command {
     Mesh(mesh::MeshArgs),
 }
 
-/// Parses the command line, runs the command and returns the process exit code.
+/// Parses the command line, runs the command and returns the process exit code: 0 done (also `--help` and
+/// `--version`), 2 refused before any I/O (bad arguments), 1 the run failed.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let parsed = hyphen_values(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(e) => return refuse(&e),
     };
     let result = match cli.command {
         Command::Server(a) => server::run(a),
@@ -113,4 +113,118 @@ pub fn main() -> i32 {
         Command::Agent(a) => agent::run(a),
     };
     output::finish(result)
+}
+
+/// Lets every option that takes exactly one value accept a value starting with a hyphen, so `--rtt -20ms`
+/// reaches the option's own parser (which refuses it in words: "must not be negative") instead of clap taking
+/// `-2` for a flag. Options with an optional or a variable number of values are left alone: they would swallow
+/// the next flag.
+fn hyphen_values(mut cmd: clap::Command) -> clap::Command {
+    let ids: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            !a.is_positional()
+                && a.get_action().takes_values()
+                && a.get_num_args()
+                    .is_none_or(|r| r.min_values() == 1 && r.max_values() == 1)
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in ids {
+        cmd = cmd.mut_arg(id, |a| {
+            let a = a.allow_hyphen_values(true);
+            // A placeholder clap derived from the field's name (`<WARMUP>`) says what the value is for, which
+            // the flag already says; name what to type instead.
+            let derived = a.get_value_names().is_some_and(|n| {
+                n.len() == 1 && n[0].as_str() == a.get_id().as_str().to_uppercase()
+            });
+            let kind = a.get_value_parser().type_id();
+            let is = |t: std::any::TypeId| kind == t;
+            use std::any::TypeId;
+            if !derived {
+                a
+            } else if is(TypeId::of::<std::time::Duration>()) {
+                a.value_name("DURATION")
+            } else if is(TypeId::of::<u64>())
+                || is(TypeId::of::<u32>())
+                || is(TypeId::of::<usize>())
+            {
+                a.value_name("N")
+            } else {
+                a
+            }
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, hyphen_values);
+    }
+    cmd
+}
+
+/// Turns clap's refusal into our style: `roundtrip: error: ...` on one line on stderr, exit 2; help and
+/// version go to stdout with exit 0.
+fn refuse(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            2
+        }
+        _ => {
+            output::error_line(clap_one_line(&e.render().to_string()));
+            2
+        }
+    }
+}
+
+/// clap's multi-line error (message, the arguments it lists, tips, usage, "For more information") as one line:
+/// the message, the tips in brackets, and where to look (`see 'roundtrip proxy --help'`).
+fn clap_one_line(rendered: &str) -> String {
+    let mut message = String::new();
+    let mut tips = Vec::new();
+    let mut in_message = false;
+    for line in rendered.lines() {
+        let trimmed = line.trim();
+        if let Some(m) = trimmed.strip_prefix("error: ") {
+            message = m.trim_end_matches(':').to_string();
+            in_message = true;
+        } else if let Some(t) = trimmed.strip_prefix("tip: ") {
+            in_message = false;
+            if !t.starts_with("to pass ") {
+                tips.push(t.to_string());
+            }
+        } else if trimmed.is_empty() || trimmed.starts_with("Usage: ") {
+            in_message = false;
+        } else if in_message {
+            message.push_str(if message.ends_with(':') { " " } else { ": " });
+            message.push_str(trimmed);
+        }
+    }
+    if !tips.is_empty() {
+        message.push_str(&format!(" ({})", tips.join("; ")));
+    }
+    format!("{message}; see '{} --help'", command_path())
+}
+
+/// `roundtrip capture stats` for `roundtrip capture stats x.pcap --bogus`: the subcommands named on the
+/// command line, for the pointer to their help.
+fn command_path() -> String {
+    let mut cmd = Cli::command();
+    let mut path = vec!["roundtrip".to_string()];
+    for word in std::env::args().skip(1) {
+        let Some(sub) = cmd.find_subcommand(&word).cloned() else {
+            break;
+        };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
 }

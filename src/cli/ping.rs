@@ -159,8 +159,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
 
     let log = match &a.full_log {
         Some(p) => Some(

@@ -125,7 +125,7 @@ pub struct ProxyArgs {
     control_token_file: Option<std::path::PathBuf>,
     /// Most clients relayed at once (TCP connections, or UDP client addresses); the one over it is closed at
     /// once (UDP: its datagrams are dropped), with a rate-limited log line.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = proxy::DEFAULT_MAX_CLIENTS as u32, value_name = "N")]
+    #[arg(long, value_parser = max_clients, default_value_t = proxy::DEFAULT_MAX_CLIENTS as u32, value_name = "N")]
     max_clients: u32,
     /// Close (reset) a TCP connection with no byte in either direction for this long; 0: never.
     #[arg(long, value_parser = args::duration, default_value = "300s", value_name = "DURATION")]
@@ -413,4 +413,10 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         out(format!("\n{}", table.render(2)))?;
     }
     Ok(Exit::Ok)
+}
+
+/// `--max-clients`: a count from 1 to 2^32-1.
+fn max_clients(s: &str) -> Result<u32, String> {
+    let n = args::count(s)?;
+    u32::try_from(n).map_err(|_| format!("'{s}' is more than {} clients", u32::MAX))
 }

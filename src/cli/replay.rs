@@ -40,7 +40,7 @@ pub struct ReplayArgs {
     psk_file: Option<PathBuf>,
     /// Pings (64 bytes, before the replay) whose smallest round trip is taken as the path's RTT for the
     /// prediction; 0 skips the measure and the prediction.
-    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    #[arg(long, default_value = "10", value_parser = rtt_pings)]
     rtt_pings: u64,
     /// Wait this long for the connection, the hello and each answer (on top of the answer's server time).
     #[arg(long, default_value = "10s", value_parser = args::positive_duration, allow_hyphen_values = true)]
@@ -323,5 +323,15 @@ fn parse_path(s: &str) -> Result<PathKind, String> {
         "tcp" => Ok(PathKind::Tcp),
         "relay" => Ok(PathKind::Relay),
         _ => Err(format!("unknown path kind '{s}': use tcp or relay")),
+    }
+}
+
+/// `--rtt-pings`: a whole number from 0 to 10,000.
+fn rtt_pings(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= 10_000 => Ok(n),
+        Ok(_) => Err(format!("'{s}' is more than 10000 pings")),
+        Err(_) if s.starts_with('-') => Err(format!("'{s}' must not be negative")),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
     }
 }

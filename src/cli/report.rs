@@ -240,7 +240,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
             a.results.len()
         );
     }
-    pictures.validate()?;
+    pictures.validate().map_err(super::output::refused)?;
 
     let mut runs = Vec::new();
     for (i, path) in a.results.iter().enumerate() {

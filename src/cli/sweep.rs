@@ -4,7 +4,6 @@ use super::args;
 use super::args::family;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::load::{LoadConfig, LoadResult};
 use roundtrip::probe::ping::Transport;
@@ -128,8 +127,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         sizes: a.sizes.0.clone(),
         rates: a.rates.0.clone(),
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
     config.base.addr = addr;
     config.base.cancel = super::ping::cancel_on_ctrl_c();

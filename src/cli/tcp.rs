@@ -640,7 +640,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
 
 /// Runs `roundtrip tcp`.
 pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     if a.trace {
         if a.full_log.is_some() || a.pictures.wanted() {
             anyhow::bail!(

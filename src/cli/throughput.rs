@@ -2,7 +2,6 @@
 
 use super::args;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
@@ -126,8 +125,8 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, _) = target.resolve(super::args::family(a.ipv4, a.ipv6))?;
     config.addr = addr;
     config.cancel = super::ping::cancel_on_ctrl_c();

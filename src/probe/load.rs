@@ -86,7 +86,7 @@ impl LoadConfig {
         stream::check_size(self.size, self.transport)?;
         if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= MAX_RATE) {
             return Err(StreamError::Invalid(format!(
-                "rate {} is outside (0, {MAX_RATE}] messages per second",
+                "rate {} must be more than 0 and at most {MAX_RATE} messages per second",
                 self.rate
             )));
         }
