@@ -395,9 +395,15 @@ fn fails_with(args: &[&str], needle: &str) -> String {
 
 #[test]
 fn bad_arguments_are_refused_before_any_io() {
-    fails_with(&["ping", "127.0.0.1", "--size", "0"], "not between 14 bytes and 256 KiB");
+    fails_with(
+        &["ping", "127.0.0.1", "--size", "0"],
+        "not between 14 bytes and 256 KiB",
+    );
     fails_with(&["ping", "127.0.0.1", "--size", "-5"], "negative");
-    fails_with(&["ping", "127.0.0.1", "--size", "13"], "not between 14 bytes and 256 KiB");
+    fails_with(
+        &["ping", "127.0.0.1", "--size", "13"],
+        "not between 14 bytes and 256 KiB",
+    );
     fails_with(
         &["ping", "127.0.0.1", "--udp", "--size", "70000"],
         "not between 14 bytes and 65507 bytes",

@@ -587,7 +587,9 @@ fn zero_and_negative_sizes_and_rates_are_rejected_when_parsing() {
         .timeout(Duration::from_secs(30))
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("not between 14 bytes and 65507 bytes"));
+        .stderr(predicate::str::contains(
+            "not between 14 bytes and 65507 bytes",
+        ));
     roundtrip_cmd()
         .args(["load", "127.0.0.1:9", "--rate", "20M"])
         .timeout(Duration::from_secs(30))

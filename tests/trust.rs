@@ -226,3 +226,84 @@ fn every_refusal_is_one_line_with_exit_2() {
         assert!(!stdout.is_empty(), "{args:?}");
     }
 }
+
+/// Words only the team knows: "seed 000", "the seeds' arithmetic", "issue 7", "the issue's bounds".
+fn team_words(text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let mut found = Vec::new();
+    for (i, _) in lower.match_indices("seed") {
+        found.push(lower[i..].chars().take(40).collect());
+    }
+    for (i, _) in lower.match_indices("issue") {
+        let after: String = lower[i + "issue".len()..].chars().take(3).collect();
+        let after = after.trim_start_matches([' ', '#']);
+        if after.starts_with(|c: char| c.is_ascii_digit()) || after.starts_with("'s") {
+            found.push(lower[i..].chars().take(40).collect());
+        }
+    }
+    found
+}
+
+/// Class 13: no user-visible text names the team's sources by their internal numbers: the help of every
+/// command, the model's formulas (text and JSON), demo's output and README.
+#[test]
+fn no_team_words_reach_users() {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    let (_, top, _) = rt(&["--help"]);
+    texts.push(("--help".into(), top));
+    for path in commands() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let (_, help, _) = rt(&args);
+        texts.push((args.join(" "), help));
+    }
+    for args in [
+        vec![
+            "model",
+            "tps",
+            "--tps",
+            "2356,1567,854",
+            "--rtt",
+            "0.021ms,0.161ms,0.685ms",
+            "--at",
+            "40ms",
+        ],
+        vec![
+            "model", "tps", "--tps", "2356", "--rtt", "0.021ms", "--at", "40ms", "--json",
+        ],
+        vec!["model", "window", "--window", "64KiB", "--rtt", "40ms"],
+        vec!["model", "bdp", "--rate", "1gbit", "--rtt", "40ms"],
+        vec![
+            "model", "mathis", "--mss", "1448", "--rtt", "40ms", "--loss", "0.01",
+        ],
+        vec!["model", "transfer", "--bytes", "8KiB", "--link", "1gbit"],
+        vec![
+            "model", "transfer", "--bytes", "8KiB", "--link", "1gbit", "--json",
+        ],
+        vec!["demo", "--duration", "100ms"],
+    ] {
+        let (code, stdout, stderr) = rt(&args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(!stdout.is_empty(), "{args:?}");
+        texts.push((args.join(" "), format!("{stdout}{stderr}")));
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    texts.push(("README.md".into(), readme));
+    let mut bad = Vec::new();
+    for (what, text) in &texts {
+        for w in team_words(text) {
+            bad.push(format!("{what}: {w}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "team words reach users:\n{}",
+        bad.join("\n")
+    );
+    // The sources are named instead.
+    let (_, tps, _) = rt(&[
+        "model", "tps", "--tps", "2356", "--rtt", "0.021ms", "--at", "40ms",
+    ]);
+    assert!(tps.contains("Performing in the cloud"), "{tps}");
+}

@@ -24,8 +24,8 @@ pub struct CompareArgs {
     /// 11111). Without it, an embedded server on loopback answers.
     #[arg(value_name = "HOST[:PORT]")]
     target: Option<String>,
-    /// Whole message size of the realistic ping row, header included (default: 250 B, seed 000's average
-    /// SQL*Net packet).
+    /// Whole message size of the realistic ping row, header included (default: 250 B, the average SQL*Net packet
+    /// in Frits Hoogland's "Performing in the cloud – network latency").
     #[arg(long, short = 'm', default_value_t = DEFAULT_SIZE as u64, value_parser = args::size, value_name = "BYTES")]
     size: u64,
     /// Measurements per row.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-/// The round trip the embedded proxy adds, as seed 002's "move to the cloud".
+/// The round trip the embedded proxy adds, as the "move to the cloud" of the blog post "Network latency matters".
 const PROXY_RTT: Duration = Duration::from_millis(40);
 
 /// Arguments of `roundtrip demo`.
@@ -128,13 +128,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
          is both network stacks and the wire. Try: roundtrip server  (one terminal), roundtrip ping HOST  (another).\n",
     )?;
 
-    // Seed 002's transfer in 64 KiB requests, measured directly for the comparison below.
+    // The transfer of "Network latency matters" in 64 KiB requests, measured directly for the comparison below.
     if !cancel.load(std::sync::atomic::Ordering::SeqCst) {
         let r = measure(tcp, Transport::Tcp, 64 * 1024, a.duration, &cancel)?;
         direct.push((Transport::Tcp, 64 * 1024, r));
     }
 
-    // The same probes 40 ms away (seed 002's "move to the cloud"), beside seed 000's arithmetic.
+    // The same probes 40 ms away ("Network latency matters"), beside Hoogland's TPS arithmetic.
     let imp = Impairment {
         delay_ns: (PROXY_RTT / 2).as_nanos() as u64,
         ..Default::default()
@@ -207,7 +207,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
     out(t2.render(0))?;
     out(
         "\nOne session does one transaction per round trip: 40 ms away, thousands of transactions per second become\n\
-         about 25 (seed 000), and a transfer in 64 KiB requests pays 40 ms per request (seed 002). Try:\n  \
+         about 25 (Frits Hoogland, \"Performing in the cloud – network latency\"), and a transfer in 64 KiB requests\n\
+         pays 40 ms per request (the blog post \"Network latency matters\": a copy over a 40 ms link). Try:\n  \
          roundtrip proxy --listen 127.0.0.1:8000 --upstream HOST:PORT --rtt 40ms   and   roundtrip model tps --help\n",
     )?;
     tcp_proxy.shutdown();

@@ -65,7 +65,7 @@ enum Command {
     /// Play a capture's request/response structure (sizes, think and server times, order) against a
     /// `roundtrip server --allow-replay`, e.g. through `roundtrip proxy --rtt 40ms`, and time it.
     Replay(replay::ReplayArgs),
-    /// The seeds' arithmetic: TPS at another RTT, window and BDP limits, Mathis, frames on the wire.
+    /// Latency arithmetic, each formula with its source: TPS at another RTT, window and BDP limits, Mathis, frames on the wire.
     Model(model::ModelArgs),
     /// Round trips to PostgreSQL, MySQL/MariaDB, Redis or an Oracle listener, split into network, protocol
     /// and server time.

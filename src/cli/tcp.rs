@@ -35,7 +35,7 @@ pub struct TcpArgs {
     /// Stop after this long [default: run until Ctrl-C].
     #[arg(long = "time", short = 't', value_parser = args::positive_duration)]
     time: Option<Duration>,
-    /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the seed's DTrace columns and the ACK
+    /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the DTrace columns of Kyle Hailey's "NFS Performance Issues at TCP level" and the ACK
     /// cadence, instead of sampling.
     #[arg(long)]
     trace: bool,
