@@ -307,3 +307,140 @@ fn no_team_words_reach_users() {
     ]);
     assert!(tps.contains("Performing in the cloud"), "{tps}");
 }
+
+/// One HTTP/1.1 request to the proxy's control API: (status, body).
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("control api");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let code = resp[9..12].parse().unwrap();
+    (code, resp.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// Class 12: README's control-API sequence, run as written against `roundtrip proxy --rtt 40ms --jitter 1ms
+/// --control`: each PATCH changes only its field (the delay survives the fault), PUT replaces everything, and
+/// every answer is the full impairment in force.
+#[test]
+fn readme_control_api_sequence_patches_and_puts() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The curl lines of the proxy example, in order: (method, body).
+    let steps: Vec<(String, String)> = readme
+        .lines()
+        .filter(|l| l.starts_with("$ curl -X ") && l.contains("/impairment"))
+        .map(|l| {
+            let method = l["$ curl -X ".len()..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+            let body = l.split('\'').nth(1).unwrap().to_string();
+            (method, body)
+        })
+        .collect();
+    let methods: Vec<&str> = steps.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(
+        methods,
+        ["PATCH", "PATCH", "PUT"],
+        "README's sequence changed: {steps:?}"
+    );
+
+    let mut proxy = common::procs::Proc::spawn("proxy", {
+        let mut c = Command::new(common::procs::bin());
+        c.args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:1",
+            "--rtt",
+            "40ms",
+            "--jitter",
+            "1ms",
+            "--control",
+            "127.0.0.1:0",
+        ]);
+        c
+    });
+    let line = proxy
+        .wait_line("control api on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let ctl = line
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let get = |what: &str| -> serde_json::Value {
+        let (code, body) = http(&ctl, "GET", "/impairment", "");
+        assert_eq!(code, 200, "{what}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let start = get("start");
+    assert_eq!(start["delay_ns"], 20_000_000);
+    assert_eq!(start["jitter_ns"], 1_000_000);
+
+    // Step 1: PATCH the delay; the jitter stays.
+    let (code, body) = http(&ctl, &steps[0].0, "/impairment", &steps[0].1);
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        answer,
+        get("after step 1"),
+        "the answer is not the impairment in force"
+    );
+    assert_eq!(answer["delay_ns"], 5_000_000);
+    assert_eq!(
+        answer["jitter_ns"], 1_000_000,
+        "PATCH reset the jitter: {answer}"
+    );
+
+    // Step 2: PATCH a fault; the delay of step 1 stays (with PUT it was silently reset).
+    let (code, body) = http(&ctl, &steps[1].0, "/impairment", &steps[1].1);
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer, get("after step 2"));
+    assert_eq!(
+        answer["delay_ns"], 5_000_000,
+        "PATCH reset the delay: {answer}"
+    );
+    assert_eq!(
+        answer["reset_after"]["after_ns"], 2_000_000_000u64,
+        "{answer}"
+    );
+
+    // A refused PATCH changes nothing; null resets one field.
+    let (code, body) = http(&ctl, "PATCH", "/impairment", r#"{"loss": 2}"#);
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(get("after a refused patch")["delay_ns"], 5_000_000);
+    let (code, body) = http(&ctl, "PATCH", "/impairment", r#"{"reset_after": null}"#);
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(answer["reset_after"].is_null(), "{answer}");
+    assert_eq!(answer["delay_ns"], 5_000_000);
+
+    // Step 3: PUT replaces the whole impairment.
+    let (code, body) = http(&ctl, &steps[2].0, "/impairment", &steps[2].1);
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer, get("after step 3"));
+    assert_eq!(answer["delay_ns"], 0);
+    assert_eq!(answer["jitter_ns"], 0);
+    proxy.signal(libc::SIGINT);
+    assert!(
+        proxy
+            .wait_exit(std::time::Duration::from_secs(30))
+            .is_some()
+    );
+}
