@@ -115,7 +115,7 @@ pub struct ProxyArgs {
     /// UDP: probability that a datagram is sent twice.
     #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
     duplicate: f64,
-    /// Serve the control API here: GET/PUT /impairment (JSON), GET /counters. A non-loopback address needs
+    /// Serve the control API here: GET, PUT (replace) and PATCH (merge) /impairment (JSON), GET /counters. A non-loopback address needs
     /// --control-token-file.
     #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
