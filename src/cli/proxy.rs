@@ -115,8 +115,8 @@ pub struct ProxyArgs {
     /// UDP: probability that a datagram is sent twice.
     #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
     duplicate: f64,
-    /// Serve the control API here: GET, PUT (replace) and PATCH (merge) /impairment (JSON), GET /counters. A non-loopback address needs
-    /// --control-token-file.
+    /// Serve the control API here: GET, PUT (replace) and PATCH (merge) /impairment (JSON), GET /counters.
+    /// A non-loopback address needs --control-token-file.
     #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
     /// File holding the control API's token (one line, at least 16 printable characters, e.g. from
