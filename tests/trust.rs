@@ -444,3 +444,141 @@ fn readme_control_api_sequence_patches_and_puts() {
             .is_some()
     );
 }
+
+/// Class 6: a run that measured nothing prints its error alone (one line on stderr, exit 1): no table of
+/// zeros or dashes, no JSON document of empty histograms; a run that measured part keeps what it measured and
+/// still exits 1 when the part it exists for failed. Every command that reaches a peer, against a closed port.
+#[test]
+fn a_run_that_measured_nothing_prints_the_error_alone() {
+    // A port nothing listens on: bound and dropped, so the OS will not hand it out again at once.
+    let closed = format!("127.0.0.1:{}", common::free_port());
+    let pcap = "../shared/captures/zeek/postgresql_psql-select-now.pcap";
+    let have_captures = std::path::Path::new(pcap).exists()
+        || common::skip("../shared/captures is missing: replay is not walked");
+    let pg = format!("postgres://{closed}/test");
+    let my = format!("mysql://{closed}/test");
+    let redis = format!("redis://{closed}");
+    let agent = format!("http://{closed}");
+    let mut cases: Vec<Vec<&str>> = vec![
+        vec!["ping", &closed, "-n", "3"],
+        vec!["ping", &closed, "-n", "3", "--udp"],
+        vec!["throughput", &closed, "-t", "1s"],
+        vec!["throughput", &closed, "-t", "1s", "--udp"],
+        vec!["throughput", &closed, "-t", "1s", "--udp", "--reverse"],
+        vec!["load", &closed, "-r", "100", "-t", "1s"],
+        vec!["load", &closed, "-r", "100", "-t", "1s", "--udp"],
+        vec![
+            "sweep", &closed, "--rates", "100", "--sizes", "64", "-t", "1s",
+        ],
+        vec!["db", &pg],
+        vec!["db", &my],
+        vec!["db", &redis],
+        vec!["mesh", "--agent", &agent],
+    ];
+    if have_captures {
+        cases.push(vec!["replay", pcap, "--to", &closed]);
+    }
+    for case in cases {
+        for json in [false, true] {
+            let mut args = case.clone();
+            if json && case[0] != "mesh" && case[0] != "replay" {
+                args.push("--json");
+            }
+            let cmd = args.join(" ");
+            let (code, stdout, stderr) = rt(&args);
+            assert_eq!(code, 1, "{cmd}: exit {code}\n{stdout}{stderr}");
+            let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+            assert_eq!(errors.len(), 1, "{cmd}: {stderr}");
+            assert!(
+                errors[0].starts_with("roundtrip: error: "),
+                "{cmd}: {stderr}"
+            );
+            // At most the heading line that says what is being tried; no table, no document.
+            let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert!(
+                lines.len() <= 1,
+                "{cmd}: printed results for a run that measured nothing:\n{stdout}"
+            );
+            if json {
+                assert!(lines.is_empty(), "{cmd}: {stdout}");
+            }
+            assert!(
+                lines.iter().all(|l| l.starts_with("roundtrip ")),
+                "{cmd}: not a heading:\n{stdout}"
+            );
+        }
+    }
+    // A server that refuses the stream (a UDP reverse stream longer than its --max-reverse): the refusal
+    // alone, not a row of zeros.
+    let mut srv = common::procs::Proc::spawn("server", {
+        let mut c = Command::new(common::procs::bin());
+        c.args(["server", "--bind", "127.0.0.1", "-p", "0"]);
+        c
+    });
+    let line = srv
+        .wait_line("listening on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let server = format!("127.0.0.1:{}", common::procs::port_in(&line));
+    for json in [false, true] {
+        let mut args = vec!["throughput", &server, "--udp", "--reverse", "-t", "60s"];
+        if json {
+            args.push("--json");
+        }
+        let (code, stdout, stderr) = rt(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.contains("at most"), "{stderr}");
+        let lines = stdout.lines().filter(|l| !l.trim().is_empty()).count();
+        assert!(lines <= usize::from(!json), "{args:?}: printed\n{stdout}");
+    }
+    // compare: ICMP is answered by the kernel even on a closed port, so that row is a real measurement and
+    // stays; the application rows (what compare is for) measured nothing: exit 1, named on one line.
+    for json in [false, true] {
+        let mut args = vec!["compare", &closed, "-n", "2", "-i", "1ms"];
+        if json {
+            args.push("--json");
+        }
+        let (code, _, stderr) = rt(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+        assert!(
+            errors[0].contains("measured nothing") && errors[0].contains("roundtrip ping"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Class 6, the other half: a figure got by subtracting two medians is never printed negative. `db`'s
+/// attribution against the real PostgreSQL and Redis: each part is a duration or "not measurable" with a note
+/// giving the raw difference.
+#[test]
+fn subtracted_figures_are_never_shown_negative() {
+    let mut walked = 0;
+    for (port, url) in [
+        (5432, "postgres://127.0.0.1:5432/test"),
+        (6379, "redis://127.0.0.1:6379"),
+    ] {
+        if !common::service_up(port, url) {
+            continue;
+        }
+        // Several runs: on loopback ping and handshake medians are close, so both outcomes happen.
+        for _ in 0..5 {
+            let (code, stdout, stderr) = rt(&["db", url, "-n", "30", "--connects", "3"]);
+            assert_eq!(code, 0, "{url}: {stderr}");
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with("attribution"))
+                .expect("attribution");
+            assert!(!line.contains("~ -"), "{url}: a negative figure: {line}");
+            if line.contains("not measurable") {
+                let note = stdout
+                    .lines()
+                    .find(|l| l.contains("came out negative"))
+                    .expect("a note");
+                assert!(note.contains("= -"), "{note}");
+            }
+        }
+        walked += 1;
+    }
+    assert!(walked > 0 || common::skip("neither PostgreSQL nor Redis is running"));
+}

@@ -5,7 +5,7 @@ use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
 use clap::Args;
-use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row};
+use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
@@ -146,6 +146,22 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         conclusion: result.conclusion(),
         cancelled: result.cancelled,
     };
+    let first_error = || {
+        result
+            .rows
+            .iter()
+            .find_map(|r| r.error.clone())
+            .unwrap_or_default()
+    };
+    // Nothing measured: the error alone, no table of dashes.
+    if !result.measured_anything() && !result.cancelled {
+        error_line(format!(
+            "nothing could be measured against {}: {}",
+            result.addr,
+            first_error()
+        ));
+        return Ok(Exit::Failed);
+    }
     if a.json {
         out(json::to_bytes(&doc()))?;
     } else {
@@ -195,15 +211,26 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         let label = a.target.clone().unwrap_or_else(|| "embedded server".into());
         super::report::after_run(&a.pictures, &doc(), None, &label)?;
     }
-    if !result.measured_anything() && !result.cancelled {
-        let first = result
-            .rows
-            .iter()
-            .find_map(|r| r.error.clone())
-            .unwrap_or_default();
+    // The application rows (what compare sets the others against) measured nothing: the comparison cannot
+    // answer its question (exit 1); the rows that did measure stay on screen. A missing ICMP row alone
+    // (not permitted here) leaves the application against the handshake: exit 0 with its note.
+    let failed: Vec<&str> = result
+        .rows
+        .iter()
+        .filter(|r| r.summary.count == 0 && r.error.is_some())
+        .map(|r| r.label.as_str())
+        .collect();
+    let app_failed = result.rows.iter().any(|r| {
+        matches!(r.kind, RowKind::PingHeader | RowKind::PingPayload) && r.summary.count == 0
+    });
+    if app_failed && !result.cancelled {
         error_line(format!(
-            "nothing could be measured against {}: {first}",
-            result.addr
+            "{} of {} probes measured nothing against {} ({}): {}",
+            failed.len(),
+            result.rows.len(),
+            result.addr,
+            failed.join(", "),
+            first_error()
         ));
         return Ok(Exit::Failed);
     }

@@ -186,6 +186,17 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         };
         result = db::run(&config, obs)?;
     }
+    // Nothing measured (not one connection ready, not one round trip on one): the error alone, no table of
+    // dashes and no document of empty histograms.
+    if let Some(e) = &result.error
+        && result.connects_ok == 0
+        && result.ping.is_empty()
+        && result.query.is_empty()
+        && result.fetch.is_empty()
+    {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
     if a.json {
         out(json::to_bytes(&DbDoc::new(&config, &result)))?;
     } else {

@@ -143,7 +143,18 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     let mut rows = Rows {
         print: !a.json && !a.quiet,
     };
-    let result = throughput::run(&config, &mut rows)?;
+    let mut result = throughput::run(&config, &mut rows)?;
+    // A size whose streams failed before a message was counted is no measurement: no row of zeros for it;
+    // when no size measured anything, the error alone.
+    let failed = |r: &throughput::SizeRun| r.error.is_some() && r.total.messages == 0;
+    if result.runs.iter().all(failed)
+        && let Some(e) = result.error()
+    {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    let first_error = result.error().cloned();
+    result.runs.retain(|r| !failed(r));
     if a.json {
         out(json::to_bytes(&traffic::ThroughputDoc::new(
             &a.target,
@@ -158,7 +169,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
         let doc = traffic::ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);
         super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
-    if let Some(e) = result.error() {
+    if let Some(e) = first_error {
         error_line(e);
         return Ok(Exit::Failed);
     }

@@ -172,6 +172,15 @@ fn signed_nanos(ns: i64) -> String {
     }
 }
 
+/// A part of the attribution got by subtraction: "not measurable" when negative (see the note printed with it).
+fn difference(ns: i64) -> String {
+    if ns < 0 {
+        "not measurable".into()
+    } else {
+        crate::units::fmt_nanos(ns as f64)
+    }
+}
+
 /// The text summary of a run: setup phases, the loop on one connection, fetch rates and the attribution.
 pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     use crate::report::text::{Table, summary_cells};
@@ -279,12 +288,32 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             out,
             "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",
             fmt_nanos(a.network_ns as f64),
-            signed_nanos(a.protocol_server_ns)
+            difference(a.protocol_server_ns)
         );
         if let Some(s) = a.statement_ns {
-            let _ = write!(out, "; statement ~ {} (query - ping)", signed_nanos(s));
+            let _ = write!(out, "; statement ~ {} (query - ping)", difference(s));
         }
         out.push('\n');
+        if a.protocol_server_ns < 0 || a.statement_ns.is_some_and(|s| s < 0) {
+            let _ = writeln!(
+                out,
+                "note: a part shown as \"not measurable\" came out negative ({}): the two medians it subtracts \
+                 differ by less than their own variation here, so that part is too small to separate",
+                [
+                    (a.protocol_server_ns < 0).then(|| format!(
+                        "ping - handshake = {}",
+                        signed_nanos(a.protocol_server_ns)
+                    )),
+                    a.statement_ns
+                        .filter(|s| *s < 0)
+                        .map(|s| format!("query - ping = {}", signed_nanos(s))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            );
+        }
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
