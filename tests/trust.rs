@@ -68,7 +68,7 @@ fn options(path: &[String]) -> Vec<(String, String)> {
                 return None;
             }
             let long = l
-                .split(|c: char| c == ' ' || c == ',')
+                .split([' ', ','])
                 .find(|w| w.starts_with("--"))?;
             let rest = &l[l.find(long)? + long.len()..];
             let rest = rest.strip_prefix(" <")?;
