@@ -67,9 +67,7 @@ fn options(path: &[String]) -> Vec<(String, String)> {
             if !l.starts_with('-') {
                 return None;
             }
-            let long = l
-                .split([' ', ','])
-                .find(|w| w.starts_with("--"))?;
+            let long = l.split([' ', ',']).find(|w| w.starts_with("--"))?;
             let rest = &l[l.find(long)? + long.len()..];
             let rest = rest.strip_prefix(" <")?;
             let placeholder = &rest[..rest.find('>')?];

@@ -94,8 +94,21 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
         (Transport::Udp, 64),
         (Transport::Udp, 1024),
     ];
+    // Measurements planned: the four direct rows, the direct 64 KiB transfer and three rows through the proxy.
+    const PLANNED: u64 = 8;
+    let mut done = 0u64;
+    let mut measuring = Duration::ZERO;
+    let interrupted = |done: u64, measuring: Duration| {
+        roundtrip::report::json::Interrupted::count(measuring, done, PLANNED, "measurements").line()
+    };
     for (transport, size) in probes {
         let r = measure(tcp, transport, size, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        if r.cancelled && r.rtt.is_empty() {
+            // Cut before its first round trip: no row of zeros.
+            break;
+        }
+        done += u64::from(!r.cancelled);
         let s = r.rtt.summary();
         let srv = r.server.summary();
         let f = |v: u64| fmt_nanos(v as f64);
@@ -131,7 +144,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
     // The transfer of "Network latency matters" in 64 KiB requests, measured directly for the comparison below.
     if !cancel.load(std::sync::atomic::Ordering::SeqCst) {
         let r = measure(tcp, Transport::Tcp, 64 * 1024, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        done += u64::from(!r.cancelled);
         direct.push((Transport::Tcp, 64 * 1024, r));
+    }
+    if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        // Interrupted: the rows above are all that was measured; no proxy table made of what did not run.
+        out(format!("\n{}", interrupted(done, measuring)))?;
+        srv.shutdown();
+        return Ok(Exit::Ok);
     }
 
     // The same probes 40 ms away ("Network latency matters"), beside Hoogland's TPS arithmetic.
@@ -179,6 +200,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
             Transport::Udp => udp_proxy.listen_addr(),
         };
         let r = measure(addr, transport, size, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        if r.cancelled && r.rtt.is_empty() {
+            break;
+        }
+        done += u64::from(!r.cancelled);
         let s = r.rtt.summary();
         let ds = d.rtt.summary();
         let direct_rtt = Duration::from_nanos(ds.p50_ns);
@@ -205,6 +231,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
         }
     }
     out(t2.render(0))?;
+    if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        out(format!("\n{}", interrupted(done, measuring)))?;
+        tcp_proxy.shutdown();
+        udp_proxy.shutdown();
+        srv.shutdown();
+        return Ok(Exit::Ok);
+    }
     out(
         "\nOne session does one transaction per round trip: 40 ms away, thousands of transactions per second become\n\
          about 25 (Frits Hoogland, \"Performing in the cloud – network latency\"), and a transfer in 64 KiB requests\n\

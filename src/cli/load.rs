@@ -106,6 +106,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::load_text(&result))?;
+        if result.cancelled {
+            out(json::Interrupted::duration(result.elapsed, a.duration).line())?;
+        }
     }
     if a.pictures.wanted() {
         let doc = traffic::LoadDoc::new(&a.target, &result, a.duration, a.warmup);

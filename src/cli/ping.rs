@@ -200,6 +200,11 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         out(json::to_bytes(&doc))?;
     } else {
         out(text::ping_summary(&result))?;
+        if let Some(i) =
+            json::Interrupted::of_stop(result.cancelled, stop, result.elapsed, result.sent)
+        {
+            out(i.line())?;
+        }
         if a.histogram && !result.rtt.is_empty() {
             out(format!(
                 "RTT distribution:\n{}",

@@ -146,7 +146,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         done: 0,
         total,
     };
-    let result = sweep::run(&config, &mut progress)?;
+    let mut result = sweep::run(&config, &mut progress)?;
+    // The cell Ctrl-C cut before it sent a measured message is no measurement: no row of zeros for it.
+    result.cells.retain(|c| !(c.cancelled && c.sent == 0));
     let doc = || {
         let settings = traffic::LoadSettings {
             target: a.target.clone(),
@@ -162,11 +164,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         out(json::to_bytes(&doc()))?;
     } else {
         out(traffic::sweep_table(&result))?;
-        for c in result
-            .cells
-            .iter()
-            .filter(|c| !c.rate_held() && !c.cancelled)
-        {
+        for c in result.cells.iter().filter(|c| !c.rate_held()) {
             out(format!(
                 "{} at {}: {}\n",
                 fmt_bytes(c.size as u64),
@@ -174,6 +172,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
                 traffic::rate_sentence(c)
             ))?;
         }
+    }
+    if !a.json
+        && let Some(i) = traffic::sweep_interrupted(&result, total)
+    {
+        out(i.line())?;
     }
     if a.pictures.wanted() {
         super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;

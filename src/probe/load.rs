@@ -165,9 +165,21 @@ impl LoadResult {
         }
     }
 
-    /// True when every scheduled message was sent within the measuring window (0.1% slack).
+    /// True when every scheduled message was sent within the measuring window (0.1% slack); for a run cut
+    /// short (Ctrl-C), every message scheduled before the cut.
     pub fn rate_held(&self) -> bool {
-        self.scheduled > 0 && self.sent as f64 >= 0.999 * self.scheduled as f64
+        let due = self.scheduled_by_end();
+        due > 0 && self.sent as f64 >= 0.999 * due as f64
+    }
+
+    /// Messages the schedule had due by the end of the measuring window as run: all of them for a complete
+    /// run, those before the cut for an interrupted one (the rest were never due).
+    pub fn scheduled_by_end(&self) -> u64 {
+        if self.cancelled {
+            ((self.rate * self.elapsed.as_secs_f64()).floor() as u64).min(self.scheduled)
+        } else {
+            self.scheduled
+        }
     }
 
     /// Requested answers that never came.
