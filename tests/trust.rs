@@ -580,3 +580,161 @@ fn subtracted_figures_are_never_shown_negative() {
     }
     assert!(walked > 0 || common::skip("neither PostgreSQL nor Redis is running"));
 }
+
+/// A `roundtrip server` on loopback (TCP and UDP) for the tests that need a peer; killed when dropped.
+fn server() -> (common::procs::Proc, String) {
+    let mut srv = common::procs::Proc::spawn("server", {
+        let mut c = Command::new(common::procs::bin());
+        c.args(["server", "--bind", "127.0.0.1", "-p", "0"]);
+        c
+    });
+    let line = srv
+        .wait_line("listening on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let addr = format!("127.0.0.1:{}", common::procs::port_in(&line));
+    (srv, addr)
+}
+
+/// Starts `args`, waits until it printed its first line and then `measuring` more, sends SIGINT and
+/// returns (exit code, stdout, everything) once it ended.
+fn interrupt(args: &[&str], measuring: std::time::Duration) -> (i32, String, String) {
+    use std::time::Duration;
+    let mut p = common::procs::Proc::spawn(args[0], {
+        let mut c = Command::new(common::procs::bin());
+        c.args(args);
+        c
+    });
+    if args.contains(&"--json") {
+        // Silent until the end: give it its start (connect, hello, warm-up) first.
+        std::thread::sleep(Duration::from_secs(2));
+    } else {
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while p.output().is_empty() && p.try_wait().is_none() && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(
+        p.try_wait().is_none(),
+        "{args:?} ended before the interrupt:\n{}",
+        p.output()
+    );
+    std::thread::sleep(measuring);
+    p.signal(libc::SIGINT);
+    let f = p.finish(Duration::from_secs(60));
+    let code = f.status.and_then(|s| s.code()).unwrap_or(-1);
+    (code, f.stdout, f.output)
+}
+
+/// Class 1: every command given a duration, a count or a schedule, cut by Ctrl-C, says how far it got
+/// ("interrupted (Ctrl-C) after X of Y", and `interrupted` in its JSON document), and judges only what it
+/// measured: no "rate NOT held" from a schedule that was cut, no row made of zeros for a part that never ran.
+#[test]
+fn interrupted_runs_say_how_far_they_got_and_judge_only_that() {
+    use std::time::Duration;
+    let (_srv, addr) = server();
+    let pg = "postgres://127.0.0.1:5432/test";
+    let have_pg = common::service_up(5432, "PostgreSQL");
+    let mut cases: Vec<Vec<&str>> = vec![
+        vec!["ping", &addr, "-t", "60s"],
+        vec!["ping", &addr, "-n", "100000000", "--udp"],
+        vec!["load", &addr, "-r", "10k", "-t", "60s"],
+        vec![
+            "sweep", &addr, "--rates", "1k,10k", "--sizes", "64", "-t", "30s",
+        ],
+        vec!["throughput", &addr, "-t", "60s", "-m", "64,1k"],
+        vec!["compare", &addr, "-n", "100000", "-i", "5ms"],
+        vec!["connect", &addr, "-n", "100000", "-i", "5ms"],
+        vec!["icmp", "127.0.0.1", "-n", "100000", "-i", "5ms"],
+    ];
+    if have_pg {
+        cases.push(vec!["db", pg, "-n", "100000000"]);
+    }
+    let mut walked = Vec::new();
+    for case in &cases {
+        for json in [false, true] {
+            let mut args = case.clone();
+            if json {
+                args.push("--json");
+            }
+            let cmd = args.join(" ");
+            let (code, stdout, all) = interrupt(&args, Duration::from_secs(3));
+            assert_eq!(code, 0, "{cmd}: exit {code}\n{all}");
+            assert!(
+                !all.contains("NOT held"),
+                "{cmd}: a verdict from a cut schedule:\n{all}"
+            );
+            if json {
+                let doc: serde_json::Value = serde_json::from_str(&stdout)
+                    .unwrap_or_else(|e| panic!("{cmd}: not one JSON document ({e}):\n{all}"));
+                let i = &doc["interrupted"];
+                let after = i["after_s"]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("{cmd}: {doc}"));
+                assert!(after > 0.0, "{cmd}: {i}");
+                match (
+                    i["planned_s"].as_f64(),
+                    i["done"].as_u64(),
+                    i["planned"].as_u64(),
+                ) {
+                    (Some(planned), _, _) => assert!(after < planned, "{cmd}: {i}"),
+                    (None, Some(done), Some(planned)) => assert!(done < planned, "{cmd}: {i}"),
+                    _ => panic!("{cmd}: {i}"),
+                }
+                assert_eq!(doc["cancelled"], true, "{cmd}");
+            } else {
+                let line = stdout
+                    .lines()
+                    .find(|l| l.starts_with("interrupted (Ctrl-C) after "))
+                    .unwrap_or_else(|| panic!("{cmd}: no 'interrupted' line:\n{all}"));
+                assert!(line.contains(" of "), "{cmd}: {line}");
+                // No row made of zeros: no zero latency, no 0-of-0 answers, no zero rate.
+                for zero in [" 0ns ", " 0/0 ", " 0/s "] {
+                    assert!(!stdout.contains(zero), "{cmd}: '{zero}' in\n{stdout}");
+                }
+            }
+            walked.push(cmd);
+        }
+    }
+    // demo: no JSON; cut during its direct rows, it prints no proxy table of what did not run.
+    let (code, stdout, all) = interrupt(&["demo", "--duration", "30s"], Duration::from_secs(3));
+    assert_eq!(code, 0, "demo: {all}");
+    assert!(
+        stdout.contains("interrupted (Ctrl-C) after 0 of 8 measurements"),
+        "{all}"
+    );
+    assert!(
+        !stdout.contains("via proxy"),
+        "demo: proxy rows that did not run:\n{stdout}"
+    );
+    assert!(!stdout.contains(" 0ns "), "{stdout}");
+    walked.push("demo".into());
+    eprintln!("interrupted: {}", walked.join("; "));
+}
+
+/// Class 1, the other side: for server, proxy, agent and tcp, Ctrl-C is the normal end: exit 0, and no
+/// "interrupted" word.
+#[test]
+fn ctrl_c_is_the_normal_end_of_servers_and_watchers() {
+    use std::time::Duration;
+    let (_srv, addr) = server();
+    for args in [
+        vec!["server", "--bind", "127.0.0.1", "-p", "0"],
+        vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", &addr],
+        vec![
+            "agent",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--peer",
+            &addr,
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        vec!["tcp", "--interval", "200ms"],
+    ] {
+        let (code, _, all) = interrupt(&args, Duration::from_secs(1));
+        assert_eq!(code, 0, "{args:?}: {all}");
+        assert!(!all.contains("interrupted"), "{args:?}: {all}");
+    }
+}

@@ -77,6 +77,9 @@ struct CompareDoc {
     tcp_info: Option<TcpRtt>,
     conclusion: Option<String>,
     cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted: Option<json::Interrupted>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -124,6 +127,20 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         ));
     }
     let result = compare::run(&config)?;
+    // Four probes of --count each (ICMP, handshake, two ping sizes; the kernel's RTT is read, not probed).
+    let interrupted = result.cancelled.then(|| {
+        json::Interrupted::count(
+            result.started.elapsed().unwrap_or_default(),
+            result
+                .rows
+                .iter()
+                .filter(|r| r.kind != RowKind::KernelSrtt)
+                .map(|r| r.attempts)
+                .sum(),
+            config.count * 4,
+            "measurements",
+        )
+    });
     let doc = || CompareDoc {
         format: FORMAT,
         format_version: FORMAT_VERSION,
@@ -145,6 +162,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         tcp_info: result.tcp_info,
         conclusion: result.conclusion(),
         cancelled: result.cancelled,
+        interrupted,
     };
     let first_error = || {
         result
@@ -205,6 +223,9 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         }
         if let Some(c) = result.conclusion() {
             out(format!("\nIn short: {c}.\n"))?;
+        }
+        if let Some(i) = interrupted {
+            out(format!("\n{}", i.line()))?;
         }
     }
     if a.pictures.wanted() {

@@ -147,6 +147,11 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     // A size whose streams failed before a message was counted is no measurement: no row of zeros for it;
     // when no size measured anything, the error alone.
     let failed = |r: &throughput::SizeRun| r.error.is_some() && r.total.messages == 0;
+    // The size Ctrl-C cut before its first counted message: no row of zeros either.
+    let cut = result.cancelled;
+    result
+        .runs
+        .retain(|r| !(cut && r.error.is_none() && r.total.messages == 0));
     if result.runs.iter().all(failed)
         && let Some(e) = result.error()
     {
@@ -164,6 +169,11 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::throughput_summary(&result))?;
+        if let Some(i) =
+            traffic::throughput_interrupted(&result, config.sizes.len(), config.duration)
+        {
+            out(i.line())?;
+        }
     }
     if a.pictures.wanted() {
         let doc = traffic::ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);

@@ -101,6 +101,22 @@ pub struct DbDoc {
     pub error: Option<String>,
     /// Stopped by the user.
     pub cancelled: bool,
+    /// How far it got when interrupted: iterations on one connection done of --count (absent when it ran to
+    /// its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<crate::report::json::Interrupted>,
+}
+
+/// A run cut short by Ctrl-C: iterations on one connection done of those asked for.
+pub fn interrupted(config: &DbConfig, r: &DbResult) -> Option<crate::report::json::Interrupted> {
+    r.cancelled.then(|| {
+        crate::report::json::Interrupted::count(
+            r.elapsed,
+            r.ping.len().max(r.query.len()),
+            config.count,
+            "iterations",
+        )
+    })
 }
 
 impl DbDoc {
@@ -152,6 +168,7 @@ impl DbDoc {
             notes: r.notes.clone(),
             error: r.error.as_ref().map(|e| e.to_string()),
             cancelled: r.cancelled,
+            interrupted: interrupted(config, r),
         }
     }
 }
@@ -219,7 +236,10 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             "TNS ping, one fresh connection per ping ({} of {}):",
             r.connects_ok, config.count
         );
-        row("dns".into(), &r.dns);
+        // A literal address has no lookup: its zero "times" are not a row.
+        if r.dns.summary().max_ns > 0 {
+            row("dns".into(), &r.dns);
+        }
         row("tcp handshake".into(), &r.tcp_handshake);
         row("TNS ping (CONNECT -> REFUSE)".into(), &r.ping);
         out.push_str(&t.render(2));
@@ -229,7 +249,10 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             "connection setup ({} of {} fresh connections ready):",
             r.connects_ok, config.connects
         );
-        row("dns".into(), &r.dns);
+        // A literal address has no lookup: its zero "times" are not a row.
+        if r.dns.summary().max_ns > 0 {
+            row("dns".into(), &r.dns);
+        }
         row("tcp handshake".into(), &r.tcp_handshake);
         if !r.tls.is_empty() {
             row("tls".into(), &r.tls);
@@ -317,6 +340,9 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
+    }
+    if let Some(i) = interrupted(config, r) {
+        out.push_str(&i.line());
     }
     out
 }

@@ -109,6 +109,30 @@ pub struct ThroughputDoc {
     pub runs: Vec<ThroughputRunDoc>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::json::Interrupted>,
+}
+
+/// A throughput run cut short by Ctrl-C: measuring time done (all sizes) of the time asked for (the duration
+/// times the number of sizes).
+pub fn throughput_interrupted(
+    r: &ThroughputResult,
+    sizes: usize,
+    duration: Duration,
+) -> Option<super::json::Interrupted> {
+    r.cancelled.then(|| {
+        super::json::Interrupted::duration(
+            Duration::from_secs_f64(
+                r.runs
+                    .iter()
+                    .map(|run| run.total.length_s)
+                    .sum::<f64>()
+                    .max(0.0),
+            ),
+            duration * u32::try_from(sizes).unwrap_or(u32::MAX),
+        )
+    })
 }
 
 impl ThroughputDoc {
@@ -148,6 +172,7 @@ impl ThroughputDoc {
                 })
                 .collect(),
             cancelled: r.cancelled,
+            interrupted: throughput_interrupted(r, sizes.len(), duration),
         }
     }
 }
