@@ -738,3 +738,88 @@ fn ctrl_c_is_the_normal_end_of_servers_and_watchers() {
         assert!(!all.contains("interrupted"), "{args:?}: {all}");
     }
 }
+
+/// Class 2: every reader of a capture (stats, timeline, flows, rpc, match, whatif, replay) reports a truncated
+/// file the same way: `roundtrip: error: FILE: file truncated: ... at byte offset N; results cover the K
+/// packets before it ...`, exit 1, with the results of the packets before the cut still printed. pcap and
+/// pcapng.
+#[test]
+fn every_capture_reader_reports_a_truncated_file_the_same_way() {
+    let Some(dir) = common::captures_dir() else {
+        assert!(common::skip("../shared/captures is missing"));
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (_srv, _) = server();
+    // A replay server: `roundtrip server --allow-replay`.
+    let mut rsrv = common::procs::Proc::spawn("replay server", {
+        let mut c = Command::new(common::procs::bin());
+        c.args(["server", "--bind", "127.0.0.1", "-p", "0", "--allow-replay"]);
+        c
+    });
+    let line = rsrv
+        .wait_line("listening on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let replay_to = format!("127.0.0.1:{}", common::procs::port_in(&line));
+    let mut walked = Vec::new();
+    // (file, bytes kept, whether every reader has results from the part before the cut: the pcapng keeps
+    // only its handshake, too little for a what-if or a replay, which then say so after the damage)
+    for (name, keep, results) in [
+        (
+            "zeek/postgresql_psql-create-insert-select-delete-drop.pcap",
+            3000usize,
+            true,
+        ),
+        ("chrissanders/latency1.pcapng", 0, false),
+    ] {
+        let whole = std::fs::read(dir.join(name)).unwrap();
+        // Cut inside a record: three quarters of the file (or the given length).
+        let keep = if keep == 0 { whole.len() * 3 / 4 } else { keep };
+        let cut = tmp.path().join(name.replace('/', "_"));
+        std::fs::write(&cut, &whole[..keep]).unwrap();
+        let file = cut.to_str().unwrap();
+        let whole_path = dir.join(name);
+        let whole_file = whole_path.to_str().unwrap();
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["capture", "stats", file],
+            vec!["capture", "timeline", file],
+            vec!["capture", "flows", file],
+            vec!["capture", "rpc", file],
+            vec!["capture", "match", file, whole_file],
+            vec!["capture", "whatif", file, "--rtt", "10ms"],
+            vec!["replay", file, "--to", &replay_to, "--rtt-pings", "0"],
+        ];
+        let mut messages = Vec::new();
+        for args in cases {
+            let cmd = args.join(" ");
+            let (code, stdout, stderr) = rt(&args);
+            assert_eq!(code, 1, "{cmd}: exit {code}\n{stderr}");
+            let err: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.starts_with("roundtrip: error: "))
+                .collect();
+            assert_eq!(err.len(), 1, "{cmd}: {stderr}");
+            let e = err[0];
+            assert!(
+                e.starts_with(&format!("roundtrip: error: {file}: file truncated")),
+                "{cmd}: {e}"
+            );
+            assert!(e.contains("at byte offset "), "{cmd}: {e}");
+            if results {
+                assert!(
+                    !stdout.trim().is_empty(),
+                    "{cmd}: no results for the packets before the cut"
+                );
+            }
+            messages.push(e.to_string());
+            walked.push(cmd);
+        }
+        // The same words from every reader, up to the byte offset.
+        let head = |m: &String| m[..m.find("at byte offset ").unwrap()].to_string();
+        assert!(
+            messages.windows(2).all(|w| head(&w[0]) == head(&w[1])),
+            "{messages:#?}"
+        );
+    }
+    eprintln!("truncated: {}", walked.join("; "));
+}

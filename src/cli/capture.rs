@@ -167,6 +167,14 @@ fn finish(info: &CaptureInfo, json: bool) -> Exit {
             info.not_ip_example.as_deref().unwrap_or("-")
         ));
     }
+    damage(info)
+}
+
+/// Reading that stopped before the end of the file (truncated, damaged, still being written) is an error for
+/// every reader of a capture (stats, timeline, flows, rpc, match, whatif, replay), said the same way: one line
+/// with the file, the reason and its byte offset, exit 1; the results of the packets before it are still
+/// printed.
+pub(super) fn damage(info: &CaptureInfo) -> Exit {
     match &info.warning {
         Some(w) => {
             error_line(format!(

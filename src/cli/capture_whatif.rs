@@ -244,7 +244,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
     } else {
         out(text)?;
     }
-    Ok(Exit::Ok)
+    Ok(super::capture::damage(&prof.capture))
 }
 
 fn ms(s: f64) -> String {

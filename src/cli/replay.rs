@@ -84,6 +84,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             },
         ) {
             Ok(p) => p,
+            Err(ProfileError::Empty { .. }) if generic.capture.warning.is_some() => {
+                // Damaged before anything replayable: the damage is the error, as every reader says it.
+                return Ok(super::capture::damage(&generic.capture));
+            }
             Err(ProfileError::Empty { path, what }) => {
                 anyhow::bail!("{path}: nothing to replay: {what}")
             }
@@ -108,6 +112,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
         profile.notes.push(format!(
             "the decoded turns carry {in_turns} of the capture's {in_capture} payload bytes; --generic replays every byte as plain request/response runs"
         ));
+    }
+    if profile.connections.iter().all(|c| c.turns.is_empty()) && generic.capture.warning.is_some() {
+        // Damaged before anything replayable: the damage is the error, said as every capture reader says it.
+        return Ok(super::capture::damage(&generic.capture));
     }
     if profile.connections.iter().all(|c| c.turns.is_empty()) {
         let why = if profile.notes.is_empty() {
@@ -158,7 +166,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     } else {
         out(text(&a.file, &r, rtt, predicted))?;
     }
-    Ok(Exit::Ok)
+    Ok(super::capture::damage(&generic.capture))
 }
 
 fn secs(d: Duration) -> f64 {

@@ -15,6 +15,9 @@ pub struct AppProfile {
     pub duration: Duration,
     /// What could not be read and how it was worked around (no handshake, one direction, snaplen cut, ...).
     pub notes: Vec<String>,
+    /// What reading the file found: format, packets, and `warning` when reading stopped early (a truncated
+    /// or damaged file: the profile covers the packets before it).
+    pub capture: crate::capture::CaptureInfo,
 }
 
 /// How the baseline round-trip time of a connection was found.
@@ -183,6 +186,15 @@ impl AppProfile {
         let info = pk.finish();
         let (flows, _) = tracker.finish_all(None);
         let Some(first) = first else {
+            if let Some(w) = &info.warning {
+                return Err(ProfileError::Empty {
+                    path: file,
+                    what: format!(
+                        "{w}; no TCP packet before it ({} packets read; the file is damaged or was still being written)",
+                        info.packets_read
+                    ),
+                });
+            }
             return Err(ProfileError::Empty {
                 path: file,
                 what: format!(
@@ -201,6 +213,7 @@ impl AppProfile {
 
         let mut prof = AppProfile {
             duration: Duration::from_nanos((last - first).max(0) as u64),
+            capture: info,
             ..Default::default()
         };
         if cut > 0 {
@@ -256,6 +269,14 @@ impl AppProfile {
                         ""
                     }
                 )
+            };
+            let what = match &prof.capture.warning {
+                // Damaged: the damage first, in the words every capture reader uses.
+                Some(w) => format!(
+                    "{w}; in the {} packets before it: {what}",
+                    prof.capture.packets_read
+                ),
+                None => what,
             };
             return Err(ProfileError::Empty { path: file, what });
         }
