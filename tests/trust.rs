@@ -85,6 +85,9 @@ const NUMERIC: &[&str] = &[
     "BYTES,...",
     "BYTES[,...]",
     "BYTES[,BYTES...]",
+    "COUNT",
+    "ROWS",
+    "PID",
     "N",
     "N/s",
     "N/s,...",
@@ -822,4 +825,170 @@ fn every_capture_reader_reports_a_truncated_file_the_same_way() {
         );
     }
     eprintln!("truncated: {}", walked.join("; "));
+}
+
+/// Class 14, the smaller cases: each checked on the real thing.
+#[test]
+fn smaller_cases_say_what_they_are() {
+    use std::time::Duration;
+    // MariaDB is named MariaDB, its version without the 5.5.5- compatibility prefix.
+    if common::service_up(3306, "MariaDB") {
+        let (code, stdout, stderr) = rt(&["db", "mysql://root@127.0.0.1:3306/test", "-n", "3"]);
+        assert_eq!(code, 0, "{stderr}");
+        let line = stdout.lines().find(|l| l.starts_with("--- ")).unwrap();
+        assert!(line.starts_with("--- MariaDB at "), "{line}");
+        assert!(!line.contains("5.5.5-"), "{line}");
+        let (_, json, _) = rt(&[
+            "db",
+            "mysql://root@127.0.0.1:3306/test",
+            "-n",
+            "3",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let version = v["server_version"].as_str().unwrap();
+        assert!(
+            version.contains("MariaDB") && !version.starts_with("5.5.5-"),
+            "{version}"
+        );
+    }
+    // An address this host does not have: said so, not "another server using the port". Binding only: no
+    // packet is sent to it. Every command that listens.
+    for args in [
+        vec!["server", "--bind", "10.9.9.9", "-p", "0"],
+        vec![
+            "proxy",
+            "--listen",
+            "10.9.9.9:0",
+            "--upstream",
+            "127.0.0.1:1",
+        ],
+        vec![
+            "agent",
+            "--bind",
+            "10.9.9.9",
+            "-p",
+            "0",
+            "--peer",
+            "127.0.0.1:1",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+        vec![
+            "agent",
+            "--no-responder",
+            "--peer",
+            "127.0.0.1:1",
+            "--metrics",
+            "10.9.9.9:0",
+        ],
+    ] {
+        let (code, _, stderr) = rt(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("10.9.9.9 is not an address of this host"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("another"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    // A port in use: named as such.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let (code, _, stderr) = rt(&["server", "--bind", "127.0.0.1", "-p", &port]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!("another program is using port {port}")),
+        "{stderr}"
+    );
+    // Words in text, not identifiers: a connection's state in the timeline.
+    if let Some(dir) = common::captures_dir() {
+        let mut states = Vec::new();
+        for sub in ["zeek", "chrissanders"] {
+            for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+                    let (_, stdout, _) = rt(&["capture", "timeline", p.to_str().unwrap()]);
+                    if let Some(l) = stdout.lines().find(|l| l.starts_with("connection #")) {
+                        states.push(l.to_string());
+                    }
+                }
+            }
+        }
+        assert!(
+            states.iter().any(|l| l.contains("reset by ")),
+            "{states:#?}"
+        );
+        assert!(
+            states.iter().all(|l| !l.contains("reset_by")),
+            "{states:#?}"
+        );
+    }
+    // A file cut inside its file header: the damage alone, not "pcap, (0 B)" and a table of zeros.
+    let tmp = tempfile::tempdir().unwrap();
+    let ten = tmp.path().join("ten.pcap");
+    std::fs::write(&ten, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0]).unwrap();
+    for reader in ["stats", "flows", "timeline", "rpc"] {
+        let (code, stdout, stderr) = rt(&["capture", reader, ten.to_str().unwrap()]);
+        assert_eq!(code, 1, "{reader}: {stderr}");
+        assert!(stdout.is_empty(), "{reader}: {stdout}");
+        assert!(
+            stderr.contains("file header cut short (10 of 24 bytes) at byte offset 0"),
+            "{stderr}"
+        );
+    }
+    // Placeholders say what to type: <DURATION>, not the field's name.
+    for path in commands() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let (_, help, _) = rt(&args);
+        for name in [
+            "<WARMUP>",
+            "<TIMEOUT>",
+            "<INTERVAL>",
+            "<IDLE_TIMEOUT>",
+            "<REPORT_INTERVAL>",
+        ] {
+            assert!(!help.contains(name), "{args:?}: {name}");
+        }
+    }
+    // What works is in the help: whatif --connection.
+    let (_, help, _) = rt(&["capture", "whatif", "--help"]);
+    assert!(help.contains("--connection"), "{help}");
+    // Two agents on one host, on other ports than the default: two sources, not one merged 127.0.0.1.
+    let mut sources = Vec::new();
+    let mut agents = Vec::new();
+    for _ in 0..2 {
+        let mut p = common::procs::Proc::spawn("agent", {
+            let mut c = Command::new(common::procs::bin());
+            c.args([
+                "agent",
+                "--bind",
+                "127.0.0.1",
+                "-p",
+                "0",
+                "--peer",
+                "127.0.0.1:1",
+                "--metrics",
+                "127.0.0.1:0",
+            ]);
+            c
+        });
+        let line = p
+            .wait_line("roundtrip agent: source ", Duration::from_secs(60))
+            .unwrap();
+        let responder = p
+            .wait_line("responder on tcp+udp ", Duration::from_secs(60))
+            .unwrap();
+        let port = common::procs::port_in(&responder);
+        let source = line["roundtrip agent: source ".len()..]
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(source, format!("127.0.0.1:{port}"), "{line}");
+        sources.push(source);
+        agents.push(p);
+    }
+    assert_ne!(sources[0], sources[1]);
 }

@@ -193,7 +193,11 @@ fn heading(info: &CaptureInfo) -> String {
         info.file,
         info.format,
         if info.gzip { " (gzip)" } else { "" },
-        info.link_types.join("+"),
+        if info.link_types.is_empty() {
+            "no link type seen".to_string()
+        } else {
+            info.link_types.join("+")
+        },
         fmt_bytes(info.file_bytes),
         info.packets_read
     )
@@ -389,7 +393,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         flow.client,
         flow.server,
         r.capture.packets_matched,
-        flow.state,
+        flow.state.replace('_', " "),
         if filter.flow.is_none() {
             "; first TCP connection that matched: choose another with --flow A:P-B:P"
         } else {

@@ -38,13 +38,13 @@ pub struct WhatifArgs {
     #[arg(long, value_delimiter = ',', value_parser = args::duration, required = true)]
     rtt: Vec<Duration>,
     /// Path capacity (e.g. 1Gbit/s); default: the fastest transfer seen per connection.
-    #[arg(long, value_parser = args::bitrate)]
+    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: Option<u64>,
     /// Packet loss (e.g. 0.1%).
     #[arg(long, value_parser = args::probability)]
     loss: Option<f64>,
     /// Only this connection: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, alias = "connection", value_parser = parse_flow, value_name = "A:P-B:P")]
+    #[arg(long, visible_alias = "connection", value_parser = parse_flow, value_name = "A:P-B:P")]
     flow: Option<(SocketAddr, SocketAddr)>,
     /// Only packets to or from this address.
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]

@@ -22,7 +22,7 @@ pub struct DbArgs {
     #[arg(value_name = "URL")]
     url: String,
     /// Fresh connections to time phase by phase (DNS, TCP, TLS, startup+auth, first query).
-    #[arg(long, default_value = "5", value_parser = args::count)]
+    #[arg(long, default_value = "5", value_parser = args::count, value_name = "N")]
     connects: u64,
     /// Iterations on the open connection: protocol ping, query and fetch each (Oracle: TNS pings).
     #[arg(long, short = 'n', default_value = "100", value_parser = args::count)]

@@ -145,11 +145,6 @@ fn hyphen_values(mut cmd: clap::Command) -> clap::Command {
                 a
             } else if is(TypeId::of::<std::time::Duration>()) {
                 a.value_name("DURATION")
-            } else if is(TypeId::of::<u64>())
-                || is(TypeId::of::<u32>())
-                || is(TypeId::of::<usize>())
-            {
-                a.value_name("N")
             } else {
                 a
             }

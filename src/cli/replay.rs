@@ -40,13 +40,13 @@ pub struct ReplayArgs {
     psk_file: Option<PathBuf>,
     /// Pings (64 bytes, before the replay) whose smallest round trip is taken as the path's RTT for the
     /// prediction; 0 skips the measure and the prediction.
-    #[arg(long, default_value = "10", value_parser = rtt_pings)]
+    #[arg(long, default_value = "10", value_parser = rtt_pings, value_name = "N")]
     rtt_pings: u64,
     /// Wait this long for the connection, the hello and each answer (on top of the answer's server time).
     #[arg(long, default_value = "10s", value_parser = args::positive_duration, allow_hyphen_values = true)]
     timeout: Duration,
     /// Refuse captures with more connections than this (each replayed connection is a thread).
-    #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true, value_name = "N")]
     max_connections: u64,
     /// Read the capture as plain alternating request/response runs (no protocol decoder, no pipelining)
     /// instead of the turns `capture whatif` reads.

@@ -207,7 +207,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     let _ = writeln!(
         out,
         "--- {} at {}{}, {:.2}s ---",
-        r.scheme.name(),
+        r.scheme.product(r.server_version.as_deref()),
         r.address
             .map(|a| a.to_string())
             .unwrap_or_else(|| "-".into()),
