@@ -1102,3 +1102,70 @@ fn capture_stats_rows_match_tshark_and_rates_use_the_time_covered() {
         }
     }
 }
+
+/// Class 4: a capture of two psql sessions one after the other against the real PostgreSQL: in the what-if
+/// the second follows the first (they did not overlap in the capture, so they do not in the prediction),
+/// and the breakdown's parts add up to the predicted total.
+#[test]
+fn whatif_keeps_sequential_connections_sequential_and_its_parts_add_up() {
+    if !common::service_up(5432, "PostgreSQL")
+        || !common::have("psql")
+        || !common::have("tcpdump")
+        || !common::require_root("tcpdump on lo")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("two.pcap");
+    {
+        // Through a plain relay on a port of our own, so other clients of this PostgreSQL stay out of the
+        // capture.
+        let mut kids = common::procs::Kids::default();
+        let port = kids.proxy(5432, &[]).to_string();
+        let td = kids.tcpdump(&file, port.parse().unwrap());
+        for _ in 0..2 {
+            let out = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-p", &port, "-d", "test"])
+                .args(["-c", "select 1", "-c", "select 2", "-c", "select 3"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        kids.stop(td);
+    }
+    let file = file.to_str().unwrap();
+    for rtt in ["10ms", "40ms"] {
+        let (code, stdout, stderr) = rt(&["capture", "whatif", file, "--rtt", rtt, "--json"]);
+        assert_eq!(code, 0, "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let conns = v["connections"].as_array().unwrap();
+        assert_eq!(conns.len(), 2, "{stdout}");
+        let p = &v["predictions"][0];
+        let predicted = p["predicted_s"].as_f64().unwrap();
+        let b = &p["breakdown"];
+        let parts: f64 = ["think_s", "server_s", "round_trips_s", "transfer_s"]
+            .iter()
+            .map(|k| b[k].as_f64().unwrap())
+            .sum();
+        assert!(
+            (parts - predicted).abs() < 1e-6,
+            "at {rtt}: parts {parts} s, total {predicted} s"
+        );
+        // The two connections run one after the other: the run is at least both of them.
+        let each: f64 = p["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["predicted_s"].as_f64().unwrap())
+            .sum();
+        assert!(
+            predicted >= each,
+            "at {rtt}: {predicted} s < the two connections' {each} s: they overlap"
+        );
+    }
+}

@@ -101,7 +101,7 @@ pub const ASSUMPTIONS: [&str; 5] = [
     "each turn pays the new RTT once; a captured handshake pays one RTT",
     "TCP per direction (--path tcp): initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture; --path relay: no window limit",
     "rate capped by --bandwidth (default: the fastest transfer seen on the connection) and by Mathis with --loss",
-    "connections are predicted independently and keep their start offsets",
+    "connections are predicted independently; one opened after another's last request follows it, the others keep their start offsets",
 ];
 
 #[derive(Serialize)]

@@ -20,6 +20,23 @@ pub struct AppProfile {
     pub capture: crate::capture::CaptureInfo,
 }
 
+/// Which connection each one waits for: a connection that opened after another had sent its last request in
+/// the capture (the application's next step) follows that one (the latest such), and starts the captured gap
+/// after its end; `None`: it starts at its captured offset. The replay plays connections this way and the
+/// what-if predicts them this way, so connections that did not overlap in the capture do not overlap in
+/// either.
+pub fn predecessors(conns: &[&ConnProfile]) -> Vec<Option<usize>> {
+    let last_request =
+        |c: &ConnProfile| c.start + c.turns.last().map_or(Duration::ZERO, |t| t.request_start);
+    (0..conns.len())
+        .map(|j| {
+            (0..j)
+                .filter(|&i| last_request(conns[i]) <= conns[j].start)
+                .max_by_key(|&i| last_request(conns[i]))
+        })
+        .collect()
+}
+
 /// How the baseline round-trip time of a connection was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RttSource {
