@@ -1169,3 +1169,48 @@ fn whatif_keeps_sequential_connections_sequential_and_its_parts_add_up() {
         );
     }
 }
+
+/// Class 5: `roundtrip tcp` verdicts follow from the numbers they print. 64-byte ping-pong keeps a request in
+/// flight most of the time (busy) but never fills the congestion window: application limited, with the
+/// in-flight and cwnd figures that say so; never "congestion window limited" with in flight far below cwnd.
+#[test]
+fn tcp_verdicts_follow_from_their_numbers() {
+    use std::time::Duration;
+    let (_srv, addr) = server();
+    let port = addr.rsplit(':').next().unwrap().to_string();
+    let mut ping = common::procs::Proc::spawn("ping", {
+        let mut c = Command::new(common::procs::bin());
+        c.args(["ping", &addr, "-t", "60s", "-q"]);
+        c
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, stdout, stderr) = rt(&["tcp", "--port", &port, "-i", "1s", "-t", "4s", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, text, _) = rt(&["tcp", "--port", &port, "-i", "1s", "-t", "3s"]);
+    ping.signal(libc::SIGINT);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let mut judged = 0;
+    for c in v["connections"].as_array().unwrap() {
+        let verdict = &c["verdict"];
+        match verdict["verdict"].as_str().unwrap() {
+            "congestion_window_limited" => {
+                let (u, cw) = (
+                    verdict["unacked"].as_f64().unwrap(),
+                    verdict["cwnd"].as_f64().unwrap(),
+                );
+                assert!(
+                    u >= 0.8 * cw,
+                    "cwnd limited with {u} of {cw} segments in flight: {verdict}"
+                );
+            }
+            "application_limited" => judged += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        judged > 0,
+        "ping-pong was never judged application limited:\n{text}"
+    );
+    assert!(!text.contains("congestion window limited"), "{text}");
+    assert!(text.contains("application limited"), "{text}");
+}
