@@ -1178,7 +1178,7 @@ fn tcp_verdicts_follow_from_their_numbers() {
     use std::time::Duration;
     let (_srv, addr) = server();
     let port = addr.rsplit(':').next().unwrap().to_string();
-    let mut ping = common::procs::Proc::spawn("ping", {
+    let ping = common::procs::Proc::spawn("ping", {
         let mut c = Command::new(common::procs::bin());
         c.args(["ping", &addr, "-t", "60s", "-q"]);
         c
