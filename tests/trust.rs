@@ -1214,3 +1214,167 @@ fn tcp_verdicts_follow_from_their_numbers() {
     assert!(!text.contains("congestion window limited"), "{text}");
     assert!(text.contains("application limited"), "{text}");
 }
+
+/// The choices a command's help lists for `--chart`.
+fn chart_choices(path: &[String]) -> Vec<String> {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("--help");
+    let (_, help, _) = rt(&args);
+    let Some(i) = help.find("      --chart <CHART>") else {
+        return Vec::new();
+    };
+    let rest = &help[i..];
+    let j = rest.find("Possible values:").expect("listed values");
+    rest[j..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.trim_start().starts_with("- "))
+        .map(|l| l.trim_start()[2..].split(':').next().unwrap().to_string())
+        .collect()
+}
+
+/// Class 10: output options are checked before anything is measured, and `--chart` lists (and accepts)
+/// only the charts the command can draw: every command with --chart draws each chart its help lists, refuses
+/// the others at once (exit 2, one line), and every output file option refuses a path it cannot write
+/// before measuring.
+#[test]
+fn output_options_are_checked_before_measuring() {
+    let Some(dir) = common::captures_dir() else {
+        assert!(common::skip("../shared/captures is missing"));
+        return;
+    };
+    let cap = dir.join("zeek/http_get.pcap");
+    let cap = cap.to_str().unwrap();
+    let (_srv, addr) = server();
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = "postgres://127.0.0.1:5432/test";
+    let log = tmp.path().join("db.csv");
+    let log = log.to_str().unwrap();
+    // How each command is run to draw its charts (quick runs against real peers).
+    let run_of = |cmd: &str| -> Vec<&str> {
+        match cmd {
+            "ping" => vec!["ping", &addr, "-n", "200", "--warmup", "0s"],
+            "connect" => vec!["connect", &addr, "-n", "5", "-i", "10ms"],
+            "icmp" => vec!["icmp", "127.0.0.1", "-n", "5", "-i", "10ms"],
+            "load" => vec!["load", &addr, "-r", "1k", "-t", "1s", "--warmup", "100ms"],
+            "sweep" => vec!["sweep", &addr, "--rates", "1k", "--sizes", "64", "-t", "1s"],
+            "throughput" => vec!["throughput", &addr, "-t", "500ms", "-m", "64,1k"],
+            "compare" => vec!["compare", &addr, "-n", "5", "-i", "5ms"],
+            "db" => vec!["db", pg, "-n", "20", "--full-log", log],
+            "capture stats" => vec!["capture", "stats", cap],
+            "capture flows" => vec!["capture", "flows", cap],
+            "capture timeline" => vec!["capture", "timeline", cap],
+            "capture rpc" => vec!["capture", "rpc", cap],
+            "capture match" => vec!["capture", "match", cap, cap],
+            "tcp" => vec![
+                "tcp",
+                "--port",
+                addr.rsplit(':').next().unwrap(),
+                "-i",
+                "300ms",
+                "-t",
+                "1s",
+            ],
+            other => {
+                panic!("{other}: has --chart but this test does not know how to run it; add it")
+            }
+        }
+    };
+    let all = chart_choices(&["report".to_string()]);
+    assert_eq!(all.len(), 14, "report lists every chart: {all:?}");
+    let mut walked = Vec::new();
+    // tcp needs a connection to watch.
+    let _ping = common::procs::Proc::spawn("ping", {
+        let mut c = Command::new(common::procs::bin());
+        c.args(["ping", &addr, "-t", "300s", "-q", "-i", "10ms"]);
+        c
+    });
+    for path in commands() {
+        let name = path.join(" ");
+        if name == "report" {
+            continue;
+        }
+        let listed = chart_choices(&path);
+        if listed.is_empty() {
+            continue;
+        }
+        assert!(
+            listed.len() < all.len(),
+            "{name} lists every chart: {listed:?}"
+        );
+        // Each listed chart is drawn.
+        for chart in &listed {
+            let svg = tmp
+                .path()
+                .join(format!("{}-{chart}.svg", name.replace(' ', "-")));
+            let mut args = run_of(&name);
+            args.extend(["--svg", svg.to_str().unwrap(), "--chart", chart]);
+            let (code, _, stderr) = rt(&args);
+            assert_eq!(code, 0, "{}: {stderr}", args.join(" "));
+            let text = std::fs::read_to_string(&svg).unwrap_or_default();
+            assert!(text.contains("<svg"), "{}: no SVG written", args.join(" "));
+            walked.push(format!("{name} --chart {chart}"));
+        }
+        // Another is refused before anything runs (a closed port or a missing file would fail later).
+        let other = all.iter().find(|c| !listed.contains(c)).unwrap();
+        let mut args = run_of(&name);
+        args.extend(["--svg", "/tmp/never.svg", "--chart", other]);
+        let (code, stdout, stderr) = rt(&args);
+        assert_eq!(code, 2, "{}: {stderr}", args.join(" "));
+        assert!(
+            stdout.is_empty(),
+            "{}: measured first:\n{stdout}",
+            args.join(" ")
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        // An output file it cannot write: refused before measuring.
+        for flag in ["--report", "--svg"] {
+            let mut args = run_of(&name);
+            args.extend([flag, "/proc/roundtrip-cannot-write-here"]);
+            let (code, stdout, stderr) = rt(&args);
+            assert_eq!(code, 2, "{}: {stderr}", args.join(" "));
+            assert!(
+                stdout.is_empty(),
+                "{}: measured first:\n{stdout}",
+                args.join(" ")
+            );
+            assert!(
+                stderr.starts_with("roundtrip: error: cannot write "),
+                "{stderr}"
+            );
+        }
+    }
+    for cmd in ["ping", "db", "tcp"] {
+        let mut args = run_of(cmd);
+        if cmd == "db" {
+            args.truncate(4);
+        }
+        args.extend(["--full-log", "/proc/roundtrip-cannot-write-here.csv"]);
+        let (code, stdout, stderr) = rt(&args);
+        assert_eq!(code, 2, "{}: {stderr}", args.join(" "));
+        assert!(stdout.is_empty(), "{}", args.join(" "));
+    }
+    for args in [
+        vec![
+            "capture",
+            "whatif",
+            cap,
+            "--rtt",
+            "10ms",
+            "--report",
+            "/proc/x/y.html",
+        ],
+        vec![
+            "mesh",
+            "--agent",
+            "http://127.0.0.1:1",
+            "--report",
+            "/proc/x/y.html",
+        ],
+    ] {
+        let (code, _, stderr) = rt(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+    }
+    eprintln!("charts: {}", walked.join("; "));
+}

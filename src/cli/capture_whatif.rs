@@ -147,6 +147,10 @@ fn source(s: RttSource) -> &'static str {
 
 /// Runs `roundtrip capture whatif`.
 pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
+    // The output files first: a wrong path is refused before the capture is read.
+    for p in a.report.iter().chain(a.svg.iter()) {
+        super::report::check_output(p).map_err(super::output::refused)?;
+    }
     let opts = ProfileOptions {
         filter: Filter {
             host: a.host,

@@ -140,6 +140,9 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
     let mut log = match &a.full_log {
         Some(p) => {
             let mut w = BufWriter::new(

@@ -85,7 +85,7 @@ enum Command {
 /// Parses the command line, runs the command and returns the process exit code: 0 done (also `--help` and
 /// `--version`), 2 refused before any I/O (bad arguments), 1 the run failed.
 pub fn main() -> i32 {
-    let parsed = hyphen_values(Cli::command())
+    let parsed = chart_choices(hyphen_values(Cli::command()), "")
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m));
     let cli = match parsed {
@@ -222,4 +222,53 @@ fn command_path() -> String {
         cmd = sub;
     }
     path.join(" ")
+}
+
+/// The charts each command's results can draw (`--chart`): the choices its help lists and the only ones it
+/// accepts, so a wrong chart is refused before anything is measured. `report` draws any saved result.
+fn charts_for(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "ping" | "connect" | "icmp" => &["percentiles", "distribution", "rtt-time"],
+        "load" => &["percentiles", "distribution", "bars"],
+        "sweep" => &["sweep"],
+        "throughput" => &["throughput-time", "throughput-size"],
+        "compare" | "capture match" => &["bars"],
+        "db" => &["bars", "rtt-time", "percentiles"],
+        "capture stats" => &["traffic"],
+        "capture flows" => &["flow"],
+        "capture timeline" => &["time-sequence"],
+        "capture rpc" => &["ops"],
+        "tcp" => &["tcp-rtt", "tcp-window"],
+        _ => return None,
+    })
+}
+
+/// Narrows every command's `--chart` to [`charts_for`] it.
+fn chart_choices(mut cmd: clap::Command, path: &str) -> clap::Command {
+    use clap::ValueEnum;
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    let has_chart = cmd.get_arguments().any(|a| a.get_id() == "chart");
+    if has_chart && let Some(allowed) = charts_for(path) {
+        let values: Vec<clap::builder::PossibleValue> = report::ChartId::value_variants()
+            .iter()
+            .filter_map(|c| c.to_possible_value())
+            .filter(|v| allowed.contains(&v.get_name()))
+            .collect();
+        let parser = PossibleValuesParser::new(values)
+            .map(|s| report::ChartId::from_str(&s, true).expect("a listed chart"));
+        cmd = cmd.mut_arg("chart", |a| a.value_parser(parser));
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        let sub_path = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path} {name}")
+        };
+        cmd = cmd.mut_subcommand(name, |c| chart_choices(c, &sub_path));
+    }
+    cmd
 }

@@ -161,6 +161,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
 
     let log = match &a.full_log {
         Some(p) => Some(

@@ -641,11 +641,14 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
 /// Runs `roundtrip tcp`.
 pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
     if a.trace {
         if a.full_log.is_some() || a.pictures.wanted() {
-            anyhow::bail!(
-                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode"
-            );
+            return Err(super::output::refused(
+                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode",
+            ));
         }
         let filter = Filter {
             port: a.port,
