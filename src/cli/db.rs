@@ -189,10 +189,12 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         };
         result = db::run(&config, obs)?;
     }
-    // Nothing measured (not one connection ready, not one round trip on one): the error alone, no table of
-    // dashes and no document of empty histograms.
+    // Nothing measured (not even a TCP handshake, not one round trip): the error alone, no table of dashes
+    // and no document of empty histograms. A run that got as far as a handshake (then a refused password,
+    // an unknown database) keeps the phases it measured.
     if let Some(e) = &result.error
         && result.connects_ok == 0
+        && result.tcp_handshake.is_empty()
         && result.ping.is_empty()
         && result.query.is_empty()
         && result.fetch.is_empty()
