@@ -388,7 +388,8 @@ fn cli_connect_dns_failure_and_bad_input() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot resolve"), "{}", stderr(&out));
     let out = bin().args(["compare", "--size", "5"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // Refused by the settings check before any I/O: exit 2.
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("message size 5"), "{}", stderr(&out));
 }
 
