@@ -296,6 +296,17 @@ pub fn fmt_bytes(bytes: u64) -> String {
     }
 }
 
+/// Formats a byte count exactly, for limits in messages: `14 bytes`, `256 KiB`, `65507 bytes`.
+pub fn fmt_bytes_exact(bytes: u64) -> String {
+    match bytes {
+        0 => "0 bytes".into(),
+        b if b % (1024 * 1024) == 0 => format!("{} MiB", b / 1024 / 1024),
+        b if b % 1024 == 0 => format!("{} KiB", b / 1024),
+        1 => "1 byte".into(),
+        b => format!("{b} bytes"),
+    }
+}
+
 /// The civil (proleptic Gregorian) date `(year, month, day)` of a day counted from 1970-01-01, by Howard
 /// Hinnant's `civil_from_days` algorithm; used to print UTC times without a date library.
 pub fn civil_date(days_since_epoch: i64) -> (i64, i64, i64) {

@@ -278,14 +278,20 @@ fn prometheus_bad_answers_are_one_line() {
     );
     // Arguments are checked before any request: a bad --report folder sends nothing.
     let s = serve(prometheus);
-    fails_with_one_line(
-        &[
-            "--prometheus",
-            &format!("http://127.0.0.1:{}", s.port),
-            "--report",
-            "/nonexistent-dir/x.html",
-        ],
-        "does not exist",
+    let args = [
+        "--prometheus",
+        &format!("http://127.0.0.1:{}", s.port),
+        "--report",
+        "/nonexistent-dir/x.html",
+    ];
+    let (code, out, err) = mesh(&args);
+    // Refused before any request: exit 2, one line.
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("roundtrip: error: ") && err.contains("does not exist"),
+        "{err}"
     );
     assert!(s.queries.lock().unwrap().is_empty());
 }

@@ -395,12 +395,18 @@ fn fails_with(args: &[&str], needle: &str) -> String {
 
 #[test]
 fn bad_arguments_are_refused_before_any_io() {
-    fails_with(&["ping", "127.0.0.1", "--size", "0"], "outside 14..=");
+    fails_with(
+        &["ping", "127.0.0.1", "--size", "0"],
+        "not between 14 bytes and 256 KiB",
+    );
     fails_with(&["ping", "127.0.0.1", "--size", "-5"], "negative");
-    fails_with(&["ping", "127.0.0.1", "--size", "13"], "outside 14..=");
+    fails_with(
+        &["ping", "127.0.0.1", "--size", "13"],
+        "not between 14 bytes and 256 KiB",
+    );
     fails_with(
         &["ping", "127.0.0.1", "--udp", "--size", "70000"],
-        "outside 14..=65507",
+        "not between 14 bytes and 65507 bytes",
     );
     fails_with(&["ping", "127.0.0.1", "--count", "0"], "at least 1");
     fails_with(&["ping", "127.0.0.1", "--count", "-3"], "negative");

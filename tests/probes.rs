@@ -388,7 +388,8 @@ fn cli_connect_dns_failure_and_bad_input() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot resolve"), "{}", stderr(&out));
     let out = bin().args(["compare", "--size", "5"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // Refused by the settings check before any I/O: exit 2.
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("message size 5"), "{}", stderr(&out));
 }
 
@@ -801,7 +802,13 @@ fn compare_against_a_namespace_host() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "ICMP was measured: {}", stderr(&out));
+    // The application rows measured nothing: exit 1, the rows that did measure still in the document.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("measured nothing"),
+        "{}",
+        stderr(&out)
+    );
     let v = stdout_json(&out);
     assert_eq!(v["rows"][0]["summary"]["count"], 10);
     assert_eq!(v["rows"][1]["kind"], "tcp_handshake");
@@ -813,7 +820,7 @@ fn compare_against_a_namespace_host() {
         .client_cmd(&["compare", "10.199.0.2:7002", "-n", "2"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "ICMP was measured: {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("closed"), "{text}");
 }

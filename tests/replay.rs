@@ -64,6 +64,7 @@ fn profile(connections: Vec<ConnProfile>) -> AppProfile {
             .unwrap_or_default(),
         connections,
         notes: Vec::new(),
+        capture: Default::default(),
     }
 }
 

@@ -534,11 +534,17 @@ fn bad_inputs_give_one_line_errors() {
         o,
     ]);
     assert!(e.contains("2 --full-log files for 1 results"), "{e}");
-    let e = report_err(&[
-        good.as_os_str(),
-        "-o".as_ref(),
-        d.join("no/such/dir/r.html").as_os_str(),
-    ]);
+    // An output path that cannot be written is refused before anything is read (exit 2).
+    let out2 = rt()
+        .arg("report")
+        .arg(&good)
+        .arg("-o")
+        .arg(d.join("no/such/dir/r.html"))
+        .output()
+        .unwrap();
+    assert_eq!(out2.status.code(), Some(2), "{out2:?}");
+    let e = String::from_utf8(out2.stderr).unwrap();
+    assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("does not exist"), "{e}");
     let e = report_err(&[
         good.as_os_str(),
@@ -659,7 +665,8 @@ fn ping_writes_report_and_svg() {
         .arg(dir.path().join("nope/r.html"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // Refused before measuring: exit 2.
+    assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }

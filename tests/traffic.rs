@@ -581,18 +581,20 @@ fn zero_and_negative_sizes_and_rates_are_rejected_when_parsing() {
             .code(2)
             .stderr(predicate::str::contains("invalid value"));
     }
-    // Out of range for the transport: refused by validation before any I/O, exit 1.
+    // Out of range for the transport: refused by validation before any I/O, exit 2.
     roundtrip_cmd()
         .args(["tp", "127.0.0.1:9", "-u", "-m", "64k"])
         .timeout(Duration::from_secs(30))
         .assert()
-        .code(1)
-        .stderr(predicate::str::contains("outside 14..=65507"));
+        .code(2)
+        .stderr(predicate::str::contains(
+            "not between 14 bytes and 65507 bytes",
+        ));
     roundtrip_cmd()
         .args(["load", "127.0.0.1:9", "--rate", "20M"])
         .timeout(Duration::from_secs(30))
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("rate"));
 }
 

@@ -118,6 +118,17 @@ pub enum OpenError {
         /// The first bytes, in hex.
         magic: String,
     },
+    /// The file starts as a capture but ends inside its file header: nothing can be read.
+    #[error(
+        "{}: file truncated: {what} at byte offset 0; no packet before it (the file is damaged or was still being written)",
+        path.display()
+    )]
+    HeaderCut {
+        /// The file.
+        path: PathBuf,
+        /// What is missing.
+        what: String,
+    },
 }
 
 /// Why reading stopped before the end of the file. Everything before `offset` was delivered.
@@ -236,6 +247,10 @@ impl CaptureReader {
                 path: path.to_path_buf(),
                 magic,
             },
+            FromReaderError::HeaderCut(what) => OpenError::HeaderCut {
+                path: path.to_path_buf(),
+                what,
+            },
         })
     }
 
@@ -284,11 +299,11 @@ impl CaptureReader {
                 };
                 r.fill(24).map_err(FromReaderError::Io)?;
                 if r.end < 24 {
-                    r.warn(
-                        0,
-                        format!("pcap file header cut short ({} of 24 bytes)", r.end),
-                    );
-                    return Ok(r);
+                    // No link type, no packet: not a capture to report on, only the damage.
+                    return Err(FromReaderError::HeaderCut(format!(
+                        "pcap file header cut short ({} of 24 bytes)",
+                        r.end
+                    )));
                 }
                 let link = LinkType::normalised(u32_at(&r.buf[20..], big));
                 r.pos = 24;
@@ -657,6 +672,9 @@ pub enum FromReaderError {
     /// Not a capture; the first bytes in hex.
     #[error("not a pcap or pcapng capture (first bytes {0})")]
     NotACapture(String),
+    /// A capture's magic number, but its file header is cut short.
+    #[error("file truncated: {0} at byte offset 0")]
+    HeaderCut(String),
 }
 
 fn hex(b: &[u8]) -> String {

@@ -84,7 +84,7 @@ impl Acc {
 /// One interval (and direction) of `capture stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StatsRow {
-    /// Start of the interval, seconds after the first packet's interval start.
+    /// Start of the interval, seconds after the first packet.
     pub start_s: f64,
     /// Direction.
     pub direction: StatsDir,
@@ -161,9 +161,8 @@ impl StatsEngine {
             self.cur.add(wire_len);
             return;
         }
-        let origin = *self
-            .origin
-            .get_or_insert(ts_ns - ts_ns.rem_euclid(self.interval_ns));
+        // Intervals start at the first packet (tshark's io,stat rule), not at wall-clock boundaries.
+        let origin = *self.origin.get_or_insert(ts_ns);
         self.first_ts = self.first_ts.min(ts_ns);
         self.last_ts = self.last_ts.max(ts_ns);
         let idx = (ts_ns.saturating_sub(origin)).div_euclid(self.interval_ns);
@@ -206,6 +205,19 @@ impl StatsEngine {
     pub fn finish(mut self) -> (Vec<StatsRow>, StatsRow) {
         self.flush();
         let secs = self.interval_ns as f64 / 1e9;
+        // The time a row really covers: the whole interval, except for the last one, which ends at the last
+        // packet (a capture shorter than the interval is one row covering first..last packet).
+        let (origin, last) = (self.origin.unwrap_or(0), self.last_ts);
+        let covered = |idx: i64| -> f64 {
+            let start = origin.saturating_add(idx.saturating_mul(self.interval_ns));
+            let end = start.saturating_add(self.interval_ns).min(last);
+            if end > start {
+                (end - start) as f64 / 1e9
+            } else {
+                // One instant (a single packet at the row's start): no span to divide by; the interval.
+                secs
+            }
+        };
         let row = |idx: i64, dir: StatsDir, a: &Acc, secs: f64| {
             let n = a.packets.max(1) as f64;
             let mean = a.bytes as f64 / n;
@@ -247,7 +259,7 @@ impl StatsEngine {
             }
             prev = Some(idx);
             total.merge(a);
-            rows.push(row(idx, dir, a, secs));
+            rows.push(row(idx, dir, a, covered(idx)));
         }
         let span = match (self.first_ts_ns(), self.last_ts_ns()) {
             (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e9,
@@ -271,15 +283,27 @@ mod tests {
         e.add(base + 100_000_000, 300, StatsDir::All);
         e.add(base + 2_600_000_000, 60, StatsDir::All);
         let (rows, total) = e.finish();
-        assert_eq!(rows.len(), 4, "{rows:?}");
+        // Rows start at the first packet (x.5 s), not at the wall-clock second: 0.0, 1.0 (empty), 2.0.
+        assert_eq!(rows.len(), 3, "{rows:?}");
         assert_eq!(rows[0].packets, 2);
         assert_eq!(rows[0].bytes, 400);
         assert_eq!((rows[0].size_min, rows[0].size_max), (100, 300));
         assert_eq!(rows[0].size_mean, 200.0);
         assert_eq!(rows[0].size_stddev, 100.0);
         assert_eq!(rows[0].bits_per_s, 3200.0);
-        assert_eq!((rows[1].packets, rows[2].packets), (0, 0));
-        assert_eq!(rows[3].start_s, 3.0);
+        assert_eq!(rows[1].packets, 0);
+        assert_eq!(rows[2].start_s, 2.0);
+        // The last row covers 2.0 s .. the last packet at 2.6 s: its rate is over 0.6 s, not a full second.
+        assert!(
+            (rows[2].packets_per_s - 1.0 / 0.6).abs() < 1e-9,
+            "{:?}",
+            rows[2]
+        );
+        assert!(
+            (rows[2].bits_per_s - 480.0 / 0.6).abs() < 1e-6,
+            "{:?}",
+            rows[2]
+        );
         assert_eq!(total.packets, 3);
         assert_eq!(total.bytes, 460);
     }

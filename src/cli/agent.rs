@@ -330,16 +330,16 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         };
         raise_fd_limit(config.limits.max_clients);
         let sink = log.clone();
-        let handle = server::start(&config, move |ev| sink.event(&ev)).context(
-            "starting the responder (is another agent or server on that port? give --port)",
-        )?;
+        let handle =
+            server::start(&config, move |ev| sink.event(&ev)).context("starting the responder")?;
         Some(handle)
     };
     // The pages' port, before the engine starts (a port in use stops everything at once).
-    let listener = std::net::TcpListener::bind(a.metrics).with_context(|| {
-        format!(
-            "cannot serve --metrics on {} (another agent there? give --metrics with another port, 0 for any)",
-            a.metrics
+    let listener = std::net::TcpListener::bind(a.metrics).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot serve --metrics on {}: {e} ({})",
+            a.metrics,
+            roundtrip::probe::target::bind_hint(a.metrics, &e)
         )
     })?;
     let mut targets_now = first.targets;
@@ -353,12 +353,24 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         .source
         .clone()
         .or_else(|| cfg.as_ref().and_then(|c| c.source.clone()))
-        .unwrap_or_else(|| targets::default_source(first_addr));
+        .unwrap_or_else(|| {
+            // Two agents on one host (different ports) must not share a source: with a responder on another
+            // port than the default, the default source is ADDRESS:PORT, as other agents name it as a target.
+            let s = targets::default_source(first_addr);
+            match responder.as_ref().and_then(|h| h.tcp_addr()) {
+                Some(addr) if addr.port() != DEFAULT_PORT => match s.parse::<IpAddr>() {
+                    Ok(ip) => SocketAddr::new(ip, addr.port()).to_string(),
+                    Err(_) => format!("{s}:{}", addr.port()),
+                },
+                _ => s,
+            }
+        });
     let address = match responder.as_ref().and_then(|h| h.tcp_addr()) {
         Some(addr) if addr.ip().is_unspecified() => {
             let ip = source
                 .parse::<IpAddr>()
                 .ok()
+                .or_else(|| source.parse::<SocketAddr>().ok().map(|a| a.ip()))
                 .or_else(|| first_addr.and_then(targets::local_address_toward));
             ip.map_or(addr, |ip| SocketAddr::new(ip, addr.port()))
                 .to_string()

@@ -167,6 +167,14 @@ fn finish(info: &CaptureInfo, json: bool) -> Exit {
             info.not_ip_example.as_deref().unwrap_or("-")
         ));
     }
+    damage(info)
+}
+
+/// Reading that stopped before the end of the file (truncated, damaged, still being written) is an error for
+/// every reader of a capture (stats, timeline, flows, rpc, match, whatif, replay), said the same way: one line
+/// with the file, the reason and its byte offset, exit 1; the results of the packets before it are still
+/// printed.
+pub(super) fn damage(info: &CaptureInfo) -> Exit {
     match &info.warning {
         Some(w) => {
             error_line(format!(
@@ -185,7 +193,11 @@ fn heading(info: &CaptureInfo) -> String {
         info.file,
         info.format,
         if info.gzip { " (gzip)" } else { "" },
-        info.link_types.join("+"),
+        if info.link_types.is_empty() {
+            "no link type seen".to_string()
+        } else {
+            info.link_types.join("+")
+        },
         fmt_bytes(info.file_bytes),
         info.packets_read
     )
@@ -206,7 +218,7 @@ fn fmt_bits(bps: f64) -> String {
 
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
     let label = a.common.file.display().to_string();
     super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
@@ -319,7 +331,7 @@ fn no_connection(file: &std::path::Path, info: &CaptureInfo, filter: &Filter) ->
 
 fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let graph = (a.common.json || a.pictures.wanted()).then_some(match a.data_from {
         DataFromArg::Busier => capture::DataFrom::Busier,
         DataFromArg::Client => capture::DataFrom::Client,
@@ -381,7 +393,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         flow.client,
         flow.server,
         r.capture.packets_matched,
-        flow.state,
+        flow.state.replace('_', " "),
         if filter.flow.is_none() {
             "; first TCP connection that matched: choose another with --flow A:P-B:P"
         } else {
@@ -531,7 +543,7 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         idle_timeout: a.idle_timeout,
         ..TrackerConfig::default()
     };
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let mut r = capture::run_flows(&a.common.file, &filter, config, None)?;
     if a.common.json || a.pictures.wanted() {
         r.window_series = capture::flow_series(&a.common.file, &filter, config, &r.flows)?;

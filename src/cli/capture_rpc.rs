@@ -131,16 +131,7 @@ fn utc(unix_s: f64) -> String {
 }
 
 fn warn_exit(info: &CaptureInfo) -> Exit {
-    match &info.warning {
-        Some(w) => {
-            error_line(format!(
-                "{}: {w}; results cover the {} packets before it (the file is damaged or was still being written)",
-                info.file, info.packets_read
-            ));
-            Exit::Failed
-        }
-        None => Exit::Ok,
-    }
+    super::capture::damage(info)
 }
 
 fn first_cells(s: &roundtrip::stats::Summary) -> Vec<String> {
@@ -383,7 +374,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         interval: a.interval,
         by_conn: a.by_conn,
     };
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let keylog = match &a.keylog {
         Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
         None => None,
@@ -397,6 +388,14 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     }
     tls_note(&r, a.keylog.as_deref());
     let exit = warn_exit(&r.capture);
+    if r.report.transactions == 0 && exit == Exit::Failed {
+        // The damage already is the error (one line); why nothing paired follows from it.
+        note(format!(
+            "note: no request/response pair in the {} packets before the damage",
+            r.capture.packets_read
+        ));
+        return Ok(exit);
+    }
     if r.report.transactions == 0 {
         error_line(format!(
             "{}: no request/response pair found in {} packets ({} TCP/UDP connections); if the protocol runs on \
@@ -501,7 +500,7 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     let filter = Filter::default();
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (ci, c) = run::collect(&a.client, &filter, a.proto)
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
     let (si, s) = run::collect(&a.server, &filter, a.proto)
@@ -519,6 +518,11 @@ pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     }
     let e1 = warn_exit(&ci);
     let e2 = warn_exit(&si);
+    if r.unrelated && (e1 == Exit::Failed || e2 == Exit::Failed) {
+        // The damage already is the error (one line); nothing to compare follows from it.
+        note("note: no request of the damaged capture's readable part is in the other capture");
+        return Ok(Exit::Failed);
+    }
     if r.unrelated {
         error_line(format!(
             "{} and {} do not show the same requests: nothing to compare (were they taken at the same time, on \

@@ -38,13 +38,13 @@ pub struct WhatifArgs {
     #[arg(long, value_delimiter = ',', value_parser = args::duration, required = true)]
     rtt: Vec<Duration>,
     /// Path capacity (e.g. 1Gbit/s); default: the fastest transfer seen per connection.
-    #[arg(long, value_parser = args::bitrate)]
+    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: Option<u64>,
     /// Packet loss (e.g. 0.1%).
     #[arg(long, value_parser = args::probability)]
     loss: Option<f64>,
     /// Only this connection: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, alias = "connection", value_parser = parse_flow, value_name = "A:P-B:P")]
+    #[arg(long, visible_alias = "connection", value_parser = parse_flow, value_name = "A:P-B:P")]
     flow: Option<(SocketAddr, SocketAddr)>,
     /// Only packets to or from this address.
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]
@@ -101,7 +101,7 @@ pub const ASSUMPTIONS: [&str; 5] = [
     "each turn pays the new RTT once; a captured handshake pays one RTT",
     "TCP per direction (--path tcp): initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture; --path relay: no window limit",
     "rate capped by --bandwidth (default: the fastest transfer seen on the connection) and by Mathis with --loss",
-    "connections are predicted independently and keep their start offsets",
+    "connections are predicted independently; one opened after another's last request follows it, the others keep their start offsets",
 ];
 
 #[derive(Serialize)]
@@ -147,6 +147,10 @@ fn source(s: RttSource) -> &'static str {
 
 /// Runs `roundtrip capture whatif`.
 pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
+    // The output files first: a wrong path is refused before the capture is read.
+    for p in a.report.iter().chain(a.svg.iter()) {
+        super::report::check_output(p).map_err(super::output::refused)?;
+    }
     let opts = ProfileOptions {
         filter: Filter {
             host: a.host,
@@ -244,7 +248,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
     } else {
         out(text)?;
     }
-    Ok(Exit::Ok)
+    Ok(super::capture::damage(&prof.capture))
 }
 
 fn ms(s: f64) -> String {

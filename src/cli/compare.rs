@@ -4,9 +4,8 @@ use super::args;
 use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
-use anyhow::Context;
 use clap::Args;
-use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row};
+use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
@@ -25,8 +24,8 @@ pub struct CompareArgs {
     /// 11111). Without it, an embedded server on loopback answers.
     #[arg(value_name = "HOST[:PORT]")]
     target: Option<String>,
-    /// Whole message size of the realistic ping row, header included (default: 250 B, seed 000's average
-    /// SQL*Net packet).
+    /// Whole message size of the realistic ping row, header included (default: 250 B, the average SQL*Net packet
+    /// in Frits Hoogland's "Performing in the cloud – network latency").
     #[arg(long, short = 'm', default_value_t = DEFAULT_SIZE as u64, value_parser = args::size, value_name = "BYTES")]
     size: u64,
     /// Measurements per row.
@@ -78,6 +77,9 @@ struct CompareDoc {
     tcp_info: Option<TcpRtt>,
     conclusion: Option<String>,
     cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted: Option<json::Interrupted>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -102,8 +104,8 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     };
     config.icmp_mode = IcmpMode::Auto;
     config.loopback_v6 = a.ipv6;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let mut dns_ns = None;
     let mut dns_line = String::new();
     if let Some(t) = &target {
@@ -125,6 +127,20 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         ));
     }
     let result = compare::run(&config)?;
+    // Four probes of --count each (ICMP, handshake, two ping sizes; the kernel's RTT is read, not probed).
+    let interrupted = result.cancelled.then(|| {
+        json::Interrupted::count(
+            result.started.elapsed().unwrap_or_default(),
+            result
+                .rows
+                .iter()
+                .filter(|r| r.kind != RowKind::KernelSrtt)
+                .map(|r| r.attempts)
+                .sum(),
+            config.count * 4,
+            "measurements",
+        )
+    });
     let doc = || CompareDoc {
         format: FORMAT,
         format_version: FORMAT_VERSION,
@@ -146,7 +162,24 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         tcp_info: result.tcp_info,
         conclusion: result.conclusion(),
         cancelled: result.cancelled,
+        interrupted,
     };
+    let first_error = || {
+        result
+            .rows
+            .iter()
+            .find_map(|r| r.error.clone())
+            .unwrap_or_default()
+    };
+    // Nothing measured: the error alone, no table of dashes.
+    if !result.measured_anything() && !result.cancelled {
+        error_line(format!(
+            "nothing could be measured against {}: {}",
+            result.addr,
+            first_error()
+        ));
+        return Ok(Exit::Failed);
+    }
     if a.json {
         out(json::to_bytes(&doc()))?;
     } else {
@@ -191,20 +224,34 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         if let Some(c) = result.conclusion() {
             out(format!("\nIn short: {c}.\n"))?;
         }
+        if let Some(i) = interrupted {
+            out(format!("\n{}", i.line()))?;
+        }
     }
     if a.pictures.wanted() {
         let label = a.target.clone().unwrap_or_else(|| "embedded server".into());
         super::report::after_run(&a.pictures, &doc(), None, &label)?;
     }
-    if !result.measured_anything() && !result.cancelled {
-        let first = result
-            .rows
-            .iter()
-            .find_map(|r| r.error.clone())
-            .unwrap_or_default();
+    // The application rows (what compare sets the others against) measured nothing: the comparison cannot
+    // answer its question (exit 1); the rows that did measure stay on screen. A missing ICMP row alone
+    // (not permitted here) leaves the application against the handshake: exit 0 with its note.
+    let failed: Vec<&str> = result
+        .rows
+        .iter()
+        .filter(|r| r.summary.count == 0 && r.error.is_some())
+        .map(|r| r.label.as_str())
+        .collect();
+    let app_failed = result.rows.iter().any(|r| {
+        matches!(r.kind, RowKind::PingHeader | RowKind::PingPayload) && r.summary.count == 0
+    });
+    if app_failed && !result.cancelled {
         error_line(format!(
-            "nothing could be measured against {}: {first}",
-            result.addr
+            "{} of {} probes measured nothing against {} ({}): {}",
+            failed.len(),
+            result.rows.len(),
+            result.addr,
+            failed.join(", "),
+            first_error()
         ));
         return Ok(Exit::Failed);
     }

@@ -2,7 +2,6 @@
 
 use super::args;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
@@ -119,6 +118,9 @@ struct ConnectDoc {
     attempts: Vec<Attempt>,
     error: Option<String>,
     cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted: Option<json::Interrupted>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -149,8 +151,8 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     } else {
         ConnectMode::Kernel
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
 
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr;
@@ -173,6 +175,14 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         unreachable: result.count(PortState::Unreachable),
     };
     let verdict = result.verdict();
+    let interrupted = result.cancelled.then(|| {
+        json::Interrupted::count(
+            result.started.elapsed().unwrap_or_default(),
+            result.attempts.len() as u64,
+            config.count,
+            "attempts",
+        )
+    });
     let doc = || ConnectDoc {
         format: FORMAT,
         format_version: FORMAT_VERSION,
@@ -196,6 +206,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         attempts: result.attempts.clone(),
         error: result.error.as_ref().map(|e| e.to_string()),
         cancelled: result.cancelled,
+        interrupted,
     };
     if a.json {
         out(json::to_bytes(&doc()))?;
@@ -232,6 +243,9 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
                 "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \
                  (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
             )?;
+        }
+        if let Some(i) = interrupted {
+            out(i.line())?;
         }
     }
     if a.pictures.wanted() {

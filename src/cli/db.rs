@@ -25,7 +25,7 @@ pub struct DbArgs {
     #[arg(value_name = "URL")]
     url: String,
     /// Fresh connections to time phase by phase (DNS, TCP, TLS, startup+auth, first query).
-    #[arg(long, default_value = "5", value_parser = args::count)]
+    #[arg(long, default_value = "5", value_parser = args::count, value_name = "N")]
     connects: u64,
     /// Iterations on the open connection: protocol ping, query and fetch each (Oracle: TNS pings).
     #[arg(long, short = 'n', default_value = "100", value_parser = args::count)]
@@ -196,22 +196,20 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     config.rows = a.rows.unwrap_or(default_rows);
     config.row_bytes = a.row_bytes.unwrap_or(default_row_bytes);
     config.timeout = a.timeout;
-    if config.link.is_some() {
-        if let Err(e) = config.validate() {
-            refuse(e);
-        }
-        if a.query.is_some() {
-            refuse(
-                "--query does not go with --link: the link call is fixed (select clock_timestamp() through the link)",
-            );
-        }
+    if config.link.is_some() && a.query.is_some() {
+        return Err(super::output::refused(
+            "--query does not go with --link: the link call is fixed (select clock_timestamp() through the link)",
+        ));
     }
-    config.validate().context("checking the arguments")?;
+    config.validate().map_err(super::output::refused)?;
     let scrub = |s: String| match &config.link {
         Some(l) => l.target.scrub(&s),
         None => s,
     };
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
     let mut log = match &a.full_log {
         Some(p) => {
             let mut w = BufWriter::new(
@@ -271,6 +269,19 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
             print_link,
         };
         result = db::run(&config, &mut obs).map_err(|e| anyhow::anyhow!(scrub(e.to_string())))?;
+    }
+    // Nothing measured (not even a TCP handshake, not one round trip): the error alone, no table of dashes
+    // and no document of empty histograms. A run that got as far as a handshake (then a refused password,
+    // an unknown database) keeps the phases it measured.
+    if let Some(e) = &result.error
+        && result.connects_ok == 0
+        && result.tcp_handshake.is_empty()
+        && result.ping.is_empty()
+        && result.query.is_empty()
+        && result.fetch.is_empty()
+    {
+        error_line(e);
+        return Ok(Exit::Failed);
     }
     if a.json {
         let bytes = json::to_bytes(&DbDoc::new(&config, &result));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-/// The round trip the embedded proxy adds, as seed 002's "move to the cloud".
+/// The round trip the embedded proxy adds, as the "move to the cloud" of the blog post "Network latency matters".
 const PROXY_RTT: Duration = Duration::from_millis(40);
 
 /// Arguments of `roundtrip demo`.
@@ -94,8 +94,21 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
         (Transport::Udp, 64),
         (Transport::Udp, 1024),
     ];
+    // Measurements planned: the four direct rows, the direct 64 KiB transfer and three rows through the proxy.
+    const PLANNED: u64 = 8;
+    let mut done = 0u64;
+    let mut measuring = Duration::ZERO;
+    let interrupted = |done: u64, measuring: Duration| {
+        roundtrip::report::json::Interrupted::count(measuring, done, PLANNED, "measurements").line()
+    };
     for (transport, size) in probes {
         let r = measure(tcp, transport, size, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        if r.cancelled && r.rtt.is_empty() {
+            // Cut before its first round trip: no row of zeros.
+            break;
+        }
+        done += u64::from(!r.cancelled);
         let s = r.rtt.summary();
         let srv = r.server.summary();
         let f = |v: u64| fmt_nanos(v as f64);
@@ -128,13 +141,21 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
          is both network stacks and the wire. Try: roundtrip server  (one terminal), roundtrip ping HOST  (another).\n",
     )?;
 
-    // Seed 002's transfer in 64 KiB requests, measured directly for the comparison below.
+    // The transfer of "Network latency matters" in 64 KiB requests, measured directly for the comparison below.
     if !cancel.load(std::sync::atomic::Ordering::SeqCst) {
         let r = measure(tcp, Transport::Tcp, 64 * 1024, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        done += u64::from(!r.cancelled);
         direct.push((Transport::Tcp, 64 * 1024, r));
     }
+    if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        // Interrupted: the rows above are all that was measured; no proxy table made of what did not run.
+        out(format!("\n{}", interrupted(done, measuring)))?;
+        srv.shutdown();
+        return Ok(Exit::Ok);
+    }
 
-    // The same probes 40 ms away (seed 002's "move to the cloud"), beside seed 000's arithmetic.
+    // The same probes 40 ms away ("Network latency matters"), beside Hoogland's TPS arithmetic.
     let imp = Impairment {
         delay_ns: (PROXY_RTT / 2).as_nanos() as u64,
         ..Default::default()
@@ -179,6 +200,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
             Transport::Udp => udp_proxy.listen_addr(),
         };
         let r = measure(addr, transport, size, a.duration, &cancel)?;
+        measuring += r.elapsed;
+        if r.cancelled && r.rtt.is_empty() {
+            break;
+        }
+        done += u64::from(!r.cancelled);
         let s = r.rtt.summary();
         let ds = d.rtt.summary();
         let direct_rtt = Duration::from_nanos(ds.p50_ns);
@@ -205,9 +231,17 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
         }
     }
     out(t2.render(0))?;
+    if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        out(format!("\n{}", interrupted(done, measuring)))?;
+        tcp_proxy.shutdown();
+        udp_proxy.shutdown();
+        srv.shutdown();
+        return Ok(Exit::Ok);
+    }
     out(
         "\nOne session does one transaction per round trip: 40 ms away, thousands of transactions per second become\n\
-         about 25 (seed 000), and a transfer in 64 KiB requests pays 40 ms per request (seed 002). Try:\n  \
+         about 25 (Frits Hoogland, \"Performing in the cloud – network latency\"), and a transfer in 64 KiB requests\n\
+         pays 40 ms per request (the blog post \"Network latency matters\": a copy over a 40 ms link). Try:\n  \
          roundtrip proxy --listen 127.0.0.1:8000 --upstream HOST:PORT --rtt 40ms   and   roundtrip model tps --help\n",
     )?;
     tcp_proxy.shutdown();

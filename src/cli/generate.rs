@@ -36,7 +36,7 @@ pub struct GenerateArgs {
 pub fn run(a: GenerateArgs) -> Result<Exit, anyhow::Error> {
     // The definitions without the examples appended to each help: the man pages put them in a section of
     // their own (EXAMPLES), formatted as commands rather than filled text.
-    let mut cmd = <super::Cli as clap::CommandFactory>::command();
+    let mut cmd = super::definitions();
     cmd.build();
     if let Some(dir) = &a.dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -4,7 +4,6 @@ use super::args;
 use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::icmp::{
     self, IcmpConfig, IcmpMode, IcmpObserver, IcmpSocket, Probe, ProbeOutcome,
@@ -105,6 +104,9 @@ struct IcmpDoc {
     probes: Vec<Probe>,
     error: Option<String>,
     cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted: Option<json::Interrupted>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -132,8 +134,8 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         (_, true) => IcmpMode::Datagram,
         _ => IcmpMode::Auto,
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -144,6 +146,14 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         probes: Vec::new(),
     };
     let result = icmp::run(&config, &mut printer)?;
+    let interrupted = result.cancelled.then(|| {
+        json::Interrupted::count(
+            result.started.elapsed().unwrap_or_default(),
+            result.sent,
+            config.count,
+            "echo requests",
+        )
+    });
     let doc = || IcmpDoc {
         format: FORMAT,
         format_version: FORMAT_VERSION,
@@ -169,6 +179,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         probes: printer.probes.clone(),
         error: result.error.as_ref().map(|e| e.to_string()),
         cancelled: result.cancelled,
+        interrupted,
     };
     if a.json {
         out(json::to_bytes(&doc()))?;
@@ -197,6 +208,9 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             row.extend(summary_cells(&result.rtt.summary()));
             t.row(row);
             out(t.render(0))?;
+        }
+        if let Some(i) = interrupted {
+            out(i.line())?;
         }
     }
     if a.pictures.wanted() {

@@ -5,7 +5,6 @@ use super::args;
 use super::args::family;
 use super::output::{Exit, error_line, note, out};
 use super::throughput::message_size;
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::load::{self, LoadConfig};
 use roundtrip::probe::ping::Transport;
@@ -85,8 +84,8 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     config.extensions = !a.no_extensions;
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
     config.realtime = a.realtime;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
     config.addr = addr;
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -107,6 +106,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::load_text(&result))?;
+        if result.cancelled {
+            out(json::Interrupted::duration(result.elapsed, a.duration).line())?;
+        }
     }
     if a.pictures.wanted() {
         let doc = traffic::LoadDoc::new(&a.target, &result, a.duration, a.warmup);

@@ -70,7 +70,7 @@ fn size(s: &str) -> Result<u32, String> {
 pub fn run(a: MeshArgs) -> anyhow::Result<Exit> {
     // Everything that can be checked without the network first.
     if let Some(p) = &a.report {
-        super::report::check_output(p)?;
+        super::report::check_output(p).map_err(super::output::refused)?;
     }
     for u in a.prometheus.iter().chain(a.agent.iter()) {
         if let Err(e) = mesh::http::Url::parse(u) {

@@ -67,7 +67,7 @@ enum Command {
     /// Play a capture's request/response structure (sizes, think and server times, order) against a
     /// `roundtrip server --allow-replay`, e.g. through `roundtrip proxy --rtt 40ms`, and time it.
     Replay(replay::ReplayArgs),
-    /// The seeds' arithmetic: TPS at another RTT, window and BDP limits, Mathis, frames on the wire.
+    /// Latency arithmetic, each formula with its source: TPS at another RTT, window and BDP limits, Mathis, frames on the wire.
     Model(model::ModelArgs),
     /// Round trips to PostgreSQL, MySQL/MariaDB, Redis or an Oracle listener, split into network, protocol
     /// and server time.
@@ -86,20 +86,26 @@ enum Command {
     Generate(generate::GenerateArgs),
 }
 
-/// Parses the command line, runs the command and returns the process exit code.
+/// The command line definition: negative values reach our own checks and each command lists only the charts it
+/// can draw. The man pages and completions (`roundtrip generate`) are built from it.
+fn definitions() -> clap::Command {
+    chart_choices(hyphen_values(Cli::command()), "")
+}
+
+/// [`definitions`] as users see them: every --help ends with examples (src/cli/examples.rs).
+fn command() -> clap::Command {
+    examples::attach(definitions())
+}
+
+/// Parses the command line, runs the command and returns the process exit code: 0 done (also `--help` and
+/// `--version`), 2 refused before any I/O (bad arguments), 1 the run failed.
 pub fn main() -> i32 {
-    // Every command's --help ends with examples (src/cli/examples.rs); the man pages carry them too.
-    let cmd = examples::attach(Cli::command());
-    let cli = match cmd
+    let parsed = command()
         .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m))
-    {
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(e) => return refuse(&e),
     };
     // The documentation test (tests/docs.rs) checks the command lines the docs show against these definitions:
     // with ROUNDTRIP_PARSE_ONLY=1 a command line that parses exits 0 here, before anything runs.
@@ -128,4 +134,162 @@ pub fn main() -> i32 {
         Command::Generate(a) => generate::run(a),
     };
     output::finish(result)
+}
+
+/// Lets every option that takes exactly one value accept a value starting with a hyphen, so `--rtt -20ms`
+/// reaches the option's own parser (which refuses it in words: "must not be negative") instead of clap taking
+/// `-2` for a flag. Options with an optional or a variable number of values are left alone: they would swallow
+/// the next flag.
+fn hyphen_values(mut cmd: clap::Command) -> clap::Command {
+    let ids: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            !a.is_positional()
+                && a.get_action().takes_values()
+                && a.get_num_args()
+                    .is_none_or(|r| r.min_values() == 1 && r.max_values() == 1)
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in ids {
+        cmd = cmd.mut_arg(id, |a| {
+            let a = a.allow_hyphen_values(true);
+            // A placeholder clap derived from the field's name (`<WARMUP>`) says what the value is for, which
+            // the flag already says; name what to type instead.
+            let derived = a.get_value_names().is_some_and(|n| {
+                n.len() == 1 && n[0].as_str() == a.get_id().as_str().to_uppercase()
+            });
+            let kind = a.get_value_parser().type_id();
+            let is = |t: std::any::TypeId| kind == t;
+            use std::any::TypeId;
+            if !derived {
+                a
+            } else if is(TypeId::of::<std::time::Duration>()) {
+                a.value_name("DURATION")
+            } else {
+                a
+            }
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, hyphen_values);
+    }
+    cmd
+}
+
+/// Turns clap's refusal into our style: `roundtrip: error: ...` on one line on stderr, exit 2; help and
+/// version go to stdout with exit 0.
+fn refuse(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            2
+        }
+        _ => {
+            output::error_line(clap_one_line(&e.render().to_string()));
+            2
+        }
+    }
+}
+
+/// clap's multi-line error (message, the arguments it lists, tips, usage, "For more information") as one line:
+/// the message, the tips in brackets, and where to look (`see 'roundtrip proxy --help'`).
+fn clap_one_line(rendered: &str) -> String {
+    let mut message = String::new();
+    let mut tips = Vec::new();
+    let mut in_message = false;
+    for line in rendered.lines() {
+        let trimmed = line.trim();
+        if let Some(m) = trimmed.strip_prefix("error: ") {
+            message = m.trim_end_matches(':').to_string();
+            in_message = true;
+        } else if let Some(t) = trimmed.strip_prefix("tip: ") {
+            in_message = false;
+            if !t.starts_with("to pass ") {
+                tips.push(t.to_string());
+            }
+        } else if trimmed.is_empty() || trimmed.starts_with("Usage: ") {
+            in_message = false;
+        } else if in_message {
+            message.push_str(if message.ends_with(':') { " " } else { ": " });
+            message.push_str(trimmed);
+        }
+    }
+    if !tips.is_empty() {
+        message.push_str(&format!(" ({})", tips.join("; ")));
+    }
+    format!("{message}; see '{} --help'", command_path())
+}
+
+/// `roundtrip capture stats` for `roundtrip capture stats x.pcap --bogus`: the subcommands named on the
+/// command line, for the pointer to their help.
+fn command_path() -> String {
+    let mut cmd = Cli::command();
+    let mut path = vec!["roundtrip".to_string()];
+    for word in std::env::args().skip(1) {
+        let Some(sub) = cmd.find_subcommand(&word).cloned() else {
+            break;
+        };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
+}
+
+/// The charts each command's results can draw (`--chart`): the choices its help lists and the only ones it
+/// accepts, so a wrong chart is refused before anything is measured. `report` draws any saved result.
+fn charts_for(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "ping" | "connect" | "icmp" => &["percentiles", "distribution", "rtt-time"],
+        "load" => &["percentiles", "distribution", "bars"],
+        "sweep" => &["sweep"],
+        "throughput" => &["throughput-time", "throughput-size"],
+        "compare" | "capture match" => &["bars"],
+        "db" => &["bars", "rtt-time", "percentiles"],
+        "capture stats" => &["traffic"],
+        "capture flows" => &["flow"],
+        "capture timeline" => &["time-sequence"],
+        "capture rpc" => &["ops"],
+        "tcp" => &["tcp-rtt", "tcp-window"],
+        _ => return None,
+    })
+}
+
+/// Narrows every command's `--chart` to [`charts_for`] it.
+fn chart_choices(mut cmd: clap::Command, path: &str) -> clap::Command {
+    use clap::ValueEnum;
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    let has_chart = cmd.get_arguments().any(|a| a.get_id() == "chart");
+    if has_chart && let Some(allowed) = charts_for(path) {
+        let values: Vec<clap::builder::PossibleValue> = report::ChartId::value_variants()
+            .iter()
+            .filter_map(|c| c.to_possible_value())
+            .filter(|v| allowed.contains(&v.get_name()))
+            .collect();
+        let parser = PossibleValuesParser::new(values)
+            .map(|s| report::ChartId::from_str(&s, true).expect("a listed chart"));
+        cmd = cmd.mut_arg("chart", |a| a.value_parser(parser));
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        let sub_path = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path} {name}")
+        };
+        cmd = cmd.mut_subcommand(name, |c| chart_choices(c, &sub_path));
+    }
+    cmd
 }

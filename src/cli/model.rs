@@ -1,4 +1,4 @@
-//! `roundtrip model`: the seeds' arithmetic, with formulas and sources.
+//! `roundtrip model`: latency arithmetic, each formula with its published source.
 
 use super::args;
 use super::output::{Exit, out};
@@ -29,14 +29,14 @@ enum What {
     /// Formula: transit per second = TPS x round trips x RTT; processing per transaction =
     /// (1 s - transit per second) / TPS; predicted TPS at RTT' = 1 / (processing + round trips x RTT');
     /// sessions needed to keep a TPS at RTT' = TPS x (processing + round trips x RTT') (Little's law, L = lambda W).
-    /// Source: seed 000 (Frits Hoogland, "Performing in the cloud – network latency": 1000-(0.021*2356) =
+    /// Source: Frits Hoogland, "Performing in the cloud – network latency" (1000-(0.021*2356) =
     /// 950.524 ms, /2356 = 0.40 ms) and J. D. C. Little, Operations Research 9(3), 1961.
     ///
-    /// Example (seed 000): roundtrip model tps --tps 2356,1567,854 --rtt 0.021ms,0.161ms,0.685ms --at 40ms
+    /// Example (Hoogland's figures): roundtrip model tps --tps 2356,1567,854 --rtt 0.021ms,0.161ms,0.685ms --at 40ms
     Tps(TpsArgs),
     /// The most a window-limited TCP stream can carry.
     ///
-    /// Formula: throughput = window / RTT. Source: RFC 7323 section 1.1; seed 002 (40 ms took a 1 Gbit/s copy
+    /// Formula: throughput = window / RTT. Source: RFC 7323 section 1.1; the blog post "Network latency matters" (40 ms took a 1 Gbit/s copy
     /// from 0.95 s to 7.2 s).
     Window(WindowArgs),
     /// The bandwidth-delay product: the window needed to fill a link.
@@ -53,7 +53,7 @@ enum What {
     /// Formula: data per frame (MSS) = MTU - 52 (IPv4 20 + TCP 20 + timestamps 12); frames = ceil(bytes / MSS);
     /// wire bytes per frame = data + 52 + 18 (Ethernet header and FCS) + 20 (preamble and gap), at least
     /// 64 + 20; serialisation = wire bytes x 8 / link rate; each store-and-forward hop forwards a frame only
-    /// after receiving all of it. Source: seed 004 (Kyle Hailey: an 8K block is 5.7 -> 6 packets of 1448 bytes;
+    /// after receiving all of it. Source: Kyle Hailey, "NFS Performance Issues at TCP level", 2014 (an 8K block is 5.7 -> 6 packets of 1448 bytes;
     /// jumbo frames), IEEE 802.3, RFC 791/793/7323.
     Transfer(TransferArgs),
 }
@@ -345,7 +345,7 @@ fn tps(a: TpsArgs, json_out: bool) -> anyhow::Result<Exit> {
     emit(
         json_out,
         "model-tps",
-        "processing = (1s - TPS x round_trips x RTT) / TPS; TPS' = 1 / (processing + round_trips x RTT'); sessions = TPS x (processing + round_trips x RTT') [seed 000; Little 1961]",
+        "processing = (1s - TPS x round_trips x RTT) / TPS; TPS' = 1 / (processing + round_trips x RTT'); sessions = TPS x (processing + round_trips x RTT') [Hoogland, \"Performing in the cloud – network latency\"; Little 1961]",
         result,
         text,
     )
@@ -510,7 +510,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
             emit(
                 a.json,
                 "model-transfer",
-                "frames = ceil(bytes / (MTU - 52)); wire = data + 52 + 18 + 20 per frame; time = wire x 8 / rate, per store-and-forward hop [seed 004; IEEE 802.3]",
+                "frames = ceil(bytes / (MTU - 52)); wire = data + 52 + 18 + 20 per frame; time = wire x 8 / rate, per store-and-forward hop [Hailey, \"NFS Performance Issues at TCP level\" 2014; IEEE 802.3]",
                 res,
                 text,
             )

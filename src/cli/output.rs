@@ -11,6 +11,24 @@ pub enum Exit {
     Failed,
 }
 
+/// An argument refused by a check that runs before any I/O (a configuration's `validate()`): exit 2, as clap's
+/// own refusals.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Turns a configuration check's error into a [`Refused`] (exit 2).
+pub fn refused(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(Refused(e.to_string()))
+}
+
 /// Writes bytes to stdout.
 pub fn out(bytes: impl AsRef<[u8]>) -> io::Result<()> {
     let mut o = io::stdout().lock();
@@ -41,12 +59,16 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// Turns a command's outcome into the exit code: 0 ok (also when stdout was closed early, as ripgrep does),
-/// 1 failed.
+/// 2 refused before any I/O ([`Refused`]), 1 failed.
 pub fn finish(result: anyhow::Result<Exit>) -> i32 {
     match result {
         Ok(Exit::Ok) => 0,
         Ok(Exit::Failed) => 1,
         Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) if e.downcast_ref::<Refused>().is_some() => {
+            error_line(one_line(&e));
+            2
+        }
         Err(e) => {
             error_line(one_line(&e));
             1

@@ -159,8 +159,11 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
 
     let log = match &a.full_log {
         Some(p) => Some(
@@ -200,6 +203,11 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         out(json::to_bytes(&doc))?;
     } else {
         out(text::ping_summary(&result))?;
+        if let Some(i) =
+            json::Interrupted::of_stop(result.cancelled, stop, result.elapsed, result.sent)
+        {
+            out(i.line())?;
+        }
         if a.histogram && !result.rtt.is_empty() {
             out(format!(
                 "RTT distribution:\n{}",

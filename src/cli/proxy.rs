@@ -115,8 +115,8 @@ pub struct ProxyArgs {
     /// UDP: probability that a datagram is sent twice.
     #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
     duplicate: f64,
-    /// Serve the control API here: GET/PUT /impairment (JSON), GET /counters. A non-loopback address needs
-    /// --control-token-file.
+    /// Serve the control API here: GET, PUT (replace) and PATCH (merge) /impairment (JSON), GET /counters.
+    /// A non-loopback address needs --control-token-file.
     #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
     /// File holding the control API's token (one line, at least 16 printable characters, e.g. from
@@ -125,7 +125,7 @@ pub struct ProxyArgs {
     control_token_file: Option<std::path::PathBuf>,
     /// Most clients relayed at once (TCP connections, or UDP client addresses); the one over it is closed at
     /// once (UDP: its datagrams are dropped), with a rate-limited log line.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = proxy::DEFAULT_MAX_CLIENTS as u32, value_name = "N")]
+    #[arg(long, value_parser = max_clients, default_value_t = proxy::DEFAULT_MAX_CLIENTS as u32, value_name = "N")]
     max_clients: u32,
     /// Close (reset) a TCP connection with no byte in either direction for this long; 0: never.
     #[arg(long, value_parser = args::duration, default_value = "300s", value_name = "DURATION")]
@@ -413,4 +413,10 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         out(format!("\n{}", table.render(2)))?;
     }
     Ok(Exit::Ok)
+}
+
+/// `--max-clients`: a count from 1 to 2^32-1.
+fn max_clients(s: &str) -> Result<u32, String> {
+    let n = args::count(s)?;
+    u32::try_from(n).map_err(|_| format!("'{s}' is more than {} clients", u32::MAX))
 }

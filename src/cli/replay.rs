@@ -40,13 +40,13 @@ pub struct ReplayArgs {
     psk_file: Option<PathBuf>,
     /// Pings (64 bytes, before the replay) whose smallest round trip is taken as the path's RTT for the
     /// prediction; 0 skips the measure and the prediction.
-    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    #[arg(long, default_value = "10", value_parser = rtt_pings, value_name = "N")]
     rtt_pings: u64,
     /// Wait this long for the connection, the hello and each answer (on top of the answer's server time).
     #[arg(long, default_value = "10s", value_parser = args::positive_duration, allow_hyphen_values = true)]
     timeout: Duration,
     /// Refuse captures with more connections than this (each replayed connection is a thread).
-    #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true)]
+    #[arg(long, default_value = "1000", value_parser = args::count, allow_hyphen_values = true, value_name = "N")]
     max_connections: u64,
     /// Read the capture as plain alternating request/response runs (no protocol decoder, no pipelining)
     /// instead of the turns `capture whatif` reads.
@@ -84,6 +84,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             },
         ) {
             Ok(p) => p,
+            Err(ProfileError::Empty { .. }) if generic.capture.warning.is_some() => {
+                // Damaged before anything replayable: the damage is the error, as every reader says it.
+                return Ok(super::capture::damage(&generic.capture));
+            }
             Err(ProfileError::Empty { path, what }) => {
                 anyhow::bail!("{path}: nothing to replay: {what}")
             }
@@ -108,6 +112,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
         profile.notes.push(format!(
             "the decoded turns carry {in_turns} of the capture's {in_capture} payload bytes; --generic replays every byte as plain request/response runs"
         ));
+    }
+    if profile.connections.iter().all(|c| c.turns.is_empty()) && generic.capture.warning.is_some() {
+        // Damaged before anything replayable: the damage is the error, said as every capture reader says it.
+        return Ok(super::capture::damage(&generic.capture));
     }
     if profile.connections.iter().all(|c| c.turns.is_empty()) {
         let why = if profile.notes.is_empty() {
@@ -158,7 +166,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     } else {
         out(text(&a.file, &r, rtt, predicted))?;
     }
-    Ok(Exit::Ok)
+    Ok(super::capture::damage(&generic.capture))
 }
 
 fn secs(d: Duration) -> f64 {
@@ -323,5 +331,15 @@ fn parse_path(s: &str) -> Result<PathKind, String> {
         "tcp" => Ok(PathKind::Tcp),
         "relay" => Ok(PathKind::Relay),
         _ => Err(format!("unknown path kind '{s}': use tcp or relay")),
+    }
+}
+
+/// `--rtt-pings`: a whole number from 0 to 10,000.
+fn rtt_pings(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= 10_000 => Ok(n),
+        Ok(_) => Err(format!("'{s}' is more than 10000 pings")),
+        Err(_) if s.starts_with('-') => Err(format!("'{s}' must not be negative")),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
     }
 }

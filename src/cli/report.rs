@@ -175,6 +175,19 @@ pub fn check_output(p: &Path) -> anyhow::Result<()> {
             d.display()
         );
     }
+    // Writable at all (permissions, a read-only file system, /proc)? Found now, not after the measurement:
+    // open it for writing without truncating, and take away a file this check created.
+    let existed = p.exists();
+    if let Err(e) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(p)
+    {
+        bail!("cannot write {}: {e}", p.display());
+    }
+    if !existed {
+        let _ = std::fs::remove_file(p);
+    }
     Ok(())
 }
 
@@ -240,7 +253,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
             a.results.len()
         );
     }
-    pictures.validate()?;
+    pictures.validate().map_err(super::output::refused)?;
 
     let mut runs = Vec::new();
     for (i, path) in a.results.iter().enumerate() {

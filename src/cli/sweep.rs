@@ -4,7 +4,6 @@ use super::args;
 use super::args::family;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::load::{LoadConfig, LoadResult};
 use roundtrip::probe::ping::Transport;
@@ -128,8 +127,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         sizes: a.sizes.0.clone(),
         rates: a.rates.0.clone(),
     };
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
     config.base.addr = addr;
     config.base.cancel = super::ping::cancel_on_ctrl_c();
@@ -147,7 +146,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         done: 0,
         total,
     };
-    let result = sweep::run(&config, &mut progress)?;
+    let mut result = sweep::run(&config, &mut progress)?;
+    // The cell Ctrl-C cut before it sent a measured message is no measurement: no row of zeros for it.
+    result.cells.retain(|c| !(c.cancelled && c.sent == 0));
     let doc = || {
         let settings = traffic::LoadSettings {
             target: a.target.clone(),
@@ -163,11 +164,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         out(json::to_bytes(&doc()))?;
     } else {
         out(traffic::sweep_table(&result))?;
-        for c in result
-            .cells
-            .iter()
-            .filter(|c| !c.rate_held() && !c.cancelled)
-        {
+        for c in result.cells.iter().filter(|c| !c.rate_held()) {
             out(format!(
                 "{} at {}: {}\n",
                 fmt_bytes(c.size as u64),
@@ -175,6 +172,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
                 traffic::rate_sentence(c)
             ))?;
         }
+    }
+    if !a.json
+        && let Some(i) = traffic::sweep_interrupted(&result, total)
+    {
+        out(i.line())?;
     }
     if a.pictures.wanted() {
         super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;

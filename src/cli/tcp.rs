@@ -35,7 +35,7 @@ pub struct TcpArgs {
     /// Stop after this long [default: run until Ctrl-C].
     #[arg(long = "time", short = 't', value_parser = args::positive_duration)]
     time: Option<Duration>,
-    /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the seed's DTrace columns and the ACK
+    /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the DTrace columns of Kyle Hailey's "NFS Performance Issues at TCP level" and the ACK
     /// cadence, instead of sampling.
     #[arg(long)]
     trace: bool,
@@ -640,12 +640,15 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
 
 /// Runs `roundtrip tcp`.
 pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
-    a.pictures.validate()?;
+    a.pictures.validate().map_err(super::output::refused)?;
+    if let Some(path) = &a.full_log {
+        super::report::check_output(path).map_err(super::output::refused)?;
+    }
     if a.trace {
         if a.full_log.is_some() || a.pictures.wanted() {
-            anyhow::bail!(
-                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode"
-            );
+            return Err(super::output::refused(
+                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode",
+            ));
         }
         let filter = Filter {
             port: a.port,

@@ -2,7 +2,6 @@
 
 use super::args;
 use super::output::{Exit, error_line, out};
-use anyhow::Context;
 use clap::Args;
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
@@ -126,8 +125,8 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.timeout = a.timeout;
     config.extensions = !a.no_extensions;
     config.psk = super::server::client_psk(a.psk_file.as_deref())?;
-    config.validate().context("checking the arguments")?;
-    a.pictures.validate()?;
+    config.validate().map_err(super::output::refused)?;
+    a.pictures.validate().map_err(super::output::refused)?;
     let (addr, _) = target.resolve(super::args::family(a.ipv4, a.ipv6))?;
     config.addr = addr;
     config.cancel = super::ping::cancel_on_ctrl_c();
@@ -144,7 +143,23 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     let mut rows = Rows {
         print: !a.json && !a.quiet,
     };
-    let result = throughput::run(&config, &mut rows)?;
+    let mut result = throughput::run(&config, &mut rows)?;
+    // A size whose streams failed before a message was counted is no measurement: no row of zeros for it;
+    // when no size measured anything, the error alone.
+    let failed = |r: &throughput::SizeRun| r.error.is_some() && r.total.messages == 0;
+    // The size Ctrl-C cut before its first counted message: no row of zeros either.
+    let cut = result.cancelled;
+    result
+        .runs
+        .retain(|r| !(cut && r.error.is_none() && r.total.messages == 0));
+    if result.runs.iter().all(failed)
+        && let Some(e) = result.error()
+    {
+        error_line(e);
+        return Ok(Exit::Failed);
+    }
+    let first_error = result.error().cloned();
+    result.runs.retain(|r| !failed(r));
     if a.json {
         out(json::to_bytes(&traffic::ThroughputDoc::new(
             &a.target,
@@ -154,12 +169,17 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::throughput_summary(&result))?;
+        if let Some(i) =
+            traffic::throughput_interrupted(&result, config.sizes.len(), config.duration)
+        {
+            out(i.line())?;
+        }
     }
     if a.pictures.wanted() {
         let doc = traffic::ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);
         super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
-    if let Some(e) = result.error() {
+    if let Some(e) = first_error {
         error_line(e);
         return Ok(Exit::Failed);
     }

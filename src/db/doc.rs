@@ -157,6 +157,25 @@ pub struct DbDoc {
     /// `--link` only: the round trips through the database link.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link: Option<LinkDoc>,
+    /// How far it got when interrupted: iterations on one connection done of --count (absent when it ran to
+    /// its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<crate::report::json::Interrupted>,
+}
+
+/// A run cut short by Ctrl-C: iterations on one connection done of those asked for.
+pub fn interrupted(config: &DbConfig, r: &DbResult) -> Option<crate::report::json::Interrupted> {
+    r.cancelled.then(|| {
+        crate::report::json::Interrupted::count(
+            r.elapsed,
+            r.ping
+                .len()
+                .max(r.query.len())
+                .max(r.link.as_ref().map_or(0, |l| l.single.len())),
+            config.count,
+            "iterations",
+        )
+    })
 }
 
 impl DbDoc {
@@ -231,6 +250,7 @@ impl DbDoc {
                 requests_per_call: l.requests_per_call,
                 round_trip_per_request_p50_ns: l.per_request_p50_ns(),
             }),
+            interrupted: interrupted(config, r),
         }
     }
 }
@@ -279,6 +299,15 @@ fn signed_nanos(ns: i64) -> String {
     }
 }
 
+/// A part of the attribution got by subtraction: "not measurable" when negative (see the note printed with it).
+fn difference(ns: i64) -> String {
+    if ns < 0 {
+        "not measurable".into()
+    } else {
+        crate::units::fmt_nanos(ns as f64)
+    }
+}
+
 /// The text summary of a run: setup phases, the loop on one connection, fetch rates and the attribution.
 pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     use crate::report::text::{Table, summary_cells};
@@ -288,7 +317,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     let _ = writeln!(
         out,
         "--- {} at {}{}, {:.2}s ---",
-        r.scheme.name(),
+        r.scheme.product(r.server_version.as_deref()),
         r.address
             .map(|a| a.to_string())
             .unwrap_or_else(|| "-".into()),
@@ -317,7 +346,10 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             "TNS ping, one fresh connection per ping ({} of {}):",
             r.connects_ok, config.count
         );
-        row("dns".into(), &r.dns);
+        // A literal address has no lookup: its zero "times" are not a row.
+        if r.dns.summary().max_ns > 0 {
+            row("dns".into(), &r.dns);
+        }
         row("tcp handshake".into(), &r.tcp_handshake);
         row("TNS ping (CONNECT -> REFUSE)".into(), &r.ping);
         out.push_str(&t.render(2));
@@ -327,7 +359,10 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             "connection setup ({} of {} fresh connections ready):",
             r.connects_ok, config.connects
         );
-        row("dns".into(), &r.dns);
+        // A literal address has no lookup: its zero "times" are not a row.
+        if r.dns.summary().max_ns > 0 {
+            row("dns".into(), &r.dns);
+        }
         row("tcp handshake".into(), &r.tcp_handshake);
         if !r.tls.is_empty() {
             row("tls".into(), &r.tls);
@@ -462,15 +497,38 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             out,
             "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",
             fmt_nanos(a.network_ns as f64),
-            signed_nanos(a.protocol_server_ns)
+            difference(a.protocol_server_ns)
         );
         if let Some(s) = a.statement_ns {
-            let _ = write!(out, "; statement ~ {} (query - ping)", signed_nanos(s));
+            let _ = write!(out, "; statement ~ {} (query - ping)", difference(s));
         }
         out.push('\n');
+        if a.protocol_server_ns < 0 || a.statement_ns.is_some_and(|s| s < 0) {
+            let _ = writeln!(
+                out,
+                "note: a part shown as \"not measurable\" came out negative ({}): the two medians it subtracts \
+                 differ by less than their own variation here, so that part is too small to separate",
+                [
+                    (a.protocol_server_ns < 0).then(|| format!(
+                        "ping - handshake = {}",
+                        signed_nanos(a.protocol_server_ns)
+                    )),
+                    a.statement_ns
+                        .filter(|s| *s < 0)
+                        .map(|s| format!("query - ping = {}", signed_nanos(s))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            );
+        }
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
+    }
+    if let Some(i) = interrupted(config, r) {
+        out.push_str(&i.line());
     }
     out
 }

@@ -56,9 +56,18 @@ impl Scheme {
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Postgres => "PostgreSQL",
-            Scheme::Mysql => "MySQL",
+            Scheme::Mysql => "MySQL/MariaDB",
             Scheme::Redis => "Redis",
             Scheme::Oracle => "Oracle listener",
+        }
+    }
+
+    /// The product that answered, when its version says it (MariaDB or MySQL), else [`Scheme::name`].
+    pub fn product(self, server_version: Option<&str>) -> &'static str {
+        match (self, server_version) {
+            (Scheme::Mysql, Some(v)) if v.contains("MariaDB") => "MariaDB",
+            (Scheme::Mysql, Some(_)) => "MySQL",
+            _ => self.name(),
         }
     }
     /// Where a password can come from, for error hints.

@@ -251,7 +251,7 @@ pub(crate) fn connect(
             "the server does not speak protocol 4.1",
         ));
     }
-    setup.server_version = Some(hs.server_version.clone());
+    setup.server_version = Some(server_version(&hs.server_version));
     let offers_tls = hs.capabilities & caps::SSL != 0;
     let mut seq = first.seq.wrapping_add(1);
     let mut client_caps = caps::LONG_PASSWORD
@@ -495,5 +495,27 @@ impl Session for MySession {
         let _ = self
             .conn
             .send(&mysql::command(mysql::COM_QUIT, &[]), "quit");
+    }
+}
+
+/// The server's version as its vendor writes it: MariaDB 10+ prefixes `5.5.5-` to its handshake version (so
+/// that old MySQL clients accept it); that prefix is not its version.
+pub(crate) fn server_version(handshake: &str) -> String {
+    match handshake.strip_prefix("5.5.5-") {
+        Some(v) if v.contains("MariaDB") => v.to_string(),
+        _ => handshake.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn mariadb_prefix_is_stripped() {
+        assert_eq!(
+            super::server_version("5.5.5-10.11.19-MariaDB-0+deb12u1"),
+            "10.11.19-MariaDB-0+deb12u1"
+        );
+        assert_eq!(super::server_version("8.0.36"), "8.0.36");
+        assert_eq!(super::server_version("5.5.5-custom"), "5.5.5-custom");
     }
 }

@@ -86,7 +86,7 @@ impl LoadConfig {
         stream::check_size(self.size, self.transport)?;
         if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= MAX_RATE) {
             return Err(StreamError::Invalid(format!(
-                "rate {} is outside (0, {MAX_RATE}] messages per second",
+                "rate {} must be more than 0 and at most {MAX_RATE} messages per second",
                 self.rate
             )));
         }
@@ -152,6 +152,9 @@ pub struct LoadResult {
     pub error: Option<Arc<StreamError>>,
     /// True when cancelled from outside (Ctrl-C).
     pub cancelled: bool,
+    /// Measured messages the schedule had due when the sender last wrote, for a run cut short: the rate is
+    /// judged against these (what came due after the last write never had its chance).
+    pub due_at_last_send: Option<u64>,
 }
 
 impl LoadResult {
@@ -165,9 +168,23 @@ impl LoadResult {
         }
     }
 
-    /// True when every scheduled message was sent within the measuring window (0.1% slack).
+    /// True when every scheduled message was sent within the measuring window (0.1% slack); for a run cut
+    /// short (Ctrl-C), every message scheduled before the cut.
     pub fn rate_held(&self) -> bool {
-        self.scheduled > 0 && self.sent as f64 >= 0.999 * self.scheduled as f64
+        let due = self.scheduled_by_end();
+        due > 0 && self.sent as f64 >= 0.999 * due as f64
+    }
+
+    /// Messages the schedule had due by the end of the measuring window as run: all of them for a complete
+    /// run, those before the cut for an interrupted one (the rest were never due).
+    pub fn scheduled_by_end(&self) -> u64 {
+        match (self.cancelled, self.due_at_last_send) {
+            (true, Some(due)) => due.min(self.scheduled),
+            (true, None) => {
+                ((self.rate * self.elapsed.as_secs_f64()).floor() as u64).min(self.scheduled)
+            }
+            _ => self.scheduled,
+        }
     }
 
     /// Requested answers that never came.
@@ -303,6 +320,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
         let mut error = None;
         let never = AtomicBool::new(false);
         let mut i = 0u64;
+        let mut last_send: Option<Instant> = None;
         let mut busy_since = Instant::now();
         while i < total {
             let due = schedule(i);
@@ -327,6 +345,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
                 break;
             }
             let first = i;
+            last_send = Some(now);
             batch.clear();
             while i < total && i - first < max_batch && (i == first || schedule(i) <= now) {
                 let seq = i + 1;
@@ -390,9 +409,17 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
             }
             shared.requested.store(requested, Ordering::Release);
         }
-        (lag, sent, requested, error)
+        // Measured messages due at the last write: those scheduled at or before it, from the window's start.
+        let due = last_send.map(|at| {
+            let mut k = i;
+            while k < total && schedule(k) <= at {
+                k += 1;
+            }
+            k.saturating_sub(warm_n)
+        });
+        (lag, sent, requested, error, due)
     };
-    let (lag, sent, requested, error) = if config.realtime {
+    let (lag, sent, requested, error, due_at_last_send) = if config.realtime {
         std::thread::scope(|scope| {
             scope
                 .spawn(move || {
@@ -442,6 +469,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
         lag,
         error: error.map(Arc::new),
         cancelled: config.cancel.load(Ordering::Relaxed),
+        due_at_last_send,
     })
 }
 

@@ -109,8 +109,11 @@ impl PingConfig {
         };
         if self.size < HEADER_LEN || self.size > max {
             return Err(PingError::Invalid(format!(
-                "message size {} is outside {HEADER_LEN}..={max} bytes for {}",
-                self.size, self.transport
+                "message size {} is not between {} and {} for {} (the size includes the 14-byte sockperf header)",
+                self.size,
+                crate::units::fmt_bytes_exact(HEADER_LEN as u64),
+                crate::units::fmt_bytes_exact(max as u64),
+                self.transport
             )));
         }
         match self.stop {

@@ -401,7 +401,9 @@ pub(crate) fn check_size(size: usize, transport: Transport) -> Result<(), Stream
     };
     if size < HEADER_LEN || size > max {
         return Err(StreamError::Invalid(format!(
-            "message size {size} is outside {HEADER_LEN}..={max} bytes for {transport} (the size includes the 14-byte sockperf header)"
+            "message size {size} is not between {} and {} for {transport} (the size includes the 14-byte sockperf header)",
+            crate::units::fmt_bytes_exact(HEADER_LEN as u64),
+            crate::units::fmt_bytes_exact(max as u64)
         )));
     }
     Ok(())

@@ -86,7 +86,7 @@ impl ThroughputConfig {
         }
         if self.streams == 0 || self.streams > MAX_STREAMS {
             return Err(StreamError::Invalid(format!(
-                "--streams {} is outside 1..={MAX_STREAMS}",
+                "--streams {} is not between 1 and {MAX_STREAMS}",
                 self.streams
             )));
         }

@@ -4,6 +4,9 @@
 //! - `PUT /impairment`: replace it (body: JSON; missing fields mean "none"). Open connections keep running
 //!   and follow the new values from their next chunk on (data already in the path keeps its release time, and
 //!   order is kept). Faults apply to connections accepted afterwards. 400 with `{"error": ...}` when refused.
+//! - `PATCH /impairment`: change only the fields given (a JSON merge patch, RFC 7396: objects merge, `null`
+//!   resets a field to "none"); the rest stays in force. PUT and PATCH both answer the full resulting
+//!   impairment, and both go through [`change_impairment`].
 //! - `GET /counters`: totals and per-connection counters ([`super::CountersDoc`]).
 //!
 //! Every request runs on its own thread, apart from the data path, so a slow API client never delays relayed
@@ -15,8 +18,8 @@
 use super::{Impairment, ProxyError, Shared};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -183,6 +186,72 @@ fn error_json(msg: &str) -> Vec<u8> {
     v
 }
 
+/// How a request body changes the impairment in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The body is the whole new impairment (missing fields: none), as PUT.
+    Replace,
+    /// The body is a JSON merge patch (RFC 7396) on the impairment in force, as PATCH.
+    Merge,
+}
+
+/// Changes are read-modify-write for PATCH: one at a time, so two patches never lose each other's fields.
+static CHANGING: Mutex<()> = Mutex::new(());
+
+/// Applies a request body to the proxy's impairment (the one function every client of the control API, PUT,
+/// PATCH or another front end, goes through); returns the full impairment now in force, or why the body
+/// was refused (nothing changed then).
+pub fn change_impairment(
+    shared: &Shared,
+    body: &[u8],
+    how: Change,
+) -> Result<Arc<Impairment>, String> {
+    let _one_at_a_time = CHANGING.lock().unwrap_or_else(|p| p.into_inner());
+    let body: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not JSON: {e} (GET /impairment shows the fields)"))?;
+    if !body.is_object() {
+        return Err(
+            "the body must be a JSON object of impairment fields (GET /impairment shows them)"
+                .into(),
+        );
+    }
+    let new = match how {
+        Change::Replace => body,
+        Change::Merge => {
+            let mut current = serde_json::to_value(&*shared.impairment())
+                .map_err(|e| format!("cannot read the impairment in force: {e}"))?;
+            merge_patch(&mut current, body);
+            current
+        }
+    };
+    let i: Impairment = serde_json::from_value(new).map_err(|e| {
+        format!("the body is not an impairment: {e} (GET /impairment shows the fields)")
+    })?;
+    shared.set_impairment(i).map_err(|e| e.to_string())?;
+    Ok(shared.impairment())
+}
+
+/// RFC 7396 JSON merge patch: an object merges into an object field by field, `null` removes a field, any
+/// other value replaces.
+fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(fields) = patch else {
+        *target = patch;
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let Value::Object(t) = target else { return };
+    for (k, v) in fields {
+        if v.is_null() {
+            t.remove(&k);
+        } else {
+            merge_patch(t.entry(k).or_insert(Value::Null), v);
+        }
+    }
+}
+
 /// Answers one request against `shared`: (status, JSON body).
 pub fn respond(req: &Request, shared: &Shared) -> (u16, Vec<u8>) {
     if let Some(token) = &shared.control_token {
@@ -205,21 +274,17 @@ pub fn respond(req: &Request, shared: &Shared) -> (u16, Vec<u8>) {
     let json = |v: &dyn erased::Ser| (200, v.bytes());
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/impairment") => json(&*shared.impairment()),
-        ("PUT", "/impairment") => match serde_json::from_slice::<Impairment>(&req.body) {
-            Ok(i) => match shared.set_impairment(i) {
-                Ok(_) => json(&*shared.impairment()),
-                Err(e) => (400, error_json(&e.to_string())),
-            },
-            Err(e) => (
-                400,
-                error_json(&format!(
-                    "the body is not an impairment: {e} (GET /impairment shows the fields)"
-                )),
-            ),
+        ("PUT", "/impairment") => match change_impairment(shared, &req.body, Change::Replace) {
+            Ok(i) => json(&*i),
+            Err(e) => (400, error_json(&e)),
+        },
+        ("PATCH", "/impairment") => match change_impairment(shared, &req.body, Change::Merge) {
+            Ok(i) => json(&*i),
+            Err(e) => (400, error_json(&e)),
         },
         ("GET", "/counters") => json(&shared.counters()),
         (_, "/impairment") | (_, "/counters") => {
-            (405, error_json("use GET (or PUT for /impairment)"))
+            (405, error_json("use GET (or PUT / PATCH for /impairment)"))
         }
         _ => (
             404,

@@ -147,7 +147,8 @@ impl ProxyConfig {
 pub enum ProxyError {
     /// A listening socket could not be opened.
     #[error(
-        "cannot listen for {what} on {addr}: {source} (is the port in use? try another port, or port 0)"
+        "cannot listen for {what} on {addr}: {source} ({})",
+        crate::probe::target::bind_hint(*addr, source)
     )]
     Bind {
         /// "tcp clients", "udp clients" or "the control api".

@@ -186,6 +186,7 @@ pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, Captu
         connections,
         duration: last_ts.saturating_sub(first_ts),
         notes,
+        capture: pk.finish(),
     })
 }
 

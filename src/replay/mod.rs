@@ -253,15 +253,7 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
     // A connection that opened after another had sent its last request in the capture (the application's
     // next step) waits for that one's replay to end, plus the captured gap from its last packet; the others
     // start at their captured offsets.
-    let last_request =
-        |c: &ConnProfile| c.start + c.turns.last().map_or(Duration::ZERO, |t| t.request_start);
-    let pred: Vec<Option<usize>> = (0..conns.len())
-        .map(|j| {
-            (0..j)
-                .filter(|&i| last_request(conns[i]) <= conns[j].start)
-                .max_by_key(|&i| last_request(conns[i]))
-        })
-        .collect();
+    let pred = crate::whatif::profile::predecessors(&conns);
     let ends = Done {
         at: Mutex::new(vec![None; conns.len()]),
         cv: Condvar::new(),

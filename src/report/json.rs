@@ -113,6 +113,78 @@ pub struct PingDoc {
     pub error: Option<String>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
+}
+
+/// How far a run that Ctrl-C cut short got, against what it was asked to do: the figures of its document
+/// cover that part only. Absent from a run that ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interrupted {
+    /// Measuring time done when it was cut, seconds.
+    pub after_s: f64,
+    /// Measuring time asked for, seconds (a run given a duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_s: Option<f64>,
+    /// Units done (a run given a count): round trips, attempts, cells, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done: Option<u64>,
+    /// Units asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned: Option<u64>,
+    /// What the units are ("round trips", "attempts", "cells").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<&'static str>,
+}
+
+impl Interrupted {
+    /// A run given a duration, cut after `after` of `planned`.
+    pub fn duration(after: Duration, planned: Duration) -> Self {
+        Interrupted {
+            after_s: after.as_secs_f64(),
+            planned_s: Some(planned.as_secs_f64()),
+            done: None,
+            planned: None,
+            unit: None,
+        }
+    }
+
+    /// A run given a count, cut after `done` of `planned` `unit` (and `after` of measuring time).
+    pub fn count(after: Duration, done: u64, planned: u64, unit: &'static str) -> Self {
+        Interrupted {
+            after_s: after.as_secs_f64(),
+            planned_s: None,
+            done: Some(done),
+            planned: Some(planned),
+            unit: Some(unit),
+        }
+    }
+
+    /// A ping-pong run's stop rule, when it was cancelled.
+    pub fn of_stop(cancelled: bool, stop: Stop, elapsed: Duration, done: u64) -> Option<Self> {
+        cancelled.then(|| match stop {
+            Stop::Duration(d) => Interrupted::duration(elapsed, d),
+            Stop::Count(n) => Interrupted::count(elapsed, done, n, "round trips"),
+        })
+    }
+
+    /// The line printed under the results: `interrupted (Ctrl-C) after 2.00s of 10.0s: ...`.
+    pub fn line(&self) -> String {
+        let done = match (self.planned_s, self.done, self.planned, self.unit) {
+            (Some(p), _, _, _) => format!(
+                "{} of {}",
+                crate::units::fmt_nanos(self.after_s * 1e9),
+                crate::units::fmt_nanos(p * 1e9)
+            ),
+            (None, Some(d), Some(p), Some(u)) => format!(
+                "{d} of {p} {u} ({})",
+                crate::units::fmt_nanos(self.after_s * 1e9)
+            ),
+            _ => crate::units::fmt_nanos(self.after_s * 1e9),
+        };
+        format!("interrupted (Ctrl-C) after {done}: the figures above cover that part only\n")
+    }
 }
 
 fn ns(d: Duration) -> u64 {
@@ -170,6 +242,7 @@ impl PingDoc {
             percentiles: r.rtt.percentile_curve(),
             error: r.error.as_ref().map(|e| e.to_string()),
             cancelled: r.cancelled,
+            interrupted: Interrupted::of_stop(r.cancelled, stop, r.elapsed, r.sent),
         }
     }
 }

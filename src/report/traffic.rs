@@ -109,6 +109,30 @@ pub struct ThroughputDoc {
     pub runs: Vec<ThroughputRunDoc>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::json::Interrupted>,
+}
+
+/// A throughput run cut short by Ctrl-C: measuring time done (all sizes) of the time asked for (the duration
+/// times the number of sizes).
+pub fn throughput_interrupted(
+    r: &ThroughputResult,
+    sizes: usize,
+    duration: Duration,
+) -> Option<super::json::Interrupted> {
+    r.cancelled.then(|| {
+        super::json::Interrupted::duration(
+            Duration::from_secs_f64(
+                r.runs
+                    .iter()
+                    .map(|run| run.total.length_s)
+                    .sum::<f64>()
+                    .max(0.0),
+            ),
+            duration * u32::try_from(sizes).unwrap_or(u32::MAX),
+        )
+    })
 }
 
 impl ThroughputDoc {
@@ -148,6 +172,7 @@ impl ThroughputDoc {
                 })
                 .collect(),
             cancelled: r.cancelled,
+            interrupted: throughput_interrupted(r, sizes.len(), duration),
         }
     }
 }
@@ -393,6 +418,9 @@ pub struct LoadDoc {
     pub percentiles_from_sent: Vec<crate::stats::PercentilePoint>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::json::Interrupted>,
 }
 
 impl LoadDoc {
@@ -418,6 +446,9 @@ impl LoadDoc {
             percentiles_from_scheduled: r.latency_scheduled.percentile_curve(),
             percentiles_from_sent: r.latency_sent.percentile_curve(),
             cancelled: r.cancelled,
+            interrupted: r
+                .cancelled
+                .then(|| super::json::Interrupted::duration(r.elapsed, duration)),
         }
     }
 }
@@ -440,23 +471,24 @@ pub fn load_heading(
 /// The sentence saying whether the rate was held.
 pub fn rate_sentence(r: &LoadResult) -> String {
     let lag = r.lag.summary();
+    let by_cut = if r.cancelled { " by the interrupt" } else { "" };
     if r.rate_held() {
         format!(
-            "rate held: {} sent of {} scheduled ({}); schedule lag p99 {}",
+            "rate held: {} sent of {} scheduled{by_cut} ({}); schedule lag p99 {}",
             r.sent,
-            r.scheduled,
+            r.scheduled_by_end(),
             fmt_rate(r.achieved_rate()),
             fmt_nanos(lag.p99_ns as f64)
         )
     } else {
         format!(
-            "rate NOT held: offered {}, achieved {} ({} of {} scheduled messages sent, {:.1}%); the sender fell up to {} behind its schedule",
+            "rate NOT held: offered {}, achieved {} ({} of {} scheduled messages sent{by_cut}, {:.1}%); the sender fell up to {} behind its schedule",
             fmt_rate(r.rate),
             fmt_rate(r.achieved_rate()),
             r.sent,
-            r.scheduled,
-            if r.scheduled > 0 {
-                100.0 * r.sent as f64 / r.scheduled as f64
+            r.scheduled_by_end(),
+            if r.scheduled_by_end() > 0 {
+                100.0 * r.sent as f64 / r.scheduled_by_end() as f64
             } else {
                 0.0
             },
@@ -530,6 +562,25 @@ pub struct SweepDoc {
     pub error: Option<String>,
     /// True when interrupted (Ctrl-C).
     pub cancelled: bool,
+    /// How far it got when interrupted: cells completed of cells planned (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<super::json::Interrupted>,
+}
+
+/// A sweep cut short by Ctrl-C: completed cells of planned (the cut cell not counted), with the measuring
+/// time of every cell that ran.
+pub fn sweep_interrupted(
+    r: &SweepResult,
+    planned_cells: usize,
+) -> Option<super::json::Interrupted> {
+    r.cells.iter().any(|c| c.cancelled).then(|| {
+        super::json::Interrupted::count(
+            r.cells.iter().map(|c| c.elapsed).sum(),
+            r.cells.iter().filter(|c| !c.cancelled).count() as u64,
+            planned_cells as u64,
+            "cells",
+        )
+    })
 }
 
 impl SweepDoc {
@@ -551,6 +602,7 @@ impl SweepDoc {
                     .find_map(|c| c.error.as_ref().map(|e| e.to_string()))
             }),
             cancelled: r.cells.iter().any(|c| c.cancelled),
+            interrupted: sweep_interrupted(r, sizes.len() * rates.len()),
         }
     }
 }

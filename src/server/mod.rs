@@ -242,7 +242,8 @@ pub enum ServerEvent {
 pub enum ServerError {
     /// Binding the listening socket failed.
     #[error(
-        "cannot listen on {proto} {addr}: {source} (is another server using the port? try --port)"
+        "cannot listen on {proto} {addr}: {source} ({})",
+        crate::probe::target::bind_hint(*addr, source)
     )]
     Bind {
         /// "tcp" or "udp".

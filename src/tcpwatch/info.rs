@@ -177,8 +177,19 @@ pub fn decode(buf: &[u8]) -> TcpInfo {
 }
 
 impl TcpInfo {
-    /// Bytes in flight: unacknowledged segments times the sender's MSS.
+    /// Bytes in flight: data sent (less retransmitted) and not yet acknowledged, from the kernel's byte
+    /// counters (Linux 4.19+); on older kernels unacknowledged segments times the sender's MSS (an upper
+    /// bound: a 64-byte request is one segment, not one MSS).
     pub fn in_flight_bytes(&self) -> Option<u64> {
+        if self.unacked == Some(0) {
+            return Some(0);
+        }
+        if let (Some(sent), Some(acked)) = (self.bytes_sent, self.bytes_acked) {
+            return Some(
+                sent.saturating_sub(self.bytes_retrans.unwrap_or(0))
+                    .saturating_sub(acked),
+            );
+        }
         Some(u64::from(self.unacked?) * u64::from(self.snd_mss?))
     }
 

@@ -278,6 +278,10 @@ pub enum Verdict {
         unacked: Option<u32>,
         /// Congestion window (segments) at the sample.
         cwnd: Option<u32>,
+        /// Bytes in flight at the sample (segments x MSS).
+        in_flight_bytes: Option<u64>,
+        /// Congestion window in bytes (segments x MSS).
+        cwnd_bytes: Option<u64>,
     },
     /// Segments were retransmitted in the interval.
     Retransmitting {
@@ -292,6 +296,13 @@ pub enum Verdict {
         busy_percent: f64,
         /// Bytes acknowledged in the interval.
         bytes_acked: u64,
+        /// Segments in flight at the sample, when the verdict rests on them (busy, but far below the cwnd:
+        /// request/response traffic).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unacked: Option<u32>,
+        /// Congestion window (segments) at the sample, with `unacked`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cwnd: Option<u32>,
     },
     /// Only receiving.
     Receiving {
@@ -332,10 +343,14 @@ impl std::fmt::Display for Verdict {
                 busy_percent,
                 unacked,
                 cwnd,
+                in_flight_bytes,
+                cwnd_bytes,
             } => write!(
                 f,
-                "congestion window limited (in flight {} = cwnd {} segments, busy {busy_percent:.0}%)",
+                "congestion window limited (in flight {} = {} segments of cwnd {} = {} segments, busy {busy_percent:.0}%)",
+                b(*in_flight_bytes),
                 n(*unacked),
+                b(*cwnd_bytes),
                 n(*cwnd)
             ),
             Verdict::Retransmitting { segments, lost } => write!(
@@ -346,6 +361,18 @@ impl std::fmt::Display for Verdict {
             Verdict::ApplicationLimited {
                 busy_percent,
                 bytes_acked,
+                unacked: Some(u),
+                cwnd: Some(c),
+            } => write!(
+                f,
+                "application limited (in flight {u} of cwnd {c} segments: the window had room, the application \
+                 sent no more; busy {busy_percent:.0}% of the time, {} acked)",
+                crate::units::fmt_bytes(*bytes_acked)
+            ),
+            Verdict::ApplicationLimited {
+                busy_percent,
+                bytes_acked,
+                ..
             } => write!(
                 f,
                 "application limited (nothing to send: busy {busy_percent:.0}% of the time, {} acked)",
@@ -361,6 +388,9 @@ impl std::fmt::Display for Verdict {
         }
     }
 }
+
+/// Share of the congestion window that must be in flight for "congestion window limited".
+pub const CWND_FULL: f64 = 0.8;
 
 /// Share of the busy time at which a limit is named.
 pub const LIMIT_SHARE: f64 = 0.2;
@@ -414,22 +444,36 @@ pub fn judge(d: &Delta, now: &DiagSocket) -> Verdict {
             };
         }
         let busy_share = busy.as_secs_f64() / d.elapsed.as_secs_f64().max(1e-9);
-        if busy_share >= 0.5 {
+        let (unacked, cwnd) = (info.and_then(|i| i.unacked), info.and_then(|i| i.cwnd));
+        // Busy means data was outstanding, not that the window was full: request/response traffic has one
+        // small request in flight most of the time. The congestion window limits only when what is in flight
+        // fills it (at least CWND_FULL of it at the sample).
+        let full = match (unacked, cwnd) {
+            (Some(u), Some(c)) => f64::from(u) >= CWND_FULL * f64::from(c),
+            _ => true,
+        };
+        if busy_share >= 0.5 && full {
             return Verdict::CongestionWindowLimited {
                 busy_percent: (busy_share * 100.0).min(100.0),
-                unacked: info.and_then(|i| i.unacked),
-                cwnd: info.and_then(|i| i.cwnd),
+                unacked,
+                cwnd,
+                in_flight_bytes: info.and_then(|i| i.in_flight_bytes()),
+                cwnd_bytes: info.and_then(|i| i.cwnd_bytes()),
             };
         }
         return Verdict::ApplicationLimited {
-            busy_percent: busy_share * 100.0,
+            busy_percent: (busy_share * 100.0).min(100.0),
             bytes_acked: acked,
+            unacked: unacked.filter(|_| busy_share >= 0.5),
+            cwnd: cwnd.filter(|_| busy_share >= 0.5),
         };
     }
     if acked > 0 {
         Verdict::ApplicationLimited {
             busy_percent: 0.0,
             bytes_acked: acked,
+            unacked: None,
+            cwnd: None,
         }
     } else if received > 0 {
         Verdict::Receiving { bytes: received }
@@ -772,6 +816,19 @@ mod tests {
             judge(&d(100, 0, 0, 1, 0), &now),
             Verdict::ApplicationLimited { .. }
         ));
+        // Busy with one small request in flight of a cwnd of 18: the application, not the window.
+        let pingpong = sock(info::TcpInfo {
+            cwnd: Some(18),
+            unacked: Some(0),
+            snd_mss: Some(1448),
+            ..Default::default()
+        });
+        let v = judge(&d(570, 0, 0, 64, 0), &pingpong);
+        assert!(matches!(v, Verdict::ApplicationLimited { .. }), "{v}");
+        assert!(
+            v.to_string().contains("in flight 0 of cwnd 18 segments"),
+            "{v}"
+        );
         assert!(matches!(
             judge(&d(900, 0, 0, 1, 3), &now),
             Verdict::Retransmitting { segments: 3, .. }

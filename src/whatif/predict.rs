@@ -1,6 +1,8 @@
 //! The prediction: replays an [`AppProfile`]'s dependency structure on another network.
 //!
-//! Model, per connection (each connection is simulated alone and keeps its start offset in the capture):
+//! Model, per connection (each connection is simulated alone; one that opened after another had sent its last
+//! request in the capture follows that one's predicted end by the captured gap, the others keep their start
+//! offsets: [`super::profile::predecessors`], the replay's rule):
 //! - Setup: a connection whose handshake was captured pays one new RTT before its first request.
 //! - A request is sent when the response it waited for in the capture has arrived plus the client's think
 //!   time; requests keep their capture order, so requests that were outstanding together (pipelining, SMB2
@@ -115,7 +117,8 @@ pub struct Prediction {
     pub today_s: f64,
     /// Predicted duration (the last connection's predicted end), seconds.
     pub predicted_s: f64,
-    /// Sum of the connections' breakdowns.
+    /// Breakdown of the critical path (the connection that ends last and those it followed, the time between
+    /// them as think time): its parts add up to `predicted_s`.
     pub breakdown: Breakdown,
     /// Application round trips, all connections.
     pub round_trips: u64,
@@ -137,23 +140,55 @@ pub fn predict(p: &AppProfile, net: &Network) -> Prediction {
 }
 
 fn predict_once(p: &AppProfile, net: &Network) -> Prediction {
-    let mut total = Breakdown::default();
-    let mut conns = Vec::new();
-    let mut end = 0f64;
-    for c in &p.connections {
+    let all: Vec<&ConnProfile> = p.connections.iter().collect();
+    // Connections that followed one another in the capture follow one another in the prediction (the same
+    // rule as the replay); the others keep their captured start offsets.
+    let pred = crate::whatif::profile::predecessors(&all);
+    let mut conns: Vec<ConnPrediction> = Vec::new();
+    // Per connection: predicted start, and the time before it that the application spent outside it (its
+    // captured offset, or the captured gap after the one it follows).
+    let mut starts: Vec<(f64, f64)> = Vec::new();
+    for (i, c) in p.connections.iter().enumerate() {
         let cp = predict_conn(c, net);
-        end = end.max(c.start.as_secs_f64() + cp.predicted_s);
-        total.add(&cp.breakdown);
+        let (start, gap) = match pred[i] {
+            Some(j) => {
+                let gap = c
+                    .start
+                    .saturating_sub(all[j].start + all[j].duration)
+                    .as_secs_f64();
+                (starts[j].0 + conns[j].predicted_s + gap, gap)
+            }
+            None => (c.start.as_secs_f64(), c.start.as_secs_f64()),
+        };
+        starts.push((start, gap));
         conns.push(cp);
     }
-    // Time of the capture outside every connection (before the first, after the last) stays.
+    // The run ends with the connection that ends last; its chain of predecessors is the critical path, and
+    // its breakdown (with the time between connections as think time) is the prediction's.
+    let last = (0..conns.len()).max_by(|&a, &b| {
+        (starts[a].0 + conns[a].predicted_s).total_cmp(&(starts[b].0 + conns[b].predicted_s))
+    });
+    let mut total = Breakdown::default();
+    let mut end = 0f64;
+    if let Some(last) = last {
+        end = starts[last].0 + conns[last].predicted_s;
+        let mut at = Some(last);
+        while let Some(i) = at {
+            total.add(&conns[i].breakdown);
+            total.think_s += starts[i].1;
+            at = pred[i];
+        }
+    }
+    // Time of the capture after every connection stays.
     let covered = p
         .connections
         .iter()
         .map(|c| c.start + c.duration)
         .max()
         .unwrap_or_default();
-    end += p.duration.saturating_sub(covered).as_secs_f64();
+    let after = p.duration.saturating_sub(covered).as_secs_f64();
+    end += after;
+    total.think_s += after;
     Prediction {
         rtt_s: net.rtt.as_secs_f64(),
         today_s: p.duration.as_secs_f64(),

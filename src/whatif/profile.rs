@@ -15,6 +15,26 @@ pub struct AppProfile {
     pub duration: Duration,
     /// What could not be read and how it was worked around (no handshake, one direction, snaplen cut, ...).
     pub notes: Vec<String>,
+    /// What reading the file found: format, packets, and `warning` when reading stopped early (a truncated
+    /// or damaged file: the profile covers the packets before it).
+    pub capture: crate::capture::CaptureInfo,
+}
+
+/// Which connection each one waits for: a connection that opened after another had sent its last request in
+/// the capture (the application's next step) follows that one (the latest such), and starts the captured gap
+/// after its end; `None`: it starts at its captured offset. The replay plays connections this way and the
+/// what-if predicts them this way, so connections that did not overlap in the capture do not overlap in
+/// either.
+pub fn predecessors(conns: &[&ConnProfile]) -> Vec<Option<usize>> {
+    let last_request =
+        |c: &ConnProfile| c.start + c.turns.last().map_or(Duration::ZERO, |t| t.request_start);
+    (0..conns.len())
+        .map(|j| {
+            (0..j)
+                .filter(|&i| last_request(conns[i]) <= conns[j].start)
+                .max_by_key(|&i| last_request(conns[i]))
+        })
+        .collect()
 }
 
 /// How the baseline round-trip time of a connection was found.
@@ -183,6 +203,15 @@ impl AppProfile {
         let info = pk.finish();
         let (flows, _) = tracker.finish_all(None);
         let Some(first) = first else {
+            if let Some(w) = &info.warning {
+                return Err(ProfileError::Empty {
+                    path: file,
+                    what: format!(
+                        "{w}; no TCP packet before it ({} packets read; the file is damaged or was still being written)",
+                        info.packets_read
+                    ),
+                });
+            }
             return Err(ProfileError::Empty {
                 path: file,
                 what: format!(
@@ -201,6 +230,7 @@ impl AppProfile {
 
         let mut prof = AppProfile {
             duration: Duration::from_nanos((last - first).max(0) as u64),
+            capture: info,
             ..Default::default()
         };
         if cut > 0 {
@@ -256,6 +286,14 @@ impl AppProfile {
                         ""
                     }
                 )
+            };
+            let what = match &prof.capture.warning {
+                // Damaged: the damage first, in the words every capture reader uses.
+                Some(w) => format!(
+                    "{w}; in the {} packets before it: {what}",
+                    prof.capture.packets_read
+                ),
+                None => what,
             };
             return Err(ProfileError::Empty { path: file, what });
         }
