@@ -22,6 +22,7 @@
 //! }
 //! ```
 
+pub mod bpf;
 pub mod decode;
 pub mod flows;
 pub mod matching;
