@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const FILTER_HELP: &str = "Filters (all given must hold): --host ADDR matches either address; --port N either TCP/UDP \
-port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates). \
+port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates); \
+--filter EXPR (or words after FILE, as tcpdump takes them) a tcpdump expression such as 'tcp port 5432 or tcp \
+port 6379', 'net 10.0.0.0/8 and not port 22' (subset: docs/capture-filter.md). \
 Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
 (tcpdump -i any), raw IP, BSD loopback.";
 
@@ -54,6 +56,47 @@ enum CaptureCommand {
     Whatif(super::capture_whatif::WhatifArgs),
 }
 
+/// `--filter EXPR` or the expression as trailing words (tcpdump's way).
+#[derive(Debug, Args)]
+pub(super) struct ExprArgs {
+    /// tcpdump filter expression (pcap-filter subset: host, net, port, portrange, src/dst, tcp, udp, icmp,
+    /// icmp6, ip, ip6, arp, less, greater, and/or/not, tcp[tcpflags] ...), compiled to classic BPF and run on
+    /// every packet; words after the file are taken the same way.
+    #[arg(long = "filter", value_name = "EXPR", allow_hyphen_values = true)]
+    filter: Option<String>,
+    /// The filter expression as words after the file (as `tcpdump -r FILE port 5432`).
+    #[arg(value_name = "EXPRESSION")]
+    words: Vec<String>,
+}
+
+impl ExprArgs {
+    /// The parsed expression (None when none was given). A bad expression exits 2 with one line, before any
+    /// I/O.
+    pub(super) fn expr(&self) -> Option<roundtrip::capture::bpf::Expr> {
+        use roundtrip::capture::bpf::Expr;
+        let (text, r) = match (&self.filter, self.words.is_empty()) {
+            (None, true) => return None,
+            (Some(_), false) => refuse(format!(
+                "the filter expression is given twice (--filter and words after the file '{}'): give one",
+                self.words.join(" ")
+            )),
+            (Some(f), true) => (f.clone(), Expr::parse(f)),
+            (None, false) => (self.words.join(" "), Expr::parse_words(&self.words)),
+        };
+        match r {
+            Ok(e) if e.is_empty() => None,
+            Ok(e) => Some(e),
+            Err(e) => refuse(format!("--filter '{}': {e}", text.trim())),
+        }
+    }
+}
+
+/// Exits with 2 after a one-line error: an argument is wrong and nothing was read yet.
+pub(super) fn refuse(msg: impl std::fmt::Display) -> ! {
+    error_line(msg);
+    std::process::exit(2)
+}
+
 #[derive(Debug, Args)]
 struct Common {
     /// Capture file (pcap, pcapng, optionally .gz).
@@ -71,6 +114,8 @@ struct Common {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: ExprArgs,
 }
 
 impl Common {
@@ -79,6 +124,7 @@ impl Common {
             host: self.host,
             port: self.port,
             flow: self.flow,
+            expr: self.expr.expr(),
         }
     }
 }
