@@ -134,6 +134,8 @@ const GENERIC: &[&str] = &[
     "tcp and port 80 or udp",
     "len >= 60 and len < 1500",
     "ip[6:2] & 0x1fff != 0",
+    // long enough for trampolines (conditional jumps span at most 255 instructions)
+    "port 1 or 2 or 3 or 4 or 5 or 6 or 7 or 8 or 9 or 10 or 11 or 12 or 13 or 53 or 80 or 5432 or 6379",
 ];
 
 #[test]

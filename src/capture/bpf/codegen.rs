@@ -535,6 +535,8 @@ enum Item {
         t: usize,
         f: usize,
     },
+    /// `ja` to a label: a trampoline for a conditional jump whose target is more than 255 instructions away.
+    Ja(usize),
 }
 
 impl Emit {
@@ -545,6 +547,51 @@ impl Emit {
     fn place(&mut self, l: usize) {
         self.labels[l] = Some(self.code.len());
     }
+    /// Gives every conditional jump whose target is more than 255 instructions away an unconditional `ja`
+    /// right after it (classic BPF's conditional offsets are 8 bits; `ja` takes 32).
+    fn long_jumps(&mut self) {
+        loop {
+            let pos = |l: usize, labels: &[Option<usize>]| labels[l].unwrap_or(usize::MAX);
+            let far = self.code.iter().enumerate().find_map(|(i, it)| match *it {
+                Item::Jump { t, f, .. } => {
+                    let (ft, ff) = (
+                        pos(t, &self.labels).saturating_sub(i + 1) > 255,
+                        pos(f, &self.labels).saturating_sub(i + 1) > 255,
+                    );
+                    (ft || ff).then_some((i, ft, ff))
+                }
+                _ => None,
+            });
+            let Some((i, ft, ff)) = far else { return };
+            let mut at = i + 1;
+            for (is_far, which) in [(ft, true), (ff, false)] {
+                if !is_far {
+                    continue;
+                }
+                let Item::Jump { t, f, .. } = self.code[i] else {
+                    return;
+                };
+                let to = if which { t } else { f };
+                for l in self.labels.iter_mut().flatten() {
+                    if *l >= at {
+                        *l += 1;
+                    }
+                }
+                self.code.insert(at, Item::Ja(to));
+                let tramp = self.label();
+                self.labels[tramp] = Some(at);
+                if let Item::Jump { t, f, .. } = &mut self.code[i] {
+                    if which {
+                        *t = tramp;
+                    } else {
+                        *f = tramp;
+                    }
+                }
+                at += 1;
+            }
+        }
+    }
+
     fn cond(&mut self, b: &B, t: usize, f: usize) {
         match b {
             B::Const(v) => {
@@ -616,20 +663,24 @@ pub(super) fn compile(
             e.code.push(Item::Insn(Insn::stmt(RET | K, accept)));
             e.place(f);
             e.code.push(Item::Insn(Insn::stmt(RET | K, 0)));
+            e.long_jumps();
             let mut out = Vec::with_capacity(e.code.len());
             for (i, it) in e.code.iter().enumerate() {
+                let off =
+                    |l: usize| -> usize { e.labels[l].unwrap_or(usize::MAX).saturating_sub(i + 1) };
                 out.push(match *it {
                     Item::Insn(x) => x,
-                    Item::Jump { code, k, t, f } => {
-                        let off = |l: usize| -> Result<u8, CompileError> {
-                            let pos = e.labels[l].unwrap_or(usize::MAX);
-                            pos.checked_sub(i + 1)
-                                .and_then(|d| u8::try_from(d).ok())
-                                .ok_or(CompileError::TooLong(e.code.len()))
-                        };
-                        Insn::jump(code, k, off(t)?, off(f)?)
-                    }
+                    Item::Ja(l) => Insn::stmt(JMP | JA, u32::try_from(off(l)).unwrap_or(u32::MAX)),
+                    Item::Jump { code, k, t, f } => Insn::jump(
+                        code,
+                        k,
+                        u8::try_from(off(t)).map_err(|_| CompileError::TooLong(e.code.len()))?,
+                        u8::try_from(off(f)).map_err(|_| CompileError::TooLong(e.code.len()))?,
+                    ),
                 });
+            }
+            if out.len() > super::vm::MAX_INSNS {
+                return Err(CompileError::TooLong(out.len()));
             }
             out
         }

@@ -543,16 +543,17 @@ impl Parser {
         if self.sym("(") {
             let save = (self.pos, self.last);
             self.pos += 1;
-            if let Ok(e) = self.expr()
-                && self.eat_sym(")")
-                && !self.at_relop()
-                && !self.at_arith_op()
-            {
-                self.last = save.1;
-                return Ok(e);
-            }
+            let first = match self.expr() {
+                Ok(e) if self.eat_sym(")") && !self.at_relop() && !self.at_arith_op() => {
+                    self.last = save.1;
+                    return Ok(e);
+                }
+                Ok(_) => ParseError(format!("expected ')' at {}", desc(self.peek()))),
+                Err(e) => e,
+            };
             (self.pos, self.last) = save;
-            return self.relation();
+            // Not a parenthesised expression: an arithmetic comparison such as `(tcp[13] & 2) != 0`.
+            return self.relation().map_err(|_| first);
         }
         let Some(w) = self.word().map(str::to_string) else {
             if self.sym("-") {
