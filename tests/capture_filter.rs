@@ -632,6 +632,64 @@ fn bad_expressions_exit_2_with_one_line() {
     }
 }
 
+#[test]
+fn capture_bpf_prints_the_program_as_tcpdump_d() {
+    let out = roundtrip().args(["capture", "bpf", "ip"]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "(000) ldh      [12]\n(001) jeq      #0x800           jt 2\tjf 3\n(002) ret      #262144\n(003) ret      #0\n"
+    );
+    let out = roundtrip()
+        .args([
+            "capture",
+            "bpf",
+            "--link",
+            "any",
+            "--drop-outgoing",
+            "--snaplen",
+            "65535",
+            "arp",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "(000) ld       #type\n(001) jeq      #0x4             jt 5\tjf 2\n(002) ld       #proto\n\
+         (003) jeq      #0x806           jt 4\tjf 5\n(004) ret      #65535\n(005) ret      #0\n"
+    );
+    // Where tcpdump -d can show it (a file of that link type), the same tests in the same order for `ip`.
+    if common::have("tcpdump") {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("empty.pcap");
+        let mut h = Vec::new();
+        for v in [
+            0xa1b2_c3d4u32.to_le_bytes().to_vec(),
+            vec![2, 0, 4, 0],
+            vec![0; 8],
+            65535u32.to_le_bytes().to_vec(),
+            1u32.to_le_bytes().to_vec(),
+        ] {
+            h.extend(v);
+        }
+        std::fs::write(&f, h).unwrap();
+        let td = Command::new("tcpdump")
+            .arg("-r")
+            .arg(&f)
+            .args(["-d", "ip"])
+            .output()
+            .unwrap();
+        let ours = roundtrip()
+            .args(["capture", "bpf", "--snaplen", "65535", "ip"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&td.stdout),
+            String::from_utf8_lossy(&ours.stdout)
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The kernel accepts the programs (its verifier answers EINVAL to a bad one).
 
