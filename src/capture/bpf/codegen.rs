@@ -7,6 +7,7 @@ use super::vm::{
     Insn, PACKET_OUTGOING, Program, SKF_AD_OFF, SKF_AD_PKTTYPE, SKF_AD_PROTOCOL, op::*,
 };
 use super::{CompileError, Options, Target};
+use crate::capture::read::LinkType;
 
 const ETH_IP: u32 = 0x0800;
 const ETH_IP6: u32 = 0x86dd;
@@ -85,6 +86,8 @@ struct Gen {
     nh: u32,
     /// Scratch words in use.
     scratch: u32,
+    /// Offset of the Ethernet type field (12, plus 4 for every `vlan` met so far).
+    eth_type: u32,
 }
 
 impl Gen {
@@ -104,6 +107,7 @@ impl Gen {
             target,
             nh,
             scratch: 0,
+            eth_type: 12,
         })
     }
 
@@ -120,7 +124,7 @@ impl Gen {
             Target::Link(l) => l,
         };
         match l.0 {
-            1 => cmp(H, 12, None, et),
+            1 => cmp(H, self.eth_type, None, et),
             113 => cmp(H, 14, None, et),
             276 => cmp(H, 0, None, et),
             101 | 12 | 14 => match et {
@@ -342,6 +346,25 @@ impl Gen {
             Node::Net(p, d, a) => self.net(*p, *d, *a),
             Node::Port(p, d, lo, hi) => self.port(*p, *d, *lo, *hi),
             Node::Rel(op, a, b) => self.relation(*op, a, b)?,
+            Node::Vlan(id) => {
+                if self.target != Target::Link(LinkType::ETHERNET) {
+                    return Err(CompileError::Other(
+                        "vlan is matched on Ethernet captures only (a live socket sees frames with the tag removed)".into(),
+                    ));
+                }
+                let tpid = any([0x8100, 0x88a8, 0x9100]
+                    .iter()
+                    .map(|&t| cmp(H, self.eth_type, None, t))
+                    .collect());
+                let b = match id {
+                    Some(id) => and(tpid, cmp(H, self.nh, Some(0xfff), u32::from(*id))),
+                    None => tpid,
+                };
+                // As libpcap: everything after `vlan` in the expression is read past the tag.
+                self.eth_type += 4;
+                self.nh += 4;
+                b
+            }
         })
     }
 

@@ -152,7 +152,8 @@ fn refusals_name_the_part_and_the_fix() {
             "'gateway' is not supported: write host ADDR",
         ),
         ("ether host 00:11:22:33:44:55", "'ether' is not supported"),
-        ("vlan 100 and tcp", "'vlan' is not supported"),
+        ("mpls 100 and tcp", "'mpls' is not supported"),
+        ("vlan 5000", "VLAN ID is 0-4095"),
         ("tcp and 80", "needs a qualifier"),
         ("net 10.0.0.1/8", "bits set outside the mask"),
         ("port 80 or", "expected a primitive"),
@@ -452,4 +453,37 @@ fn long_expressions_get_trampolines() {
             "port {port}"
         );
     }
+}
+
+#[test]
+fn vlan_shifts_what_follows_as_libpcap() {
+    let syn = ipv4_tcp(
+        [10, 0, 0, 5],
+        [10, 0, 0, 9],
+        40000,
+        1521,
+        1,
+        0,
+        flags::SYN,
+        b"",
+    );
+    let mut tagged = vec![0u8; 12];
+    tagged.extend([0x81, 0x00, 0x00, 42, 0x08, 0x00]);
+    tagged.extend_from_slice(&syn);
+    assert!(keeps("vlan and port 1521", eth(), &tagged));
+    assert!(keeps("vlan 42 and host 10.0.0.5", eth(), &tagged));
+    assert!(!keeps("vlan 43", eth(), &tagged));
+    assert!(
+        !keeps("port 1521", eth(), &tagged),
+        "untagged offsets before `vlan`"
+    );
+    assert!(!keeps("port 1521 and vlan", eth(), &tagged));
+    let plain = ether(0x800, &syn);
+    assert!(!keeps("vlan", eth(), &plain));
+    assert!(
+        Expr::parse("vlan")
+            .unwrap()
+            .compile(Target::Cooked, &Options::default())
+            .is_err()
+    );
 }
