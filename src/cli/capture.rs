@@ -106,7 +106,7 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
     let p = expr
         .compile(target, &opts)
         .unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
-    out(&p.dump())?;
+    out(p.dump())?;
     Ok(Exit::Ok)
 }
 

@@ -203,7 +203,7 @@ fn semantics_on_real_packet_bytes() {
     // The same program, other link types.
     assert!(keeps("port 1521", Target::Link(LinkType::RAW), &syn));
     assert!(keeps("port 1521", Target::Link(LinkType::IPV4), &syn));
-    assert!(keeps("port 1521", Target::Cooked, &[]) == false);
+    assert!(!keeps("port 1521", Target::Cooked, &[]));
     let p = prog("port 1521 and ip", Target::Cooked);
     let meta = Meta {
         protocol: Some(0x800),
@@ -246,7 +246,7 @@ fn semantics_on_real_packet_bytes() {
     let d6 = ether(0x86dd, &direct);
     assert!(keeps("tcp port 6379 and ip6", eth(), &d6));
     assert!(
-        keeps("tcp[13] & 2 = 0 and ip6", eth(), &d6) == false,
+        !keeps("tcp[13] & 2 = 0 and ip6", eth(), &d6),
         "tcp[] is IPv4 only, as libpcap"
     );
     assert!(keeps("ip6 proto 6", eth(), &d6));
