@@ -613,8 +613,26 @@ fn every_reader_applies_the_filter() {
         "port 5432",
     ]);
     assert!(w.to_string().contains("5432"));
+    assert_eq!(w["filter"], "port 5432");
 
-    // replay: refuses before connecting when the filter leaves nothing.
+    // replay: against a real `roundtrip server --allow-replay`, the filtered connections are replayed and the
+    // document says which filter; a filter that leaves nothing is refused before connecting.
+    let mut kids = common::procs::Kids::default();
+    let port = kids.server(&["--allow-replay"]);
+    let to = format!("127.0.0.1:{port}");
+    let r = json(&[
+        "replay",
+        &pg,
+        "--to",
+        &to,
+        "--rtt-pings",
+        "0",
+        "--filter",
+        "tcp port 5432",
+    ]);
+    assert_eq!(r["filter"], "tcp port 5432");
+    assert_eq!(r["connections"].as_array().unwrap().len(), 1, "{r}");
+    assert!(r["connections"][0]["turns"].as_u64().unwrap() > 0, "{r}");
     let out = roundtrip()
         .args([
             "replay",
