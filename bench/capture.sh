@@ -15,6 +15,8 @@
 #   bench/capture.sh                 # 500 MB and 2 GB, 5 rounds
 #   ROUNDS=3 SIZE_MB=500 BIG_MB=0 bench/capture.sh
 #   ONLY_FILTER=1 ROUNDS=5 SIZE_MB=300 BIG_MB=0 bench/capture.sh   # just the filter rows
+#   SMALL=1 ONLY_FILTER=1 SIZE_MB=200 BIG_MB=0 bench/capture.sh    # 64-byte UDP datagrams: millions of packets,
+#                                                                  # where the per-packet filter cost shows
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -23,6 +25,7 @@ BIG_MB=${BIG_MB:-2048}
 SNAP=${SNAP:-262144}
 FILTER=${FILTER:-tcp port 5432 or tcp port 6379 or greater 1000}
 ONLY_FILTER=${ONLY_FILTER:-0}
+SMALL=${SMALL:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/target/release/roundtrip
 
@@ -47,11 +50,13 @@ record() {
     iperf3 -s -p "$port" -1 >/dev/null 2>&1 &
     local srv=$!
     PIDS+=("$srv")
-    tcpdump -i lo -n -s "$SNAP" -B 262144 -w "$file" "tcp port $port" 2>"$WORK/tcpdump.log" &
+    local what="tcp port $port" small=()
+    if [ "$SMALL" = 1 ]; then what="port $port"; small=(-u -l 64 -b 0); fi
+    tcpdump -i lo -n -s "$SNAP" -B 262144 -w "$file" "$what" 2>"$WORK/tcpdump.log" &
     local td=$!
     PIDS+=("$td")
     sleep 1.5
-    iperf3 -c 127.0.0.1 -p "$port" -t 600 >/dev/null 2>&1 &
+    iperf3 -c 127.0.0.1 -p "$port" -t 600 "${small[@]}" >/dev/null 2>&1 &
     local cli=$!
     PIDS+=("$cli")
     local deadline=$((SECONDS + 300))
