@@ -858,3 +858,125 @@ fn kernel_accepts_the_programs() {
         assert_eq!(r, -1);
     }
 }
+
+/// The kernel runs the programs as our interpreter does: on `lo`, an AF_PACKET socket with `udp dst port P`
+/// (and the drop-outgoing prologue) receives each of our datagrams to P exactly once and none of those to
+/// another port; every packet it hands over passes our interpreter too. Both socket kinds: SOCK_DGRAM with the
+/// cooked target, SOCK_RAW with the Ethernet one.
+#[test]
+fn the_kernel_keeps_what_the_interpreter_keeps_on_lo() {
+    if !common::require_root("AF_PACKET sockets") {
+        return;
+    }
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (p, q) = (
+        rx.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    let expr = Expr::parse(&format!("udp dst port {p}")).unwrap();
+    let lo = std::ffi::CString::new("lo").unwrap();
+    // SAFETY: if_nametoindex on a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(lo.as_ptr()) };
+    assert!(ifindex > 0);
+    for (ty, target, l3) in [
+        (libc::SOCK_DGRAM, Target::Cooked, 0usize),
+        (
+            libc::SOCK_RAW,
+            Target::Link(roundtrip::capture::read::LinkType::ETHERNET),
+            14,
+        ),
+    ] {
+        let prog = expr
+            .compile(
+                target,
+                &Options {
+                    drop_outgoing: true,
+                    snaplen: 65535,
+                },
+            )
+            .unwrap();
+        // SAFETY: socket/bind/setsockopt/recv/close on a descriptor this test owns, with correctly sized
+        // arguments; the filter points at instructions with sock_filter's layout that outlive the call.
+        let fd = unsafe {
+            let fd = libc::socket(libc::AF_PACKET, ty, (libc::ETH_P_ALL as u16).to_be() as i32);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let fprog = libc::sock_fprog {
+                len: prog.insns().len() as u16,
+                filter: prog.insns().as_ptr() as *mut libc::sock_filter,
+            };
+            let r = libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                &fprog as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::sock_fprog>() as u32,
+            );
+            assert_eq!(r, 0, "attach: {}", std::io::Error::last_os_error());
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+            sll.sll_ifindex = ifindex as i32;
+            let r = libc::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 300_000,
+            };
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            fd
+        };
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..3u8 {
+            tx.send_to(&[i; 20], ("127.0.0.1", p)).unwrap();
+            tx.send_to(&[i; 20], ("127.0.0.1", q)).unwrap();
+        }
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            // SAFETY: recv into a buffer of the given length.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+            if n <= 0 {
+                break;
+            }
+            got.push(buf[..n as usize].to_vec());
+        }
+        // SAFETY: closing our descriptor.
+        unsafe { libc::close(fd) };
+        assert_eq!(
+            got.len(),
+            3,
+            "{target:?}: the kernel handed over {} packets",
+            got.len()
+        );
+        let meta = roundtrip::capture::bpf::Meta {
+            protocol: Some(0x0800),
+            pkttype: Some(0),
+        };
+        for g in &got {
+            let ip = &g[l3..];
+            assert_eq!(u16::from_be_bytes([ip[22], ip[23]]), p, "{target:?}: {g:?}");
+            assert_ne!(
+                prog.run_meta(g, g.len() as u32, &meta),
+                0,
+                "{target:?}: our interpreter rejects {g:?}"
+            );
+        }
+        // The same packet as sent by this host (PACKET_OUTGOING) is rejected by both.
+        let outgoing = roundtrip::capture::bpf::Meta {
+            protocol: Some(0x0800),
+            pkttype: Some(4),
+        };
+        assert_eq!(prog.run_meta(&got[0], got[0].len() as u32, &outgoing), 0);
+    }
+}
