@@ -298,33 +298,28 @@ impl Gen {
             }
         };
         let nh = self.nh;
-        let six = |p: u32| {
-            and(
-                cmp(B, nh + 6, None, p),
-                Self::dir(
-                    d,
-                    test(vec![Insn::stmt(LD | H | ABS, nh + 40)]),
-                    test(vec![Insn::stmt(LD | H | ABS, nh + 42)]),
-                ),
-            )
-        };
+        // The ports sit at the same place for TCP, UDP and SCTP: one test of the protocol (any of them), then
+        // the ports once (libpcap's optimiser reaches the same shape).
+        let six = and(
+            any(ps.iter().map(|&p| cmp(B, nh + 6, None, p)).collect()),
+            Self::dir(
+                d,
+                test(vec![Insn::stmt(LD | H | ABS, nh + 40)]),
+                test(vec![Insn::stmt(LD | H | ABS, nh + 42)]),
+            ),
+        );
         let ind = |o: u32| {
             vec![
                 Insn::stmt(LDX | B | MSH, nh),
                 Insn::stmt(LD | H | IND, nh + o),
             ]
         };
-        let four = |p: u32| {
-            all(vec![
-                self.ip4_proto(p),
-                self.first_frag(),
-                Self::dir(d, test(ind(0)), test(ind(2))),
-            ])
-        };
-        or(
-            and(self.ip6(), any(ps.iter().map(|&p| six(p)).collect())),
-            and(self.ip(), any(ps.iter().map(|&p| four(p)).collect())),
-        )
+        let four = all(vec![
+            any(ps.iter().map(|&p| self.ip4_proto(p)).collect()),
+            self.first_frag(),
+            Self::dir(d, test(ind(0)), test(ind(2))),
+        ]);
+        or(and(self.ip6(), six), and(self.ip(), four))
     }
 
     fn node(&mut self, n: &Node) -> Result<B, CompileError> {
@@ -570,6 +565,81 @@ impl Emit {
     fn place(&mut self, l: usize) {
         self.labels[l] = Some(self.code.len());
     }
+    /// Removes a load into A when A already holds that load on every path reaching it (the `ldh [12]` each
+    /// protocol test repeats, the `ldb [23]` of each transport): the same bytes give the same value and the
+    /// load already succeeded, so the packets kept do not change, only the instructions run.
+    fn drop_redundant_loads(&mut self) {
+        /// What A and X hold: the load that set them, when the same on every path.
+        type Regs = (Option<Insn>, Option<Insn>);
+        #[derive(Clone, Copy, PartialEq)]
+        enum St {
+            Unreached,
+            Holds(Regs),
+        }
+        let n = self.code.len();
+        let mut at_entry = vec![St::Unreached; n + 1];
+        at_entry[0] = St::Holds((None, None));
+        let mut remove = vec![false; n];
+        let meet = |slot: &mut St, v: Regs| {
+            *slot = match *slot {
+                St::Unreached => St::Holds(v),
+                St::Holds(w) => St::Holds((
+                    if w.0 == v.0 { v.0 } else { None },
+                    if w.1 == v.1 { v.1 } else { None },
+                )),
+            }
+        };
+        for i in 0..n {
+            let St::Holds((a, x)) = at_entry[i] else {
+                continue;
+            };
+            let pos = |l: usize| self.labels[l].unwrap_or(n).min(n);
+            match self.code[i] {
+                Item::Insn(ins) => {
+                    let cls = ins.code & 0x07;
+                    let mode = ins.code & 0xe0;
+                    let mut after = (a, x);
+                    if cls == LD && (mode == ABS || mode == LEN) {
+                        remove[i] = a == Some(ins);
+                        after.0 = Some(ins);
+                    } else if cls == LD || cls == ALU || ins.code == MISC | TXA {
+                        after.0 = None;
+                    }
+                    if ins.code == LDX | B | MSH || ins.code == LDX | W | IMM {
+                        remove[i] = x == Some(ins);
+                        after.1 = Some(ins);
+                    } else if cls == LDX || ins.code == MISC | TAX {
+                        after.1 = None;
+                    }
+                    if cls != RET {
+                        meet(&mut at_entry[i + 1], after);
+                    }
+                }
+                Item::Jump { t, f, .. } => {
+                    meet(&mut at_entry[pos(t)], (a, x));
+                    meet(&mut at_entry[pos(f)], (a, x));
+                }
+                Item::Ja(l) => meet(&mut at_entry[pos(l)], (a, x)),
+            }
+        }
+        if !remove.contains(&true) {
+            return;
+        }
+        // Removed before each index, to move the labels.
+        let mut before = vec![0usize; n + 1];
+        for i in 0..n {
+            before[i + 1] = before[i] + usize::from(remove[i]);
+        }
+        for l in self.labels.iter_mut().flatten() {
+            *l -= before[(*l).min(n)];
+        }
+        let mut i = 0;
+        self.code.retain(|_| {
+            i += 1;
+            !remove[i - 1]
+        });
+    }
+
     /// Gives every conditional jump whose target is more than 255 instructions away an unconditional `ja`
     /// right after it (classic BPF's conditional offsets are 8 bits; `ja` takes 32).
     fn long_jumps(&mut self) {
@@ -686,6 +756,7 @@ pub(super) fn compile(
             e.code.push(Item::Insn(Insn::stmt(RET | K, accept)));
             e.place(f);
             e.code.push(Item::Insn(Insn::stmt(RET | K, 0)));
+            e.drop_redundant_loads();
             e.long_jumps();
             let mut out = Vec::with_capacity(e.code.len());
             for (i, it) in e.code.iter().enumerate() {
