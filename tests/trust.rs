@@ -290,10 +290,11 @@ fn no_team_words_reach_users() {
     }
     // Every page a user reads: README, the root pages and docs/.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages: Vec<std::path::PathBuf> = ["README.md", "FAQ.md", "SECURITY.md", "ARCHITECTURE.md"]
-        .iter()
-        .map(|p| root.join(p))
-        .collect();
+    let mut pages: Vec<std::path::PathBuf> =
+        ["README.md", "FAQ.md", "SECURITY.md", "ARCHITECTURE.md"]
+            .iter()
+            .map(|p| root.join(p))
+            .collect();
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "md") {

@@ -22,6 +22,7 @@
 //! }
 //! ```
 
+pub mod bpf;
 pub mod decode;
 pub mod flows;
 pub mod matching;
@@ -64,6 +65,8 @@ pub enum FilterError {
 /// - `--host ADDR`: either address is ADDR.
 /// - `--port N`: either TCP/UDP port is N.
 /// - `--flow A:P-B:P` (or `A:P,B:P`): one TCP/UDP conversation, either direction; IPv6 as `[ADDR]:PORT`.
+/// - `--filter EXPR`: a tcpdump expression ([`bpf`]), compiled to classic BPF for each link type of the file
+///   and run on the raw packet bytes by [`Packets`] (open it with [`Packets::open_filtered`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Either address.
@@ -72,12 +75,25 @@ pub struct Filter {
     pub port: Option<u16>,
     /// Both endpoints, in either order.
     pub flow: Option<(SocketAddr, SocketAddr)>,
+    /// A tcpdump filter expression (`--filter`); applied by [`Packets::open_filtered`], not by
+    /// [`matches`](Self::matches).
+    pub expr: Option<bpf::Expr>,
 }
 
 impl Filter {
     /// True when no condition is set.
     pub fn is_empty(&self) -> bool {
+        self.fields_empty() && self.expr.is_none()
+    }
+
+    /// True when `--host`, `--port` and `--flow` are all unset (the conditions [`matches`](Self::matches) checks).
+    pub fn fields_empty(&self) -> bool {
         self.host.is_none() && self.port.is_none() && self.flow.is_none()
+    }
+
+    /// The expression's text, for the JSON documents (None without `--filter`).
+    pub fn expr_text(&self) -> Option<&str> {
+        self.expr.as_ref().map(|e| e.text())
     }
 
     /// Parses `--host`.
@@ -113,10 +129,11 @@ impl Filter {
         Ok((a, b))
     }
 
-    /// True when the packet passes. Non-IP packets pass only the empty filter.
+    /// True when the packet passes `--host/--port/--flow`. Non-IP packets pass only when none is set. The
+    /// expression (`--filter`) is checked on the raw bytes by [`Packets::open_filtered`].
     #[inline]
     pub fn matches(&self, d: Option<&Decoded<'_>>) -> bool {
-        if self.is_empty() {
+        if self.fields_empty() {
             return true;
         }
         let Some(d) = d else { return false };
@@ -170,6 +187,12 @@ pub struct CaptureInfo {
     pub warning: Option<String>,
     /// Byte offset of the unreadable record, when reading stopped early.
     pub warning_offset: Option<u64>,
+    /// The `--filter` expression, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Packets the `--filter` program rejected (in `packets_read`, not in `packets_matched`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packets_filtered_out: Option<u64>,
 }
 
 /// An error that prevents any analysis.
@@ -186,6 +209,38 @@ pub struct Packets {
     reader: CaptureReader,
     info: CaptureInfo,
     links: Vec<read::LinkType>,
+    bpf: Option<FileBpf>,
+}
+
+/// The `--filter` program of a file, compiled per link type, and what it rejected.
+#[derive(Debug)]
+struct FileBpf {
+    progs: bpf::LinkPrograms,
+    rejected: u64,
+    /// Link types the expression cannot be compiled for, with the packets skipped and the reason.
+    uncompiled: Vec<(read::LinkType, u64, String)>,
+}
+
+impl FileBpf {
+    #[inline]
+    fn keep(&mut self, p: &Packet<'_>) -> bool {
+        match self.progs.matches(p.link, p.data, p.orig_len) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.rejected += 1;
+                false
+            }
+            Err(e) => {
+                let e = e.to_string();
+                self.rejected += 1;
+                match self.uncompiled.iter_mut().find(|u| u.0 == p.link) {
+                    Some(u) => u.1 += 1,
+                    None => self.uncompiled.push((p.link, 1, e)),
+                }
+                false
+            }
+        }
+    }
 }
 
 impl Packets {
@@ -206,28 +261,62 @@ impl Packets {
             },
             reader,
             links: Vec::new(),
+            bpf: None,
+        })
+    }
+
+    /// Opens a capture file whose packets are then filtered by `filter`'s expression (`--filter`): the packets
+    /// the program rejects are counted in `packets_read` but never handed out. `--host/--port/--flow` stay
+    /// the caller's to check ([`Filter::matches`]).
+    pub fn open_filtered(path: &Path, filter: &Filter) -> Result<Self, CaptureError> {
+        let mut pk = Packets::open(path)?;
+        if let Some(e) = &filter.expr {
+            pk.info.filter = Some(e.text().to_string());
+            pk.bpf = Some(FileBpf {
+                progs: bpf::LinkPrograms::new(e.clone()),
+                rejected: 0,
+                uncompiled: Vec::new(),
+            });
+        }
+        Ok(pk)
+    }
+
+    #[inline(always)]
+    fn next_kept<'a>(
+        reader: &'a mut CaptureReader,
+        links: &mut Vec<read::LinkType>,
+        read: &mut u64,
+        mut bpf: Option<&mut FileBpf>,
+    ) -> Option<Packet<'a>> {
+        reader.next_packet_if(&mut |p| {
+            *read += 1;
+            if links.last() != Some(&p.link) && !links.contains(&p.link) {
+                links.push(p.link);
+            }
+            bpf.as_mut().is_none_or(|b| b.keep(p))
         })
     }
 
     /// The next raw packet, without decoding.
     #[inline]
     pub fn next_raw(&mut self) -> Option<Packet<'_>> {
-        let p = self.reader.next_packet()?;
-        self.info.packets_read += 1;
-        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
-            self.links.push(p.link);
-        }
-        Some(p)
+        Self::next_kept(
+            &mut self.reader,
+            &mut self.links,
+            &mut self.info.packets_read,
+            self.bpf.as_mut(),
+        )
     }
 
     /// The next packet and its decoding (`None` for packets that are not IP).
     #[inline(always)]
     pub fn next_decoded(&mut self) -> Option<(Packet<'_>, Option<Decoded<'_>>)> {
-        let p = self.reader.next_packet()?;
-        self.info.packets_read += 1;
-        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
-            self.links.push(p.link);
-        }
+        let p = Self::next_kept(
+            &mut self.reader,
+            &mut self.links,
+            &mut self.info.packets_read,
+            self.bpf.as_mut(),
+        )?;
         let d = match decode(p.link, p.data, p.orig_len) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -252,6 +341,16 @@ impl Packets {
         if let Some(w) = self.reader.warning() {
             self.info.warning = Some(w.to_string());
             self.info.warning_offset = Some(w.offset);
+        }
+        if let Some(b) = &self.bpf {
+            self.info.packets_filtered_out = Some(b.rejected);
+            if let Some((link, n, e)) = b.uncompiled.first() {
+                let w = format!("--filter: {e}; {n} packets of link type {link} skipped");
+                self.info.warning = Some(match self.info.warning.take() {
+                    Some(prev) => format!("{prev}; {w}"),
+                    None => w,
+                });
+            }
         }
         self.info
     }
@@ -290,14 +389,16 @@ pub fn run_stats(
     interval: Duration,
     by_direction: bool,
 ) -> Result<StatsResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, filter)?;
     let mut eng = StatsEngine::new(interval, by_direction);
-    if filter.is_empty() && !by_direction {
+    if filter.fields_empty() && !by_direction {
         // Fast path: no decoding at all.
+        let mut n = 0u64;
         while let Some(p) = pk.next_raw() {
             eng.add(p.ts_ns, p.orig_len, StatsDir::All);
+            n += 1;
         }
-        pk.info.packets_matched = pk.info.packets_read;
+        pk.info.packets_matched = n;
     } else {
         while let Some((p, d)) = pk.next_decoded() {
             if !filter.matches(d.as_ref()) {
@@ -415,7 +516,7 @@ pub fn flow_series(
         });
     }
     let mut acc = vec![Acc::default(); n];
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, &only)?;
     let mut tr = FlowTracker::new(config);
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
@@ -467,7 +568,7 @@ pub fn run_flows(
     config: TrackerConfig,
     mut sink: Option<&mut dyn StreamSink>,
 ) -> Result<FlowsResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, filter)?;
     let mut tr = FlowTracker::new(config);
     let mut matched = 0u64;
     while let Some((p, d)) = pk.next_decoded() {
@@ -570,7 +671,7 @@ pub fn run_timeline(
     graph: Option<DataFrom>,
     keep_rows: bool,
 ) -> Result<TimelineResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, filter)?;
     let mut tr = FlowTracker::new(config);
     let mut chosen: Option<u64> = None;
     let mut rows = Vec::new();
@@ -703,6 +804,7 @@ mod tests {
             host: host.map(|h| Filter::parse_host(h).unwrap()),
             port,
             flow: flow.map(|x| Filter::parse_flow(x).unwrap()),
+            expr: None,
         };
         assert!(f(None, None, None).matches(Some(&d)));
         assert!(f(None, None, None).matches(None));

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const FILTER_HELP: &str = "Filters (all given must hold): --host ADDR matches either address; --port N either TCP/UDP \
-port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates). \
+port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates); \
+--filter EXPR (or words after FILE, as tcpdump takes them) a tcpdump expression such as 'tcp port 5432 or tcp \
+port 6379', 'net 10.0.0.0/8 and not port 22' (subset: docs/capture-filter.md). \
 Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
 (tcpdump -i any), raw IP, BSD loopback.";
 
@@ -52,6 +54,101 @@ enum CaptureCommand {
     /// connection turns, think/server/round-trip/transfer breakdown, chattiness and seconds per added ms.
     #[command(after_help = super::capture_whatif::WHATIF_HELP)]
     Whatif(super::capture_whatif::WhatifArgs),
+    /// Compile a filter expression and print the classic BPF program (as `tcpdump -d`), for a link type or for
+    /// the cooked socket of the `any` device.
+    Bpf(BpfArgs),
+}
+
+/// Arguments of `roundtrip capture bpf`.
+#[derive(Debug, Args)]
+struct BpfArgs {
+    /// Compile for: ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop (a file's or a SOCK_RAW
+    /// socket's link type), a LINKTYPE number, or any (AF_PACKET SOCK_DGRAM: the ethertype is ancillary data).
+    #[arg(long, default_value = "ethernet", value_name = "TYPE")]
+    link: String,
+    /// Add the check that drops packets this host sends (as on `lo`, so each packet is seen once).
+    #[arg(long)]
+    drop_outgoing: bool,
+    /// The value an accepted packet returns (bytes kept).
+    #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..))]
+    snaplen: u32,
+    /// The expression, as words (as tcpdump takes it).
+    #[arg(value_name = "EXPRESSION", required = true, allow_hyphen_values = true)]
+    words: Vec<String>,
+}
+
+fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
+    use roundtrip::capture::bpf::{Expr, Options, Target};
+    use roundtrip::capture::read::LinkType;
+    let target = match a.link.as_str() {
+        "any" | "cooked" => Target::Cooked,
+        "ethernet" | "en10mb" => Target::Link(LinkType::ETHERNET),
+        "linux-sll" | "sll" => Target::Link(LinkType::LINUX_SLL),
+        "linux-sll2" | "sll2" => Target::Link(LinkType::LINUX_SLL2),
+        "raw" => Target::Link(LinkType::RAW),
+        "ipv4" => Target::Link(LinkType::IPV4),
+        "ipv6" => Target::Link(LinkType::IPV6),
+        "null" => Target::Link(LinkType::NULL),
+        "loop" => Target::Link(LinkType::LOOP),
+        n => match n.parse::<u16>() {
+            Ok(v) => Target::Link(LinkType(v)),
+            Err(_) => refuse(format!(
+                "--link '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
+            )),
+        },
+    };
+    let text = a.words.join(" ");
+    let expr = Expr::parse(&text).unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+    let opts = Options {
+        drop_outgoing: a.drop_outgoing,
+        snaplen: a.snaplen,
+    };
+    let p = expr
+        .compile(target, &opts)
+        .unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+    out(p.dump())?;
+    Ok(Exit::Ok)
+}
+
+/// `--filter EXPR` or the expression as trailing words (tcpdump's way).
+#[derive(Debug, Args)]
+pub(super) struct ExprArgs {
+    /// tcpdump filter expression (pcap-filter subset: host, net, port, portrange, src/dst, tcp, udp, icmp,
+    /// icmp6, ip, ip6, arp, less, greater, and/or/not, tcp[tcpflags] ...), compiled to classic BPF and run on
+    /// every packet; words after the file are taken the same way.
+    #[arg(long = "filter", value_name = "EXPR", allow_hyphen_values = true)]
+    filter: Option<String>,
+    /// The filter expression as words after the file (as `tcpdump -r FILE port 5432`).
+    #[arg(value_name = "EXPRESSION")]
+    words: Vec<String>,
+}
+
+impl ExprArgs {
+    /// The parsed expression (None when none was given). A bad expression exits 2 with one line, before any
+    /// I/O.
+    pub(super) fn expr(&self) -> Option<roundtrip::capture::bpf::Expr> {
+        use roundtrip::capture::bpf::Expr;
+        let (text, r) = match (&self.filter, self.words.is_empty()) {
+            (None, true) => return None,
+            (Some(_), false) => refuse(format!(
+                "the filter expression is given twice (--filter and words after the file '{}'): give one",
+                self.words.join(" ")
+            )),
+            (Some(f), true) => (f.clone(), Expr::parse(f)),
+            (None, false) => (self.words.join(" "), Expr::parse_words(&self.words)),
+        };
+        match r {
+            Ok(e) if e.is_empty() => None,
+            Ok(e) => Some(e),
+            Err(e) => refuse(format!("--filter '{}': {e}", text.trim())),
+        }
+    }
+}
+
+/// Exits with 2 after a one-line error: an argument is wrong and nothing was read yet.
+pub(super) fn refuse(msg: impl std::fmt::Display) -> ! {
+    error_line(msg);
+    std::process::exit(2)
 }
 
 #[derive(Debug, Args)]
@@ -71,6 +168,8 @@ struct Common {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: ExprArgs,
 }
 
 impl Common {
@@ -79,6 +178,7 @@ impl Common {
             host: self.host,
             port: self.port,
             flow: self.flow,
+            expr: self.expr.expr(),
         }
     }
 }
@@ -154,6 +254,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
         CaptureCommand::Rpc(r) => super::capture_rpc::run_rpc(r),
         CaptureCommand::Match(m) => super::capture_rpc::run_match(m),
         CaptureCommand::Whatif(w) => super::capture_whatif::run(w),
+        CaptureCommand::Bpf(b) => bpf_dump(b),
     }
 }
 
@@ -189,7 +290,7 @@ pub(super) fn damage(info: &CaptureInfo) -> Exit {
 
 fn heading(info: &CaptureInfo) -> String {
     format!(
-        "{}: {}{}, {} ({}), {} packets",
+        "{}: {}{}, {} ({}), {} packets{}",
         info.file,
         info.format,
         if info.gzip { " (gzip)" } else { "" },
@@ -199,7 +300,11 @@ fn heading(info: &CaptureInfo) -> String {
             info.link_types.join("+")
         },
         fmt_bytes(info.file_bytes),
-        info.packets_read
+        info.packets_read,
+        match (&info.filter, info.packets_filtered_out) {
+            (Some(f), Some(n)) => format!(" ({n} left out by filter '{f}')"),
+            _ => String::new(),
+        }
     )
 }
 

@@ -69,6 +69,8 @@ pub struct RpcArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
     /// and time the protocol inside.
     #[arg(long, value_name = "FILE")]
@@ -92,6 +94,8 @@ pub struct MatchArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
 }
@@ -368,6 +372,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         host: a.host,
         port: a.port,
         flow: a.flow,
+        expr: a.expr.expr(),
     };
     let config = StatsConfig {
         top: a.top,
@@ -499,7 +504,10 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
 
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
-    let filter = Filter::default();
+    let filter = Filter {
+        expr: a.expr.expr(),
+        ..Filter::default()
+    };
     a.pictures.validate().map_err(super::output::refused)?;
     let (ci, c) = run::collect(&a.client, &filter, a.proto)
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;

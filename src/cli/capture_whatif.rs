@@ -62,6 +62,8 @@ pub struct WhatifArgs {
     /// One JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     /// HTML report with stacked breakdown bars per RTT.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
@@ -107,6 +109,9 @@ pub const ASSUMPTIONS: [&str; 5] = [
 #[derive(Serialize)]
 struct WhatifDoc<'a> {
     file: String,
+    /// The `--filter` expression, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<&'a str>,
     capture_duration_s: f64,
     slow_start_after_idle: bool,
     path: PathKind,
@@ -156,6 +161,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             host: a.host,
             port: a.port,
             flow: a.flow,
+            expr: a.expr.expr(),
         },
         proto: a.proto,
     };
@@ -231,6 +237,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             "capture_whatif",
             WhatifDoc {
                 file: a.file.display().to_string(),
+                filter: opts.filter.expr_text(),
                 capture_duration_s: prof.duration.as_secs_f64(),
                 slow_start_after_idle: ssai,
                 path: a.path,

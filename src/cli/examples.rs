@@ -248,6 +248,19 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "capture bpf",
+        &[
+            (
+                "roundtrip capture bpf 'tcp port 5432 or tcp port 6379'",
+                "the classic BPF program of a filter, as tcpdump -d prints it",
+            ),
+            (
+                "roundtrip capture bpf --link any --drop-outgoing 'port 1521'",
+                "the program a live capture on the any device attaches in the kernel",
+            ),
+        ],
+    ),
+    (
         "proxy",
         &[
             (

@@ -43,7 +43,7 @@ pub fn feed_with(
     mut driver: Driver,
     sink: &mut dyn Sink,
 ) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, filter)?;
     let mut matched = 0u64;
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
