@@ -390,6 +390,23 @@ fn every_shown_command_line_parses() {
             .output()
             .unwrap();
         parsed += 1;
+        // A page may show a refusal on purpose (the errors page): then the program must refuse it with the
+        // same one-line error (by shape), not accept it.
+        let shown_error = s
+            .output
+            .first()
+            .filter(|l| l.starts_with("roundtrip: error:"));
+        if let Some(expected) = shown_error {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let got = err.lines().next().unwrap_or("");
+            if !o.status.success() && shape(got) != shape(expected) {
+                bad.push(format!(
+                    "{}: `roundtrip {}`: the page shows {expected:?}, the program says {got:?}",
+                    s.at, s.line
+                ));
+            }
+            continue;
+        }
         if !o.status.success() {
             let err = String::from_utf8_lossy(&o.stderr);
             bad.push(format!(
