@@ -34,6 +34,36 @@ pub(crate) fn start(
     addr: SocketAddr,
     shared: Arc<Shared>,
 ) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+    start_api(addr, shared)
+}
+
+/// What a control API serves: the proxy's [`Shared`] state, or the bridge's ([`super::bridge`]).
+pub trait Api: Send + Sync + 'static {
+    /// Answers one request: (status, JSON body).
+    fn respond(&self, req: &Request) -> (u16, Vec<u8>);
+    /// True once its owner stops (the listener thread then ends).
+    fn stopping(&self) -> bool;
+    /// Counts a request turned away.
+    fn refused(&self);
+}
+
+impl Api for Shared {
+    fn respond(&self, req: &Request) -> (u16, Vec<u8>) {
+        respond(req, self)
+    }
+    fn stopping(&self) -> bool {
+        Shared::stopping(self)
+    }
+    fn refused(&self) {
+        self.totals().control_refused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Binds the control listener of any [`Api`] and starts its thread.
+pub(crate) fn start_api<A: Api>(
+    addr: SocketAddr,
+    api: Arc<A>,
+) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         what: "the control api",
         addr,
@@ -46,23 +76,20 @@ pub(crate) fn start(
         .spawn(move || {
             let busy = Arc::new(AtomicUsize::new(0));
             for s in listener.incoming() {
-                if shared.stopping() {
+                if api.stopping() {
                     return;
                 }
                 let Ok(s) = s else { continue };
                 if busy.fetch_add(1, Ordering::SeqCst) >= MAX_REQUESTS {
                     busy.fetch_sub(1, Ordering::SeqCst);
-                    shared
-                        .totals()
-                        .control_refused
-                        .fetch_add(1, Ordering::Relaxed);
+                    api.refused();
                     continue; // closed at once
                 }
-                let (shared, busy2) = (shared.clone(), busy.clone());
+                let (api, busy2) = (api.clone(), busy.clone());
                 let spawned = std::thread::Builder::new()
                     .name("proxy-control-req".into())
                     .spawn(move || {
-                        serve(s, &shared);
+                        serve(s, &*api);
                         busy2.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
@@ -260,12 +287,12 @@ impl Read for Deadlined<'_> {
     }
 }
 
-fn serve(mut s: TcpStream, shared: &Shared) {
+fn serve(mut s: TcpStream, api: &dyn Api) {
     let until = Instant::now() + REQUEST_DEADLINE;
     let _ = s.set_write_timeout(Some(REQUEST_DEADLINE));
     let read = read_request(&mut Deadlined { s: &s, until });
     let (code, body) = match read {
-        Ok(req) => respond(&req, shared),
+        Ok(req) => api.respond(&req),
         Err((code, msg)) => (code, error_json(&msg)),
     };
     let head = format!(
