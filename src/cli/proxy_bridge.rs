@@ -72,7 +72,9 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
         (Some(d), _) => (d, b.delay_back.unwrap_or(d)),
         (None, Some(r)) => {
             if b.delay_back.is_some() {
-                anyhow::bail!("--rtt splits the round trip in two; give --delay and --delay-back instead");
+                anyhow::bail!(
+                    "--rtt splits the round trip in two; give --delay and --delay-back instead"
+                );
             }
             (r / 2, r - r / 2)
         }
@@ -119,8 +121,9 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
     };
     let samples = match &b.delay_from {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| anyhow::anyhow!("--delay-from {}: cannot read it: {e}", p.display()))?;
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                anyhow::anyhow!("--delay-from {}: cannot read it: {e}", p.display())
+            })?;
             bridge::delay_samples(&text)
                 .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?
         }
@@ -240,7 +243,9 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
     let spec = a.bridge.clone().unwrap_or_default();
     let names: Vec<&str> = spec.split(',').map(str::trim).collect();
     let [ia, ib] = names[..] else {
-        anyhow::bail!("--bridge '{spec}': give two interface names separated by a comma, e.g. veth0,veth1");
+        anyhow::bail!(
+            "--bridge '{spec}': give two interface names separated by a comma, e.g. veth0,veth1"
+        );
     };
     if ia.is_empty() || ib.is_empty() {
         anyhow::bail!("--bridge '{spec}': an interface name is empty");
@@ -273,7 +278,11 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             describe_way(&imp.a_to_b, &imp),
             describe_way(&imp.b_to_a, &imp),
             fmt_bytes(imp.queue_limit_bytes),
-            if imp.jitter_reorders { "; jitter may reorder" } else { "; order kept" }
+            if imp.jitter_reorders {
+                "; jitter may reorder"
+            } else {
+                "; order kept"
+            }
         );
         if let Some(c) = handle.control_addr() {
             head += &format!("  control api on http://{c}/impairment and http://{c}/counters\n");
@@ -293,7 +302,8 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         std::thread::sleep(Duration::from_millis(20));
         let stop = cancel.load(Ordering::SeqCst) || shared.ended().is_some();
         let now = Instant::now();
-        if now >= next || stop {
+        // On stop, a last partial interval only when it is more than a blink.
+        if now >= next || (stop && now - last >= Duration::from_millis(50)) {
             let c = shared.counters();
             let secs = (now - last).as_secs_f64().max(1e-9);
             let iv = Interval {
@@ -344,11 +354,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             ("dropped, queue full", x.queue_full, y.queue_full),
             ("duplicated", x.duplicated, y.duplicated),
             ("queued at the end", x.queued_frames, y.queued_frames),
-            (
-                "late (> 250 us)",
-                x.late,
-                y.late,
-            ),
+            ("late (> 250 us)", x.late, y.late),
             ("send errors", x.send_errors, y.send_errors),
             ("control refused", total.control_refused, 0),
         ];
@@ -367,5 +373,9 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         ]);
         out(format!("\n{}", t.render(2)))?;
     }
-    Ok(if ended.is_some() { Exit::Failed } else { Exit::Ok })
+    Ok(if ended.is_some() {
+        Exit::Failed
+    } else {
+        Exit::Ok
+    })
 }

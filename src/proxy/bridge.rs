@@ -745,11 +745,10 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
                 h = q.heap.lock().expect("bridge queue");
             }
             Some(at) if at - now > delay::wake_margin() => {
-                h = q
-                    .cv
-                    .wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
-                    .expect("bridge queue")
-                    .0;
+                h =
+                    q.cv.wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
+                        .expect("bridge queue")
+                        .0;
             }
             Some(_) => {
                 drop(h);
@@ -805,7 +804,8 @@ pub fn delay_samples(text: &str) -> Result<Vec<u64>, String> {
     rtts.retain(|&r| r > 0);
     if rtts.is_empty() {
         return Err(
-            "no round-trip times in it (expected a roundtrip --json result or one RTT per line)".into(),
+            "no round-trip times in it (expected a roundtrip --json result or one RTT per line)"
+                .into(),
         );
     }
     if rtts.len() > MAX_SAMPLES {
@@ -847,8 +847,14 @@ mod tests {
         let mut st = state();
         let mut prev = t0;
         for i in 0..10_000u64 {
-            let (at, _) = decide(&imp, &imp.a_to_b, &mut st, t0 + Duration::from_micros(i * 10), 100)
-                .unwrap();
+            let (at, _) = decide(
+                &imp,
+                &imp.a_to_b,
+                &mut st,
+                t0 + Duration::from_micros(i * 10),
+                100,
+            )
+            .unwrap();
             assert!(at >= prev, "reordered at {i}");
             prev = at;
         }
@@ -857,8 +863,14 @@ mod tests {
         let mut inversions = 0;
         let mut prev = t0;
         for i in 0..10_000u64 {
-            let (at, _) = decide(&imp, &imp.a_to_b, &mut st, t0 + Duration::from_micros(i * 10), 100)
-                .unwrap();
+            let (at, _) = decide(
+                &imp,
+                &imp.a_to_b,
+                &mut st,
+                t0 + Duration::from_micros(i * 10),
+                100,
+            )
+            .unwrap();
             inversions += (at < prev) as u32;
             prev = at;
         }
@@ -896,7 +908,12 @@ mod tests {
         let mut imp = BridgeImpairment::default();
         assert_eq!(imp.validate(), Ok(None));
         imp.b_to_a.window_bytes = Some(1000);
-        assert!(imp.validate().unwrap_err().0.contains("b_to_a.window_bytes"));
+        assert!(
+            imp.validate()
+                .unwrap_err()
+                .0
+                .contains("b_to_a.window_bytes")
+        );
         let imp = BridgeImpairment {
             queue_limit_bytes: 10,
             ..Default::default()
@@ -906,7 +923,8 @@ mod tests {
 
     #[test]
     fn delay_samples_from_json_and_text() {
-        let j = r#"{"rounds": [{"rtt_ns": 2000000}, {"rtt_ns": 4000000}], "summary": {"p50_ns": 1}}"#;
+        let j =
+            r#"{"rounds": [{"rtt_ns": 2000000}, {"rtt_ns": 4000000}], "summary": {"p50_ns": 1}}"#;
         assert_eq!(delay_samples(j).unwrap(), vec![1_000_000, 2_000_000]);
         assert_eq!(
             delay_samples("# rtts\n10\n800us\n").unwrap(),

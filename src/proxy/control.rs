@@ -55,7 +55,9 @@ impl Api for Shared {
         Shared::stopping(self)
     }
     fn refused(&self) {
-        self.totals().control_refused.fetch_add(1, Ordering::Relaxed);
+        self.totals()
+            .control_refused
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 

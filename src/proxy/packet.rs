@@ -105,7 +105,8 @@ impl PacketSocket {
     pub fn open(name: &str) -> Result<PacketSocket, OpenError> {
         let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
         // SAFETY: plain socket(2) call; the result is checked before use.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
+        let fd =
+            unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
         if fd < 0 {
             let e = io::Error::last_os_error();
             return Err(if permission(&e) {
@@ -220,9 +221,9 @@ impl PacketSocket {
         if r < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
-                    Ok(0)
-                }
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::Interrupted => Ok(0),
                 _ => Err(e),
             };
         }
@@ -237,8 +238,10 @@ impl PacketSocket {
             unsafe {
                 let mut c = libc::CMSG_FIRSTHDR(h);
                 while !c.is_null() {
-                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
-                        let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS
+                    {
+                        let ts =
+                            std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
                         let stamp = std::time::UNIX_EPOCH
                             + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
                         // Only a plausible stamp is trusted (a clock step would make it nonsense).
@@ -262,7 +265,10 @@ impl PacketSocket {
     /// system calls as the kernel allows (one per [`BATCH`] normally). Returns how many were sent; frames the
     /// driver refused (e.g. larger than the MTU without offload information) are skipped and counted in the
     /// returned error count.
-    pub fn send<'a>(&self, frames: impl IntoIterator<Item = &'a [u8]>) -> (usize, usize, Option<io::Error>) {
+    pub fn send<'a>(
+        &self,
+        frames: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (usize, usize, Option<io::Error>) {
         let mut sent = 0;
         let mut failed = 0;
         let mut last_err = None;
@@ -302,7 +308,9 @@ impl PacketSocket {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                if matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) && retries < 20 {
+                if matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN))
+                    && retries < 20
+                {
                     // The driver's queue is full: give it a moment, as a full link would.
                     retries += 1;
                     std::thread::sleep(Duration::from_micros(50));
