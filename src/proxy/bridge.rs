@@ -610,6 +610,9 @@ fn receive(
     q: &Queue,
     shared: &BridgeShared,
 ) {
+    // Real-time too: a frame read late is released late (the delay counts from the kernel's arrival stamp,
+    // but the release cannot happen before the frame was read).
+    delay::realtime_for_this_thread();
     let c = &shared.ways[w];
     let mut batch = RecvBatch::default();
     let mut st = WayState {
