@@ -437,3 +437,32 @@ fn refusals_name_the_fix() {
     assert_eq!(f.output.lines().count(), 1, "{}", f.output);
     assert!(!net.promiscuous());
 }
+
+/// `--delay-from` replays measured RTTs: a file of 30 ms round trips gives pings of 30 ms.
+#[test]
+fn delay_from_replays_measured_rtts() {
+    if !ready() {
+        return;
+    }
+    let _w = procs::watchdog(Duration::from_secs(300), "bridge delay-from test");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rtts.txt");
+    std::fs::write(&f, "# measured\n29.5ms\n30ms\n30.5ms\n").unwrap();
+    let mut net = BridgeNet::new();
+    let _srv = server(&net);
+    net.start_bridge(&["--delay-from", f.to_str().unwrap()]);
+    let doc = ping(&net, &["-u", "-n", "40", "--warmup", "0"]);
+    let p50 = u(&doc, &["summary", "rtt", "p50_ns"]) as f64;
+    // Half of a sample each way: 29.5..30.5 ms plus the path; a whole sample each way would give 60 ms.
+    assert!(
+        (29.5 * MS..42.0 * MS).contains(&p50),
+        "median {:.3} ms",
+        p50 / MS
+    );
+    let out = net.stop_bridge();
+    assert!(
+        out.stdout.contains("delay replayed from 3 samples"),
+        "{}",
+        out.output
+    );
+}
