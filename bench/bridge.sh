@@ -3,9 +3,11 @@
 # path, and the accuracy of its delay, loss and TCP behaviour. Root (network namespaces).
 #
 #   RTT:        roundtrip ping (TCP, 64 B) direct, and across the bridge at --rtt 40ms: median and p99
-#               (ideal: 40 ms + the direct RTT; goal: median within 0.3 ms, p99 within 1 ms)
+#               (ideal: 40 ms + the direct RTT; goal: median within 0.3 ms, p99 within 1 ms); and with
+#               --cpu-wake (idle CPUs kept polling around each release, so the receiver wakes at once)
 #   throughput: iperf3 one TCP stream, direct veth vs across the bridge without impairment (goal >= 0.5x)
 #   loss:       100,000 UDP pings with --loss 1% one way: measured loss vs the binomial 99.9% interval
+#   handshake:  the client's handshake RTT in its own capture (`capture flows`) at --rtt 20ms (goal: 0.3 ms)
 #   TCP:        iperf3 across the bridge at --rtt 20ms, captured at the client: `capture timeline --svg`
 #               (the sequence graph: slow start, then a window-limited plateau)
 #   what-if:    a curl download (one connection, 4 MB from python's http.server) captured on the direct path,
@@ -66,12 +68,13 @@ bridged() {
 }
 bridged B0 10
 bridged B40 11 --rtt 40ms
+bridged B40w 14 --rtt 40ms --cpu-wake
 bridged B20 12 --rtt 20ms
 bridged BL 13 --loss 1% --direction up
 
 # servers: roundtrip server, iperf3, and a web server with 2 MB files
 head -c 4000000 /dev/urandom > "$WORK/f4m"
-for pair in D:9 B0:10 B40:11 B20:12 BL:13; do
+for pair in D:9 B0:10 B40:11 B20:12 BL:13 B40w:14; do
     n=${pair%%:*}; s=${pair#*:}
     X "${T}${n}s" "$RT" server --bind "10.250.$s.2" >/dev/null 2>&1 &
     X "${T}${n}s" iperf3 -s -B "10.250.$s.2" >/dev/null 2>&1 &
@@ -96,11 +99,13 @@ echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) (shared wit
 for r in $(seq 1 "$ROUNDS"); do
     ping_json D 9 "$SECS" "$WORK/ping.direct.$r.json"
     ping_json B40 11 $((SECS + 2)) "$WORK/ping.bridge40.$r.json"
+    ping_json B40w 14 $((SECS + 2)) "$WORK/ping.bridge40w.$r.json"
     iperf_json D 9 "$WORK/iperf.direct.$r.json"
     iperf_json B0 10 "$WORK/iperf.bridge.$r.json"
     curl_run D 9 "$WORK/curl.direct.$r.pcap"
     curl_run B20 12 "$WORK/curl.bridge20.$r.pcap"
     "$RT" capture whatif "$WORK/curl.direct.$r.pcap" --rtt 20ms --path tcp --json > "$WORK/whatif.$r.json"
+    "$RT" capture flows "$WORK/curl.bridge20.$r.pcap" --json > "$WORK/flows.bridge20.$r.json"
     echo "round $r/$ROUNDS done" >&2
 done
 
@@ -147,6 +152,10 @@ print(f"TCP 64 B RTT direct veth:        p50 {med(d)/1e3:.1f} us   p99 {med(d99)
 print(f"across the bridge, --rtt 40ms:   p50 {med(b50)/1e6:.3f} ms (ideal {ideal/1e6:.3f}; excess {(med(b50)-ideal)/1e3:+.1f} us)"
       f"   p99 {med(b99)/1e6:.3f} ms (excess {(med(b99)-ideal)/1e3:+.1f} us)")
 print(f"   per-round p50 (ms) {[round(x/1e6,3) for x in b50]}  p99 {[round(x/1e6,3) for x in b99]}")
+w50 = [x["summary"]["rtt"]["p50_ns"] for x in load("ping", "bridge40w")]
+w99 = [x["summary"]["rtt"]["p99_ns"] for x in load("ping", "bridge40w")]
+print(f"the same with --cpu-wake:        p50 {med(w50)/1e6:.3f} ms (excess {(med(w50)-ideal)/1e3:+.1f} us)   p99 {med(w99)/1e6:.3f} ms (excess {(med(w99)-ideal)/1e3:+.1f} us)")
+print(f"   per-round p50 (ms) {[round(x/1e6,3) for x in w50]}  p99 {[round(x/1e6,3) for x in w99]}")
 it = lambda p: [x["end"]["sum_received"]["bits_per_second"] for x in load("iperf", p)]
 di, bi = it("direct"), it("bridge")
 print(f"\niperf3 1 stream direct veth:     {med(di)/1e9:.2f} Gbit/s   per round {[round(x/1e9,2) for x in di]}")
@@ -163,13 +172,17 @@ for r in range(1, rounds + 1):
     meas.append(pcap_span(f"{work}/curl.bridge20.{r}.pcap"))
 print(f"\nwhat-if, curl 4 MB: predicted at 20 ms {med(pred):.3f} s, measured across the bridge at --rtt 20ms {med(meas):.3f} s"
       f" -> error {100*(med(pred)/med(meas)-1):+.1f}%   per round predicted {[round(x,3) for x in pred]} measured {[round(x,3) for x in meas]}")
+hs = [f["handshake"]["rtt_ns"] for r in range(1, rounds + 1)
+      for f in json.load(open(f"{work}/flows.bridge20.{r}.json"))["flows"] if f.get("handshake")]
+print(f"\nclient's TCP handshake RTT (capture flows on its own capture) at --rtt 20ms: median {med(hs)/1e6:.3f} ms"
+      f" (excess over 20 ms + direct p50: {(med(hs)-20e6-med(d))/1e3:+.1f} us)   all {[round(x/1e6,3) for x in hs]}")
 print(f"\nTCP at 20 ms: sequence graph {out}/bridge-20ms-timeline.svg")
 PY
 echo "capture flows on it (the data connection is the one with bytes c>s):"
 grep -v '^diagnosis\|^  #' "$WORK/flows20.txt" | sed -n '3,$p'
 echo "bridge summaries (late = released > 250 us after the planned time):"
-for n in B40 B0; do
+for n in B40 B40w B0; do
     for p in $(ip netns pids "${T}${n}b"); do kill -INT "$p"; done
 done
 sleep 1
-for n in B40 B0; do echo "-- $n"; grep -A12 'frames in' "$WORK/bridge.$n.out" | grep 'frames out\|late\|latest\|queue full' || true; done
+for n in B40 B40w B0; do echo "-- $n"; grep -A12 'frames in' "$WORK/bridge.$n.out" | grep 'frames out\|late\|latest\|queue full' || true; done

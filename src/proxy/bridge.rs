@@ -709,6 +709,9 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
     delay::realtime_for_this_thread();
     let c = &shared.ways[w];
     let mut due: Vec<Entry> = Vec::with_capacity(packet::BATCH);
+    // Held from the end of a wait to the send after it, with --cpu-wake (see delay::CpusAwake).
+    let mut awake: Option<delay::CpusAwake> = None;
+    let mut waited = false;
     let mut h = q.heap.lock().expect("bridge queue");
     loop {
         if shared.stopping() {
@@ -726,6 +729,7 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
                 drop(h);
                 let sending = Instant::now();
                 let (sent, failed, _) = tx.send(due.iter().map(|e| &e.data[..]));
+                drop(awake.take());
                 let mut bytes = 0;
                 let mut qbytes = 0;
                 for e in &due {
@@ -752,8 +756,13 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
                     q.cv.wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
                         .expect("bridge queue")
                         .0;
+                waited = true;
             }
             Some(_) => {
+                if waited && awake.is_none() {
+                    awake = Some(delay::CpusAwake::hold());
+                }
+                waited = false;
                 drop(h);
                 std::hint::spin_loop();
                 h = q.heap.lock().expect("bridge queue");
