@@ -22,8 +22,8 @@ pub struct BridgeArgs {
     /// Bridge: most frame bytes waiting per direction; frames over it are dropped and counted.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES", requires = "bridge")]
     queue_limit: Option<u64>,
-    /// Bridge: replay measured delays: a roundtrip --json result (its rtt_ns values) or a file of RTTs one
-    /// per line (12.5ms, 800us; bare numbers are ms). Each frame takes half of a random sample each way.
+    /// Bridge: replay measured delays: a roundtrip --json result (its rtt_ns values, e.g. capture flows
+    /// --json), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare numbers are ms). Each frame takes half of a random sample each way.
     #[arg(long, value_name = "FILE", requires = "bridge", conflicts_with_all = ["delay", "rtt", "delay_back"])]
     delay_from: Option<std::path::PathBuf>,
     /// Bridge: losses come in bursts of this mean length (frames), the long-run loss rate staying --loss

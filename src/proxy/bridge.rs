@@ -772,8 +772,8 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
 }
 
 /// Reads one-way delay samples for `--delay-from`: from a roundtrip `--json` result (every `rtt_ns` /
-/// `*_rtt_ns` number, or the `samples_ns` array, found anywhere in it), or from a text file of round-trip
-/// times, one per line, with a unit (`12.5ms`, `800us`) or in milliseconds without one. Each round trip
+/// `*_rtt_ns` number, or the `samples_ns` array, found anywhere in it), from a CSV whose header has an `rtt_ns`
+/// column (`roundtrip ping --full-log`), or from a text file of round-trip times, one per line, with a unit (`12.5ms`, `800us`) or in milliseconds without one. Each round trip
 /// becomes a one-way delay of half of it.
 pub fn delay_samples(text: &str) -> Result<Vec<u64>, String> {
     let mut rtts: Vec<u64> = Vec::new();
@@ -798,6 +798,26 @@ pub fn delay_samples(text: &str) -> Result<Vec<u64>, String> {
             }
         }
         walk(&v, &mut rtts);
+    } else if let Some(col) = text
+        .lines()
+        .next()
+        .and_then(|h| h.split(',').position(|c| c.trim() == "rtt_ns"))
+    {
+        // A CSV with an rtt_ns column (`roundtrip ping --full-log`).
+        for (i, line) in text.lines().enumerate().skip(1) {
+            let Some(v) = line.split(',').nth(col).map(str::trim) else {
+                continue;
+            };
+            if v.is_empty() {
+                continue;
+            }
+            rtts.push(v.parse::<u64>().map_err(|_| {
+                format!(
+                    "line {}: rtt_ns '{v}' is not a whole number of nanoseconds",
+                    i + 1
+                )
+            })?);
+        }
     } else {
         for (i, line) in text.lines().enumerate() {
             let l = line.trim();
@@ -942,6 +962,14 @@ mod tests {
             delay_samples("# rtts\n10\n800us\n").unwrap(),
             vec![5_000_000, 400_000]
         );
+        assert_eq!(
+            delay_samples(
+                "seq,send_ns,recv_ns,rtt_ns,server_ns\n1,0,10,4000000,5\n2,5,9,6000000,5\n"
+            )
+            .unwrap(),
+            vec![2_000_000, 3_000_000]
+        );
+        assert!(delay_samples("seq,rtt_ns\n1,x\n").is_err());
         assert!(delay_samples("nonsense").is_err());
         assert!(delay_samples("{}").is_err());
     }
