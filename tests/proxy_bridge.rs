@@ -92,6 +92,10 @@ fn ping_and_tcp_handshake_see_the_configured_rtt() {
     dump.wait_line("listening on", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
     let doc = ping(&net, &["-n", "50", "--warmup", "1s"]);
+    // More connections, so the handshake check is a median, not one sample a loaded machine may stretch.
+    for _ in 0..4 {
+        ping(&net, &["-n", "2", "--warmup", "0"]);
+    }
     dump.signal(libc::SIGINT);
     let f = dump.finish(Duration::from_secs(20));
     assert!(f.ok(), "tcpdump: {}", f.output);
@@ -121,14 +125,20 @@ fn ping_and_tcp_handshake_see_the_configured_rtt() {
         .filter_map(|f| f["handshake"]["rtt_ns"].as_u64())
         .map(|n| n as f64)
         .collect();
-    assert!(!hs.is_empty(), "no handshake in the client capture: {v}");
-    for h in hs {
-        assert!(
-            (40.0 * MS..55.0 * MS).contains(&h),
-            "handshake RTT at the client {:.3} ms for --rtt 40ms",
-            h / MS
-        );
-    }
+    assert_eq!(hs.len(), 5, "handshakes in the client capture: {v}");
+    // None is shorter than the configured RTT (load can only lengthen one); the median is near it.
+    assert!(
+        hs.iter().all(|&h| h >= 40.0 * MS),
+        "handshake RTTs {hs:?} for --rtt 40ms"
+    );
+    let mut sorted = hs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[2];
+    assert!(
+        median < 55.0 * MS,
+        "median handshake RTT at the client {:.3} ms for --rtt 40ms ({hs:?})",
+        median / MS
+    );
     let out = net.stop_bridge();
     assert!(out.stdout.contains("frames out"), "{}", out.output);
 }
