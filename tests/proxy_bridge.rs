@@ -476,3 +476,38 @@ fn delay_from_replays_measured_rtts() {
         out.output
     );
 }
+
+/// --duplicate: the share of datagrams that arrive twice is binomial around P, and the bridge counted them.
+#[test]
+fn duplicates_are_binomial_and_counted() {
+    if !ready() {
+        return;
+    }
+    let _w = procs::watchdog(Duration::from_secs(300), "bridge duplicate test");
+    let mut net = BridgeNet::new();
+    net.start_bridge(&["--duplicate", "10%", "--direction", "up", "--json"]);
+    let n = 10_000u64;
+    let got = net.udp_stream(n, Duration::from_micros(100));
+    let mut seen = vec![0u32; n as usize];
+    for s in &got {
+        seen[*s as usize] += 1;
+    }
+    assert!(
+        seen.iter().all(|&c| (1..=2).contains(&c)),
+        "a datagram lost or sent thrice"
+    );
+    let twice = seen.iter().filter(|&&c| c == 2).count() as f64;
+    let p = 0.10;
+    let half = 3.29 * (p * (1.0 - p) / n as f64).sqrt();
+    assert!(
+        (twice / n as f64 - p).abs() < half,
+        "{twice} of {n} twice, want {p} +- {half:.4}"
+    );
+    let b = stop_json(&mut net);
+    let counted = u(&b, &["total", "a_to_b", "duplicated"]) as f64;
+    // The first (uncounted) datagram and ARP may have been duplicated too.
+    assert!(
+        counted >= twice && counted <= twice + 3.0,
+        "bridge counted {counted}, {twice} arrived twice"
+    );
+}
