@@ -87,3 +87,11 @@ pub fn family(ipv4: bool, ipv6: bool) -> Family {
         _ => Family::Any,
     }
 }
+
+/// A number more than zero (`2`, `4.5`).
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("'{s}' is not a number more than 0")),
+    }
+}

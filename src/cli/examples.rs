@@ -271,6 +271,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "roundtrip proxy --udp --listen 127.0.0.1:21111 --upstream 127.0.0.1:11111 --loss 1%",
                 "UDP with 1% random loss",
             ),
+            (
+                "roundtrip proxy --bridge veth-a,veth-b --rtt 40ms --loss 1%",
+                "frames between two interfaces 40 ms apart (root): TCP itself sees the far network",
+            ),
         ],
     ),
     (

@@ -14,6 +14,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+#[path = "proxy_bridge.rs"]
+mod bridge;
+
 /// Jitter distribution (see --help of --jitter-dist).
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Dist {
@@ -46,11 +49,18 @@ ahead of it. A terminating proxy acknowledges data at once, so bulk transfers wo
 one reverse delay after the far side got it), giving about W/RTT, as real TCP with that window.")]
 pub struct ProxyArgs {
     /// Address clients connect to (IP:PORT; port 0 picks one, printed at start).
-    #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT")]
-    listen: SocketAddr,
+    #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT", required_unless_present = "bridge")]
+    listen: Option<SocketAddr>,
     /// The real server.
-    #[arg(long, value_name = "HOST:PORT")]
-    upstream: String,
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "bridge")]
+    upstream: Option<String>,
+    /// Bridge mode: forward every frame between two interfaces, impaired, terminating nothing (needs
+    /// CAP_NET_RAW and CAP_NET_ADMIN); --delay is first->second, --delay-back second->first. See
+    /// docs/proxy-bridge.md.
+    #[arg(long, value_name = "IF_A,IF_B", conflicts_with_all = ["listen", "upstream", "udp"])]
+    bridge: Option<String>,
+    #[command(flatten)]
+    bridge_args: bridge::BridgeArgs,
     /// One-way delay added to each direction.
     #[arg(long, value_parser = args::duration, conflicts_with = "rtt", value_name = "DURATION")]
     delay: Option<Duration>,
@@ -107,7 +117,8 @@ pub struct ProxyArgs {
     #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
     ge_loss_good: f64,
     /// UDP: probability that a datagram is held back by --reorder-delay so later ones overtake it.
-    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P")]
+    /// With --bridge, a flag: jitter may reorder frames (each frame its own sample).
+    #[arg(long, value_parser = args::probability, default_value = "0", value_name = "P", num_args = 0..=1, default_missing_value = "1")]
     reorder: f64,
     /// UDP: how long a reordered datagram is held back.
     #[arg(long, value_parser = args::positive_duration, default_value = "10ms", value_name = "DURATION")]
@@ -294,21 +305,27 @@ pub fn describe(i: &Impairment) -> String {
 
 /// Runs `roundtrip proxy` until Ctrl-C.
 pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
+    if a.bridge.is_some() {
+        return bridge::run(a);
+    }
+    let (Some(listen), Some(upstream_arg)) = (a.listen, a.upstream.clone()) else {
+        anyhow::bail!("give --listen IP:PORT and --upstream HOST:PORT (or --bridge IF_A,IF_B)");
+    };
     let imp = impairment(&a)?;
     if let Some(n) = imp.validate().context("checking the impairment")? {
         note(n);
     }
-    let target = Target::parse(&a.upstream, 0)?;
+    let target = Target::parse(&upstream_arg, 0)?;
     if target.port == 0 {
         anyhow::bail!(
             "--upstream '{}' needs a port, e.g. {}:11111",
-            a.upstream,
-            a.upstream
+            upstream_arg,
+            upstream_arg
         );
     }
     let (upstream, _) = target.resolve(Family::Any)?;
     let config = ProxyConfig {
-        listen: a.listen,
+        listen,
         upstream: vec![upstream],
         udp: a.udp,
         control: a.control,
@@ -328,7 +345,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         "roundtrip proxy: listening on {} ({}), relaying to {} ({upstream})\n  {}\n",
         handle.listen_addr(),
         if a.udp { "udp" } else { "tcp" },
-        a.upstream,
+        upstream_arg,
         describe(&imp)
     ))?;
     if let Some(c) = handle.control_addr() {

@@ -37,6 +37,38 @@ pub(crate) fn start(
     addr: SocketAddr,
     shared: Arc<Shared>,
 ) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+    start_api(addr, shared)
+}
+
+/// What a control API serves: the proxy's [`Shared`] state, or the bridge's ([`super::bridge`]).
+pub trait Api: Send + Sync + 'static {
+    /// Answers one request: (status, JSON body).
+    fn respond(&self, req: &Request) -> (u16, Vec<u8>);
+    /// True once its owner stops (the listener thread then ends).
+    fn stopping(&self) -> bool;
+    /// Counts a request turned away.
+    fn refused(&self);
+}
+
+impl Api for Shared {
+    fn respond(&self, req: &Request) -> (u16, Vec<u8>) {
+        respond(req, self)
+    }
+    fn stopping(&self) -> bool {
+        Shared::stopping(self)
+    }
+    fn refused(&self) {
+        self.totals()
+            .control_refused
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Binds the control listener of any [`Api`] and starts its thread.
+pub(crate) fn start_api<A: Api>(
+    addr: SocketAddr,
+    api: Arc<A>,
+) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         what: "the control api",
         addr,
@@ -49,23 +81,20 @@ pub(crate) fn start(
         .spawn(move || {
             let busy = Arc::new(AtomicUsize::new(0));
             for s in listener.incoming() {
-                if shared.stopping() {
+                if api.stopping() {
                     return;
                 }
                 let Ok(s) = s else { continue };
                 if busy.fetch_add(1, Ordering::SeqCst) >= MAX_REQUESTS {
                     busy.fetch_sub(1, Ordering::SeqCst);
-                    shared
-                        .totals()
-                        .control_refused
-                        .fetch_add(1, Ordering::Relaxed);
+                    api.refused();
                     continue; // closed at once
                 }
-                let (shared, busy2) = (shared.clone(), busy.clone());
+                let (api, busy2) = (api.clone(), busy.clone());
                 let spawned = std::thread::Builder::new()
                     .name("proxy-control-req".into())
                     .spawn(move || {
-                        serve(s, &shared);
+                        serve(s, &*api);
                         busy2.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
@@ -206,6 +235,28 @@ pub fn change_impairment(
     body: &[u8],
     how: Change,
 ) -> Result<Arc<Impairment>, String> {
+    change_with(
+        || shared.impairment(),
+        |i| {
+            shared
+                .set_impairment(i)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+        body,
+        how,
+    )
+}
+
+/// [`change_impairment`] for any impairment type (the TCP/UDP proxy's, the packet bridge's): reads the one in
+/// force with `current`, applies the body as PUT (replace) or PATCH (merge), hands the result to `set`, and
+/// returns the impairment now in force.
+pub fn change_with<T: serde::Serialize + serde::de::DeserializeOwned>(
+    current: impl Fn() -> Arc<T>,
+    set: impl FnOnce(T) -> Result<(), String>,
+    body: &[u8],
+    how: Change,
+) -> Result<Arc<T>, String> {
     let _one_at_a_time = CHANGING.lock().unwrap_or_else(|p| p.into_inner());
     let body: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not JSON: {e} (GET /impairment shows the fields)"))?;
@@ -218,17 +269,17 @@ pub fn change_impairment(
     let new = match how {
         Change::Replace => body,
         Change::Merge => {
-            let mut current = serde_json::to_value(&*shared.impairment())
+            let mut in_force = serde_json::to_value(&*current())
                 .map_err(|e| format!("cannot read the impairment in force: {e}"))?;
-            merge_patch(&mut current, body);
-            current
+            merge_patch(&mut in_force, body);
+            in_force
         }
     };
-    let i: Impairment = serde_json::from_value(new).map_err(|e| {
+    let i: T = serde_json::from_value(new).map_err(|e| {
         format!("the body is not an impairment: {e} (GET /impairment shows the fields)")
     })?;
-    shared.set_impairment(i).map_err(|e| e.to_string())?;
-    Ok(shared.impairment())
+    set(i)?;
+    Ok(current())
 }
 
 /// RFC 7396 JSON merge patch: an object merges into an object field by field, `null` removes a field, any
@@ -325,12 +376,12 @@ impl Read for Deadlined<'_> {
     }
 }
 
-fn serve(mut s: TcpStream, shared: &Shared) {
+fn serve(mut s: TcpStream, api: &dyn Api) {
     let until = Instant::now() + REQUEST_DEADLINE;
     let _ = s.set_write_timeout(Some(REQUEST_DEADLINE));
     let read = read_request(&mut Deadlined { s: &s, until });
     let (code, body) = match read {
-        Ok(req) => respond(&req, shared),
+        Ok(req) => api.respond(&req),
         Err((code, msg)) => (code, error_json(&msg)),
     };
     let head = format!(

@@ -15,10 +15,12 @@
 //! started for it that sleeps (absolute deadline) to each chunk's release time and spins the last
 //! [`delay::wake_margin`], keeping idle CPUs awake meanwhile so the receiver wakes at once.
 
+pub mod bridge;
 pub mod control;
 pub mod delay;
 pub mod faults;
 pub mod impairment;
+pub mod packet;
 pub mod rate;
 pub mod tcp;
 pub mod udp;

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod bridge_ns;
 pub mod netns;
 pub mod procs;
 pub mod prometheus;

@@ -1,0 +1,381 @@
+//! `roundtrip proxy --bridge IF_A,IF_B`: the frame-level bridge ([`roundtrip::proxy::bridge`]); its arguments
+//! beyond the proxy's, the impairment built from them, the per-interval rows and the summary.
+
+use super::super::args;
+use super::super::output::{Exit, note, out};
+use super::{Dir, Dist, ProxyArgs};
+use clap::Args;
+use roundtrip::proxy::bridge::{self, BridgeConfig, BridgeCounters, BridgeImpairment, WayDoc};
+use roundtrip::proxy::{GilbertElliott, Impairment, JitterDist};
+use roundtrip::report::{json, text::Table};
+use roundtrip::units::{fmt_bytes, fmt_duration};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Arguments of `roundtrip proxy` that only the bridge uses.
+#[derive(Debug, Args)]
+pub struct BridgeArgs {
+    /// Bridge: one-way delay of frames from the second interface to the first (default: as --delay).
+    #[arg(long, value_parser = args::duration, value_name = "DURATION", requires = "bridge")]
+    delay_back: Option<Duration>,
+    /// Bridge: most frame bytes waiting per direction; frames over it are dropped and counted.
+    #[arg(long, value_parser = args::positive_size, value_name = "BYTES", requires = "bridge")]
+    queue_limit: Option<u64>,
+    /// Bridge: replay measured delays: a roundtrip --json result (its rtt_ns values, e.g. capture flows
+    /// --json), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare numbers are ms). Each frame takes half of a random sample each way.
+    #[arg(long, value_name = "FILE", requires = "bridge", conflicts_with_all = ["delay", "rtt", "delay_back"])]
+    delay_from: Option<std::path::PathBuf>,
+    /// Bridge: losses come in bursts of this mean length (frames), the long-run loss rate staying --loss
+    /// (Gilbert-Elliott: p = loss/(1-loss)/N, r = 1/N, every frame lost in the bad state, none in the good).
+    #[arg(long, value_parser = args::positive_f64, value_name = "N", requires = "bridge")]
+    loss_burst: Option<f64>,
+    /// Bridge: print one row per direction per this period.
+    #[arg(long, value_parser = args::positive_duration, default_value = "1s", value_name = "DURATION", requires = "bridge")]
+    report_interval: Duration,
+}
+
+/// The bridge impairment the arguments ask for; refused combinations are errors naming the option.
+fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
+    let b = &a.bridge_args;
+    let tcp_only = [
+        ("--window", a.window.is_some()),
+        ("--rate-total", a.rate_total.is_some()),
+        ("--reset-after", a.reset_after.is_some()),
+        ("--stall-after", a.stall_after.is_some()),
+        ("--close-after", a.close_after.is_some()),
+        ("--slow-close", !a.slow_close.is_zero()),
+    ];
+    if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+        anyhow::bail!(
+            "{name} applies to the TCP proxy, not to --bridge (frames pass as they are; the endpoints' own TCP \
+             does windows and closes); leave out {name}"
+        );
+    }
+    if a.reorder != 0.0 && a.reorder != 1.0 {
+        anyhow::bail!(
+            "with --bridge, --reorder is a flag (jitter may reorder frames) and takes no probability"
+        );
+    }
+    if b.loss_burst.is_some() && a.ge_p.is_some() {
+        anyhow::bail!("give either --loss-burst or --ge-p/--ge-r, not both");
+    }
+    if let Some(n) = b.loss_burst {
+        if n < 1.0 {
+            anyhow::bail!("--loss-burst {n}: a burst is at least 1 frame");
+        }
+        if a.loss <= 0.0 || a.loss >= 1.0 {
+            anyhow::bail!("--loss-burst needs --loss P between 0 and 1 (the long-run loss rate)");
+        }
+    }
+    let (fwd, back) = match (a.delay, a.rtt) {
+        (Some(d), _) => (d, b.delay_back.unwrap_or(d)),
+        (None, Some(r)) => {
+            if b.delay_back.is_some() {
+                anyhow::bail!(
+                    "--rtt splits the round trip in two; give --delay and --delay-back instead"
+                );
+            }
+            (r / 2, r - r / 2)
+        }
+        (None, None) => (Duration::ZERO, b.delay_back.unwrap_or_default()),
+    };
+    let way = |d: Duration, on: bool| {
+        if !on {
+            return Impairment::default();
+        }
+        let (loss, gilbert_elliott) = match b.loss_burst {
+            Some(n) => (
+                0.0,
+                Some(GilbertElliott {
+                    p: a.loss / (1.0 - a.loss) / n,
+                    r: 1.0 / n,
+                    loss_good: 0.0,
+                    loss_bad: 1.0,
+                }),
+            ),
+            None => (
+                a.loss,
+                a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
+                    p,
+                    r,
+                    loss_good: a.ge_loss_good,
+                    loss_bad: a.ge_loss_bad,
+                }),
+            ),
+        };
+        Impairment {
+            delay_ns: d.as_nanos() as u64,
+            jitter_ns: a.jitter.as_nanos() as u64,
+            jitter_dist: match a.jitter_dist {
+                Dist::Uniform => JitterDist::Uniform,
+                Dist::Normal => JitterDist::Normal,
+                Dist::Pareto => JitterDist::Pareto,
+            },
+            rate_bps: a.rate,
+            loss,
+            gilbert_elliott,
+            duplicate: a.duplicate,
+            ..Impairment::default()
+        }
+    };
+    let samples = match &b.delay_from {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                anyhow::anyhow!("--delay-from {}: cannot read it: {e}", p.display())
+            })?;
+            bridge::delay_samples(&text)
+                .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?
+        }
+        None => Vec::new(),
+    };
+    Ok(BridgeImpairment {
+        a_to_b: way(fwd, !matches!(a.direction, Dir::Down)),
+        b_to_a: way(back, !matches!(a.direction, Dir::Up)),
+        jitter_reorders: a.reorder == 1.0,
+        queue_limit_bytes: b.queue_limit.unwrap_or(bridge::DEFAULT_QUEUE_LIMIT),
+        delay_samples_ns: samples,
+    })
+}
+
+/// One line describing one direction.
+fn describe_way(i: &Impairment, imp: &BridgeImpairment) -> String {
+    let mut parts = Vec::new();
+    if imp.delay_samples_ns.is_empty() {
+        parts.push(format!(
+            "delay {}",
+            fmt_duration(Duration::from_nanos(i.delay_ns))
+        ));
+        if i.jitter_ns > 0 {
+            parts.push(format!(
+                "jitter {} {}",
+                fmt_duration(Duration::from_nanos(i.jitter_ns)),
+                bridge::dist_name(i.jitter_dist)
+            ));
+        }
+    } else {
+        let mut s = imp.delay_samples_ns.clone();
+        s.sort_unstable();
+        parts.push(format!(
+            "delay replayed from {} samples (median {})",
+            s.len(),
+            fmt_duration(Duration::from_nanos(s[s.len() / 2]))
+        ));
+    }
+    if let Some(r) = i.rate_bps {
+        parts.push(format!("rate {} Mbit/s", r as f64 / 1e6));
+    }
+    if i.loss > 0.0 {
+        parts.push(format!("loss {}%", i.loss * 100.0));
+    }
+    if let Some(g) = &i.gilbert_elliott {
+        let share = g.p / (g.p + g.r);
+        parts.push(format!(
+            "bursty loss {:.4}% (Gilbert-Elliott p={:.6} r={:.4}: mean burst {:.1} frames)",
+            100.0 * (share * g.loss_bad + (1.0 - share) * g.loss_good),
+            g.p,
+            g.r,
+            1.0 / g.r
+        ));
+    }
+    if i.duplicate > 0.0 {
+        parts.push(format!("duplicate {}%", i.duplicate * 100.0));
+    }
+    parts.join(", ")
+}
+
+/// One interval of the JSON document.
+#[derive(Debug, Serialize)]
+struct Interval {
+    /// End of the interval since start.
+    t_ns: u64,
+    /// Changes over the interval (queued_*, max_late_ns: the values at its end).
+    a_to_b: WayDoc,
+    /// The same for the other direction.
+    b_to_a: WayDoc,
+}
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+struct Doc {
+    interfaces: [String; 2],
+    impairment: BridgeImpairment,
+    elapsed_ns: u64,
+    ended: Option<String>,
+    late_after_ns: u64,
+    intervals: Vec<Interval>,
+    total: BridgeCounters,
+}
+
+fn delta(now: &WayDoc, before: &WayDoc) -> WayDoc {
+    WayDoc {
+        frames_in: now.frames_in - before.frames_in,
+        bytes_in: now.bytes_in - before.bytes_in,
+        frames_out: now.frames_out - before.frames_out,
+        bytes_out: now.bytes_out - before.bytes_out,
+        lost: now.lost - before.lost,
+        queue_full: now.queue_full - before.queue_full,
+        duplicated: now.duplicated - before.duplicated,
+        queued_frames: now.queued_frames,
+        queued_bytes: now.queued_bytes,
+        late: now.late - before.late,
+        max_late_ns: now.max_late_ns,
+        send_errors: now.send_errors - before.send_errors,
+    }
+}
+
+fn row(t: Duration, dir: &str, d: &WayDoc, secs: f64) -> String {
+    format!(
+        "{:>7} {:<22} {:>9} {:>9.2} {:>7} {:>7} {:>8} {:>6}\n",
+        format!("{:.1}s", t.as_secs_f64()),
+        dir,
+        d.frames_out,
+        d.bytes_out as f64 * 8.0 / secs / 1e6,
+        d.lost,
+        d.queue_full,
+        d.queued_frames,
+        d.late
+    )
+}
+
+/// Runs the bridge until Ctrl-C or until an interface goes away.
+pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
+    let spec = a.bridge.clone().unwrap_or_default();
+    let names: Vec<&str> = spec.split(',').map(str::trim).collect();
+    let [ia, ib] = names[..] else {
+        anyhow::bail!(
+            "--bridge '{spec}': give two interface names separated by a comma, e.g. veth0,veth1"
+        );
+    };
+    if ia.is_empty() || ib.is_empty() {
+        anyhow::bail!("--bridge '{spec}': an interface name is empty");
+    }
+    let imp = impairment(&a)?;
+    if let Some(n) = imp.validate()? {
+        note(n);
+    }
+    let config = BridgeConfig {
+        a: ia.to_string(),
+        b: ib.to_string(),
+        impairment: imp.clone(),
+        control: a.control,
+        control_token: match &a.control_token_file {
+            Some(f) => Some(roundtrip::proxy::ControlToken::from_file(f)?),
+            None => None,
+        },
+    };
+    roundtrip::proxy::delay::set_cpu_wake(a.cpu_wake);
+    let cancel = super::super::ping::cancel_on_ctrl_c();
+    let handle = match bridge::start(&config) {
+        Ok(h) => h,
+        Err(e) => return Err(anyhow::anyhow!("roundtrip proxy --bridge: {e}")),
+    };
+    let started = Instant::now();
+    let (ab, ba) = (format!("{ia}->{ib}"), format!("{ib}->{ia}"));
+    if !a.json {
+        let mut head = format!(
+            "roundtrip proxy: bridging {ia} <-> {ib} (every frame forwarded, nothing terminated)\n  {ab}: {}\n  {ba}: {}\n  queue limit {} per direction{}\n",
+            describe_way(&imp.a_to_b, &imp),
+            describe_way(&imp.b_to_a, &imp),
+            fmt_bytes(imp.queue_limit_bytes),
+            if imp.jitter_reorders {
+                "; jitter may reorder"
+            } else {
+                "; order kept"
+            }
+        );
+        if let Some(c) = handle.control_addr() {
+            head += &format!("  control api on http://{c}/impairment and http://{c}/counters\n");
+        }
+        head += &format!(
+            "  Ctrl-C to stop.\n{:>7} {:<22} {:>9} {:>9} {:>7} {:>7} {:>8} {:>6}\n",
+            "time", "direction", "frames", "Mbit/s", "lost", "q-full", "queued", "late"
+        );
+        out(head)?;
+    }
+    let shared = handle.shared().clone();
+    let mut intervals = Vec::new();
+    let mut before = BridgeCounters::default();
+    let mut next = started + a.bridge_args.report_interval;
+    let mut last = started;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let stop = cancel.load(Ordering::SeqCst) || shared.ended().is_some();
+        let now = Instant::now();
+        // On stop, a last partial interval only when it is more than a blink.
+        if now >= next || (stop && now - last >= Duration::from_millis(50)) {
+            let c = shared.counters();
+            let secs = (now - last).as_secs_f64().max(1e-9);
+            let iv = Interval {
+                t_ns: (now - started).as_nanos() as u64,
+                a_to_b: delta(&c.a_to_b, &before.a_to_b),
+                b_to_a: delta(&c.b_to_a, &before.b_to_a),
+            };
+            if !a.json {
+                out(format!(
+                    "{}{}",
+                    row(now - started, &ab, &iv.a_to_b, secs),
+                    row(now - started, &ba, &iv.b_to_a, secs)
+                ))?;
+            }
+            intervals.push(iv);
+            before = c;
+            last = now;
+            while next <= now {
+                next += a.bridge_args.report_interval;
+            }
+        }
+        if stop {
+            break;
+        }
+    }
+    let ended = shared.ended();
+    let total = handle.shutdown();
+    if let Some(why) = &ended {
+        note(format!("roundtrip proxy --bridge: stopped: {why}"));
+    }
+    if a.json {
+        out(json::to_bytes(&Doc {
+            interfaces: [ia.to_string(), ib.to_string()],
+            impairment: imp,
+            elapsed_ns: started.elapsed().as_nanos() as u64,
+            ended: ended.clone(),
+            late_after_ns: bridge::LATE_AFTER.as_nanos() as u64,
+            intervals,
+            total,
+        }))?;
+    } else {
+        let mut t = Table::new(&["", &ab, &ba]);
+        let (x, y) = (&total.a_to_b, &total.b_to_a);
+        let rows: [(&str, u64, u64); 9] = [
+            ("frames in", x.frames_in, y.frames_in),
+            ("frames out", x.frames_out, y.frames_out),
+            ("lost", x.lost, y.lost),
+            ("dropped, queue full", x.queue_full, y.queue_full),
+            ("duplicated", x.duplicated, y.duplicated),
+            ("queued at the end", x.queued_frames, y.queued_frames),
+            ("late (> 250 us)", x.late, y.late),
+            ("send errors", x.send_errors, y.send_errors),
+            ("control refused", total.control_refused, 0),
+        ];
+        for (k, p, q) in rows {
+            t.row(vec![k.to_string(), p.to_string(), q.to_string()]);
+        }
+        t.row(vec![
+            "bytes out".into(),
+            fmt_bytes(x.bytes_out),
+            fmt_bytes(y.bytes_out),
+        ]);
+        t.row(vec![
+            "latest release".into(),
+            fmt_duration(Duration::from_nanos(x.max_late_ns)),
+            fmt_duration(Duration::from_nanos(y.max_late_ns)),
+        ]);
+        out(format!("\n{}", t.render(2)))?;
+    }
+    Ok(if ended.is_some() {
+        Exit::Failed
+    } else {
+        Exit::Ok
+    })
+}
