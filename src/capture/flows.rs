@@ -164,6 +164,9 @@ pub struct TrackerConfig {
     pub max_pending_segments: usize,
     /// Out-of-order payload bytes held per direction for the stream hook before a gap is declared.
     pub max_reassembly_bytes: usize,
+    /// Connections tracked at once; past it the eighth that has been silent longest is finished early
+    /// (counted in [`TrackerCounters::cap_evictions`]). Unlimited for files; live capture sets it.
+    pub max_open: usize,
 }
 
 impl Default for TrackerConfig {
@@ -173,6 +176,7 @@ impl Default for TrackerConfig {
             closed_linger: Duration::from_secs(5),
             max_pending_segments: 16_384,
             max_reassembly_bytes: 4 << 20,
+            max_open: usize::MAX,
         }
     }
 }
@@ -492,6 +496,13 @@ pub struct TrackerCounters {
     pub max_open_flows: u64,
     /// Connections finished by idle timeout.
     pub idle_evictions: u64,
+    /// Connections finished early because [`TrackerConfig::max_open`] were open (the longest silent first).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cap_evictions: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Tracks TCP connections; feed it decoded packets in capture order.
@@ -576,6 +587,9 @@ impl FlowTracker {
                 self.finish(f, reborrow(&mut sink));
             }
         }
+        if self.open.len() >= self.config.max_open && !self.open.contains_key(&key) {
+            self.evict_oldest(reborrow(&mut sink));
+        }
         // One hash lookup per packet.
         let open_before = self.open.len() as u64;
         let flow = match self.open.entry(key) {
@@ -619,6 +633,29 @@ impl FlowTracker {
         };
         let info = flow.update(&cfg, ts_ns, wire_len, dir, &t, d, sink);
         Some(info)
+    }
+
+    /// Finishes the eighth of the open connections that has been silent longest (at least one).
+    fn evict_oldest(&mut self, mut sink: Option<&mut dyn StreamSink>) {
+        let mut by_age: Vec<(i64, u64, FlowKey)> =
+            self.open.iter().map(|(k, f)| (f.last_ts, f.id, *k)).collect();
+        let n = (by_age.len() / 8).max(1).min(by_age.len());
+        if n == 0 {
+            return;
+        }
+        by_age.select_nth_unstable_by_key(n - 1, |x| (x.0, x.1));
+        for (_, _, k) in by_age.into_iter().take(n) {
+            if let Some(f) = self.open.remove(&k) {
+                self.counters.cap_evictions += 1;
+                self.finish(f, reborrow(&mut sink));
+            }
+        }
+    }
+
+    /// Takes the summaries of the connections finished so far (live: print them as they end, keep memory
+    /// bounded); [`finish_all`](Self::finish_all) returns only the rest.
+    pub fn take_finished(&mut self) -> Vec<FlowSummary> {
+        std::mem::take(&mut self.finished)
     }
 
     fn sweep(&mut self, mut sink: Option<&mut dyn StreamSink>) {

@@ -24,13 +24,15 @@
 
 pub mod decode;
 pub mod flows;
+pub mod live;
 pub mod matching;
 pub mod read;
 pub mod rpc;
 pub mod seqgraph;
 pub mod stats;
+pub mod write;
 
-use decode::{Decoded, NotIp, decode};
+use decode::{Decoded, decode};
 use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
 use serde::Serialize;
@@ -170,6 +172,17 @@ pub struct CaptureInfo {
     pub warning: Option<String>,
     /// Byte offset of the unreadable record, when reading stopped early.
     pub warning_offset: Option<u64>,
+    /// A live capture: the interface, snap length, kernel drops and why it stopped (absent for files, which
+    /// `file` .. `warning` describe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<live::LiveInfo>,
+}
+
+impl CaptureInfo {
+    /// True for a live capture.
+    pub fn is_live(&self) -> bool {
+        self.source.is_some()
+    }
 }
 
 /// An error that prevents any analysis.
@@ -180,17 +193,87 @@ pub enum CaptureError {
     Open(#[from] OpenError),
 }
 
-/// Reads packets and decodes them; the building block for every capture analysis.
+/// Where packets come from: a capture file or a live interface.
+#[derive(Debug)]
+enum Source {
+    File(CaptureReader),
+    Live(Box<live::LiveCapture>),
+}
+
+/// One step of [`Packets::next_event`].
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// A packet and its decoding (`None` when not IP, or when decoding was not asked for).
+    Packet(Packet<'a>, Option<Decoded<'a>>),
+    /// Live only: no packet for a while; the wall-clock time (Unix ns), so intervals can close.
+    Tick(i64),
+}
+
+/// The packet source every capture analysis reads: a file ([`Packets::open`]) or a live interface
+/// ([`Packets::live`]); it decodes packets and counts what it saw. One pipeline: the analyses take a `Packets`,
+/// never a path.
 #[derive(Debug)]
 pub struct Packets {
-    reader: CaptureReader,
+    src: Source,
     info: CaptureInfo,
     links: Vec<read::LinkType>,
+    writer: Option<write::PcapWriter>,
+    captured_bytes: u64,
 }
 
 impl Packets {
+    /// Reads packets from a live capture (see [`live`]).
+    pub fn live(cap: live::LiveCapture) -> Self {
+        Packets {
+            info: CaptureInfo {
+                file: cap.info().interface.clone(),
+                format: "live",
+                source: Some(cap.info().clone()),
+                ..CaptureInfo::default()
+            },
+            src: Source::Live(Box::new(cap)),
+            links: Vec::new(),
+            writer: None,
+            captured_bytes: 0,
+        }
+    }
+
+    /// Also writes every packet read to `w` (`--write`).
+    pub fn set_writer(&mut self, w: write::PcapWriter) {
+        self.writer = Some(w);
+    }
+
+    /// True when reading a live interface.
+    pub fn is_live(&self) -> bool {
+        matches!(self.src, Source::Live(_))
+    }
+
+    /// Ends a live capture early (e.g. `--count` counted by an analysis); files ignore it.
+    pub fn stop(&mut self, why: live::StopReason) {
+        if let Source::Live(l) = &mut self.src {
+            l.close(why);
+        }
+    }
+
+    /// The next packet (decoded when `decode`), or on a live interface a [`Next::Tick`] when time went on.
+    #[inline]
+    pub fn next_event(&mut self, decode_it: bool) -> Option<Next<'_>> {
+        let p = match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, true)? {
+            Ok(p) => p,
+            Err(t) => return Some(Next::Tick(t)),
+        };
+        if !decode_it {
+            return Some(Next::Packet(p, None));
+        }
+        let d = decode_noting(&mut self.info, &p);
+        Some(Next::Packet(p, d))
+    }
     /// Opens a capture file.
     pub fn open(path: &Path) -> Result<Self, CaptureError> {
+        Self::open_file(path)
+    }
+
+    fn open_file(path: &Path) -> Result<Self, CaptureError> {
         let reader = CaptureReader::open(path)?;
         let format = match reader.format() {
             Format::PcapMicro => "pcap",
@@ -204,65 +287,113 @@ impl Packets {
                 gzip: reader.is_gzip(),
                 ..CaptureInfo::default()
             },
-            reader,
+            src: Source::File(reader),
             links: Vec::new(),
+            writer: None,
+            captured_bytes: 0,
         })
     }
 
-    /// The next raw packet, without decoding.
+    /// The next raw packet, without decoding (live: without ticks).
     #[inline]
     pub fn next_raw(&mut self) -> Option<Packet<'_>> {
-        let p = self.reader.next_packet()?;
-        self.info.packets_read += 1;
-        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
-            self.links.push(p.link);
+        match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, false)? {
+            Ok(p) => Some(p),
+            Err(_) => None,
         }
-        Some(p)
     }
 
-    /// The next packet and its decoding (`None` for packets that are not IP).
+    /// The next packet and its decoding (`None` for packets that are not IP; live: without ticks).
     #[inline(always)]
     pub fn next_decoded(&mut self) -> Option<(Packet<'_>, Option<Decoded<'_>>)> {
-        let p = self.reader.next_packet()?;
-        self.info.packets_read += 1;
-        if self.links.last() != Some(&p.link) && !self.links.contains(&p.link) {
-            self.links.push(p.link);
-        }
-        let d = match decode(p.link, p.data, p.orig_len) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.info.packets_not_ip += 1;
-                if self.info.not_ip_example.is_none() {
-                    self.info.not_ip_example =
-                        Some(format!("packet {}: {e}", self.info.packets_read));
-                }
-                if matches!(e, NotIp::UnsupportedLink(_)) {
-                    // Counted; nothing more to learn from it.
-                }
-                None
-            }
+        let p = match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, false)? {
+            Ok(p) => p,
+            Err(_) => return None,
         };
+        let d = decode_noting(&mut self.info, &p);
         Some((p, d))
     }
 
-    /// Finishes reading and returns what was found (warning included).
+    /// Finishes reading and returns what was found (warning included; live: the kernel's counters and why it
+    /// stopped).
     pub fn finish(mut self) -> CaptureInfo {
-        self.info.file_bytes = self.reader.offset();
         self.info.link_types = self.links.iter().map(|l| l.to_string()).collect();
-        if let Some(w) = self.reader.warning() {
-            self.info.warning = Some(w.to_string());
-            self.info.warning_offset = Some(w.offset);
+        match &mut self.src {
+            Source::File(reader) => {
+                self.info.file_bytes = reader.offset();
+                if let Some(w) = reader.warning() {
+                    self.info.warning = Some(w.to_string());
+                    self.info.warning_offset = Some(w.offset);
+                }
+            }
+            Source::Live(l) => {
+                self.info.file_bytes = self.captured_bytes;
+                self.info.source = Some(l.close(live::StopReason::Interrupted));
+            }
+        }
+        if let Some(w) = self.writer.take()
+            && let Err(e) = w.finish()
+            && self.info.warning.is_none()
+        {
+            self.info.warning = Some(e.to_string());
         }
         self.info
     }
 
     /// The reader's warning so far.
     pub fn warning(&self) -> Option<&ReadWarning> {
-        self.reader.warning()
+        match &self.src {
+            Source::File(r) => r.warning(),
+            Source::Live(_) => None,
+        }
     }
 
     fn matched(&mut self) {
         self.info.packets_matched += 1;
+    }
+}
+
+/// One packet (or a live tick) from `src`, counted in `info` and written to `writer`.
+#[inline(always)]
+fn raw_step<'a>(
+    src: &'a mut Source,
+    info: &mut CaptureInfo,
+    links: &mut Vec<read::LinkType>,
+    writer: &mut Option<write::PcapWriter>,
+    captured_bytes: &mut u64,
+    ticks: bool,
+) -> Option<Result<Packet<'a>, i64>> {
+    let p = match src {
+        Source::File(r) => r.next_packet()?,
+        Source::Live(l) => match l.next(ticks) {
+            live::LiveNext::Packet(p) => p,
+            live::LiveNext::Tick(t) => return Some(Err(t)),
+            live::LiveNext::End => return None,
+        },
+    };
+    info.packets_read += 1;
+    if links.last() != Some(&p.link) && !links.contains(&p.link) {
+        links.push(p.link);
+    }
+    if let Some(w) = writer {
+        w.write(&p);
+    }
+    *captured_bytes += p.data.len() as u64;
+    Some(Ok(p))
+}
+
+/// Decodes `p`, counting (and remembering the first of) the packets that are not IP.
+#[inline(always)]
+fn decode_noting<'a>(info: &mut CaptureInfo, p: &Packet<'a>) -> Option<Decoded<'a>> {
+    match decode(p.link, p.data, p.orig_len) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            info.packets_not_ip += 1;
+            if info.not_ip_example.is_none() {
+                info.not_ip_example = Some(format!("packet {}: {e}", info.packets_read));
+            }
+            None
+        }
     }
 }
 
@@ -283,6 +414,10 @@ pub struct StatsResult {
     pub total: StatsRow,
 }
 
+/// Live: an interval's row is handed out this long after the interval ended (the ring hands a block over at
+/// most [`live::BLOCK_TIMEOUT_MS`] after its first packet).
+pub const LIVE_GRACE_NS: i64 = 250_000_000;
+
 /// `capture stats`: per-interval packet counts, rates and sizes.
 pub fn run_stats(
     path: &Path,
@@ -290,15 +425,32 @@ pub fn run_stats(
     interval: Duration,
     by_direction: bool,
 ) -> Result<StatsResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    Ok(run_stats_on(
+        Packets::open(path)?,
+        filter,
+        interval,
+        by_direction,
+        &mut |_, _| {},
+    ))
+}
+
+/// [`run_stats`] on any packet source. On a live one, `on_rows` gets the rows of each interval once it ended,
+/// with the interval's start (Unix ns); files never call it.
+pub fn run_stats_on(
+    mut pk: Packets,
+    filter: &Filter,
+    interval: Duration,
+    by_direction: bool,
+    on_rows: &mut dyn FnMut(&[StatsRow], i64),
+) -> StatsResult {
     let mut eng = StatsEngine::new(interval, by_direction);
-    if filter.is_empty() && !by_direction {
+    if !pk.is_live() && filter.is_empty() && !by_direction {
         // Fast path: no decoding at all.
         while let Some(p) = pk.next_raw() {
             eng.add(p.ts_ns, p.orig_len, StatsDir::All);
         }
         pk.info.packets_matched = pk.info.packets_read;
-    } else {
+    } else if !pk.is_live() {
         while let Some((p, d)) = pk.next_decoded() {
             if !filter.matches(d.as_ref()) {
                 continue;
@@ -312,18 +464,56 @@ pub fn run_stats(
             eng.add(ts, len, dir);
             pk.matched();
         }
+    } else {
+        if let Some(src) = &pk.info.source {
+            eng.set_origin(src.started_unix_ns);
+        }
+        let decode_it = !filter.is_empty() || by_direction;
+        let mut matched = 0u64;
+        while let Some(ev) = pk.next_event(decode_it) {
+            match ev {
+                Next::Tick(now) => {
+                    let rows = eng.completed(now - LIVE_GRACE_NS);
+                    if !rows.is_empty() {
+                        let start = eng.origin_ns().unwrap_or(0)
+                            + (rows[0].start_s * 1e9).round() as i64;
+                        on_rows(&rows, start);
+                    }
+                }
+                Next::Packet(p, d) => {
+                    if !filter.matches(d.as_ref()) {
+                        continue;
+                    }
+                    let dir = if by_direction {
+                        StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
+                    } else {
+                        StatsDir::All
+                    };
+                    eng.add(p.ts_ns, p.orig_len, dir);
+                    matched += 1;
+                }
+            }
+        }
+        pk.info.packets_matched = matched;
+        if let Some(last) = eng.last_ts_ns() {
+            let rows = eng.completed(last + interval.as_nanos() as i64);
+            if !rows.is_empty() {
+                let start = eng.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
+                on_rows(&rows, start);
+            }
+        }
     }
     let first = eng.first_ts_ns();
     let last = eng.last_ts_ns();
     let (rows, total) = eng.finish();
-    Ok(StatsResult {
+    StatsResult {
         capture: pk.finish(),
         interval_s: interval.as_secs_f64(),
         first_ts_ns: first,
         last_ts_ns: last,
         rows,
         total,
-    })
+    }
 }
 
 /// Result of `capture flows`.
@@ -465,27 +655,69 @@ pub fn run_flows(
     path: &Path,
     filter: &Filter,
     config: TrackerConfig,
-    mut sink: Option<&mut dyn StreamSink>,
+    sink: Option<&mut dyn StreamSink>,
 ) -> Result<FlowsResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    Ok(run_flows_on(
+        Packets::open(path)?,
+        filter,
+        config,
+        sink,
+        &mut |_| {},
+    ))
+}
+
+/// Live: finished connections kept for the final table (the oldest are dropped past it, and counted).
+pub const LIVE_MAX_FINISHED: usize = 100_000;
+
+/// [`run_flows`] on any packet source. On a live one `on_end` gets each connection's summary when it ends
+/// (FIN/RST and linger, idle timeout, or the connection cap), and the final table keeps the last
+/// [`LIVE_MAX_FINISHED`].
+pub fn run_flows_on(
+    mut pk: Packets,
+    filter: &Filter,
+    config: TrackerConfig,
+    mut sink: Option<&mut dyn StreamSink>,
+    on_end: &mut dyn FnMut(&FlowSummary),
+) -> FlowsResult {
     let mut tr = FlowTracker::new(config);
+    let live = pk.is_live();
+    let mut kept: std::collections::VecDeque<FlowSummary> = std::collections::VecDeque::new();
+    let mut dropped = 0u64;
     let mut matched = 0u64;
-    while let Some((p, d)) = pk.next_decoded() {
+    while let Some(ev) = pk.next_event(true) {
+        let Next::Packet(p, d) = ev else { continue };
         let Some(d) = d else { continue };
         if !filter.matches(Some(&d)) {
             continue;
         }
         matched += 1;
         tr.process_with(p.ts_ns, p.orig_len, &d, flows::reborrow(&mut sink));
+        if live {
+            for f in tr.take_finished() {
+                on_end(&f);
+                if kept.len() >= LIVE_MAX_FINISHED {
+                    kept.pop_front();
+                    dropped += 1;
+                }
+                kept.push_back(f);
+            }
+        }
     }
     pk.info.packets_matched = matched;
-    let (flows, counters) = tr.finish_all(sink);
-    Ok(FlowsResult {
+    let (mut flows, counters) = tr.finish_all(sink);
+    if live {
+        let _ = dropped;
+        let mut all: Vec<FlowSummary> = kept.into_iter().collect();
+        all.append(&mut flows);
+        all.sort_by_key(|s| s.id);
+        flows = all;
+    }
+    FlowsResult {
         capture: pk.finish(),
         counters,
         flows,
         window_series: None,
-    })
+    }
 }
 
 /// One line of `capture timeline`.
@@ -570,7 +802,30 @@ pub fn run_timeline(
     graph: Option<DataFrom>,
     keep_rows: bool,
 ) -> Result<TimelineResult, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    Ok(run_timeline_on(
+        Packets::open(path)?,
+        filter,
+        config,
+        graph,
+        keep_rows,
+        None,
+    ))
+}
+
+/// Live: receives each row of the connection followed, with its client and server, as it comes.
+pub type OnRow<'a> = &'a mut dyn FnMut(&TimelineRow, SocketAddr, SocketAddr);
+
+/// [`run_timeline`] on any packet source; `on_row` (live) gets every row as it comes, whether or not
+/// `keep_rows` keeps them for the result.
+pub fn run_timeline_on(
+    mut pk: Packets,
+    filter: &Filter,
+    config: TrackerConfig,
+    graph: Option<DataFrom>,
+    keep_rows: bool,
+    mut on_row: Option<OnRow<'_>>,
+) -> TimelineResult {
+    let live = pk.is_live();
     let mut tr = FlowTracker::new(config);
     let mut chosen: Option<u64> = None;
     let mut rows = Vec::new();
@@ -582,7 +837,9 @@ pub fn run_timeline(
         ]
     });
     let mut prev_ts: Option<i64> = None;
-    while let Some((p, d)) = pk.next_decoded() {
+    let mut matched = 0u64;
+    while let Some(ev) = pk.next_event(true) {
+        let Next::Packet(p, d) = ev else { continue };
         let Some(d) = d else { continue };
         if d.tcp().is_none() || !filter.matches(Some(&d)) {
             continue;
@@ -592,6 +849,14 @@ pub fn run_timeline(
         let Some(info) = tr.process(ts, len, &d) else {
             continue;
         };
+        if chosen.is_none()
+            && live
+            && filter.flow.is_none()
+            && info.flags & (decode::flags::SYN | decode::flags::ACK) != decode::flags::SYN
+        {
+            // Live without --flow: follow the first connection that starts, not one caught midway.
+            continue;
+        }
         let id = *chosen.get_or_insert(info.flow_id);
         if info.flow_id != id {
             continue;
@@ -601,8 +866,9 @@ pub fn run_timeline(
                 b.add(ts, &info, &d);
             }
         }
+        let want_row = keep_rows || on_row.is_some();
         let sack = match (d.tcp(), info.rel_ack) {
-            _ if !keep_rows => Vec::new(),
+            _ if !want_row => Vec::new(),
             (Some(t), Some(rel_ack)) if t.sack_count > 0 => {
                 let base = t.ack.wrapping_sub(rel_ack);
                 t.sack[..usize::from(t.sack_count).min(t.sack.len())]
@@ -612,13 +878,13 @@ pub fn run_timeline(
             }
             _ => Vec::new(),
         };
-        pk.matched();
+        matched += 1;
         let delta = prev_ts.map_or(0, |p| ts.saturating_sub(p).max(0) as u64);
         prev_ts = Some(ts);
-        if !keep_rows {
+        if !want_row {
             continue;
         }
-        rows.push(TimelineRow {
+        let row = TimelineRow {
             ts_ns: ts,
             delta_ns: delta,
             direction: info.dir,
@@ -630,8 +896,24 @@ pub fn run_timeline(
             in_flight_bytes: info.in_flight,
             notes: notes(&info),
             sack,
-        });
+        };
+        if let Some(f) = on_row.as_mut() {
+            let (src, dst) = match d.ports() {
+                Some((sp, dp)) => (SocketAddr::new(d.src, sp), SocketAddr::new(d.dst, dp)),
+                None => continue,
+            };
+            let (c, s) = if info.dir == flows::Dir::ClientToServer {
+                (src, dst)
+            } else {
+                (dst, src)
+            };
+            f(&row, c, s);
+        }
+        if keep_rows {
+            rows.push(row);
+        }
     }
+    pk.info.packets_matched = matched;
     let (flows, _) = tr.finish_all(None);
     let flow = chosen.and_then(|id| flows.into_iter().find(|f| f.id == id));
     let seq_graph = match (graphs, graph, &flow) {
@@ -645,12 +927,12 @@ pub fn run_timeline(
         }),
         _ => None,
     };
-    Ok(TimelineResult {
+    TimelineResult {
         capture: pk.finish(),
         flow,
         rows,
         seq_graph,
-    })
+    }
 }
 
 #[cfg(test)]

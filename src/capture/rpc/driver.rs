@@ -87,6 +87,14 @@ pub trait Sink {
     fn transaction(&mut self, conn: &ConnInfo, t: Transaction);
     /// An anomaly on connection `conn`.
     fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly);
+    /// Live capture: a packet that passed the filter, before the driver sees it (the flight recorder keeps it).
+    fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &Segment<'_>) {
+        let _ = (p, seg);
+    }
+    /// Live capture: time went on (wall clock since the Unix epoch) without a packet; intervals may close.
+    fn tick(&mut self, now: Duration) {
+        let _ = now;
+    }
 }
 
 /// Which protocol to parse.
@@ -157,6 +165,14 @@ pub struct DriverCounts {
     pub tls_decrypted: u64,
     /// TLS connections a key log was given for but had no (working) key: timed as turns.
     pub tls_no_key: u64,
+    /// Connections closed early because the connection cap was reached (live capture), the longest silent
+    /// first; their open requests are reported as unanswered.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted_connections: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Routes decoded packets to per-connection matchers.
@@ -170,6 +186,7 @@ pub struct Driver {
     last_sweep: Duration,
     content: bool,
     keylog: Option<Arc<KeyLog>>,
+    max_conns: usize,
 }
 
 impl Driver {
@@ -200,6 +217,32 @@ impl Driver {
             last_sweep: Duration::ZERO,
             content: false,
             keylog: None,
+            max_conns: usize::MAX,
+        }
+    }
+
+    /// Tracks at most `n` connections at once; past it the eighth that has been silent longest is closed
+    /// (counted in [`DriverCounts::evicted_connections`]). Unlimited unless set (live capture sets it).
+    pub fn set_max_connections(&mut self, n: usize) {
+        self.max_conns = n.max(1);
+    }
+
+    fn evict_oldest(&mut self, now: Duration, sink: &mut dyn Sink) {
+        let mut by_age: Vec<(Duration, u64, Key)> = self
+            .conns
+            .iter()
+            .map(|(k, c)| (c.last_ts, c.info.id, *k))
+            .collect();
+        let n = (by_age.len() / 8).max(1).min(by_age.len());
+        if n == 0 {
+            return;
+        }
+        by_age.select_nth_unstable_by_key(n - 1, |x| (x.0, x.1));
+        for (_, _, k) in by_age.into_iter().take(n) {
+            if let Some(mut c) = self.conns.remove(&k) {
+                self.counts.evicted_connections += 1;
+                self.close(&mut c, now, sink);
+            }
         }
     }
 
@@ -245,6 +288,9 @@ impl Driver {
         if !self.conns.contains_key(&k) {
             if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
                 return; // a bare ACK/FIN/RST of a connection we never saw carry data
+            }
+            if self.conns.len() >= self.max_conns {
+                self.evict_oldest(s.ts, sink);
             }
             let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
                 return;
