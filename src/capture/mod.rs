@@ -24,6 +24,7 @@
 
 pub mod decode;
 pub mod flows;
+pub mod keep;
 pub mod live;
 pub mod matching;
 pub mod read;
@@ -241,6 +242,14 @@ impl Packets {
     /// Also writes every packet read to `w` (`--write`).
     pub fn set_writer(&mut self, w: write::PcapWriter) {
         self.writer = Some(w);
+    }
+
+    /// The link type of a live capture's packets (files: `None`, each packet carries its own).
+    pub fn link(&self) -> Option<read::LinkType> {
+        match &self.src {
+            Source::Live(l) => Some(l.link()),
+            Source::File(_) => None,
+        }
     }
 
     /// True when reading a live interface.

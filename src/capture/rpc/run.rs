@@ -146,6 +146,15 @@ pub fn run_rpc_keylog(
     })
 }
 
+/// A sink that keeps nothing (when only the statistics are wanted).
+#[derive(Debug, Default)]
+pub struct NoSink;
+
+impl Sink for NoSink {
+    fn transaction(&mut self, _: &super::driver::ConnInfo, _: super::Transaction) {}
+    fn anomaly(&mut self, _: &super::driver::ConnInfo, _: super::Anomaly) {}
+}
+
 /// Passes everything to both sinks.
 struct Tee<'a> {
     stats: &'a mut RpcStats,

@@ -487,6 +487,14 @@ impl LiveIntervals {
         out
     }
 
+    /// The end of the capture: the current interval's rows, when it has any.
+    pub fn close_all(&mut self) -> Vec<(Duration, Vec<OpInterval>)> {
+        match self.start {
+            Some(s) if !self.ops.is_empty() => self.close_before(s + self.interval),
+            _ => Vec::new(),
+        }
+    }
+
     /// Adds one transaction (after [`close_before`](Self::close_before) its response time).
     pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
         if self.start.is_none() {
