@@ -22,6 +22,7 @@
 //! }
 //! ```
 
+pub mod bpf;
 pub mod decode;
 pub mod flows;
 pub mod keep;
@@ -67,6 +68,8 @@ pub enum FilterError {
 /// - `--host ADDR`: either address is ADDR.
 /// - `--port N`: either TCP/UDP port is N.
 /// - `--flow A:P-B:P` (or `A:P,B:P`): one TCP/UDP conversation, either direction; IPv6 as `[ADDR]:PORT`.
+/// - `--filter EXPR`: a tcpdump expression ([`bpf`]), compiled to classic BPF for each link type of the file
+///   and run on the raw packet bytes by [`Packets`] (open it with [`Packets::open_filtered`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Either address.
@@ -75,12 +78,25 @@ pub struct Filter {
     pub port: Option<u16>,
     /// Both endpoints, in either order.
     pub flow: Option<(SocketAddr, SocketAddr)>,
+    /// A tcpdump filter expression (`--filter`); applied by [`Packets::open_filtered`], not by
+    /// [`matches`](Self::matches).
+    pub expr: Option<bpf::Expr>,
 }
 
 impl Filter {
     /// True when no condition is set.
     pub fn is_empty(&self) -> bool {
+        self.fields_empty() && self.expr.is_none()
+    }
+
+    /// True when `--host`, `--port` and `--flow` are all unset (the conditions [`matches`](Self::matches) checks).
+    pub fn fields_empty(&self) -> bool {
         self.host.is_none() && self.port.is_none() && self.flow.is_none()
+    }
+
+    /// The expression's text, for the JSON documents (None without `--filter`).
+    pub fn expr_text(&self) -> Option<&str> {
+        self.expr.as_ref().map(|e| e.text())
     }
 
     /// Parses `--host`.
@@ -116,10 +132,11 @@ impl Filter {
         Ok((a, b))
     }
 
-    /// True when the packet passes. Non-IP packets pass only the empty filter.
+    /// True when the packet passes `--host/--port/--flow`. Non-IP packets pass only when none is set. The
+    /// expression (`--filter`) is checked on the raw bytes by [`Packets::open_filtered`].
     #[inline]
     pub fn matches(&self, d: Option<&Decoded<'_>>) -> bool {
-        if self.is_empty() {
+        if self.fields_empty() {
             return true;
         }
         let Some(d) = d else { return false };
@@ -173,6 +190,12 @@ pub struct CaptureInfo {
     pub warning: Option<String>,
     /// Byte offset of the unreadable record, when reading stopped early.
     pub warning_offset: Option<u64>,
+    /// The `--filter` expression, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Packets the `--filter` program rejected (in `packets_read`, not in `packets_matched`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packets_filtered_out: Option<u64>,
     /// A live capture: the interface, snap length, kernel drops and why it stopped (absent for files, which
     /// `file` .. `warning` describe).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,22 +243,56 @@ pub struct Packets {
     links: Vec<read::LinkType>,
     writer: Option<write::PcapWriter>,
     captured_bytes: u64,
+    bpf: Option<FileBpf>,
+}
+
+/// The `--filter` program of a file, compiled per link type, and what it rejected.
+#[derive(Debug)]
+struct FileBpf {
+    progs: bpf::LinkPrograms,
+    rejected: u64,
+    /// Link types the expression cannot be compiled for, with the packets skipped and the reason.
+    uncompiled: Vec<(read::LinkType, u64, String)>,
+}
+
+impl FileBpf {
+    #[inline]
+    fn keep(&mut self, p: &Packet<'_>) -> bool {
+        match self.progs.matches(p.link, p.data, p.orig_len) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.rejected += 1;
+                false
+            }
+            Err(e) => {
+                let e = e.to_string();
+                self.rejected += 1;
+                match self.uncompiled.iter_mut().find(|u| u.0 == p.link) {
+                    Some(u) => u.1 += 1,
+                    None => self.uncompiled.push((p.link, 1, e)),
+                }
+                false
+            }
+        }
+    }
 }
 
 impl Packets {
-    /// Reads packets from a live capture (see [`live`]).
-    pub fn live(cap: live::LiveCapture) -> Self {
+    /// Reads packets from a live capture (see [`live`]) whose kernel filter was compiled from `filter`.
+    pub fn live(cap: live::LiveCapture, filter: Option<&str>) -> Self {
         Packets {
             info: CaptureInfo {
                 file: cap.info().interface.clone(),
                 format: "live",
                 source: Some(cap.info().clone()),
+                filter: filter.map(str::to_string),
                 ..CaptureInfo::default()
             },
             src: Source::Live(Box::new(cap)),
             links: Vec::new(),
             writer: None,
             captured_bytes: 0,
+            bpf: None,
         }
     }
 
@@ -267,7 +324,15 @@ impl Packets {
     /// The next packet (decoded when `decode`), or on a live interface a [`Next::Tick`] when time went on.
     #[inline]
     pub fn next_event(&mut self, decode_it: bool) -> Option<Next<'_>> {
-        let p = match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, true)? {
+        let p = match raw_step(
+            &mut self.src,
+            &mut self.info,
+            &mut self.links,
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            true,
+        )? {
             Ok(p) => p,
             Err(t) => return Some(Next::Tick(t)),
         };
@@ -300,13 +365,38 @@ impl Packets {
             links: Vec::new(),
             writer: None,
             captured_bytes: 0,
+            bpf: None,
         })
+    }
+
+    /// Opens a capture file whose packets are then filtered by `filter`'s expression (`--filter`): the packets
+    /// the program rejects are counted in `packets_read` but never handed out. `--host/--port/--flow` stay
+    /// the caller's to check ([`Filter::matches`]).
+    pub fn open_filtered(path: &Path, filter: &Filter) -> Result<Self, CaptureError> {
+        let mut pk = Packets::open(path)?;
+        if let Some(e) = &filter.expr {
+            pk.info.filter = Some(e.text().to_string());
+            pk.bpf = Some(FileBpf {
+                progs: bpf::LinkPrograms::new(e.clone()),
+                rejected: 0,
+                uncompiled: Vec::new(),
+            });
+        }
+        Ok(pk)
     }
 
     /// The next raw packet, without decoding (live: without ticks).
     #[inline]
     pub fn next_raw(&mut self) -> Option<Packet<'_>> {
-        match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, false)? {
+        match raw_step(
+            &mut self.src,
+            &mut self.info,
+            &mut self.links,
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            false,
+        )? {
             Ok(p) => Some(p),
             Err(_) => None,
         }
@@ -315,7 +405,15 @@ impl Packets {
     /// The next packet and its decoding (`None` for packets that are not IP; live: without ticks).
     #[inline(always)]
     pub fn next_decoded(&mut self) -> Option<(Packet<'_>, Option<Decoded<'_>>)> {
-        let p = match raw_step(&mut self.src, &mut self.info, &mut self.links, &mut self.writer, &mut self.captured_bytes, false)? {
+        let p = match raw_step(
+            &mut self.src,
+            &mut self.info,
+            &mut self.links,
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            false,
+        )? {
             Ok(p) => p,
             Err(_) => return None,
         };
@@ -346,6 +444,16 @@ impl Packets {
         {
             self.info.warning = Some(e.to_string());
         }
+        if let Some(b) = &self.bpf {
+            self.info.packets_filtered_out = Some(b.rejected);
+            if let Some((link, n, e)) = b.uncompiled.first() {
+                let w = format!("--filter: {e}; {n} packets of link type {link} skipped");
+                self.info.warning = Some(match self.info.warning.take() {
+                    Some(prev) => format!("{prev}; {w}"),
+                    None => w,
+                });
+            }
+        }
         self.info
     }
 
@@ -362,28 +470,38 @@ impl Packets {
     }
 }
 
-/// One packet (or a live tick) from `src`, counted in `info` and written to `writer`.
+/// One packet (or a live tick) from `src`, counted in `info`, passed through a file's `--filter` program and
+/// written to `writer`. A live capture's filter ran in the kernel.
 #[inline(always)]
 fn raw_step<'a>(
     src: &'a mut Source,
     info: &mut CaptureInfo,
     links: &mut Vec<read::LinkType>,
+    bpf: &mut Option<FileBpf>,
     writer: &mut Option<write::PcapWriter>,
     captured_bytes: &mut u64,
     ticks: bool,
 ) -> Option<Result<Packet<'a>, i64>> {
     let p = match src {
-        Source::File(r) => r.next_packet()?,
+        Source::File(r) => r.next_packet_if(&mut |p| {
+            info.packets_read += 1;
+            if links.last() != Some(&p.link) && !links.contains(&p.link) {
+                links.push(p.link);
+            }
+            bpf.as_mut().is_none_or(|b| b.keep(p))
+        })?,
         Source::Live(l) => match l.next(ticks) {
-            live::LiveNext::Packet(p) => p,
+            live::LiveNext::Packet(p) => {
+                info.packets_read += 1;
+                if links.last() != Some(&p.link) && !links.contains(&p.link) {
+                    links.push(p.link);
+                }
+                p
+            }
             live::LiveNext::Tick(t) => return Some(Err(t)),
             live::LiveNext::End => return None,
         },
     };
-    info.packets_read += 1;
-    if links.last() != Some(&p.link) && !links.contains(&p.link) {
-        links.push(p.link);
-    }
     if let Some(w) = writer {
         w.write(&p);
     }
@@ -435,7 +553,7 @@ pub fn run_stats(
     by_direction: bool,
 ) -> Result<StatsResult, CaptureError> {
     Ok(run_stats_on(
-        Packets::open(path)?,
+        Packets::open_filtered(path, filter)?,
         filter,
         interval,
         by_direction,
@@ -453,12 +571,14 @@ pub fn run_stats_on(
     on_rows: &mut dyn FnMut(&[StatsRow], i64),
 ) -> StatsResult {
     let mut eng = StatsEngine::new(interval, by_direction);
-    if !pk.is_live() && filter.is_empty() && !by_direction {
+    if !pk.is_live() && filter.fields_empty() && !by_direction {
         // Fast path: no decoding at all.
+        let mut n = 0u64;
         while let Some(p) = pk.next_raw() {
             eng.add(p.ts_ns, p.orig_len, StatsDir::All);
+            n += 1;
         }
-        pk.info.packets_matched = pk.info.packets_read;
+        pk.info.packets_matched = n;
     } else if !pk.is_live() {
         while let Some((p, d)) = pk.next_decoded() {
             if !filter.matches(d.as_ref()) {
@@ -477,7 +597,7 @@ pub fn run_stats_on(
         if let Some(src) = &pk.info.source {
             eng.set_origin(src.started_unix_ns);
         }
-        let decode_it = !filter.is_empty() || by_direction;
+        let decode_it = !filter.fields_empty() || by_direction;
         let mut matched = 0u64;
         while let Some(ev) = pk.next_event(decode_it) {
             match ev {
@@ -614,7 +734,7 @@ pub fn flow_series(
         });
     }
     let mut acc = vec![Acc::default(); n];
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, &only)?;
     let mut tr = FlowTracker::new(config);
     while let Some((p, d)) = pk.next_decoded() {
         let Some(d) = d else { continue };
@@ -667,7 +787,7 @@ pub fn run_flows(
     sink: Option<&mut dyn StreamSink>,
 ) -> Result<FlowsResult, CaptureError> {
     Ok(run_flows_on(
-        Packets::open(path)?,
+        Packets::open_filtered(path, filter)?,
         filter,
         config,
         sink,
@@ -812,7 +932,7 @@ pub fn run_timeline(
     keep_rows: bool,
 ) -> Result<TimelineResult, CaptureError> {
     Ok(run_timeline_on(
-        Packets::open(path)?,
+        Packets::open_filtered(path, filter)?,
         filter,
         config,
         graph,

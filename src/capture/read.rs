@@ -412,6 +412,39 @@ impl CaptureReader {
         }
     }
 
+    /// The next packet for which `keep` returns true (the others are read and skipped; [`packets`](Self::packets)
+    /// counts them too).
+    pub fn next_packet_if(
+        &mut self,
+        keep: &mut dyn FnMut(&Packet<'_>) -> bool,
+    ) -> Option<Packet<'_>> {
+        loop {
+            let p = self.next_packet()?;
+            if keep(&p) {
+                // Rebuilt from plain values so the borrow ends in this iteration (a conditional return of a
+                // borrow from a loop is not accepted by the borrow checker yet).
+                let (ptr, len, ts_ns, orig_len, link, interface, offset) = (
+                    p.data.as_ptr() as usize,
+                    p.data.len(),
+                    p.ts_ns,
+                    p.orig_len,
+                    p.link,
+                    p.interface,
+                    p.offset,
+                );
+                let start = ptr - self.buf.as_ptr() as usize;
+                return Some(Packet {
+                    ts_ns,
+                    orig_len,
+                    data: &self.buf[start..start + len],
+                    link,
+                    interface,
+                    offset,
+                });
+            }
+        }
+    }
+
     fn next_pcap(&mut self, big: bool, nano: bool, link: LinkType) -> Option<Packet<'_>> {
         if !self.need(16, "record header") {
             return None;

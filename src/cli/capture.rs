@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const FILTER_HELP: &str = "Filters (all given must hold): --host ADDR matches either address; --port N either TCP/UDP \
-port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates). \
+port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [ADDR]:PORT; ',' also separates); \
+--filter EXPR (or words after FILE, as tcpdump takes them) a tcpdump expression such as 'tcp port 5432 or tcp \
+port 6379', 'net 10.0.0.0/8 and not port 22' (subset: docs/capture-filter.md). \
 Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
 (tcpdump -i any), raw IP, BSD loopback. \
 Live: --live IFACE (or any) captures on an interface instead of reading FILE (root or CAP_NET_RAW), through the \
@@ -59,6 +61,60 @@ enum CaptureCommand {
     Whatif(super::capture_whatif::WhatifArgs),
 }
 
+/// `--filter EXPR` or the expression as trailing words (tcpdump's way).
+#[derive(Debug, Args)]
+pub(super) struct ExprArgs {
+    /// tcpdump filter expression (pcap-filter subset: host, net, port, portrange, src/dst, tcp, udp, icmp,
+    /// icmp6, ip, ip6, arp, less, greater, and/or/not, tcp[tcpflags] ...), compiled to classic BPF and run on
+    /// every packet; words after the file are taken the same way.
+    #[arg(long = "filter", value_name = "EXPR", allow_hyphen_values = true)]
+    filter: Option<String>,
+    /// The filter expression as words after the file (as `tcpdump -r FILE port 5432`).
+    #[arg(value_name = "EXPRESSION")]
+    words: Vec<String>,
+}
+
+impl ExprArgs {
+    /// The parsed expression (None when none was given). A bad expression exits 2 with one line, before any
+    /// I/O.
+    pub(super) fn expr(&self) -> Option<roundtrip::capture::bpf::Expr> {
+        self.expr_after(None)
+    }
+
+    /// Like [`expr`](Self::expr), with `lead` as the expression's first word: live (`--live lo port 5432`) the
+    /// first word after the options is not a file.
+    pub(super) fn expr_after(
+        &self,
+        lead: Option<&std::path::Path>,
+    ) -> Option<roundtrip::capture::bpf::Expr> {
+        use roundtrip::capture::bpf::Expr;
+        let mut words = self.words.clone();
+        if let Some(l) = lead {
+            words.insert(0, l.display().to_string());
+        }
+        let (text, r) = match (&self.filter, words.is_empty()) {
+            (None, true) => return None,
+            (Some(_), false) => refuse(format!(
+                "the filter expression is given twice (--filter and words after the file '{}'): give one",
+                words.join(" ")
+            )),
+            (Some(f), true) => (f.clone(), Expr::parse(f)),
+            (None, false) => (words.join(" "), Expr::parse_words(&words)),
+        };
+        match r {
+            Ok(e) if e.is_empty() => None,
+            Ok(e) => Some(e),
+            Err(e) => refuse(format!("--filter '{}': {e}", text.trim())),
+        }
+    }
+}
+
+/// Exits with 2 after a one-line error: an argument is wrong and nothing was read yet.
+pub(super) fn refuse(msg: impl std::fmt::Display) -> ! {
+    error_line(msg);
+    std::process::exit(2)
+}
+
 #[derive(Debug, Args)]
 struct Common {
     /// Capture file (pcap, pcapng, optionally .gz); or --live IFACE.
@@ -78,20 +134,31 @@ struct Common {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: ExprArgs,
 }
 
 impl Common {
+    /// The capture file (live: none; a word there is the filter expression's first).
+    fn file(&self) -> Option<&std::path::Path> {
+        if self.live.is_live() {
+            None
+        } else {
+            self.file.as_deref()
+        }
+    }
+
     /// Checks the file/live options (exit 2 on a mistake) and opens the packet source.
-    fn open(&self) -> anyhow::Result<live_cli::Opened> {
-        if let Err(e) = self.live.validate(self.file.as_deref()) {
+    fn open(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
+        if let Err(e) = self.live.validate(self.file()) {
             refuse(e);
         }
-        live_cli::open(self.file.as_deref(), &self.live)
+        live_cli::open(self.file(), &self.live, filter)
     }
 
     /// What the reports name the input by.
     fn label(&self) -> String {
-        match (&self.file, &self.live.live) {
+        match (self.file(), &self.live.live) {
             (Some(f), _) => f.display().to_string(),
             (None, Some(i)) => format!("{i} (live)"),
             (None, None) => String::new(),
@@ -103,6 +170,11 @@ impl Common {
             host: self.host,
             port: self.port,
             flow: self.flow,
+            expr: if self.live.is_live() {
+                self.expr.expr_after(self.file.as_deref())
+            } else {
+                self.expr.expr()
+            },
         }
     }
 }
@@ -181,12 +253,6 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// Exits with 2 after a one-line error: the arguments were refused before any I/O.
-pub fn refuse(e: impl std::fmt::Display) -> ! {
-    error_line(e);
-    std::process::exit(2)
-}
-
 /// Exits 0 when stdout was closed (`| head`), else returns the error.
 fn live_out(json: bool, s: &str) {
     if let Err(e) = live_cli::line(json, s)
@@ -255,7 +321,7 @@ fn fmt_bits(bps: f64) -> String {
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
     a.pictures.validate()?;
-    let src = a.common.open()?;
+    let src = a.common.open(&filter)?;
     let counters = src.counters.clone();
     let json = a.common.json;
     let by_dir = a.by_direction;
@@ -414,7 +480,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     });
     // Rows are only kept when printed: -q with --report/--svg holds the graph's records, not a row a packet.
     let keep_rows = a.common.json || !a.quiet;
-    let src = a.common.open()?;
+    let src = a.common.open(&filter)?;
     let live = src.counters.is_some();
     let json = a.common.json;
     let quiet = a.quiet;
@@ -484,7 +550,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         out(doc("capture-timeline", &r))?;
         let e = finish(&r.capture, true);
         if r.flow.is_none() {
-            error_line(no_connection(a.common.file.as_deref(), &r.capture, &filter));
+            error_line(no_connection(a.common.file(), &r.capture, &filter));
             return Ok(Exit::Failed);
         }
         return Ok(e);
@@ -492,7 +558,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let Some(flow) = &r.flow else {
         out(format!("{}\n", heading(&r.capture)))?;
         let _ = finish(&r.capture, false);
-        error_line(no_connection(a.common.file.as_deref(), &r.capture, &filter));
+        error_line(no_connection(a.common.file(), &r.capture, &filter));
         return Ok(Exit::Failed);
     };
     let mut s = String::new();
@@ -655,7 +721,7 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         ..TrackerConfig::default()
     };
     a.pictures.validate()?;
-    let src = a.common.open()?;
+    let src = a.common.open(&filter)?;
     let live = src.counters.is_some();
     let config = TrackerConfig {
         max_open: if live {
@@ -686,7 +752,7 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
             ),
         );
     });
-    if let (Some(file), true) = (&a.common.file, a.common.json || a.pictures.wanted()) {
+    if let (Some(file), true) = (a.common.file(), a.common.json || a.pictures.wanted()) {
         r.window_series = capture::flow_series(file, &filter, config, &r.flows)?;
     }
     let label = a.common.label();

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
 use roundtrip::capture::read::LinkType;
-use roundtrip::capture::{CaptureInfo, Packets, write};
+use roundtrip::capture::{CaptureInfo, Filter, Packets, bpf, write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +18,6 @@ pub struct LiveArgs {
     /// Capture live on this interface (`any` for all) instead of reading a file.
     #[arg(long, value_name = "IFACE")]
     pub live: Option<String>,
-    /// A tcpdump filter expression, applied in the kernel (`port 5432`, `host 10.0.0.5 and tcp`).
-    #[arg(long, value_name = "EXPR")]
-    pub filter: Option<String>,
     /// Live: stop after this long.
     #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "D")]
     pub duration: Option<Duration>,
@@ -73,12 +70,6 @@ impl LiveArgs {
                 }
             }
         }
-        if let Some(e) = &self.filter {
-            anyhow::bail!(
-                "--filter '{e}': tcpdump filter expressions need the BPF compiler, which this build does not have \
-                 yet; use --host ADDR / --port N / --flow A:P-B:P"
-            );
-        }
         if let Some(b) = self.buffer
             && b < live::MIN_BUFFER
         {
@@ -100,13 +91,41 @@ pub struct Opened {
 }
 
 /// Opens `file` or the live interface (Ctrl-C/SIGTERM end a live capture).
-pub fn open(file: Option<&Path>, a: &LiveArgs) -> anyhow::Result<Opened> {
+/// `filter`'s expression runs in the kernel (live) or on each packet of the file.
+pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Result<Opened> {
     let Some(iface) = &a.live else {
         let f = file.context("no capture file")?;
         return Ok(Opened {
-            packets: Packets::open(f)?,
+            packets: Packets::open_filtered(f, filter)?,
             counters: None,
         });
+    };
+    let program = match &filter.expr {
+        Some(e) => {
+            let target = match live::link_of(iface) {
+                Some(l) => bpf::Target::Link(l),
+                None => bpf::Target::Cooked,
+            };
+            let opts = bpf::Options {
+                drop_outgoing: false,
+                snaplen: a.snaplen,
+            };
+            let p = e
+                .compile(target, &opts)
+                .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.text()))?;
+            Some(
+                p.insns()
+                    .iter()
+                    .map(|i| libc::sock_filter {
+                        code: i.code,
+                        jt: i.jt,
+                        jf: i.jf,
+                        k: i.k,
+                    })
+                    .collect(),
+            )
+        }
+        None => None,
     };
     let stop = super::ping::cancel_on_ctrl_c();
     let cfg = LiveConfig {
@@ -116,12 +135,12 @@ pub fn open(file: Option<&Path>, a: &LiveArgs) -> anyhow::Result<Opened> {
         promisc: a.promisc,
         duration: a.duration,
         count: a.count,
-        filter: None,
+        filter: program,
     };
     let cap = live::LiveCapture::open(cfg, stop)?;
     let counters = cap.counters();
     let link: LinkType = cap.link();
-    let mut pk = Packets::live(cap);
+    let mut pk = Packets::live(cap, filter.expr_text());
     if let Some(w) = &a.write {
         pk.set_writer(write::PcapWriter::create(w, link, a.snaplen, 0o644)?);
     }

@@ -80,6 +80,8 @@ pub struct RpcArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
     /// and time the protocol inside.
     #[arg(long, value_name = "FILE")]
@@ -103,6 +105,8 @@ pub struct MatchArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
 }
@@ -469,7 +473,13 @@ impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
 
 /// Runs `roundtrip capture rpc`.
 pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
-    if let Err(e) = a.live.validate(a.file.as_deref()) {
+    // Live, a word after the options is the filter expression's first, not a file.
+    let file = if a.live.is_live() {
+        None
+    } else {
+        a.file.clone()
+    };
+    if let Err(e) = a.live.validate(file.as_deref()) {
         super::capture::refuse(e);
     }
     if a.keep_slow.is_some() && !a.live.is_live() {
@@ -481,6 +491,11 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         host: a.host,
         port: a.port,
         flow: a.flow,
+        expr: if a.live.is_live() {
+            a.expr.expr_after(a.file.as_deref())
+        } else {
+            a.expr.expr()
+        },
     };
     let live = a.live.is_live();
     let config = StatsConfig {
@@ -493,11 +508,11 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
         None => None,
     };
-    let label = match (&a.file, &a.live.live) {
+    let label = match (&file, &a.live.live) {
         (Some(f), _) => f.display().to_string(),
         (None, i) => format!("{} (live)", i.as_deref().unwrap_or("")),
     };
-    let src = super::capture_live::open(a.file.as_deref(), &a.live)
+    let src = super::capture_live::open(file.as_deref(), &a.live, &filter)
         .with_context(|| format!("cannot analyse {label}"))?;
     let recorder = match (&a.keep_slow, &a.keep_dir) {
         (Some(t), Some(d)) => Some(FlightRecorder::new(
@@ -669,7 +684,10 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
 
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
-    let filter = Filter::default();
+    let filter = Filter {
+        expr: a.expr.expr(),
+        ..Filter::default()
+    };
     a.pictures.validate()?;
     let (ci, c) = run::collect(&a.client, &filter, a.proto)
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;

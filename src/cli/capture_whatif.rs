@@ -62,6 +62,8 @@ pub struct WhatifArgs {
     /// One JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
     /// HTML report with stacked breakdown bars per RTT.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
@@ -152,6 +154,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             host: a.host,
             port: a.port,
             flow: a.flow,
+            expr: a.expr.expr(),
         },
         proto: a.proto,
     };

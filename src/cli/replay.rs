@@ -60,15 +60,19 @@ pub struct ReplayArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    expr: super::capture::ExprArgs,
 }
 
 /// Runs `roundtrip replay`.
 pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
-    // Everything that can be checked without the network first: the key, the target, the capture.
+    // Everything that can be checked without the network first: the filter, the key, the target, the capture.
+    let expr = a.expr.expr();
     let psk = super::server::client_psk(a.psk_file.as_deref())?;
     let target = Target::parse(&a.to, DEFAULT_PORT)?;
     let filter = Filter {
         flow: a.flow,
+        expr,
         ..Filter::default()
     };
     let generic = replay::capture::generic_profile(&a.file, &filter)

@@ -39,7 +39,7 @@ struct Conn {
 /// Connections with payload one way only are left out with a note; a profile without connections is returned
 /// as such (the replay refuses it with its own message).
 pub fn generic_profile(path: &Path, filter: &Filter) -> Result<AppProfile, CaptureError> {
-    let mut pk = Packets::open(path)?;
+    let mut pk = Packets::open_filtered(path, filter)?;
     let mut conns: HashMap<(SocketAddr, SocketAddr), Conn> = HashMap::new();
     let mut first_ts: Option<Duration> = None;
     let mut last_ts = Duration::ZERO;

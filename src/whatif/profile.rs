@@ -149,7 +149,7 @@ impl AppProfile {
     /// [`AppProfile::notes`]; a capture with no TCP payload at all is an error.
     pub fn from_capture(path: &Path, opts: &ProfileOptions) -> Result<AppProfile, ProfileError> {
         let file = path.display().to_string();
-        let mut pk = Packets::open(path)?;
+        let mut pk = Packets::open_filtered(path, &opts.filter)?;
         let mut tracker = FlowTracker::new(TrackerConfig::default());
         let mut segs: HashMap<u64, Vec<Seg>> = HashMap::new();
         let (mut first, mut last) = (None::<i64>, 0i64);

@@ -294,6 +294,18 @@ pub fn kernel_program(
     p
 }
 
+/// The link type packets of `iface` are captured with (`None`: cooked, for `any` and unusual interfaces).
+pub fn link_of(iface: &str) -> Option<LinkType> {
+    if iface == "any" {
+        return None;
+    }
+    match sys_u32(iface, "type")? {
+        1 | 772 => Some(LinkType::ETHERNET),
+        65534 => Some(LinkType::RAW),
+        _ => None,
+    }
+}
+
 /// A running live capture: the packet source of [`super::Packets::live`].
 pub struct LiveCapture {
     sock: ring::PacketSocket,

@@ -1,0 +1,638 @@
+//! Code generation: the expression tree to classic BPF for one link type (or the cooked `any` socket), with
+//! libpcap's semantics and test order (so a packet cut short is rejected where libpcap's program rejects it).
+#![forbid(unsafe_code)]
+
+use super::parse::{ArOp, Arith, Dir, HostProto, LoadBase, NetAddr, Node, PortProto, Proto, RelOp};
+use super::vm::{
+    Insn, PACKET_OUTGOING, Program, SKF_AD_OFF, SKF_AD_PKTTYPE, SKF_AD_PROTOCOL, op::*,
+};
+use super::{CompileError, Options, Target};
+
+const ETH_IP: u32 = 0x0800;
+const ETH_IP6: u32 = 0x86dd;
+const ETH_ARP: u32 = 0x0806;
+const ETH_RARP: u32 = 0x8035;
+/// BSD values of AF_INET6 (NetBSD/OpenBSD 24, FreeBSD 28, Darwin 30), the ones libpcap accepts on NULL/LOOP.
+const BSD_AF_INET6: [u32; 3] = [30, 24, 28];
+
+/// A condition over the packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum B {
+    Const(bool),
+    And(Box<B>, Box<B>),
+    Or(Box<B>, Box<B>),
+    Not(Box<B>),
+    /// Run `stmts` (they set A, maybe X and scratch), then jump: true when `A <code> k` holds.
+    Test {
+        stmts: Vec<Insn>,
+        code: u16,
+        k: u32,
+    },
+}
+
+fn and(a: B, b: B) -> B {
+    B::And(Box::new(a), Box::new(b))
+}
+fn or(a: B, b: B) -> B {
+    B::Or(Box::new(a), Box::new(b))
+}
+fn not(a: B) -> B {
+    B::Not(Box::new(a))
+}
+fn any(v: Vec<B>) -> B {
+    v.into_iter().reduce(or).unwrap_or(B::Const(false))
+}
+fn all(v: Vec<B>) -> B {
+    v.into_iter().reduce(and).unwrap_or(B::Const(true))
+}
+
+fn fold(b: B) -> B {
+    match b {
+        B::And(a, c) => match (fold(*a), fold(*c)) {
+            (B::Const(false), _) | (_, B::Const(false)) => B::Const(false),
+            (B::Const(true), x) | (x, B::Const(true)) => x,
+            (x, y) => and(x, y),
+        },
+        B::Or(a, c) => match (fold(*a), fold(*c)) {
+            (B::Const(true), _) | (_, B::Const(true)) => B::Const(true),
+            (B::Const(false), x) | (x, B::Const(false)) => x,
+            (x, y) => or(x, y),
+        },
+        B::Not(a) => match fold(*a) {
+            B::Const(v) => B::Const(!v),
+            x => not(x),
+        },
+        x => x,
+    }
+}
+
+/// `ld{size} [off]` then compare.
+fn cmp(size: u16, off: u32, mask: Option<u32>, k: u32) -> B {
+    let mut stmts = vec![Insn::stmt(LD | size | ABS, off)];
+    if let Some(m) = mask {
+        stmts.push(Insn::stmt(ALU | AND | K, m));
+    }
+    B::Test {
+        stmts,
+        code: JMP | JEQ | K,
+        k,
+    }
+}
+
+struct Gen {
+    target: Target,
+    /// Offset of the network header.
+    nh: u32,
+    /// Scratch words in use.
+    scratch: u32,
+}
+
+impl Gen {
+    fn new(target: Target) -> Result<Gen, CompileError> {
+        let nh = match target {
+            Target::Cooked => 0,
+            Target::Link(l) => match l.0 {
+                1 => 14,
+                113 => 16,
+                276 => 20,
+                101 | 12 | 14 | 228 | 229 => 0,
+                0 | 108 => 4,
+                _ => return Err(CompileError::LinkType(l)),
+            },
+        };
+        Ok(Gen {
+            target,
+            nh,
+            scratch: 0,
+        })
+    }
+
+    /// The packet's network protocol is `et` (an ethertype).
+    fn linktype(&self, et: u32) -> B {
+        let l = match self.target {
+            Target::Cooked => {
+                return B::Test {
+                    stmts: vec![Insn::stmt(LD | W | ABS, SKF_AD_OFF + SKF_AD_PROTOCOL)],
+                    code: JMP | JEQ | K,
+                    k: et,
+                };
+            }
+            Target::Link(l) => l,
+        };
+        match l.0 {
+            1 => cmp(H, 12, None, et),
+            113 => cmp(H, 14, None, et),
+            276 => cmp(H, 0, None, et),
+            101 | 12 | 14 => match et {
+                ETH_IP => cmp(B, 0, Some(0xf0), 0x40),
+                ETH_IP6 => cmp(B, 0, Some(0xf0), 0x60),
+                _ => B::Const(false),
+            },
+            228 => B::Const(et == ETH_IP),
+            229 => B::Const(et == ETH_IP6),
+            0 | 108 => {
+                // NULL: the family in the capturing host's byte order (either, here); LOOP: network order.
+                let null = l.0 == 0;
+                let fams: Vec<u32> = match et {
+                    ETH_IP => vec![2],
+                    ETH_IP6 => BSD_AF_INET6.to_vec(),
+                    _ => return B::Const(false),
+                };
+                let mut v = Vec::new();
+                for f in fams {
+                    v.push(cmp(W, 0, None, f));
+                    if null {
+                        v.push(cmp(W, 0, None, f.swap_bytes()));
+                    }
+                }
+                any(v)
+            }
+            _ => B::Const(false),
+        }
+    }
+
+    fn ip(&self) -> B {
+        self.linktype(ETH_IP)
+    }
+    fn ip6(&self) -> B {
+        self.linktype(ETH_IP6)
+    }
+
+    fn abs(&self, off: u32) -> Result<u32, CompileError> {
+        self.nh
+            .checked_add(off)
+            .filter(|&o| o < 0x8000_0000)
+            .ok_or_else(|| CompileError::Other(format!("offset {off} is too large")))
+    }
+
+    /// IPv4 protocol field is `p`.
+    fn ip4_proto(&self, p: u32) -> B {
+        cmp(B, self.nh + 9, None, p)
+    }
+
+    /// IPv6 next header is `p`, directly or after one fragment header (as libpcap's `ip6 proto`).
+    fn ip6_proto_frag(&self, p: u32) -> B {
+        or(
+            cmp(B, self.nh + 6, None, p),
+            and(cmp(B, self.nh + 6, None, 44), cmp(B, self.nh + 40, None, p)),
+        )
+    }
+
+    /// Not a non-first IPv4 fragment.
+    fn first_frag(&self) -> B {
+        not(B::Test {
+            stmts: vec![Insn::stmt(LD | H | ABS, self.nh + 6)],
+            code: JMP | JSET | K,
+            k: 0x1fff,
+        })
+    }
+
+    fn proto(&self, p: Proto) -> B {
+        let tl = |n: u32| {
+            or(
+                and(self.ip(), self.ip4_proto(n)),
+                and(self.ip6(), self.ip6_proto_frag(n)),
+            )
+        };
+        match p {
+            Proto::Ip => self.ip(),
+            Proto::Ip6 => self.ip6(),
+            Proto::Arp => self.linktype(ETH_ARP),
+            Proto::Rarp => self.linktype(ETH_RARP),
+            Proto::Tcp => tl(6),
+            Proto::Udp => tl(17),
+            Proto::Sctp => tl(132),
+            Proto::Icmp => and(self.ip(), self.ip4_proto(1)),
+            Proto::Icmp6 => and(self.ip6(), self.ip6_proto_frag(58)),
+        }
+    }
+
+    fn dir(d: Dir, src: B, dst: B) -> B {
+        match d {
+            Dir::Src => src,
+            Dir::Dst => dst,
+            Dir::Either => or(src, dst),
+            Dir::Both => and(src, dst),
+        }
+    }
+
+    fn net(&self, proto: HostProto, d: Dir, n: NetAddr) -> B {
+        match n {
+            NetAddr::V4(v, mask) => {
+                let m = (mask != u32::MAX).then_some(mask);
+                let protos: &[(u32, u32, u32)] = match proto {
+                    HostProto::Any => &[(ETH_IP, 12, 16), (ETH_ARP, 14, 24), (ETH_RARP, 14, 24)],
+                    HostProto::Ip => &[(ETH_IP, 12, 16)],
+                    HostProto::Arp => &[(ETH_ARP, 14, 24)],
+                    HostProto::Rarp => &[(ETH_RARP, 14, 24)],
+                    HostProto::Ip6 => &[],
+                };
+                any(protos
+                    .iter()
+                    .map(|&(et, s, t)| {
+                        and(
+                            self.linktype(et),
+                            Self::dir(d, cmp(W, self.nh + s, m, v), cmp(W, self.nh + t, m, v)),
+                        )
+                    })
+                    .collect())
+            }
+            NetAddr::V6(a, len) => {
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                };
+                let words = |off: u32| {
+                    all((0..4)
+                        .map(|i| {
+                            let sh = 96 - 32 * i;
+                            let w = (a >> sh) as u32;
+                            let m = (mask >> sh) as u32;
+                            cmp(
+                                W,
+                                self.nh + off + 4 * i as u32,
+                                (m != u32::MAX).then_some(m),
+                                w,
+                            )
+                        })
+                        .collect())
+                };
+                and(self.ip6(), Self::dir(d, words(8), words(24)))
+            }
+        }
+    }
+
+    fn port(&self, proto: PortProto, d: Dir, lo: u16, hi: u16) -> B {
+        let ps: &[u32] = match proto {
+            PortProto::Any => &[132, 6, 17],
+            PortProto::Tcp => &[6],
+            PortProto::Udp => &[17],
+            PortProto::Sctp => &[132],
+        };
+        let (lo, hi) = (u32::from(lo), u32::from(hi));
+        let test = |stmts: Vec<Insn>| -> B {
+            if lo == hi {
+                B::Test {
+                    stmts,
+                    code: JMP | JEQ | K,
+                    k: lo,
+                }
+            } else {
+                and(
+                    B::Test {
+                        stmts: stmts.clone(),
+                        code: JMP | JGE | K,
+                        k: lo,
+                    },
+                    not(B::Test {
+                        stmts,
+                        code: JMP | JGT | K,
+                        k: hi,
+                    }),
+                )
+            }
+        };
+        let nh = self.nh;
+        let six = |p: u32| {
+            and(
+                cmp(B, nh + 6, None, p),
+                Self::dir(
+                    d,
+                    test(vec![Insn::stmt(LD | H | ABS, nh + 40)]),
+                    test(vec![Insn::stmt(LD | H | ABS, nh + 42)]),
+                ),
+            )
+        };
+        let ind = |o: u32| {
+            vec![
+                Insn::stmt(LDX | B | MSH, nh),
+                Insn::stmt(LD | H | IND, nh + o),
+            ]
+        };
+        let four = |p: u32| {
+            all(vec![
+                self.ip4_proto(p),
+                self.first_frag(),
+                Self::dir(d, test(ind(0)), test(ind(2))),
+            ])
+        };
+        or(
+            and(self.ip6(), any(ps.iter().map(|&p| six(p)).collect())),
+            and(self.ip(), any(ps.iter().map(|&p| four(p)).collect())),
+        )
+    }
+
+    fn node(&mut self, n: &Node) -> Result<B, CompileError> {
+        Ok(match n {
+            Node::And(a, b) => and(self.node(a)?, self.node(b)?),
+            Node::Or(a, b) => or(self.node(a)?, self.node(b)?),
+            Node::Not(a) => not(self.node(a)?),
+            Node::Proto(p) => self.proto(*p),
+            Node::IpProto(v, p) => {
+                let p = u32::from(*p);
+                let four = and(self.ip(), self.ip4_proto(p));
+                let six = and(self.ip6(), self.ip6_proto_frag(p));
+                match v {
+                    Some(true) => four,
+                    Some(false) => six,
+                    None => or(four, six),
+                }
+            }
+            Node::Net(p, d, a) => self.net(*p, *d, *a),
+            Node::Port(p, d, lo, hi) => self.port(*p, *d, *lo, *hi),
+            Node::Rel(op, a, b) => self.relation(*op, a, b)?,
+        })
+    }
+
+    fn slot(&mut self) -> Result<u32, CompileError> {
+        if self.scratch as usize >= super::vm::MEMWORDS {
+            return Err(CompileError::Other(
+                "the arithmetic is nested too deeply (16 scratch words): simplify it".into(),
+            ));
+        }
+        self.scratch += 1;
+        Ok(self.scratch - 1)
+    }
+
+    fn relation(&mut self, op: RelOp, a: &Arith, b: &Arith) -> Result<B, CompileError> {
+        let mut guards = Vec::new();
+        let (code, negate) = match op {
+            RelOp::Eq => (JEQ, false),
+            RelOp::Ne => (JEQ, true),
+            RelOp::Gt => (JGT, false),
+            RelOp::Le => (JGT, true),
+            RelOp::Ge => (JGE, false),
+            RelOp::Lt => (JGE, true),
+        };
+        let mut stmts = Vec::new();
+        let test = if let Arith::Num(k) = b {
+            self.arith(a, &mut stmts, &mut guards)?;
+            B::Test {
+                stmts,
+                code: JMP | code | K,
+                k: *k,
+            }
+        } else {
+            self.arith(b, &mut stmts, &mut guards)?;
+            let s = self.slot()?;
+            stmts.push(Insn::stmt(ST, s));
+            self.arith(a, &mut stmts, &mut guards)?;
+            stmts.push(Insn::stmt(LDX | MEM, s));
+            self.scratch -= 1;
+            B::Test {
+                stmts,
+                code: JMP | code | X,
+                k: 0,
+            }
+        };
+        let test = if negate { not(test) } else { test };
+        let mut uniq: Vec<B> = Vec::new();
+        for g in guards {
+            if !uniq.contains(&g) {
+                uniq.push(g);
+            }
+        }
+        uniq.push(test);
+        Ok(all(uniq))
+    }
+
+    /// Appends code leaving the value of `e` in A; loads add their protocol checks to `guards`.
+    fn arith(
+        &mut self,
+        e: &Arith,
+        out: &mut Vec<Insn>,
+        guards: &mut Vec<B>,
+    ) -> Result<(), CompileError> {
+        match e {
+            Arith::Num(n) => out.push(Insn::stmt(LD | IMM, *n)),
+            Arith::Len => out.push(Insn::stmt(LD | W | LEN, 0)),
+            Arith::Neg(a) => {
+                self.arith(a, out, guards)?;
+                out.push(Insn::stmt(ALU | NEG, 0));
+            }
+            Arith::Bin(o, a, b) => {
+                let alu = match o {
+                    ArOp::Add => ADD,
+                    ArOp::Sub => SUB,
+                    ArOp::Mul => MUL,
+                    ArOp::Div => DIV,
+                    ArOp::Mod => MOD,
+                    ArOp::And => AND,
+                    ArOp::Or => OR,
+                    ArOp::Xor => XOR,
+                    ArOp::Lsh => LSH,
+                    ArOp::Rsh => RSH,
+                };
+                if let Arith::Num(k) = **b {
+                    if matches!(alu, DIV | MOD) && k == 0 {
+                        return Err(CompileError::Other("division by zero".into()));
+                    }
+                    if matches!(alu, LSH | RSH) && k >= 32 {
+                        return Err(CompileError::Other(format!("shift by {k}: shift by 0-31")));
+                    }
+                    self.arith(a, out, guards)?;
+                    out.push(Insn::stmt(ALU | alu | K, k));
+                } else {
+                    self.arith(b, out, guards)?;
+                    let s = self.slot()?;
+                    out.push(Insn::stmt(ST, s));
+                    self.arith(a, out, guards)?;
+                    out.push(Insn::stmt(LDX | MEM, s));
+                    out.push(Insn::stmt(ALU | alu | X, 0));
+                    self.scratch -= 1;
+                }
+            }
+            Arith::Load(base, off, size) => {
+                let sz = match size {
+                    4 => W,
+                    2 => H,
+                    _ => B,
+                };
+                let nh = self.nh;
+                // (guard, offset of the field's header from the packet start; None: after the IPv4 header)
+                let (guard, fixed): (Option<B>, Option<u32>) = match base {
+                    LoadBase::Link => {
+                        if self.target == Target::Cooked {
+                            return Err(CompileError::Other(
+                                "ether[]/link[] is not available on a cooked socket (the any device): use ip[] or ip6[]"
+                                    .into(),
+                            ));
+                        }
+                        (None, Some(0))
+                    }
+                    LoadBase::Ip => (Some(self.ip()), Some(nh)),
+                    LoadBase::Ip6 => (Some(self.ip6()), Some(nh)),
+                    LoadBase::Icmp6 => (
+                        Some(and(self.ip6(), cmp(B, nh + 6, None, 58))),
+                        Some(nh + 40),
+                    ),
+                    LoadBase::Tcp | LoadBase::Udp | LoadBase::Icmp | LoadBase::Sctp => {
+                        let p = match base {
+                            LoadBase::Tcp => 6,
+                            LoadBase::Udp => 17,
+                            LoadBase::Icmp => 1,
+                            _ => 132,
+                        };
+                        (
+                            Some(all(vec![self.ip(), self.ip4_proto(p), self.first_frag()])),
+                            None,
+                        )
+                    }
+                };
+                if let Some(g) = guard {
+                    guards.push(g);
+                }
+                match (fixed, &**off) {
+                    (Some(base), Arith::Num(k)) => {
+                        let o = base
+                            .checked_add(*k)
+                            .filter(|&o| o < 0x8000_0000)
+                            .ok_or_else(|| {
+                                CompileError::Other(format!("offset {k} is too large"))
+                            })?;
+                        out.push(Insn::stmt(LD | sz | ABS, o));
+                    }
+                    (Some(base), o) => {
+                        self.arith(o, out, guards)?;
+                        out.push(Insn::stmt(MISC | TAX, 0));
+                        out.push(Insn::stmt(LD | sz | IND, base));
+                    }
+                    (None, Arith::Num(k)) => {
+                        let o = self.abs(*k)?;
+                        out.push(Insn::stmt(LDX | B | MSH, nh));
+                        out.push(Insn::stmt(LD | sz | IND, o));
+                    }
+                    (None, o) => {
+                        self.arith(o, out, guards)?;
+                        let s = self.slot()?;
+                        out.push(Insn::stmt(ST, s));
+                        out.push(Insn::stmt(LDX | B | MSH, nh));
+                        out.push(Insn::stmt(LD | MEM, s));
+                        out.push(Insn::stmt(ALU | ADD | X, 0));
+                        out.push(Insn::stmt(MISC | TAX, 0));
+                        out.push(Insn::stmt(LD | sz | IND, nh));
+                        self.scratch -= 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Emits a condition as straight-line code with forward jumps to labels.
+struct Emit {
+    code: Vec<Item>,
+    labels: Vec<Option<usize>>,
+}
+
+enum Item {
+    Insn(Insn),
+    Jump {
+        code: u16,
+        k: u32,
+        t: usize,
+        f: usize,
+    },
+}
+
+impl Emit {
+    fn label(&mut self) -> usize {
+        self.labels.push(None);
+        self.labels.len() - 1
+    }
+    fn place(&mut self, l: usize) {
+        self.labels[l] = Some(self.code.len());
+    }
+    fn cond(&mut self, b: &B, t: usize, f: usize) {
+        match b {
+            B::Const(v) => {
+                // Folded away before emitting except at the top; kept correct anyway.
+                let to = if *v { t } else { f };
+                self.code.push(Item::Jump {
+                    code: JMP | JEQ | K,
+                    k: 0,
+                    t: to,
+                    f: to,
+                });
+            }
+            B::And(a, c) => {
+                let mid = self.label();
+                self.cond(a, mid, f);
+                self.place(mid);
+                self.cond(c, t, f);
+            }
+            B::Or(a, c) => {
+                let mid = self.label();
+                self.cond(a, t, mid);
+                self.place(mid);
+                self.cond(c, t, f);
+            }
+            B::Not(a) => self.cond(a, f, t),
+            B::Test { stmts, code, k } => {
+                self.code.extend(stmts.iter().copied().map(Item::Insn));
+                self.code.push(Item::Jump {
+                    code: *code,
+                    k: *k,
+                    t,
+                    f,
+                });
+            }
+        }
+    }
+}
+
+pub(super) fn compile(
+    root: Option<&Node>,
+    target: Target,
+    opts: &Options,
+) -> Result<Program, CompileError> {
+    let mut g = Gen::new(target)?;
+    let mut b = match root {
+        Some(n) => g.node(n)?,
+        None => B::Const(true),
+    };
+    if opts.drop_outgoing {
+        let outgoing = B::Test {
+            stmts: vec![Insn::stmt(LD | W | ABS, SKF_AD_OFF + SKF_AD_PKTTYPE)],
+            code: JMP | JEQ | K,
+            k: PACKET_OUTGOING,
+        };
+        b = and(not(outgoing), b);
+    }
+    let accept = opts.snaplen.max(1);
+    let b = fold(b);
+    let insns = match b {
+        B::Const(v) => vec![Insn::stmt(RET | K, if v { accept } else { 0 })],
+        b => {
+            let mut e = Emit {
+                code: Vec::new(),
+                labels: Vec::new(),
+            };
+            let (t, f) = (e.label(), e.label());
+            e.cond(&b, t, f);
+            e.place(t);
+            e.code.push(Item::Insn(Insn::stmt(RET | K, accept)));
+            e.place(f);
+            e.code.push(Item::Insn(Insn::stmt(RET | K, 0)));
+            let mut out = Vec::with_capacity(e.code.len());
+            for (i, it) in e.code.iter().enumerate() {
+                out.push(match *it {
+                    Item::Insn(x) => x,
+                    Item::Jump { code, k, t, f } => {
+                        let off = |l: usize| -> Result<u8, CompileError> {
+                            let pos = e.labels[l].unwrap_or(usize::MAX);
+                            pos.checked_sub(i + 1)
+                                .and_then(|d| u8::try_from(d).ok())
+                                .ok_or(CompileError::TooLong(e.code.len()))
+                        };
+                        Insn::jump(code, k, off(t)?, off(f)?)
+                    }
+                });
+            }
+            out
+        }
+    };
+    Program::new(insns).map_err(CompileError::Invalid)
+}

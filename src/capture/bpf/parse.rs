@@ -1,0 +1,1085 @@
+//! The pcap-filter(7) subset: tokens, grammar and the expression tree.
+//!
+//! Grammar as libpcap's: `not` binds tightest, `and` and `or` have the SAME precedence and associate left to
+//! right (`a or b and c` is `(a or b) and c`), and a bare value after `and`/`or`/`not` takes the qualifiers of
+//! the previous primitive (`port 80 or 443`, `host a and not b`).
+#![forbid(unsafe_code)]
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Direction qualifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// `src`.
+    Src,
+    /// `dst`.
+    Dst,
+    /// No qualifier or `src or dst`: either end.
+    Either,
+    /// `src and dst`: both ends.
+    Both,
+}
+
+/// Protocol qualifier of `host`/`net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostProto {
+    /// None given: IPv4 addresses match IP, ARP and RARP; IPv6 addresses IPv6.
+    Any,
+    /// `ip`.
+    Ip,
+    /// `ip6`.
+    Ip6,
+    /// `arp`.
+    Arp,
+    /// `rarp`.
+    Rarp,
+}
+
+/// Transport of `port`/`portrange`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortProto {
+    /// None given: TCP, UDP and SCTP.
+    Any,
+    /// `tcp`.
+    Tcp,
+    /// `udp`.
+    Udp,
+    /// `sctp`.
+    Sctp,
+}
+
+/// A protocol named alone (`tcp`, `ip6`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// `ip`.
+    Ip,
+    /// `ip6`.
+    Ip6,
+    /// `arp`.
+    Arp,
+    /// `rarp`.
+    Rarp,
+    /// `tcp` (IPv4 or IPv6).
+    Tcp,
+    /// `udp`.
+    Udp,
+    /// `sctp`.
+    Sctp,
+    /// `icmp` (IPv4 only, as libpcap).
+    Icmp,
+    /// `icmp6`.
+    Icmp6,
+}
+
+/// An address with a mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetAddr {
+    /// IPv4 network (address, mask).
+    V4(u32, u32),
+    /// IPv6 network (address, prefix length).
+    V6(u128, u8),
+}
+
+/// Where a `proto[offset:size]` load counts its offset from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadBase {
+    /// `ether[]` / `link[]`: the first byte of the packet (link targets only).
+    Link,
+    /// `ip[]`: the IPv4 header.
+    Ip,
+    /// `ip6[]`: the IPv6 header.
+    Ip6,
+    /// `tcp[]`: the TCP header of an unfragmented (or first-fragment) IPv4 packet.
+    Tcp,
+    /// `udp[]`.
+    Udp,
+    /// `icmp[]`.
+    Icmp,
+    /// `sctp[]`.
+    Sctp,
+    /// `icmp6[]`: the ICMPv6 header right after the IPv6 header.
+    Icmp6,
+}
+
+/// Arithmetic operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `%`
+    Mod,
+    /// `&`
+    And,
+    /// `|`
+    Or,
+    /// `^`
+    Xor,
+    /// `<<`
+    Lsh,
+    /// `>>`
+    Rsh,
+}
+
+/// Comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelOp {
+    /// `=` / `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+}
+
+/// An arithmetic expression (unsigned 32 bits, as in BPF).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arith {
+    /// A constant.
+    Num(u32),
+    /// `len`: the packet's length on the wire.
+    Len,
+    /// `proto[off:size]`.
+    Load(LoadBase, Box<Arith>, u8),
+    /// A binary operation.
+    Bin(ArOp, Box<Arith>, Box<Arith>),
+    /// Unary minus.
+    Neg(Box<Arith>),
+}
+
+/// The expression tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    /// Both.
+    And(Box<Node>, Box<Node>),
+    /// Either.
+    Or(Box<Node>, Box<Node>),
+    /// Negation.
+    Not(Box<Node>),
+    /// A protocol alone.
+    Proto(Proto),
+    /// `ip proto N` (version None: `proto N`, both).
+    IpProto(Option<bool>, u8),
+    /// `[proto] [dir] host ADDR` / `net NET`.
+    Net(HostProto, Dir, NetAddr),
+    /// `[tcp|udp|sctp] [dir] port N` / `portrange A-B` (lo <= hi).
+    Port(PortProto, Dir, u16, u16),
+    /// `a relop b` (also `less`, `greater`).
+    Rel(RelOp, Arith, Arith),
+}
+
+/// A parse failure: one line naming the part and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError(pub String);
+
+type R<T> = Result<T, ParseError>;
+
+fn err<T>(msg: impl Into<String>) -> R<T> {
+    Err(ParseError(msg.into()))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Word(String),
+    Sym(&'static str),
+}
+
+const SYMS: [&str; 22] = [
+    "&&", "||", "!=", "==", "<=", ">=", "<<", ">>", "(", ")", "[", "]", ":", "!", "&", "|", "^",
+    "+", "-", "*", "/", "%",
+];
+
+fn lex(s: &str) -> R<Vec<Tok>> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut depth = 0usize;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        let word_char = |c: u8, first: bool| {
+            c.is_ascii_alphanumeric()
+                || c == b'\\'
+                || (!first && matches!(c, b'.' | b'_' | b'-'))
+                || (depth == 0 && c == b':')
+        };
+        if word_char(c, true) {
+            let st = i;
+            while i < b.len() && word_char(b[i], i == st) {
+                i += 1;
+            }
+            // A word never ends with '-' (`5 -1` is arithmetic).
+            while i > st + 1 && b[i - 1] == b'-' {
+                i -= 1;
+            }
+            out.push(Tok::Word(s[st..i].to_string()));
+            continue;
+        }
+        if c == b'<' || c == b'>' || c == b'=' {
+            let two = b.get(i + 1) == Some(&b'=') || (c != b'=' && b.get(i + 1) == Some(&c));
+            let sym: &'static str = match (c, two) {
+                (b'<', false) => "<",
+                (b'>', false) => ">",
+                (b'=', false) => "=",
+                (b'<', true) if b[i + 1] == b'=' => "<=",
+                (b'>', true) if b[i + 1] == b'=' => ">=",
+                (b'<', true) => "<<",
+                (b'>', true) => ">>",
+                _ => "==",
+            };
+            out.push(Tok::Sym(sym));
+            i += if two { 2 } else { 1 };
+            continue;
+        }
+        let Some(sym) = SYMS.iter().find(|sym| b[i..].starts_with(sym.as_bytes())) else {
+            let ch = s[i..].chars().next().unwrap_or('?');
+            return err(format!("unexpected character '{ch}'"));
+        };
+        match *sym {
+            "[" => depth += 1,
+            "]" => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        out.push(Tok::Sym(sym));
+        i += sym.len();
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Host,
+    Net,
+    Port,
+    Portrange,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PQual {
+    Ip,
+    Ip6,
+    Arp,
+    Rarp,
+    Tcp,
+    Udp,
+    Sctp,
+    Icmp,
+    Icmp6,
+}
+
+/// The qualifiers of a primitive, inherited by a bare value that follows `and`/`or`/`not`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Quals {
+    proto: Option<PQual>,
+    dir: Dir,
+    kind: Option<Kind>,
+}
+
+const DEFAULT_Q: Quals = Quals {
+    proto: None,
+    dir: Dir::Either,
+    kind: None,
+};
+
+fn pqual(w: &str) -> Option<PQual> {
+    Some(match w {
+        "ip" => PQual::Ip,
+        "ip6" => PQual::Ip6,
+        "arp" => PQual::Arp,
+        "rarp" => PQual::Rarp,
+        "tcp" => PQual::Tcp,
+        "udp" => PQual::Udp,
+        "sctp" => PQual::Sctp,
+        "icmp" => PQual::Icmp,
+        "icmp6" => PQual::Icmp6,
+        _ => return None,
+    })
+}
+
+fn kind(w: &str) -> Option<Kind> {
+    Some(match w {
+        "host" => Kind::Host,
+        "net" => Kind::Net,
+        "port" => Kind::Port,
+        "portrange" => Kind::Portrange,
+        _ => return None,
+    })
+}
+
+/// Keywords of pcap-filter outside the subset, with what to write instead.
+fn unsupported(w: &str) -> Option<String> {
+    let advice = match w {
+        "gateway" => "write host ADDR with the gateway's IP address",
+        "ether" | "fddi" | "tr" | "wlan" => "filter on IP addresses: host ADDR / net NET",
+        "broadcast" | "multicast" => {
+            "write dst host 255.255.255.255, dst net 224.0.0.0/4 or dst net ff00::/8"
+        }
+        "vlan" | "mpls" | "pppoes" | "geneve" | "vxlan" => {
+            "encapsulations are not decoded; on a file, write ether[12:2] = 0x8100 to select 802.1Q frames"
+        }
+        "inbound" | "outbound" | "ifname" | "on" | "rnr" | "rulenum" | "reason" | "rset"
+        | "srnr" | "subrulenum" | "action" => {
+            "no replacement (link-layer metadata is not filtered)"
+        }
+        "protochain" => "write ip6 proto N (extension headers are not walked)",
+        "atalk" | "aarp" | "decnet" | "iso" | "stp" | "ipx" | "netbeui" | "lat" | "sca"
+        | "moprc" | "mopdl" | "esis" | "isis" | "clnp" | "llc" | "radio" | "ah" | "esp" | "pim"
+        | "vrrp" | "carp" | "igmp" | "igrp" | "ipv6" => {
+            "write ip proto N or ip6 proto N with its protocol number"
+        }
+        "type" | "subtype" | "dir" | "addr1" | "addr2" | "addr3" | "addr4" | "ta" | "ra" => {
+            "802.11 fields are not filtered"
+        }
+        "gre" | "atm" | "lane" | "oam" | "oamf4" | "oamf4ec" | "oamf4sc" | "metac" | "bcc"
+        | "sc" | "ilmic" | "connectmsg" | "metaconnect" | "vpi" | "vci" | "fisu" | "lssu"
+        | "msu" | "hfisu" | "hlssu" | "hmsu" | "sio" | "opc" | "dpc" | "sls" | "hsio" | "hopc"
+        | "hdpc" | "hsls" | "slip" | "link" => "no replacement in this subset",
+        _ => return None,
+    };
+    Some(format!("'{w}' is not supported: {advice}"))
+}
+
+fn number(w: &str) -> Option<u32> {
+    if let Some(h) = w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
+        return u32::from_str_radix(h, 16).ok();
+    }
+    if w.len() > 1 && w.starts_with('0') && w.bytes().all(|c| c.is_ascii_digit()) {
+        return u32::from_str_radix(&w[1..], 8).ok();
+    }
+    w.parse().ok()
+}
+
+/// Named constants of pcap-filter (offsets and values for `tcp[]`/`icmp[]`/`icmp6[]`).
+fn constant(w: &str) -> Option<u32> {
+    Some(match w {
+        "tcpflags" => 13,
+        "tcp-fin" => 0x01,
+        "tcp-syn" => 0x02,
+        "tcp-rst" => 0x04,
+        "tcp-push" => 0x08,
+        "tcp-ack" => 0x10,
+        "tcp-urg" => 0x20,
+        "tcp-ece" => 0x40,
+        "tcp-cwr" => 0x80,
+        "icmptype" | "icmp6type" => 0,
+        "icmpcode" | "icmp6code" => 1,
+        "icmp-echoreply" => 0,
+        "icmp-unreach" => 3,
+        "icmp-sourcequench" => 4,
+        "icmp-redirect" => 5,
+        "icmp-echo" => 8,
+        "icmp-routeradvert" => 9,
+        "icmp-routersolicit" => 10,
+        "icmp-timxceed" => 11,
+        "icmp-paramprob" => 12,
+        "icmp-tstamp" => 13,
+        "icmp-tstampreply" => 14,
+        "icmp-ireq" => 15,
+        "icmp-ireqreply" => 16,
+        "icmp-maskreq" => 17,
+        "icmp-maskreply" => 18,
+        "icmp6-destinationunreach" => 1,
+        "icmp6-packettoobig" => 2,
+        "icmp6-timeexceeded" => 3,
+        "icmp6-parameterproblem" => 4,
+        "icmp6-echo" => 128,
+        "icmp6-echoreply" => 129,
+        "icmp6-multicastlistenerquery" => 130,
+        "icmp6-multicastlistenerreportv1" => 131,
+        "icmp6-multicastlistenerdone" => 132,
+        "icmp6-routersolicit" => 133,
+        "icmp6-routeradvert" => 134,
+        "icmp6-neighborsolicit" => 135,
+        "icmp6-neighboradvert" => 136,
+        "icmp6-redirect" => 137,
+        _ => return None,
+    })
+}
+
+fn is_keyword(w: &str) -> bool {
+    pqual(w).is_some()
+        || kind(w).is_some()
+        || matches!(
+            w,
+            "src" | "dst" | "and" | "or" | "not" | "less" | "greater" | "len" | "proto" | "mask"
+        )
+        || unsupported(w).is_some()
+}
+
+fn ipv4_parts(w: &str) -> Option<(u32, u32)> {
+    // 1 to 4 dotted decimal parts: (value left-aligned, number of parts).
+    let parts: Vec<&str> = w.split('.').collect();
+    if parts.len() > 4
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|c| c.is_ascii_digit()))
+    {
+        return None;
+    }
+    let mut v = 0u32;
+    for p in &parts {
+        let n: u8 = p.parse().ok()?;
+        v = (v << 8) | u32::from(n);
+    }
+    Some((v << (8 * (4 - parts.len())), parts.len() as u32))
+}
+
+struct Parser {
+    toks: Vec<Tok>,
+    pos: usize,
+    /// Qualifiers of the last primitive (None: the last one takes no value, e.g. `tcp`, so a bare value is an error).
+    last: Option<Quals>,
+}
+
+fn desc(t: Option<&Tok>) -> String {
+    match t {
+        Some(Tok::Word(w)) => format!("'{w}'"),
+        Some(Tok::Sym(s)) => format!("'{s}'"),
+        None => "the end".to_string(),
+    }
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos)
+    }
+    fn peek_at(&self, n: usize) -> Option<&Tok> {
+        self.toks.get(self.pos + n)
+    }
+    fn word(&self) -> Option<&str> {
+        match self.peek() {
+            Some(Tok::Word(w)) => Some(w.as_str()),
+            _ => None,
+        }
+    }
+    fn word_at(&self, n: usize) -> Option<&str> {
+        match self.peek_at(n) {
+            Some(Tok::Word(w)) => Some(w.as_str()),
+            _ => None,
+        }
+    }
+    fn sym(&self, s: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Sym(x)) if *x == s)
+    }
+    fn eat_sym(&mut self, s: &str) -> bool {
+        let yes = self.sym(s);
+        if yes {
+            self.pos += 1;
+        }
+        yes
+    }
+    fn is_and(&self) -> bool {
+        self.sym("&&") || self.word() == Some("and")
+    }
+    fn is_or(&self) -> bool {
+        self.sym("||") || self.word() == Some("or")
+    }
+    fn is_not(&self) -> bool {
+        self.sym("!") || self.word() == Some("not")
+    }
+    /// A value word (address, number, name): not a keyword.
+    fn at_value(&self) -> bool {
+        matches!(self.word(), Some(w) if !is_keyword(w) && constant(w).is_none())
+    }
+    fn at_relop(&self) -> bool {
+        matches!(self.peek(), Some(Tok::Sym(s)) if matches!(*s, "=" | "==" | "!=" | "<" | "<=" | ">" | ">="))
+    }
+    fn at_arith_op(&self) -> bool {
+        matches!(self.peek(), Some(Tok::Sym(s)) if matches!(*s, "+" | "-" | "*" | "/" | "%" | "&" | "|" | "^" | "<<" | ">>"))
+    }
+
+    fn expr(&mut self) -> R<Node> {
+        let mut left = self.term()?;
+        loop {
+            let and = if self.is_and() {
+                true
+            } else if self.is_or() {
+                false
+            } else {
+                return Ok(left);
+            };
+            self.pos += 1;
+            let right = if self.at_value() && !self.value_starts_relation() {
+                self.id()?
+            } else {
+                self.term()?
+            };
+            left = if and {
+                Node::And(Box::new(left), Box::new(right))
+            } else {
+                Node::Or(Box::new(left), Box::new(right))
+            };
+        }
+    }
+
+    fn value_starts_relation(&self) -> bool {
+        matches!(self.peek_at(1), Some(Tok::Sym(s)) if matches!(*s, "=" | "==" | "!=" | "<" | "<=" | ">" | ">=" | "+" | "*" | "%" | "&" | "|" | "^" | "<<" | ">>"))
+    }
+
+    fn term(&mut self) -> R<Node> {
+        if self.is_not() {
+            self.pos += 1;
+            let inner = if self.at_value() && !self.value_starts_relation() {
+                self.id()?
+            } else {
+                self.term()?
+            };
+            return Ok(Node::Not(Box::new(inner)));
+        }
+        if self.sym("(") {
+            let save = (self.pos, self.last);
+            self.pos += 1;
+            if let Ok(e) = self.expr()
+                && self.eat_sym(")")
+                && !self.at_relop()
+                && !self.at_arith_op()
+            {
+                self.last = save.1;
+                return Ok(e);
+            }
+            (self.pos, self.last) = save;
+            return self.relation();
+        }
+        let Some(w) = self.word().map(str::to_string) else {
+            if self.sym("-") {
+                return self.relation();
+            }
+            return err(format!(
+                "expected a primitive (host, net, port, tcp, ...) at {}",
+                desc(self.peek())
+            ));
+        };
+        let w = w.as_str();
+        if let Some(msg) = unsupported(w) {
+            // `ether[...]` and `link[...]` are loads, supported.
+            if !(matches!(w, "ether" | "link") && matches!(self.peek_at(1), Some(Tok::Sym("[")))) {
+                return err(msg);
+            }
+            return self.relation();
+        }
+        if w == "less" || w == "greater" {
+            self.pos += 1;
+            let n = self.num_arg(w)?;
+            self.last = None;
+            let op = if w == "less" { RelOp::Le } else { RelOp::Ge };
+            return Ok(Node::Rel(op, Arith::Len, Arith::Num(n)));
+        }
+        if w == "len"
+            || constant(w).is_some()
+            || number(w).is_some() && self.value_starts_relation()
+        {
+            return self.relation();
+        }
+        if pqual(w).is_some() && matches!(self.peek_at(1), Some(Tok::Sym("["))) {
+            return self.relation();
+        }
+        if pqual(w).is_some() || kind(w).is_some() || w == "src" || w == "dst" || w == "proto" {
+            return self.primitive();
+        }
+        if self.at_value() {
+            return self.id();
+        }
+        err(format!(
+            "unexpected {} (expected a primitive: host, net, port, tcp, ...)",
+            desc(self.peek())
+        ))
+    }
+
+    fn num_arg(&mut self, what: &str) -> R<u32> {
+        match self.word().and_then(number) {
+            Some(n) => {
+                self.pos += 1;
+                Ok(n)
+            }
+            None => err(format!(
+                "'{what}' takes a number (bytes), found {}",
+                desc(self.peek())
+            )),
+        }
+    }
+
+    /// `[proto] [dir] [kind] ID`, or a protocol alone.
+    fn primitive(&mut self) -> R<Node> {
+        let mut q = DEFAULT_Q;
+        if let Some(p) = self.word().and_then(pqual) {
+            q.proto = Some(p);
+            self.pos += 1;
+            let next = self.word();
+            if next == Some("proto") {
+                self.pos += 1;
+                return self.ip_proto(Some(p));
+            }
+            let qualified =
+                matches!(next, Some(w) if w == "src" || w == "dst" || kind(w).is_some());
+            if !qualified {
+                self.last = None;
+                return Ok(Node::Proto(match p {
+                    PQual::Ip => Proto::Ip,
+                    PQual::Ip6 => Proto::Ip6,
+                    PQual::Arp => Proto::Arp,
+                    PQual::Rarp => Proto::Rarp,
+                    PQual::Tcp => Proto::Tcp,
+                    PQual::Udp => Proto::Udp,
+                    PQual::Sctp => Proto::Sctp,
+                    PQual::Icmp => Proto::Icmp,
+                    PQual::Icmp6 => Proto::Icmp6,
+                }));
+            }
+        }
+        if self.word() == Some("proto") {
+            self.pos += 1;
+            return self.ip_proto(None);
+        }
+        if let Some(d) = self.word().filter(|w| *w == "src" || *w == "dst") {
+            let src = d == "src";
+            self.pos += 1;
+            q.dir = if src { Dir::Src } else { Dir::Dst };
+            // `src or dst` / `src and dst`
+            let other = if src { "dst" } else { "src" };
+            if (self.is_or() || self.is_and()) && self.word_at(1) == Some(other) {
+                q.dir = if self.is_or() { Dir::Either } else { Dir::Both };
+                self.pos += 2;
+            }
+        }
+        if let Some(k) = self.word().and_then(kind) {
+            q.kind = Some(k);
+            self.pos += 1;
+        }
+        self.last = Some(q);
+        if self.sym("(") {
+            // `host (a or b)`: a list of values sharing the qualifiers.
+            self.pos += 1;
+            let e = self.id_list()?;
+            if !self.eat_sym(")") {
+                return err(format!("expected ')' at {}", desc(self.peek())));
+            }
+            return Ok(e);
+        }
+        self.value(q)
+    }
+
+    fn id_list(&mut self) -> R<Node> {
+        let mut left = self.id()?;
+        loop {
+            let and = if self.is_and() {
+                true
+            } else if self.is_or() {
+                false
+            } else {
+                return Ok(left);
+            };
+            self.pos += 1;
+            let right = self.id()?;
+            left = if and {
+                Node::And(Box::new(left), Box::new(right))
+            } else {
+                Node::Or(Box::new(left), Box::new(right))
+            };
+        }
+    }
+
+    fn ip_proto(&mut self, p: Option<PQual>) -> R<Node> {
+        let v = match p {
+            None => None,
+            Some(PQual::Ip) => Some(true),
+            Some(PQual::Ip6) => Some(false),
+            Some(_) => return err("'proto' applies to ip or ip6: write ip proto N or ip6 proto N"),
+        };
+        let Some(w) = self.word() else {
+            return err(format!(
+                "'proto' takes a protocol number, found {}",
+                desc(self.peek())
+            ));
+        };
+        let n = match number(w) {
+            Some(n) => n,
+            None => match w.trim_start_matches('\\') {
+                "tcp" => 6,
+                "udp" => 17,
+                "icmp" => 1,
+                "icmp6" => 58,
+                "sctp" => 132,
+                "igmp" => 2,
+                "gre" => 47,
+                "esp" => 50,
+                "ah" => 51,
+                _ => {
+                    return err(format!(
+                        "protocol '{w}' is not known here: write its number, e.g. ip proto 47"
+                    ));
+                }
+            },
+        };
+        let Ok(n) = u8::try_from(n) else {
+            return err(format!("protocol {n} is out of range (0-255)"));
+        };
+        self.pos += 1;
+        self.last = None;
+        Ok(Node::IpProto(v, n))
+    }
+
+    /// A bare value, with the previous primitive's qualifiers.
+    fn id(&mut self) -> R<Node> {
+        if self.is_not() {
+            self.pos += 1;
+            let inner = self.id()?;
+            return Ok(Node::Not(Box::new(inner)));
+        }
+        if self.sym("(") {
+            self.pos += 1;
+            let e = self.id_list()?;
+            if !self.eat_sym(")") {
+                return err(format!("expected ')' at {}", desc(self.peek())));
+            }
+            return Ok(e);
+        }
+        let Some(q) = self.last else {
+            return err(format!(
+                "{} needs a qualifier here: write host {0}, net {0} or port {0}",
+                desc(self.peek())
+            ));
+        };
+        self.value(q)
+    }
+
+    fn value(&mut self, q: Quals) -> R<Node> {
+        let Some(w) = self.word().map(str::to_string) else {
+            return err(format!(
+                "expected an address or a number at {}",
+                desc(self.peek())
+            ));
+        };
+        if is_keyword(&w) {
+            if let Some(msg) = unsupported(&w) {
+                return err(msg);
+            }
+            return err(format!("expected an address or a number, found '{w}'"));
+        }
+        self.pos += 1;
+        match q.kind {
+            Some(Kind::Port) => {
+                let p = self.port_number(&w)?;
+                self.port_node(q, p, p)
+            }
+            Some(Kind::Portrange) => {
+                let (a, b) = w.split_once('-').ok_or_else(|| {
+                    ParseError(format!("portrange '{w}' is not a range: write portrange LOW-HIGH, e.g. portrange 6000-6010"))
+                })?;
+                let a = self.port_number(a)?;
+                let b = self.port_number(b)?;
+                self.port_node(q, a.min(b), a.max(b))
+            }
+            k => self.address(q, k, &w),
+        }
+    }
+
+    fn port_number(&self, w: &str) -> R<u16> {
+        match number(w) {
+            Some(n) if n <= 65535 => Ok(n as u16),
+            Some(n) => err(format!("port {n} is out of range (0-65535)")),
+            None => err(format!(
+                "port '{w}': service names are not looked up: write the number, e.g. port 5432"
+            )),
+        }
+    }
+
+    fn port_node(&self, q: Quals, lo: u16, hi: u16) -> R<Node> {
+        let proto = match q.proto {
+            None => PortProto::Any,
+            Some(PQual::Tcp) => PortProto::Tcp,
+            Some(PQual::Udp) => PortProto::Udp,
+            Some(PQual::Sctp) => PortProto::Sctp,
+            Some(_) => {
+                return err(
+                    "ports belong to tcp, udp or sctp: write tcp port N (or port N for all three)",
+                );
+            }
+        };
+        Ok(Node::Port(proto, q.dir, lo, hi))
+    }
+
+    fn address(&mut self, q: Quals, k: Option<Kind>, w: &str) -> R<Node> {
+        let proto = match q.proto {
+            None => HostProto::Any,
+            Some(PQual::Ip) => HostProto::Ip,
+            Some(PQual::Ip6) => HostProto::Ip6,
+            Some(PQual::Arp) => HostProto::Arp,
+            Some(PQual::Rarp) => HostProto::Rarp,
+            Some(p) => {
+                let name = format!("{p:?}").to_lowercase();
+                return err(format!(
+                    "'{name}' does not qualify a host or net: write {name} and host ADDR"
+                ));
+            }
+        };
+        let is_net = k == Some(Kind::Net);
+        let node = |n: NetAddr| -> R<Node> {
+            match (proto, n) {
+                (HostProto::Ip6, NetAddr::V4(..)) => err(format!(
+                    "'{w}' is an IPv4 address: write ip host/net (or drop ip6)"
+                )),
+                (HostProto::Ip | HostProto::Arp | HostProto::Rarp, NetAddr::V6(..)) => {
+                    err(format!("'{w}' is an IPv6 address: write ip6 host/net"))
+                }
+                _ => Ok(Node::Net(proto, q.dir, n)),
+            }
+        };
+        if w.contains(':') {
+            let Ok(a) = w.parse::<Ipv6Addr>() else {
+                return err(format!("'{w}' is not an IPv6 address"));
+            };
+            let a = u128::from(a);
+            let len = if self.eat_sym("/") {
+                match self.word().and_then(number) {
+                    Some(n) if n <= 128 => {
+                        self.pos += 1;
+                        n as u8
+                    }
+                    _ => {
+                        return err(format!(
+                            "'{w}/': expected a prefix length 0-128 at {}",
+                            desc(self.peek())
+                        ));
+                    }
+                }
+            } else {
+                128
+            };
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
+            if a & !mask != 0 {
+                return err(format!(
+                    "'{w}/{len}' has host bits set: write the network address"
+                ));
+            }
+            if k == Some(Kind::Host) && len != 128 {
+                return err(format!("host takes one address: write net {w}/{len}"));
+            }
+            return node(NetAddr::V6(a, len));
+        }
+        let Some((v, parts)) = ipv4_parts(w) else {
+            if w.bytes().all(|c| c.is_ascii_digit()) {
+                return err(format!(
+                    "'{w}' is not an address: write port {w} for a port, or a dotted address"
+                ));
+            }
+            return err(format!(
+                "'{w}': host names are not resolved: write the IP address (getent hosts {w} gives it)"
+            ));
+        };
+        let mut v = v;
+        let mut mask = if parts == 4 {
+            u32::MAX
+        } else {
+            u32::MAX << (32 - 8 * parts)
+        };
+        let has_mask = self.sym("/") || self.word() == Some("mask");
+        if self.eat_sym("/") {
+            match self.word().and_then(number) {
+                Some(n) if n <= 32 => {
+                    self.pos += 1;
+                    mask = if n == 0 { 0 } else { u32::MAX << (32 - n) };
+                }
+                _ => {
+                    return err(format!(
+                        "'{w}/': expected a prefix length 0-32 at {}",
+                        desc(self.peek())
+                    ));
+                }
+            }
+        } else if self.word() == Some("mask") {
+            self.pos += 1;
+            let m = self.word().and_then(ipv4_parts);
+            match m {
+                Some((m, 4)) => {
+                    self.pos += 1;
+                    mask = m;
+                }
+                _ => {
+                    return err(format!(
+                        "'mask' takes a dotted mask like 255.255.0.0, found {}",
+                        desc(self.peek())
+                    ));
+                }
+            }
+        } else if parts == 1 && is_net {
+            // `net 10` is 10.0.0.0/8, as libpcap promotes a short network number.
+            v >>= 24;
+            mask = u32::MAX;
+            while v != 0 && v & 0xff00_0000 == 0 {
+                v <<= 8;
+                mask <<= 8;
+            }
+        }
+        if has_mask && !is_net && k.is_some() {
+            return err(format!(
+                "host takes one address: write net {w} with the mask"
+            ));
+        }
+        if !has_mask && parts != 4 && !is_net {
+            return err(format!(
+                "'{w}' is not a whole address: write all four parts, or net {w}"
+            ));
+        }
+        if v & !mask != 0 {
+            return err(format!(
+                "'{w}' has bits set outside the mask {}: write the network address",
+                Ipv4Addr::from(mask)
+            ));
+        }
+        node(NetAddr::V4(v, mask))
+    }
+
+    // ---- arithmetic relations ----
+
+    fn relation(&mut self) -> R<Node> {
+        let a = self.arith(0)?;
+        let op = match self.peek() {
+            Some(Tok::Sym("=")) | Some(Tok::Sym("==")) => RelOp::Eq,
+            Some(Tok::Sym("!=")) => RelOp::Ne,
+            Some(Tok::Sym(">")) => RelOp::Gt,
+            Some(Tok::Sym(">=")) => RelOp::Ge,
+            Some(Tok::Sym("<")) => RelOp::Lt,
+            Some(Tok::Sym("<=")) => RelOp::Le,
+            t => {
+                return err(format!(
+                    "expected a comparison (=, !=, <, >, <=, >=) at {}",
+                    desc(t)
+                ));
+            }
+        };
+        self.pos += 1;
+        let b = self.arith(0)?;
+        self.last = None;
+        Ok(Node::Rel(op, a, b))
+    }
+
+    /// Precedence climbing: | ^ (0) < & (1) < << >> (2) < + - (3) < * / % (4).
+    fn arith(&mut self, min: u8) -> R<Arith> {
+        let mut left = self.arith_unary()?;
+        loop {
+            let (op, prec) = match self.peek() {
+                Some(Tok::Sym("|")) => (ArOp::Or, 0),
+                Some(Tok::Sym("^")) => (ArOp::Xor, 0),
+                Some(Tok::Sym("&")) => (ArOp::And, 1),
+                Some(Tok::Sym("<<")) => (ArOp::Lsh, 2),
+                Some(Tok::Sym(">>")) => (ArOp::Rsh, 2),
+                Some(Tok::Sym("+")) => (ArOp::Add, 3),
+                Some(Tok::Sym("-")) => (ArOp::Sub, 3),
+                Some(Tok::Sym("*")) => (ArOp::Mul, 4),
+                Some(Tok::Sym("/")) => (ArOp::Div, 4),
+                Some(Tok::Sym("%")) => (ArOp::Mod, 4),
+                _ => return Ok(left),
+            };
+            if prec < min {
+                return Ok(left);
+            }
+            self.pos += 1;
+            let right = self.arith(prec + 1)?;
+            left = Arith::Bin(op, Box::new(left), Box::new(right));
+        }
+    }
+
+    fn arith_unary(&mut self) -> R<Arith> {
+        if self.eat_sym("-") {
+            return Ok(Arith::Neg(Box::new(self.arith_unary()?)));
+        }
+        if self.eat_sym("(") {
+            let e = self.arith(0)?;
+            if !self.eat_sym(")") {
+                return err(format!("expected ')' at {}", desc(self.peek())));
+            }
+            return Ok(e);
+        }
+        let Some(w) = self.word().map(str::to_string) else {
+            return err(format!(
+                "expected a number, len or proto[offset] at {}",
+                desc(self.peek())
+            ));
+        };
+        self.pos += 1;
+        if w == "len" {
+            return Ok(Arith::Len);
+        }
+        if let Some(n) = number(&w).or_else(|| constant(&w)) {
+            return Ok(Arith::Num(n));
+        }
+        let base = match w.as_str() {
+            "ether" | "link" => LoadBase::Link,
+            "ip" => LoadBase::Ip,
+            "ip6" => LoadBase::Ip6,
+            "tcp" => LoadBase::Tcp,
+            "udp" => LoadBase::Udp,
+            "icmp" => LoadBase::Icmp,
+            "sctp" => LoadBase::Sctp,
+            "icmp6" => LoadBase::Icmp6,
+            _ => {
+                if let Some(msg) = unsupported(&w) {
+                    return err(msg);
+                }
+                return err(format!(
+                    "'{w}' is not a number, len or proto[offset] (ip, ip6, tcp, udp, icmp, icmp6, sctp, ether)"
+                ));
+            }
+        };
+        if !self.eat_sym("[") {
+            return err(format!(
+                "'{w}' in a comparison needs an offset: write {w}[OFFSET] or {w}[OFFSET:SIZE]"
+            ));
+        }
+        let off = self.arith(0)?;
+        let mut size = 1u8;
+        if self.eat_sym(":") {
+            size = match self.word().and_then(number) {
+                Some(n @ (1 | 2 | 4)) => n as u8,
+                _ => {
+                    return err(format!(
+                        "{w}[...:SIZE]: size is 1, 2 or 4, found {}",
+                        desc(self.peek())
+                    ));
+                }
+            };
+            self.pos += 1;
+        }
+        if !self.eat_sym("]") {
+            return err(format!("expected ']' at {}", desc(self.peek())));
+        }
+        Ok(Arith::Load(base, Box::new(off), size))
+    }
+}
+
+/// Parses an expression; `None` for an empty one (accept everything).
+pub fn parse(text: &str) -> Result<Option<Node>, ParseError> {
+    let toks = lex(text)?;
+    if toks.is_empty() {
+        return Ok(None);
+    }
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        last: Some(DEFAULT_Q),
+    };
+    let e = p.expr()?;
+    if p.pos != p.toks.len() {
+        let t = desc(p.peek());
+        return err(format!("unexpected {t} (join primitives with and / or)"));
+    }
+    Ok(Some(e))
+}
