@@ -637,8 +637,11 @@ impl FlowTracker {
 
     /// Finishes the eighth of the open connections that has been silent longest (at least one).
     fn evict_oldest(&mut self, mut sink: Option<&mut dyn StreamSink>) {
-        let mut by_age: Vec<(i64, u64, FlowKey)> =
-            self.open.iter().map(|(k, f)| (f.last_ts, f.id, *k)).collect();
+        let mut by_age: Vec<(i64, u64, FlowKey)> = self
+            .open
+            .iter()
+            .map(|(k, f)| (f.last_ts, f.id, *k))
+            .collect();
         let n = (by_age.len() / 8).max(1).min(by_age.len());
         if n == 0 {
             return;

@@ -187,20 +187,21 @@ impl FlightRecorder {
             path = self.dir.join(format!("{base}-{n}.pcap"));
             n += 1;
         }
-        let written = PcapWriter::create(&path, self.link, self.snaplen, 0o600).and_then(|mut w| {
-            for (ts, len, data) in &ring.packets {
-                w.write(&Packet {
-                    ts_ns: *ts,
-                    orig_len: *len,
-                    data,
-                    link: self.link,
-                    interface: 0,
-                    offset: 0,
-                });
-            }
-            let b = w.bytes();
-            w.finish().map(|_| b)
-        });
+        let written =
+            PcapWriter::create(&path, self.link, self.snaplen, 0o600).and_then(|mut w| {
+                for (ts, len, data) in &ring.packets {
+                    w.write(&Packet {
+                        ts_ns: *ts,
+                        orig_len: *len,
+                        data,
+                        link: self.link,
+                        interface: 0,
+                        offset: 0,
+                    });
+                }
+                let b = w.bytes();
+                w.finish().map(|_| b)
+            });
         match written {
             Ok(b) => {
                 self.summary.bytes_written += b;
@@ -231,6 +232,9 @@ mod tests {
         let a: SocketAddr = "[::1]:5432".parse().unwrap();
         assert_eq!(safe(&a.to_string(), 60), "___1__5432");
         assert_eq!(safe("SELECT pg_sleep/../x", 40), "SELECT_pg_sleep_.._x");
-        assert_eq!(stamp(Duration::new(1_764_102_216, 123_000_000)), "20251125T202336.123Z");
+        assert_eq!(
+            stamp(Duration::new(1_764_102_216, 123_000_000)),
+            "20251125T202336.123Z"
+        );
     }
 }

@@ -604,8 +604,8 @@ pub fn run_stats_on(
                 Next::Tick(now) => {
                     let rows = eng.completed(now - LIVE_GRACE_NS);
                     if !rows.is_empty() {
-                        let start = eng.origin_ns().unwrap_or(0)
-                            + (rows[0].start_s * 1e9).round() as i64;
+                        let start =
+                            eng.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
                         on_rows(&rows, start);
                     }
                 }
@@ -624,8 +624,13 @@ pub fn run_stats_on(
             }
         }
         pk.info.packets_matched = matched;
-        if let Some(last) = eng.last_ts_ns() {
-            let rows = eng.completed(last + interval.as_nanos() as i64);
+        // The last, partial interval too (through the end of the capture).
+        {
+            let end = eng
+                .last_ts_ns()
+                .unwrap_or(i64::MIN)
+                .max(live::now_unix_ns());
+            let rows = eng.completed(end.saturating_add(interval.as_nanos() as i64));
             if !rows.is_empty() {
                 let start = eng.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
                 on_rows(&rows, start);

@@ -171,7 +171,10 @@ impl StatsEngine {
         let mut rows = Vec::new();
         for idx in self.emitted..upto {
             let before = rows.len();
-            for (&(_, dir), a) in self.done.range((idx, StatsDir::All)..=(idx, StatsDir::Other)) {
+            for (&(_, dir), a) in self
+                .done
+                .range((idx, StatsDir::All)..=(idx, StatsDir::Other))
+            {
                 rows.push(self.make_row(idx, dir, a, secs));
             }
             if rows.len() == before {

@@ -40,7 +40,12 @@ pub fn is_pcapng(path: &Path) -> bool {
 
 impl PcapWriter {
     /// Creates (truncates) `path` with permission bits `mode` and writes the file header for `link`.
-    pub fn create(path: &Path, link: LinkType, snaplen: u32, mode: u32) -> Result<Self, WriteError> {
+    pub fn create(
+        path: &Path,
+        link: LinkType,
+        snaplen: u32,
+        mode: u32,
+    ) -> Result<Self, WriteError> {
         let err = |source| WriteError {
             path: path.to_path_buf(),
             source,
@@ -190,12 +195,18 @@ mod tests {
             let mut r = CaptureReader::open(&path).unwrap();
             for (ts, d, l) in &pkts {
                 let p = r.next_packet().unwrap();
-                assert_eq!((p.ts_ns, p.data, p.orig_len, p.link), (*ts, &d[..], *l, LinkType::ETHERNET));
+                assert_eq!(
+                    (p.ts_ns, p.data, p.orig_len, p.link),
+                    (*ts, &d[..], *l, LinkType::ETHERNET)
+                );
             }
             assert!(r.next_packet().is_none());
             assert!(r.warning().is_none(), "{name}: {:?}", r.warning());
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
     }
 }

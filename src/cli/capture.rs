@@ -494,7 +494,9 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
             printed_head = true;
             live_out(
                 json,
-                &format!("following {c} (client, >) - {srv} (server, <); columns: time delta dir flags seq ack len win in-flight notes"),
+                &format!(
+                    "following {c} (client, >) - {srv} (server, <); columns: time delta dir flags seq ack len win in-flight notes"
+                ),
             );
         }
         let delta = prev_ts.map_or(0, |p| row.ts_ns - p);

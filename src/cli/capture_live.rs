@@ -138,6 +138,21 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         filter: program,
     };
     let cap = live::LiveCapture::open(cfg, stop)?;
+    {
+        let i = cap.info();
+        super::output::note(format!(
+            "capturing on {} ({}), ring {} blocks x {} KiB, snaplen {}{}; Ctrl-C ends and prints the summary",
+            i.interface,
+            cap.link(),
+            i.ring_blocks,
+            i.block_bytes / 1024,
+            i.snaplen,
+            filter
+                .expr_text()
+                .map(|e| format!(", filter '{e}' in the kernel"))
+                .unwrap_or_default()
+        ));
+    }
     let counters = cap.counters();
     let link: LinkType = cap.link();
     let mut pk = Packets::live(cap, filter.expr_text());

@@ -5,12 +5,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::capture::keep::FlightRecorder;
 use roundtrip::capture::matching::{self, MatchReport};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::{LiveIntervals, StatsConfig};
-use roundtrip::capture::keep::FlightRecorder;
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::report::text::Table;
@@ -214,18 +214,36 @@ fn tls_note(r: &RpcResult, keylog: Option<&std::path::Path>) {
 pub fn rpc_text(r: &RpcResult) -> String {
     let mut s = String::new();
     let c = &r.capture;
-    let _ = writeln!(
-        s,
-        "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
-        c.file,
-        c.format,
-        if c.gzip { " (gzip)" } else { "" },
-        c.link_types.join("+"),
-        fmt_bytes(c.file_bytes),
-        c.packets_read,
-        r.counts.connections,
-        r.report.transactions
-    );
+    if let Some(l) = &c.source {
+        let _ = writeln!(
+            s,
+            "{}; {} connections, {} requests answered{}",
+            super::capture_live::heading(c, l),
+            r.counts.connections,
+            r.report.transactions,
+            if r.counts.evicted_connections > 0 {
+                format!(
+                    "; {} connections closed early at the --max-connections cap",
+                    r.counts.evicted_connections
+                )
+            } else {
+                String::new()
+            }
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
+            c.file,
+            c.format,
+            if c.gzip { " (gzip)" } else { "" },
+            c.link_types.join("+"),
+            fmt_bytes(c.file_bytes),
+            c.packets_read,
+            r.counts.connections,
+            r.report.transactions
+        );
+    }
     let rep = &r.report;
     if !rep.ops.is_empty() {
         let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
@@ -518,7 +536,9 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         (Some(t), Some(d)) => Some(FlightRecorder::new(
             d,
             *t,
-            src.packets.link().unwrap_or(roundtrip::capture::read::LinkType::ETHERNET),
+            src.packets
+                .link()
+                .unwrap_or(roundtrip::capture::read::LinkType::ETHERNET),
             a.live.snaplen,
         )?),
         _ => None,
@@ -558,14 +578,23 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
             note(format!(
                 "flight recorder: {} file(s) written to {} ({} bytes){}{}",
                 k.files.len(),
-                a.keep_dir.as_deref().map(|d| d.display().to_string()).unwrap_or_default(),
+                a.keep_dir
+                    .as_deref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
                 k.bytes_written,
                 if k.not_written > 0 {
-                    format!("; {} slow request(s) not written (limit of files or bytes reached)", k.not_written)
+                    format!(
+                        "; {} slow request(s) not written (limit of files or bytes reached)",
+                        k.not_written
+                    )
                 } else {
                     String::new()
                 },
-                k.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default()
+                k.error
+                    .as_deref()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
             ));
         }
     }
@@ -576,7 +605,12 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     tls_note(&r, a.keylog.as_deref());
     let exit = warn_exit(&r.capture);
     if super::capture_live::failed(&r.capture) {
-        if let Some(w) = r.capture.source.as_ref().and_then(|s| s.stop_reason.as_ref()) {
+        if let Some(w) = r
+            .capture
+            .source
+            .as_ref()
+            .and_then(|s| s.stop_reason.as_ref())
+        {
             error_line(format!("{}: {w}", r.capture.file));
         }
         return Ok(Exit::Failed);

@@ -117,7 +117,10 @@ mod tests {
         let f = frame(&b, first).unwrap();
         assert_eq!(f.ts_ns, 7_000_000_005);
         assert_eq!(&b[f.data_at..f.data_at + f.snaplen as usize], b"hello");
-        assert_eq!((f.len, f.protocol, f.ifindex, f.pkttype), (15, 0x0800, 3, 4));
+        assert_eq!(
+            (f.len, f.protocol, f.ifindex, f.pkttype),
+            (15, 0x0800, 3, 4)
+        );
         let g = frame(&b, first + f.next_offset as usize).unwrap();
         assert_eq!(&b[g.data_at..g.data_at + g.snaplen as usize], b"world!");
         let h = sll2_header(&g);

@@ -344,7 +344,9 @@ impl LiveCapture {
             (0, 0)
         } else {
             match sys_u32(&name, "ifindex") {
-                Some(i) if !name.contains('/') && !name.is_empty() && name != "." && name != ".." => {
+                Some(i)
+                    if !name.contains('/') && !name.is_empty() && name != "." && name != ".." =>
+                {
                     (i, sys_u32(&name, "type").unwrap_or(1))
                 }
                 _ => {
@@ -554,7 +556,9 @@ impl LiveCapture {
                     let e = self
                         .sock
                         .take_error()
-                        .map_or("the socket reported an error".to_string(), |e| e.to_string());
+                        .map_or("the socket reported an error".to_string(), |e| {
+                            e.to_string()
+                        });
                     // A block may still hold packets: only stop when the ring is empty.
                     if self.ring.user_block(self.next_block).is_none() {
                         self.end(StopReason::InterfaceDown(e));
@@ -579,7 +583,9 @@ impl LiveCapture {
 
 /// True when the process may open packet sockets (root or CAP_NET_RAW), without opening one.
 pub fn check_interface(name: &str) -> Result<(), LiveError> {
-    if name == "any" || sys_u32(name, "ifindex").is_some() && !name.contains('/') && !name.is_empty() {
+    if name == "any"
+        || sys_u32(name, "ifindex").is_some() && !name.contains('/') && !name.is_empty()
+    {
         return Ok(());
     }
     Err(LiveError::NoInterface {

@@ -131,7 +131,12 @@ impl PacketSocket {
         };
         setsockopt(self.raw(), libc::SOL_SOCKET, SO_ATTACH_FILTER, &prog)?;
         if lock {
-            setsockopt(self.raw(), libc::SOL_SOCKET, SO_LOCK_FILTER, &1 as &libc::c_int)?;
+            setsockopt(
+                self.raw(),
+                libc::SOL_SOCKET,
+                SO_LOCK_FILTER,
+                &1 as &libc::c_int,
+            )?;
         }
         Ok(())
     }
@@ -299,7 +304,9 @@ impl Ring {
         // SAFETY: the block lies inside the mapping; while its status says TP_STATUS_USER the kernel does not
         // write to it (it moves on to other blocks or drops packets), so reading it as a shared slice is sound
         // until `release(i)`, which needs `&mut self` and so ends this borrow first.
-        Some(unsafe { std::slice::from_raw_parts(self.base.add(i * self.block_size), self.block_size) })
+        Some(unsafe {
+            std::slice::from_raw_parts(self.base.add(i * self.block_size), self.block_size)
+        })
     }
 
     /// Gives block `i` back to the kernel.

@@ -43,7 +43,12 @@ pub fn feed_with(
     driver: Driver,
     sink: &mut dyn Sink,
 ) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
-    Ok(feed_on(Packets::open_filtered(path, filter)?, filter, driver, sink))
+    Ok(feed_on(
+        Packets::open_filtered(path, filter)?,
+        filter,
+        driver,
+        sink,
+    ))
 }
 
 /// [`feed_with`] on any packet source (a file, or a live interface: then the sink also gets every packet that
