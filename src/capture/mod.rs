@@ -1119,6 +1119,7 @@ mod tests {
             host: host.map(|h| Filter::parse_host(h).unwrap()),
             port,
             flow: flow.map(|x| Filter::parse_flow(x).unwrap()),
+            expr: None,
         };
         assert!(f(None, None, None).matches(Some(&d)));
         assert!(f(None, None, None).matches(None));
