@@ -3,8 +3,10 @@
 //! The test traffic goes through a socat relay on a port of our own (to the real PostgreSQL and Redis), so
 //! the filter `tcp port P` keeps exactly this test's packets on a loopback other tests share. tcpdump
 //! (`--time-stamp-precision=nano`) records the same port at the same time: the live results must equal the
-//! results of analysing tcpdump's file (counts and latencies: both sockets get the kernel's one timestamp of a
-//! packet), and roundtrip's own `--write` file must give the live result again.
+//! results of analysing tcpdump's file: the same counts, and the same latencies within what separates two
+//! packet sockets' timestamps of one packet (on `lo` the kernel stamps a TCP packet for each socket as it
+//! reaches it: a fraction of a microsecond apart, [`same_latency`]); roundtrip's own `--write` file must give
+//! the live result exactly.
 
 mod common;
 
@@ -83,6 +85,26 @@ fn run_json(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two timestamps of one packet taken by two sockets differ by the time between the two deliveries (well under
+/// a microsecond idle, more under load); a request paired with the wrong response is off by a whole request
+/// (tens of microseconds and more here), a unit error by 1000x.
+fn same_latency(a: u64, b: u64) -> bool {
+    a.abs_diff(b) <= 20_000.max(a / 200)
+}
+
+fn assert_same_ops(
+    live: &[(String, u64, u64, u64, u64, u64)],
+    file: &[(String, u64, u64, u64, u64, u64)],
+) {
+    assert_eq!(live.len(), file.len(), "{live:?}\n{file:?}");
+    for (l, f) in live.iter().zip(file) {
+        assert_eq!((&l.0, l.1), (&f.0, f.1), "{live:?}\n{file:?}");
+        for (x, y) in [(l.2, f.2), (l.3, f.3), (l.4, f.4), (l.5, f.5)] {
+            assert!(same_latency(x, y), "{x} vs {y}: {live:?}\n{file:?}");
+        }
+    }
 }
 
 fn op_table(v: &Value) -> Vec<(String, u64, u64, u64, u64, u64)> {
@@ -179,21 +201,21 @@ fn live_equals_file(upstream: u16, proto: &str, traffic: impl FnOnce(u16)) {
     let fr = run_json(&["capture", "rpc", d, "--json", "--proto", proto]);
     assert!(fr["report"]["transactions"].as_u64().unwrap() > 50, "{fr}");
     assert_eq!(rpc["report"]["transactions"], fr["report"]["transactions"]);
-    assert_eq!(op_table(&rpc), op_table(&fr));
+    assert_same_ops(&op_table(&rpc), &op_table(&fr));
     assert_eq!(rpc["counts"]["packets"], fr["counts"]["packets"]);
 
     // --write: analysing roundtrip's own file gives the live result.
     let wr = run_json(&["capture", "rpc", w, "--json", "--proto", proto]);
     assert_eq!(wr["report"], rpc["report"]);
-    assert_eq!(wr["capture"]["packets_read"], rpc["capture"]["packets_read"]);
+    assert_eq!(
+        wr["capture"]["packets_read"],
+        rpc["capture"]["packets_read"]
+    );
 }
 
 #[test]
 fn pgbench_live_equals_tcpdump_file() {
-    if !ready()
-        || !common::have("pgbench")
-        || !common::service_up(5432, "postgresql")
-    {
+    if !ready() || !common::have("pgbench") || !common::service_up(5432, "postgresql") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -277,9 +299,9 @@ fn a_full_ring_shows_kernel_drops_in_lines_and_json() {
     assert!(drops > 0, "{v}");
     // The interval lines (stderr with --json) say it too.
     assert!(
-        f.output
-            .lines()
-            .any(|l| l.starts_with("stderr: ") && l.contains("kernel drops ") && !l.ends_with("kernel drops 0")),
+        f.output.lines().any(|l| l.starts_with("stderr: ")
+            && l.contains("kernel drops ")
+            && !l.ends_with("kernel drops 0")),
         "{}",
         f.output
     );
@@ -314,15 +336,34 @@ fn flight_recorder_keeps_the_slow_request() {
     let sql = "SELECT 1; SELECT 2; SELECT pg_sleep(0.5); SELECT 3; SELECT 4;";
     let out = Command::new("psql")
         .env("PGSSLMODE", "disable")
-        .args(["-h", "127.0.0.1", "-p", &p, "-U", "postgres", "-d", "test", "-c", sql])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-c",
+            sql,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::thread::sleep(Duration::from_millis(1000));
     rt.signal(libc::SIGINT);
     let f = rt.finish(LONG);
     assert!(f.ok(), "{}", f.output);
-    assert!(f.output.contains("flight recorder: 1 file(s)"), "{}", f.output);
+    assert!(
+        f.output.contains("flight recorder: 1 file(s)"),
+        "{}",
+        f.output
+    );
     let files: Vec<_> = std::fs::read_dir(&keep)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -334,7 +375,14 @@ fn flight_recorder_keeps_the_slow_request() {
         assert_eq!(mode, 0o600, "{}", file.display());
         let name = file.file_name().unwrap().to_str().unwrap();
         assert!(name.contains(&format!("127.0.0.1_{port}")), "{name}");
-        let v = run_json(&["capture", "rpc", file.to_str().unwrap(), "--json", "--proto", "pgsql"]);
+        let v = run_json(&[
+            "capture",
+            "rpc",
+            file.to_str().unwrap(),
+            "--json",
+            "--proto",
+            "pgsql",
+        ]);
         let slowest = v["report"]["slowest"][0]["last_byte_ns"].as_u64().unwrap();
         assert!(slowest >= 500_000_000, "{v}");
     }
@@ -346,28 +394,47 @@ fn connection_cap_bounds_a_syn_flood() {
         return;
     }
     let _w = watchdog(Duration::from_secs(300), "syn flood");
-    // A port nobody listens on: every SYN is a new connection (answered by RST).
+    // A port nobody listens on: every SYN is a new connection (answered by RST, so closed, but held for the
+    // 5 s linger). `capture rpc` drops a connection at its RST; its cap is tested on a flood without answers in
+    // the library (capture::rpc::driver).
     let port = common::free_port().to_string();
     let flows = live(&[
-        "capture", "flows", "--live", "lo", "--json", "--max-connections", "100", "tcp", "port", &port,
-    ]);
-    let rpc = live(&[
-        "capture", "rpc", "--live", "lo", "--json", "--max-connections", "100", "--proto", "generic",
-        "tcp", "port", &port,
+        "capture",
+        "flows",
+        "--live",
+        "lo",
+        "--json",
+        "--max-connections",
+        "100",
+        "tcp",
+        "port",
+        &port,
     ]);
     let st = Command::new("hping3")
-        .args(["-q", "-S", "-p", &port, "-i", "u200", "-c", "1500", "127.0.0.1"])
+        .args([
+            "-q",
+            "-S",
+            "-p",
+            &port,
+            "-i",
+            "u200",
+            "-c",
+            "1500",
+            "127.0.0.1",
+        ])
         .output()
         .unwrap();
     assert!(st.status.code().is_some(), "{st:?}");
     std::thread::sleep(Duration::from_millis(1000));
     let f = stop_json(flows);
-    let r = stop_json(rpc);
     let c = &f["counters"];
     assert!(c["max_open_flows"].as_u64().unwrap() <= 100, "{c}");
     assert!(c["cap_evictions"].as_u64().unwrap() >= 1000, "{c}");
-    assert!(f["flows"].as_array().unwrap().len() >= 1400, "{}", f["flows"].as_array().unwrap().len());
-    assert!(r["counts"]["evicted_connections"].as_u64().unwrap() >= 1000, "{}", r["counts"]);
+    assert!(
+        f["flows"].as_array().unwrap().len() >= 1400,
+        "{}",
+        f["flows"].as_array().unwrap().len()
+    );
 }
 
 #[test]
@@ -396,13 +463,19 @@ fn duration_and_count_end_the_run() {
         .args(["capture", "rpc", "--live", "lo", "-t", "1s", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["capture"]["source"]["stop_reason"], "duration");
     // -c counts the packets the kernel filter passed.
     let (port, h) = sink();
     let p = port.to_string();
-    let rt = live(&["capture", "stats", "--live", "lo", "-c", "5", "--json", "tcp", "port", &p]);
+    let rt = live(&[
+        "capture", "stats", "--live", "lo", "-c", "5", "--json", "tcp", "port", &p,
+    ]);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_nodelay(true).unwrap();
     for _ in 0..20 {
@@ -430,7 +503,10 @@ fn bad_input_is_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("no interface 'nosuch0'") && e.contains("lo"), "{e}");
+    assert!(
+        e.contains("no interface 'nosuch0'") && e.contains("lo"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 1, "{e}");
     // A bad expression.
     let out = Command::new(bin())
@@ -448,7 +524,12 @@ fn bad_input_is_one_line() {
     // No privilege: one line naming the capability and the setcap command.
     if common::have("setpriv") {
         let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
             .arg(bin())
             .args(["capture", "stats", "--live", "lo", "-t", "1s"])
             .output()
@@ -456,7 +537,10 @@ fn bad_input_is_one_line() {
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{e}");
         assert!(e.contains("CAP_NET_RAW"), "{e}");
-        assert!(e.contains("setcap cap_net_raw,cap_net_admin+eip $(command -v roundtrip)"), "{e}");
+        assert!(
+            e.contains("setcap cap_net_raw,cap_net_admin+eip $(command -v roundtrip)"),
+            "{e}"
+        );
         assert_eq!(e.lines().count(), 1, "{e}");
     } else {
         common::skip("setpriv is not installed");
@@ -480,17 +564,40 @@ fn an_interface_going_down_ends_the_run_with_the_reason() {
     let _w = watchdog(Duration::from_secs(120), "veth down");
     let name = format!("rtlv{}", std::process::id() % 100_000);
     let st = Command::new("ip")
-        .args(["link", "add", &name, "type", "veth", "peer", "name", &format!("{name}p")])
+        .args([
+            "link",
+            "add",
+            &name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{name}p"),
+        ])
         .status()
         .unwrap();
     assert!(st.success());
     let v = Veth(name.clone());
-    assert!(Command::new("ip").args(["link", "set", &name, "up"]).status().unwrap().success());
+    assert!(
+        Command::new("ip")
+            .args(["link", "set", &name, "up"])
+            .status()
+            .unwrap()
+            .success()
+    );
     let rt = live(&["capture", "stats", "--live", &name]);
     std::thread::sleep(Duration::from_millis(500));
     drop(v);
     let f = rt.finish(LONG);
     assert_eq!(f.status.and_then(|s| s.code()), Some(1), "{}", f.output);
-    assert!(f.stdout.contains("stopped: the interface went down"), "{}", f.output);
-    assert!(f.output.contains("stderr: roundtrip: error:"), "{}", f.output);
+    assert!(
+        f.stdout.contains("stopped: the interface went down"),
+        "{}",
+        f.output
+    );
+    assert!(
+        f.output.contains("stderr: roundtrip: error:"),
+        "{}",
+        f.output
+    );
 }

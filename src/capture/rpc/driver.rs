@@ -632,3 +632,45 @@ fn build_matcher(
         m
     }
 }
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Nothing;
+    impl Sink for Nothing {
+        fn transaction(&mut self, _: &ConnInfo, _: Transaction) {}
+        fn anomaly(&mut self, _: &ConnInfo, _: Anomaly) {}
+    }
+
+    /// A SYN flood (no answers, every SYN a new source port) never holds more than the cap.
+    #[test]
+    fn syn_flood_stays_under_the_connection_cap() {
+        let mut d = Driver::new(ProtoChoice::Force(Proto::Generic));
+        d.set_max_connections(100);
+        let mut sink = Nothing;
+        let dst: SocketAddr = "10.0.0.1:5432".parse().unwrap();
+        for i in 0..5000u32 {
+            let src = SocketAddr::new("10.9.0.1".parse().unwrap(), 1024 + (i % 60000) as u16);
+            d.segment(
+                &Segment {
+                    ts: Duration::from_micros(u64::from(i)),
+                    src,
+                    dst,
+                    l4: L4::Tcp {
+                        seq: i,
+                        ack: 0,
+                        flags: flags::SYN,
+                    },
+                    payload: &[],
+                    wire_len: 0,
+                },
+                &mut sink,
+            );
+            assert!(d.open_connections() <= 100);
+        }
+        assert_eq!(d.counts().connections, 5000);
+        assert!(d.counts().evicted_connections >= 4900);
+    }
+}
