@@ -108,6 +108,8 @@ pub struct FlowKey {
     lo_port: u16,
     hi_port: u16,
     v6: bool,
+    /// Interface index, when connections are keyed by interface too (live `any`); else 0.
+    ifindex: u32,
 }
 
 #[inline]
@@ -135,6 +137,7 @@ impl FlowKey {
                     lo_port: a.1,
                     hi_port: b.1,
                     v6,
+                    ifindex: 0,
                 },
                 true,
             )
@@ -146,6 +149,7 @@ impl FlowKey {
                     lo_port: b.1,
                     hi_port: a.1,
                     v6,
+                    ifindex: 0,
                 },
                 false,
             )
@@ -164,6 +168,10 @@ pub struct TrackerConfig {
     pub max_pending_segments: usize,
     /// Out-of-order payload bytes held per direction for the stream hook before a gap is declared.
     pub max_reassembly_bytes: usize,
+    /// Key connections by interface too (live capture on `any`: a forwarding host sees one segment on two
+    /// interfaces; those copies are two packets of two connections, not a retransmission). Set it with
+    /// [`FlowTracker::set_interface`] before each packet.
+    pub key_by_interface: bool,
     /// Connections tracked at once; past it the eighth that has been silent longest is finished early
     /// (counted in [`TrackerCounters::cap_evictions`]). Unlimited for files; live capture sets it.
     pub max_open: usize,
@@ -176,6 +184,7 @@ impl Default for TrackerConfig {
             closed_linger: Duration::from_secs(5),
             max_pending_segments: 16_384,
             max_reassembly_bytes: 4 << 20,
+            key_by_interface: false,
             max_open: usize::MAX,
         }
     }
@@ -516,6 +525,7 @@ pub struct FlowTracker {
     now: i64,
     counters: TrackerCounters,
     keep_finished: bool,
+    interface: u32,
 }
 
 impl FlowTracker {
@@ -530,7 +540,14 @@ impl FlowTracker {
             now: i64::MIN,
             counters: TrackerCounters::default(),
             keep_finished: true,
+            interface: 0,
         }
+    }
+
+    /// The interface of the next packet (used when [`TrackerConfig::key_by_interface`]).
+    #[inline]
+    pub fn set_interface(&mut self, ifindex: u32) {
+        self.interface = ifindex;
     }
 
     /// Stops keeping finished summaries (they still go to a sink's [`StreamSink::finished`]).
@@ -572,7 +589,10 @@ impl FlowTracker {
         }
         let src = SocketAddr::new(d.src, t.src_port);
         let dst = SocketAddr::new(d.dst, t.dst_port);
-        let (key, _) = FlowKey::new(src, dst);
+        let (mut key, _) = FlowKey::new(src, dst);
+        if self.config.key_by_interface {
+            key.ifindex = self.interface;
+        }
         let is_syn = t.flags & (flags::SYN | flags::ACK) == flags::SYN;
         // A new SYN on a finished-looking or different connection starts a new one.
         if is_syn && let Some(f) = self.open.get(&key) {

@@ -309,6 +309,14 @@ impl Packets {
         }
     }
 
+    /// True when connections must be keyed by interface too: a live capture on `any`.
+    pub fn keys_by_interface(&self) -> bool {
+        match &self.src {
+            Source::Live(l) => l.info().interface == "any",
+            Source::File(_) => false,
+        }
+    }
+
     /// True when reading a live interface.
     pub fn is_live(&self) -> bool {
         matches!(self.src, Source::Live(_))
@@ -813,7 +821,11 @@ pub fn run_flows_on(
     mut sink: Option<&mut dyn StreamSink>,
     on_end: &mut dyn FnMut(&FlowSummary),
 ) -> FlowsResult {
-    let mut tr = FlowTracker::new(config);
+    let by_if = pk.keys_by_interface();
+    let mut tr = FlowTracker::new(TrackerConfig {
+        key_by_interface: by_if,
+        ..config
+    });
     let live = pk.is_live();
     let mut kept: std::collections::VecDeque<FlowSummary> = std::collections::VecDeque::new();
     let mut dropped = 0u64;
@@ -825,6 +837,9 @@ pub fn run_flows_on(
             continue;
         }
         matched += 1;
+        if by_if {
+            tr.set_interface(p.interface);
+        }
         tr.process_with(p.ts_ns, p.orig_len, &d, flows::reborrow(&mut sink));
         if live {
             for f in tr.take_finished() {
@@ -960,7 +975,11 @@ pub fn run_timeline_on(
     mut on_row: Option<OnRow<'_>>,
 ) -> TimelineResult {
     let live = pk.is_live();
-    let mut tr = FlowTracker::new(config);
+    let by_if = pk.keys_by_interface();
+    let mut tr = FlowTracker::new(TrackerConfig {
+        key_by_interface: by_if,
+        ..config
+    });
     let mut chosen: Option<u64> = None;
     let mut rows = Vec::new();
     // Both directions are collected while reading (the busier one is known only at the end).
@@ -980,6 +999,9 @@ pub fn run_timeline_on(
         }
         let ts = p.ts_ns;
         let len = p.orig_len;
+        if by_if {
+            tr.set_interface(p.interface);
+        }
         let Some(info) = tr.process(ts, len, &d) else {
             continue;
         };

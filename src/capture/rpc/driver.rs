@@ -134,15 +134,16 @@ struct Conn {
     decided: bool,
 }
 
-type Key = (IpAddr, u16, IpAddr, u16, bool);
+/// Both ends in canonical order, UDP or not, and the interface (0 unless keyed by interface).
+type Key = (IpAddr, u16, IpAddr, u16, bool, u32);
 
-fn key(src: SocketAddr, dst: SocketAddr, udp: bool) -> (Key, bool) {
+fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool) {
     let a = (src.ip(), src.port());
     let b = (dst.ip(), dst.port());
     if a <= b {
-        ((a.0, a.1, b.0, b.1, udp), true)
+        ((a.0, a.1, b.0, b.1, udp, ifindex), true)
     } else {
-        ((b.0, b.1, a.0, a.1, udp), false)
+        ((b.0, b.1, a.0, a.1, udp, ifindex), false)
     }
 }
 
@@ -187,6 +188,7 @@ pub struct Driver {
     content: bool,
     keylog: Option<Arc<KeyLog>>,
     max_conns: usize,
+    interface: u32,
 }
 
 impl Driver {
@@ -218,7 +220,15 @@ impl Driver {
             content: false,
             keylog: None,
             max_conns: usize::MAX,
+            interface: 0,
         }
+    }
+
+    /// Live capture on `any`: the interface of the next segment, so a segment seen on two interfaces of a
+    /// forwarding host is two connections' packets, not a retransmission. Files leave it 0.
+    #[inline]
+    pub fn set_interface(&mut self, ifindex: u32) {
+        self.interface = ifindex;
     }
 
     /// Tracks at most `n` connections at once; past it the eighth that has been silent longest is closed
@@ -271,7 +281,7 @@ impl Driver {
         self.counts.payload_bytes += s.wire_len as u64;
         self.last_ts = self.last_ts.max(s.ts);
         let udp = matches!(s.l4, L4::Udp);
-        let (k, src_is_a) = key(s.src, s.dst, udp);
+        let (k, src_is_a) = key(s.src, s.dst, udp, self.interface);
         let tcp_flags = match s.l4 {
             L4::Tcp { flags, .. } => flags,
             L4::Udp => 0,

@@ -61,6 +61,7 @@ pub fn feed_on(
 ) -> (CaptureInfo, DriverCounts) {
     let mut matched = 0u64;
     let live = pk.is_live();
+    let by_if = pk.keys_by_interface();
     while let Some(ev) = pk.next_event(true) {
         let (p, d) = match ev {
             Next::Packet(p, d) => (p, d),
@@ -97,6 +98,9 @@ pub fn feed_on(
         };
         if live {
             sink.packet(&p, &seg);
+        }
+        if by_if {
+            driver.set_interface(p.interface);
         }
         driver.segment(&seg, sink);
     }
