@@ -601,3 +601,133 @@ fn an_interface_going_down_ends_the_run_with_the_reason() {
         f.output
     );
 }
+
+/// `--filter` on a live interface keeps the packets tcpdump's filter keeps: two hosts' traffic on a veth in a
+/// namespace (real addresses for `host`/`net`), one unfiltered tcpdump there, one roundtrip per expression;
+/// each expression is then applied by tcpdump (libpcap) to tcpdump's file.
+#[test]
+fn live_filter_keeps_what_tcpdump_keeps() {
+    if !ready() || !common::netns::available() {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(600), "live filters");
+    let lan = common::netns::Lan::new(3);
+    for ns in &lan.ns {
+        let _ = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
+            .output();
+    }
+    // No packet the test did not send: no IPv6 (router solicitations, DAD) and no ARP (permanent neighbours),
+    // so a capture that starts or stops a moment apart from tcpdump's sees the same packets.
+    let macs: Vec<String> = lan
+        .ns
+        .iter()
+        .map(|ns| {
+            let o = Command::new("ip").args(["-n", ns, "-o", "link", "show", "eth0"]).output().unwrap();
+            let t = String::from_utf8_lossy(&o.stdout).to_string();
+            let i = t.find("link/ether ").expect("a MAC") + "link/ether ".len();
+            t[i..i + 17].to_string()
+        })
+        .collect();
+    for (i, ns) in lan.ns.iter().enumerate() {
+        for (j, mac) in macs.iter().enumerate() {
+            if i != j {
+                let ip = lan.addrs[j].to_string();
+                let st = Command::new("ip")
+                    .args(["-n", ns, "neigh", "replace", &ip, "lladdr", mac, "dev", "eth0", "nud", "permanent"])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            }
+        }
+    }
+    let (a, b, c) = (lan.addrs[0], lan.addrs[1], lan.addrs[2]);
+    let net = format!("{}.{}.{}.0/24", a.octets()[0], a.octets()[1], a.octets()[2]);
+    let exprs = [
+        "port 1521".to_string(),
+        format!("host {b} and tcp"),
+        "tcp port 5432 or tcp port 6379".to_string(),
+        format!("net {net}"),
+        "not port 22".to_string(),
+        "udp".to_string(),
+        "tcp[tcpflags] & tcp-syn != 0".to_string(),
+        format!("src host {c}"),
+        format!("dst {b} and (udp or tcp[tcpflags] & tcp-fin != 0)"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    // Servers: PostgreSQL's and Redis's ports echo on b; c has nothing listening (SYN, RST).
+    let _srv: Vec<Proc> = ["5432", "6379"]
+        .iter()
+        .map(|p| {
+            lan.spawn(
+                1,
+                "socat echo",
+                "socat",
+                &[&format!("TCP-LISTEN:{p},reuseaddr,fork"), "EXEC:cat"],
+            )
+        })
+        .collect();
+    let all = dir.path().join("all.pcap");
+    let mut td = lan.spawn(
+        0,
+        "tcpdump",
+        "tcpdump",
+        &["--immediate-mode", "-n", "-i", "eth0", "-w", all.to_str().unwrap()],
+    );
+    td.wait_line("listening on", LONG).unwrap();
+    let mut rts = Vec::new();
+    for e in &exprs {
+        let mut cmd = lan.command(0, &bin(), &["capture", "stats", "--live", "eth0", "--buffer", "1M"]);
+        cmd.args(["--json", "--filter", e]);
+        let mut p = Proc::spawn("roundtrip live", cmd);
+        p.wait_line("capturing on", LONG).unwrap();
+        rts.push(p);
+    }
+    // Traffic from a: data to b's two ports, SYNs to c's 22 and 1521 (refused), UDP to b and c.
+    for (dst, port) in [(b, 5432), (b, 6379), (c, 22), (c, 1521), (b, 22)] {
+        let _ = lan.run(
+            0,
+            "socat client",
+            "socat",
+            &[
+                "-T1",
+                "-",
+                &format!("TCP:{dst}:{port},connect-timeout=2"),
+            ],
+            Duration::from_secs(30),
+        );
+    }
+    for dst in [b, c] {
+        let _ = lan.run(
+            0,
+            "socat udp",
+            "sh",
+            &["-c", &format!("echo hello | socat -u - UDP:{dst}:53")],
+            Duration::from_secs(30),
+        );
+    }
+    let _ = lan.run(
+        0,
+        "socat data",
+        "sh",
+        &["-c", &format!("seq 1 2000 | socat -T2 - TCP:{b}:5432")],
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let docs: Vec<Value> = rts.into_iter().map(stop_json).collect();
+    td.signal(libc::SIGINT);
+    let tdf = td.finish(LONG);
+    assert!(tdf.ok(), "{}", tdf.output);
+    for (e, v) in exprs.iter().zip(docs) {
+        let out = Command::new("tcpdump")
+            .args(["-n", "-r", all.to_str().unwrap(), e])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{e}: {}", String::from_utf8_lossy(&out.stderr));
+        let want = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
+        assert!(want > 0, "{e}: tcpdump kept nothing");
+        assert_eq!(v["total"]["packets"].as_u64().unwrap(), want, "{e}: {v}");
+        assert_eq!(v["capture"]["filter"], e.as_str());
+    }
+    lan.kill_all();
+}
