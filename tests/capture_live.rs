@@ -614,7 +614,15 @@ fn live_filter_keeps_what_tcpdump_keeps() {
     let lan = common::netns::Lan::new(3);
     for ns in &lan.ns {
         let _ = Command::new("ip")
-            .args(["netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-q",
+                "-w",
+                "net.ipv6.conf.all.disable_ipv6=1",
+            ])
             .output();
     }
     // No packet the test did not send: no IPv6 (router solicitations, DAD) and no ARP (permanent neighbours),
@@ -623,7 +631,10 @@ fn live_filter_keeps_what_tcpdump_keeps() {
         .ns
         .iter()
         .map(|ns| {
-            let o = Command::new("ip").args(["-n", ns, "-o", "link", "show", "eth0"]).output().unwrap();
+            let o = Command::new("ip")
+                .args(["-n", ns, "-o", "link", "show", "eth0"])
+                .output()
+                .unwrap();
             let t = String::from_utf8_lossy(&o.stdout).to_string();
             let i = t.find("link/ether ").expect("a MAC") + "link/ether ".len();
             t[i..i + 17].to_string()
@@ -634,7 +645,19 @@ fn live_filter_keeps_what_tcpdump_keeps() {
             if i != j {
                 let ip = lan.addrs[j].to_string();
                 let st = Command::new("ip")
-                    .args(["-n", ns, "neigh", "replace", &ip, "lladdr", mac, "dev", "eth0", "nud", "permanent"])
+                    .args([
+                        "-n",
+                        ns,
+                        "neigh",
+                        "replace",
+                        &ip,
+                        "lladdr",
+                        mac,
+                        "dev",
+                        "eth0",
+                        "nud",
+                        "permanent",
+                    ])
                     .status()
                     .unwrap();
                 assert!(st.success());
@@ -672,12 +695,23 @@ fn live_filter_keeps_what_tcpdump_keeps() {
         0,
         "tcpdump",
         "tcpdump",
-        &["--immediate-mode", "-n", "-i", "eth0", "-w", all.to_str().unwrap()],
+        &[
+            "--immediate-mode",
+            "-n",
+            "-i",
+            "eth0",
+            "-w",
+            all.to_str().unwrap(),
+        ],
     );
     td.wait_line("listening on", LONG).unwrap();
     let mut rts = Vec::new();
     for e in &exprs {
-        let mut cmd = lan.command(0, &bin(), &["capture", "stats", "--live", "eth0", "--buffer", "1M"]);
+        let mut cmd = lan.command(
+            0,
+            &bin(),
+            &["capture", "stats", "--live", "eth0", "--buffer", "1M"],
+        );
         cmd.args(["--json", "--filter", e]);
         let mut p = Proc::spawn("roundtrip live", cmd);
         p.wait_line("capturing on", LONG).unwrap();
@@ -689,11 +723,7 @@ fn live_filter_keeps_what_tcpdump_keeps() {
             0,
             "socat client",
             "socat",
-            &[
-                "-T1",
-                "-",
-                &format!("TCP:{dst}:{port},connect-timeout=2"),
-            ],
+            &["-T1", "-", &format!("TCP:{dst}:{port},connect-timeout=2")],
             Duration::from_secs(30),
         );
     }
@@ -723,11 +753,46 @@ fn live_filter_keeps_what_tcpdump_keeps() {
             .args(["-n", "-r", all.to_str().unwrap(), e])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{e}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let want = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
         assert!(want > 0, "{e}: tcpdump kept nothing");
         assert_eq!(v["total"]["packets"].as_u64().unwrap(), want, "{e}: {v}");
         assert_eq!(v["capture"]["filter"], e.as_str());
     }
     lan.kill_all();
+}
+
+#[test]
+fn flows_and_timeline_print_as_connections_end_and_packets_come() {
+    if !ready() {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(120), "flows/timeline lines");
+    let (port, h) = sink();
+    let p = port.to_string();
+    let flows = live(&["capture", "flows", "--live", "lo", "tcp", "port", &p]);
+    let mut tl = live(&["capture", "timeline", "--live", "lo", "tcp", "port", &p]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"hello").unwrap();
+    drop(s);
+    h.join().unwrap();
+    // The timeline prints the handshake as it comes, before the run ends.
+    tl.wait_line(" S ", LONG).unwrap();
+    tl.wait_line("following 127.0.0.1:", LONG).unwrap();
+    // A closed connection ends after the 5 s linger (capture time, so later packets move it on): send one more.
+    std::thread::sleep(Duration::from_millis(5500));
+    let _ = TcpStream::connect(("127.0.0.1", port));
+    flows.signal(libc::SIGINT);
+    let f = flows.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    assert!(f.stdout.contains(" end #1 127.0.0.1:"), "{}", f.output);
+    assert!(f.stdout.contains("5 bytes c>s"), "{}", f.output);
+    tl.signal(libc::SIGINT);
+    let t = tl.finish(LONG);
+    assert!(t.ok(), "{}", t.output);
+    assert!(t.stdout.contains("diagnosis:"), "{}", t.output);
 }

@@ -603,6 +603,16 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         out(rpc_text(&r))?;
     }
     tls_note(&r, a.keylog.as_deref());
+    if let Some(l) = &r.capture.source
+        && l.packets_cut > 0
+        && r.counts.gap_bytes > 0
+    {
+        note(format!(
+            "note: --snaplen {} cut {} packets; {} payload bytes were missing to the parsers (requests whose \
+             headers were cut cannot be named or paired): raise --snaplen",
+            l.snaplen, l.packets_cut, r.counts.gap_bytes
+        ));
+    }
     let exit = warn_exit(&r.capture);
     if super::capture_live::failed(&r.capture) {
         if let Some(w) = r

@@ -323,6 +323,7 @@ pub struct LiveCapture {
     last_tick: Instant,
     delivered: u64,
     config: LiveConfig,
+    drain_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for LiveCapture {
@@ -441,6 +442,7 @@ impl LiveCapture {
             last_tick: now,
             delivered: 0,
             config,
+            drain_until: None,
         })
     }
 
@@ -480,22 +482,35 @@ impl LiveCapture {
         }
     }
 
+    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring for two block timeouts
+    /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet), so the packets that
+    /// arrived before the stop are analysed; `--count` stops at once.
     fn stopping(&mut self) -> bool {
         if self.info.stop_reason.is_some() {
             return true;
         }
-        if self.stop.load(Ordering::Relaxed) {
-            self.end(StopReason::Interrupted);
-        } else if self.config.count.is_some_and(|c| self.delivered >= c) {
+        let why = if self.config.count.is_some_and(|c| self.delivered >= c) {
             self.end(StopReason::Count);
+            return true;
+        } else if self.stop.load(Ordering::Relaxed) {
+            StopReason::Interrupted
         } else if self
             .config
             .duration
             .is_some_and(|d| self.started.elapsed() >= d)
         {
-            self.end(StopReason::Duration);
+            StopReason::Duration
+        } else {
+            return false;
+        };
+        let until = *self.drain_until.get_or_insert_with(|| {
+            Instant::now() + Duration::from_millis(2 * u64::from(BLOCK_TIMEOUT_MS))
+        });
+        if Instant::now() >= until {
+            self.end(why);
+            return true;
         }
-        self.info.stop_reason.is_some()
+        false
     }
 
     /// The next packet, a tick (when `ticks`; at least every [`TICK`] while packets flow or not), or the end.
@@ -550,7 +565,11 @@ impl LiveCapture {
                 }
                 continue;
             }
-            let wait = TICK.as_millis() as i32;
+            let wait = if self.drain_until.is_some() {
+                BLOCK_TIMEOUT_MS as i32
+            } else {
+                TICK.as_millis() as i32
+            };
             match self.sock.poll(wait) {
                 Ok((_, true)) => {
                     let e = self
