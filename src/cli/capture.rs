@@ -622,7 +622,8 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         ]);
         t.row(c);
     }
-    if !a.quiet {
+    // Live, the rows were printed as the packets came.
+    if !a.quiet && !r.capture.is_live() {
         s.push_str(&t.render(0));
     }
     if let Some(g) = &r.seq_graph {

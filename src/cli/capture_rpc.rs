@@ -417,13 +417,13 @@ impl LiveRpc {
         let drops = super::capture_live::drops_now(&self.counters);
         for (start, rows) in closed {
             let at = super::capture_live::clock(start.as_nanos() as i64);
-            let mut line = if rows.is_empty() {
-                format!("{at}  no requests")
+            let line = if rows.is_empty() {
+                format!("{at}  no requests  | kernel drops {drops}")
             } else {
                 rows.iter()
                     .map(|r| {
                         format!(
-                            "{at}  {} {}  count {}  p50 {}  p99 {}  max {}  errors {}",
+                            "{at}  {} {}  count {}  p50 {}  p99 {}  max {}  errors {}  | kernel drops {drops}",
                             r.proto.name(),
                             r.op,
                             r.count,
@@ -436,7 +436,6 @@ impl LiveRpc {
                     .collect::<Vec<_>>()
                     .join("\n")
             };
-            line.push_str(&format!("  | kernel drops {drops}"));
             if let Err(e) = super::capture_live::line(self.json, &line)
                 && e.kind() == std::io::ErrorKind::BrokenPipe
             {
