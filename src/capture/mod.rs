@@ -396,7 +396,7 @@ impl Packets {
     /// The next raw packet, without decoding (live: without ticks).
     #[inline]
     pub fn next_raw(&mut self) -> Option<Packet<'_>> {
-        match raw_step(
+        raw_step(
             &mut self.src,
             &mut self.info,
             &mut self.links,
@@ -404,10 +404,8 @@ impl Packets {
             &mut self.writer,
             &mut self.captured_bytes,
             false,
-        )? {
-            Ok(p) => Some(p),
-            Err(_) => None,
-        }
+        )?
+        .ok()
     }
 
     /// The next packet and its decoding (`None` for packets that are not IP; live: without ticks).

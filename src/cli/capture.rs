@@ -527,7 +527,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         &filter,
         TrackerConfig::default(),
         graph,
-        keep_rows && !(live && !json),
+        keep_rows && (!live || json),
         if live { Some(&mut on_row) } else { None },
     );
     if r.flow.is_some() && a.pictures.wanted() {
