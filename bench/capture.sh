@@ -7,15 +7,25 @@
 # median MB/s (file bytes / wall time) and the peak RSS (/usr/bin/time -v) of each. The capture files are
 # deleted at the end (the disk is shared).
 #
+# The filter: `capture stats --filter EXPR` (roundtrip's classic BPF, interpreted in user space) beside
+# `tcpdump -r FILE -w /dev/null EXPR` (libpcap's optimised BPF) on the same file; EXPR is FILTER (default: an
+# expression every packet runs to its end: two ports no packet has, or the data segments).
+#
 # Needs root (tcpdump), iperf3, tcpdump, tcpstat, tshark, /usr/bin/time. Usage:
 #   bench/capture.sh                 # 500 MB and 2 GB, 5 rounds
 #   ROUNDS=3 SIZE_MB=500 BIG_MB=0 bench/capture.sh
+#   ONLY_FILTER=1 ROUNDS=5 SIZE_MB=300 BIG_MB=0 bench/capture.sh   # just the filter rows
+#   SMALL=1 ONLY_FILTER=1 SIZE_MB=200 BIG_MB=0 bench/capture.sh    # 64-byte UDP datagrams: millions of packets,
+#                                                                  # where the per-packet filter cost shows
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
 SIZE_MB=${SIZE_MB:-500}
 BIG_MB=${BIG_MB:-2048}
 SNAP=${SNAP:-262144}
+FILTER=${FILTER:-tcp port 5432 or tcp port 6379 or greater 1000}
+ONLY_FILTER=${ONLY_FILTER:-0}
+SMALL=${SMALL:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/target/release/roundtrip
 
@@ -40,11 +50,13 @@ record() {
     iperf3 -s -p "$port" -1 >/dev/null 2>&1 &
     local srv=$!
     PIDS+=("$srv")
-    tcpdump -i lo -n -s "$SNAP" -B 262144 -w "$file" "tcp port $port" 2>"$WORK/tcpdump.log" &
+    local what="tcp port $port" small=()
+    if [ "$SMALL" = 1 ]; then what="port $port"; small=(-u -l 64 -b 0); fi
+    tcpdump -i lo -n -s "$SNAP" -B 262144 -w "$file" "$what" 2>"$WORK/tcpdump.log" &
     local td=$!
     PIDS+=("$td")
     sleep 1.5
-    iperf3 -c 127.0.0.1 -p "$port" -t 600 >/dev/null 2>&1 &
+    iperf3 -c 127.0.0.1 -p "$port" -t 600 "${small[@]}" >/dev/null 2>&1 &
     local cli=$!
     PIDS+=("$cli")
     local deadline=$((SECONDS + 300))
@@ -94,7 +106,14 @@ run_size() {
     bytes=$(stat -c %s "$file")
     packets=$("$BIN" capture stats --json "$file" | awk -F: '/"packets_read"/ {gsub(/[ ,]/, "", $2); print $2; exit}')
     echo "capture: $((bytes / 1000000)) MB, $packets packets, snap $SNAP ($(tail -3 "$WORK/tcpdump.log" | tr '\n' ' '))"
+    local kept
+    kept=$("$BIN" capture stats --json "$file" --filter "$FILTER" | awk -F: '/"packets_matched"/ {gsub(/[ ,]/, "", $2); print $2; exit}')
+    echo "filter '$FILTER': $kept of $packets packets pass"
     for _ in $(seq "$ROUNDS"); do
+        measure "roundtrip-stats-filter" "$BIN" capture stats "$file" --filter "$FILTER"
+        measure "tcpdump-r-filter-w-null" tcpdump -r "$file" -w /dev/null "$FILTER"
+        measure "tcpdump-r-w-null" tcpdump -r "$file" -w /dev/null
+        [ "$ONLY_FILTER" = 1 ] && continue
         measure "roundtrip-capture-stats" "$BIN" capture stats "$file"
         measure "roundtrip-capture-flows" "$BIN" capture flows "$file"
         if [ "$with_peers" = 1 ]; then
@@ -103,6 +122,13 @@ run_size() {
             measure "tshark-conv-tcp" tshark -n -r "$file" -q -z conv,tcp
         fi
     done
+    report "roundtrip-stats-filter" "$bytes"
+    report "tcpdump-r-filter-w-null" "$bytes"
+    report "tcpdump-r-w-null" "$bytes"
+    if [ "$ONLY_FILTER" = 1 ]; then
+        rm -f "$file"
+        return
+    fi
     report "roundtrip-capture-stats" "$bytes"
     report "roundtrip-capture-flows" "$bytes"
     if [ "$with_peers" = 1 ]; then

@@ -59,6 +59,60 @@ enum CaptureCommand {
     /// connection turns, think/server/round-trip/transfer breakdown, chattiness and seconds per added ms.
     #[command(after_help = super::capture_whatif::WHATIF_HELP)]
     Whatif(super::capture_whatif::WhatifArgs),
+    /// Compile a filter expression and print the classic BPF program (as `tcpdump -d`), for a link type or for
+    /// the cooked socket of the `any` device.
+    Bpf(BpfArgs),
+}
+
+/// Arguments of `roundtrip capture bpf`.
+#[derive(Debug, Args)]
+struct BpfArgs {
+    /// Compile for: ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop (a file's or a SOCK_RAW
+    /// socket's link type), a LINKTYPE number, or any (AF_PACKET SOCK_DGRAM: the ethertype is ancillary data).
+    #[arg(long, default_value = "ethernet", value_name = "TYPE")]
+    link: String,
+    /// Add the check that drops packets this host sends (as on `lo`, so each packet is seen once).
+    #[arg(long)]
+    drop_outgoing: bool,
+    /// The value an accepted packet returns (bytes kept).
+    #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..))]
+    snaplen: u32,
+    /// The expression, as words (as tcpdump takes it).
+    #[arg(value_name = "EXPRESSION", required = true, allow_hyphen_values = true)]
+    words: Vec<String>,
+}
+
+fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
+    use roundtrip::capture::bpf::{Expr, Options, Target};
+    use roundtrip::capture::read::LinkType;
+    let target = match a.link.as_str() {
+        "any" | "cooked" => Target::Cooked,
+        "ethernet" | "en10mb" => Target::Link(LinkType::ETHERNET),
+        "linux-sll" | "sll" => Target::Link(LinkType::LINUX_SLL),
+        "linux-sll2" | "sll2" => Target::Link(LinkType::LINUX_SLL2),
+        "raw" => Target::Link(LinkType::RAW),
+        "ipv4" => Target::Link(LinkType::IPV4),
+        "ipv6" => Target::Link(LinkType::IPV6),
+        "null" => Target::Link(LinkType::NULL),
+        "loop" => Target::Link(LinkType::LOOP),
+        n => match n.parse::<u16>() {
+            Ok(v) => Target::Link(LinkType(v)),
+            Err(_) => refuse(format!(
+                "--link '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
+            )),
+        },
+    };
+    let text = a.words.join(" ");
+    let expr = Expr::parse(&text).unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+    let opts = Options {
+        drop_outgoing: a.drop_outgoing,
+        snaplen: a.snaplen,
+    };
+    let p = expr
+        .compile(target, &opts)
+        .unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+    out(p.dump())?;
+    Ok(Exit::Ok)
 }
 
 /// `--filter EXPR` or the expression as trailing words (tcpdump's way).
@@ -250,6 +304,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
         CaptureCommand::Rpc(r) => super::capture_rpc::run_rpc(r),
         CaptureCommand::Match(m) => super::capture_rpc::run_match(m),
         CaptureCommand::Whatif(w) => super::capture_whatif::run(w),
+        CaptureCommand::Bpf(b) => bpf_dump(b),
     }
 }
 
@@ -295,13 +350,17 @@ fn heading(info: &CaptureInfo) -> String {
         return live_cli::heading(info, l);
     }
     format!(
-        "{}: {}{}, {} ({}), {} packets",
+        "{}: {}{}, {} ({}), {} packets{}",
         info.file,
         info.format,
         if info.gzip { " (gzip)" } else { "" },
         info.link_types.join("+"),
         fmt_bytes(info.file_bytes),
-        info.packets_read
+        info.packets_read,
+        match (&info.filter, info.packets_filtered_out) {
+            (Some(f), Some(n)) => format!(" ({n} left out by filter '{f}')"),
+            _ => String::new(),
+        }
     )
 }
 

@@ -109,6 +109,9 @@ pub const ASSUMPTIONS: [&str; 5] = [
 #[derive(Serialize)]
 struct WhatifDoc<'a> {
     file: String,
+    /// The `--filter` expression, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<&'a str>,
     capture_duration_s: f64,
     slow_start_after_idle: bool,
     path: PathKind,
@@ -230,6 +233,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             "capture_whatif",
             WhatifDoc {
                 file: a.file.display().to_string(),
+                filter: opts.filter.expr_text(),
                 capture_duration_s: prof.duration.as_secs_f64(),
                 slow_start_after_idle: ssai,
                 path: a.path,

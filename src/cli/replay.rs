@@ -68,6 +68,7 @@ pub struct ReplayArgs {
 pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     // Everything that can be checked without the network first: the filter, the key, the target, the capture.
     let expr = a.expr.expr();
+    let filter_text = expr.as_ref().map(|e| e.text().to_string());
     let psk = super::server::client_psk(a.psk_file.as_deref())?;
     let target = Target::parse(&a.to, DEFAULT_PORT)?;
     let filter = Filter {
@@ -157,7 +158,10 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(json::envelope_bytes(
             "replay",
-            doc(&a.file, &r, rtt, predicted),
+            Doc {
+                filter: filter_text,
+                ..doc(&a.file, &r, rtt, predicted)
+            },
         ))?;
     } else {
         out(text(&a.file, &r, rtt, predicted))?;
@@ -172,6 +176,9 @@ fn secs(d: Duration) -> f64 {
 #[derive(Serialize)]
 struct Doc {
     file: String,
+    /// The `--filter` expression, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<String>,
     to: String,
     path_rtt_seconds: Option<f64>,
     captured_seconds: f64,
@@ -208,6 +215,7 @@ fn doc(
 ) -> Doc {
     Doc {
         file: file.display().to_string(),
+        filter: None,
         to: r.to.to_string(),
         path_rtt_seconds: rtt.map(secs),
         captured_seconds: secs(r.captured_duration),

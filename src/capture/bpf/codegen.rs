@@ -7,6 +7,7 @@ use super::vm::{
     Insn, PACKET_OUTGOING, Program, SKF_AD_OFF, SKF_AD_PKTTYPE, SKF_AD_PROTOCOL, op::*,
 };
 use super::{CompileError, Options, Target};
+use crate::capture::read::LinkType;
 
 const ETH_IP: u32 = 0x0800;
 const ETH_IP6: u32 = 0x86dd;
@@ -85,6 +86,8 @@ struct Gen {
     nh: u32,
     /// Scratch words in use.
     scratch: u32,
+    /// Offset of the Ethernet type field (12, plus 4 for every `vlan` met so far).
+    eth_type: u32,
 }
 
 impl Gen {
@@ -104,6 +107,7 @@ impl Gen {
             target,
             nh,
             scratch: 0,
+            eth_type: 12,
         })
     }
 
@@ -120,7 +124,7 @@ impl Gen {
             Target::Link(l) => l,
         };
         match l.0 {
-            1 => cmp(H, 12, None, et),
+            1 => cmp(H, self.eth_type, None, et),
             113 => cmp(H, 14, None, et),
             276 => cmp(H, 0, None, et),
             101 | 12 | 14 => match et {
@@ -294,33 +298,28 @@ impl Gen {
             }
         };
         let nh = self.nh;
-        let six = |p: u32| {
-            and(
-                cmp(B, nh + 6, None, p),
-                Self::dir(
-                    d,
-                    test(vec![Insn::stmt(LD | H | ABS, nh + 40)]),
-                    test(vec![Insn::stmt(LD | H | ABS, nh + 42)]),
-                ),
-            )
-        };
+        // The ports sit at the same place for TCP, UDP and SCTP: one test of the protocol (any of them), then
+        // the ports once (libpcap's optimiser reaches the same shape).
+        let six = and(
+            any(ps.iter().map(|&p| cmp(B, nh + 6, None, p)).collect()),
+            Self::dir(
+                d,
+                test(vec![Insn::stmt(LD | H | ABS, nh + 40)]),
+                test(vec![Insn::stmt(LD | H | ABS, nh + 42)]),
+            ),
+        );
         let ind = |o: u32| {
             vec![
                 Insn::stmt(LDX | B | MSH, nh),
                 Insn::stmt(LD | H | IND, nh + o),
             ]
         };
-        let four = |p: u32| {
-            all(vec![
-                self.ip4_proto(p),
-                self.first_frag(),
-                Self::dir(d, test(ind(0)), test(ind(2))),
-            ])
-        };
-        or(
-            and(self.ip6(), any(ps.iter().map(|&p| six(p)).collect())),
-            and(self.ip(), any(ps.iter().map(|&p| four(p)).collect())),
-        )
+        let four = all(vec![
+            any(ps.iter().map(|&p| self.ip4_proto(p)).collect()),
+            self.first_frag(),
+            Self::dir(d, test(ind(0)), test(ind(2))),
+        ]);
+        or(and(self.ip6(), six), and(self.ip(), four))
     }
 
     fn node(&mut self, n: &Node) -> Result<B, CompileError> {
@@ -342,6 +341,25 @@ impl Gen {
             Node::Net(p, d, a) => self.net(*p, *d, *a),
             Node::Port(p, d, lo, hi) => self.port(*p, *d, *lo, *hi),
             Node::Rel(op, a, b) => self.relation(*op, a, b)?,
+            Node::Vlan(id) => {
+                if self.target != Target::Link(LinkType::ETHERNET) {
+                    return Err(CompileError::Other(
+                        "vlan is matched on Ethernet captures only (a live socket sees frames with the tag removed)".into(),
+                    ));
+                }
+                let tpid = any([0x8100, 0x88a8, 0x9100]
+                    .iter()
+                    .map(|&t| cmp(H, self.eth_type, None, t))
+                    .collect());
+                let b = match id {
+                    Some(id) => and(tpid, cmp(H, self.nh, Some(0xfff), u32::from(*id))),
+                    None => tpid,
+                };
+                // As libpcap: everything after `vlan` in the expression is read past the tag.
+                self.eth_type += 4;
+                self.nh += 4;
+                b
+            }
         })
     }
 
@@ -535,6 +553,8 @@ enum Item {
         t: usize,
         f: usize,
     },
+    /// `ja` to a label: a trampoline for a conditional jump whose target is more than 255 instructions away.
+    Ja(usize),
 }
 
 impl Emit {
@@ -545,6 +565,126 @@ impl Emit {
     fn place(&mut self, l: usize) {
         self.labels[l] = Some(self.code.len());
     }
+    /// Removes a load into A when A already holds that load on every path reaching it (the `ldh [12]` each
+    /// protocol test repeats, the `ldb [23]` of each transport): the same bytes give the same value and the
+    /// load already succeeded, so the packets kept do not change, only the instructions run.
+    fn drop_redundant_loads(&mut self) {
+        /// What A and X hold: the load that set them, when the same on every path.
+        type Regs = (Option<Insn>, Option<Insn>);
+        #[derive(Clone, Copy, PartialEq)]
+        enum St {
+            Unreached,
+            Holds(Regs),
+        }
+        let n = self.code.len();
+        let mut at_entry = vec![St::Unreached; n + 1];
+        at_entry[0] = St::Holds((None, None));
+        let mut remove = vec![false; n];
+        let meet = |slot: &mut St, v: Regs| {
+            *slot = match *slot {
+                St::Unreached => St::Holds(v),
+                St::Holds(w) => St::Holds((
+                    if w.0 == v.0 { v.0 } else { None },
+                    if w.1 == v.1 { v.1 } else { None },
+                )),
+            }
+        };
+        for i in 0..n {
+            let St::Holds((a, x)) = at_entry[i] else {
+                continue;
+            };
+            let pos = |l: usize| self.labels[l].unwrap_or(n).min(n);
+            match self.code[i] {
+                Item::Insn(ins) => {
+                    let cls = ins.code & 0x07;
+                    let mode = ins.code & 0xe0;
+                    let mut after = (a, x);
+                    if cls == LD && (mode == ABS || mode == LEN) {
+                        remove[i] = a == Some(ins);
+                        after.0 = Some(ins);
+                    } else if cls == LD || cls == ALU || ins.code == MISC | TXA {
+                        after.0 = None;
+                    }
+                    if ins.code == LDX | B | MSH || ins.code == LDX | W | IMM {
+                        remove[i] = x == Some(ins);
+                        after.1 = Some(ins);
+                    } else if cls == LDX || ins.code == MISC | TAX {
+                        after.1 = None;
+                    }
+                    if cls != RET {
+                        meet(&mut at_entry[i + 1], after);
+                    }
+                }
+                Item::Jump { t, f, .. } => {
+                    meet(&mut at_entry[pos(t)], (a, x));
+                    meet(&mut at_entry[pos(f)], (a, x));
+                }
+                Item::Ja(l) => meet(&mut at_entry[pos(l)], (a, x)),
+            }
+        }
+        if !remove.contains(&true) {
+            return;
+        }
+        // Removed before each index, to move the labels.
+        let mut before = vec![0usize; n + 1];
+        for i in 0..n {
+            before[i + 1] = before[i] + usize::from(remove[i]);
+        }
+        for l in self.labels.iter_mut().flatten() {
+            *l -= before[(*l).min(n)];
+        }
+        let mut i = 0;
+        self.code.retain(|_| {
+            i += 1;
+            !remove[i - 1]
+        });
+    }
+
+    /// Gives every conditional jump whose target is more than 255 instructions away an unconditional `ja`
+    /// right after it (classic BPF's conditional offsets are 8 bits; `ja` takes 32).
+    fn long_jumps(&mut self) {
+        loop {
+            let pos = |l: usize, labels: &[Option<usize>]| labels[l].unwrap_or(usize::MAX);
+            let far = self.code.iter().enumerate().find_map(|(i, it)| match *it {
+                Item::Jump { t, f, .. } => {
+                    let (ft, ff) = (
+                        pos(t, &self.labels).saturating_sub(i + 1) > 255,
+                        pos(f, &self.labels).saturating_sub(i + 1) > 255,
+                    );
+                    (ft || ff).then_some((i, ft, ff))
+                }
+                _ => None,
+            });
+            let Some((i, ft, ff)) = far else { return };
+            let mut at = i + 1;
+            for (is_far, which) in [(ft, true), (ff, false)] {
+                if !is_far {
+                    continue;
+                }
+                let Item::Jump { t, f, .. } = self.code[i] else {
+                    return;
+                };
+                let to = if which { t } else { f };
+                for l in self.labels.iter_mut().flatten() {
+                    if *l >= at {
+                        *l += 1;
+                    }
+                }
+                self.code.insert(at, Item::Ja(to));
+                let tramp = self.label();
+                self.labels[tramp] = Some(at);
+                if let Item::Jump { t, f, .. } = &mut self.code[i] {
+                    if which {
+                        *t = tramp;
+                    } else {
+                        *f = tramp;
+                    }
+                }
+                at += 1;
+            }
+        }
+    }
+
     fn cond(&mut self, b: &B, t: usize, f: usize) {
         match b {
             B::Const(v) => {
@@ -616,20 +756,25 @@ pub(super) fn compile(
             e.code.push(Item::Insn(Insn::stmt(RET | K, accept)));
             e.place(f);
             e.code.push(Item::Insn(Insn::stmt(RET | K, 0)));
+            e.drop_redundant_loads();
+            e.long_jumps();
             let mut out = Vec::with_capacity(e.code.len());
             for (i, it) in e.code.iter().enumerate() {
+                let off =
+                    |l: usize| -> usize { e.labels[l].unwrap_or(usize::MAX).saturating_sub(i + 1) };
                 out.push(match *it {
                     Item::Insn(x) => x,
-                    Item::Jump { code, k, t, f } => {
-                        let off = |l: usize| -> Result<u8, CompileError> {
-                            let pos = e.labels[l].unwrap_or(usize::MAX);
-                            pos.checked_sub(i + 1)
-                                .and_then(|d| u8::try_from(d).ok())
-                                .ok_or(CompileError::TooLong(e.code.len()))
-                        };
-                        Insn::jump(code, k, off(t)?, off(f)?)
-                    }
+                    Item::Ja(l) => Insn::stmt(JMP | JA, u32::try_from(off(l)).unwrap_or(u32::MAX)),
+                    Item::Jump { code, k, t, f } => Insn::jump(
+                        code,
+                        k,
+                        u8::try_from(off(t)).map_err(|_| CompileError::TooLong(e.code.len()))?,
+                        u8::try_from(off(f)).map_err(|_| CompileError::TooLong(e.code.len()))?,
+                    ),
                 });
+            }
+            if out.len() > super::vm::MAX_INSNS {
+                return Err(CompileError::TooLong(out.len()));
             }
             out
         }

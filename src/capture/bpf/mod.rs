@@ -23,6 +23,9 @@
 //! - `and`/`&&`, `or`/`||`, `not`/`!`, parentheses. As in libpcap, `and` and `or` have the same precedence and
 //!   group left to right; a bare value takes the previous primitive's qualifiers: `port 80 or 443`,
 //!   `host 10.0.0.1 and not 10.0.0.2`, `host (10.0.0.1 or 10.0.0.2)`.
+//! - `vlan [ID]` on Ethernet captures: an 802.1Q/802.1ad/0x9100 tag (with that VLAN ID); as in libpcap, every
+//!   primitive AFTER it in the expression reads 4 bytes further (`vlan 100 and port 80`; `port 80 and vlan`
+//!   looks for the port in the untagged position). Not on the cooked socket: the kernel removes tags there.
 //! - An empty expression accepts every packet.
 //!
 //! Semantics follow libpcap: ports match only the first fragment of an IPv4 packet; IPv6 ports and `ip6 host`
@@ -30,8 +33,7 @@
 //! look through one fragment header; `tcp[...]` loads are IPv4 only.
 //!
 //! Refused, with one line naming the part and what to write instead: host names and service names (not
-//! resolved: write the address or the number), `gateway`, `ether host`, `broadcast`, `multicast`, `vlan`,
-//! `mpls`, `inbound`/`outbound`, `protochain` and the other link-layer protocols.
+//! resolved: write the address or the number), `gateway`, `ether host`, `broadcast`, `multicast`, `mpls`, `inbound`/`outbound`, `protochain` and the other link-layer protocols.
 //!
 //! # Targets
 //! [`Target::Link`] for files and `SOCK_RAW` sockets: Ethernet (1), Linux SLL (113), SLL2 (276), raw IP

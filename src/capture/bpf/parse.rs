@@ -177,6 +177,9 @@ pub enum Node {
     Port(PortProto, Dir, u16, u16),
     /// `a relop b` (also `less`, `greater`).
     Rel(RelOp, Arith, Arith),
+    /// `vlan [ID]`: an 802.1Q/802.1ad tag (with that VLAN ID); what follows in the expression looks 4 bytes
+    /// further, past the tag (libpcap's rule).
+    Vlan(Option<u16>),
 }
 
 /// A parse failure: one line naming the part and what to write instead.
@@ -328,8 +331,8 @@ fn unsupported(w: &str) -> Option<String> {
         "broadcast" | "multicast" => {
             "write dst host 255.255.255.255, dst net 224.0.0.0/4 or dst net ff00::/8"
         }
-        "vlan" | "mpls" | "pppoes" | "geneve" | "vxlan" => {
-            "encapsulations are not decoded; on a file, write ether[12:2] = 0x8100 to select 802.1Q frames"
+        "mpls" | "pppoes" | "pppoed" | "geneve" | "vxlan" => {
+            "encapsulations are not decoded (vlan is); write ether[OFFSET] comparisons on a file"
         }
         "inbound" | "outbound" | "ifname" | "on" | "rnr" | "rulenum" | "reason" | "rset"
         | "srnr" | "subrulenum" | "action" => {
@@ -415,7 +418,17 @@ fn is_keyword(w: &str) -> bool {
         || kind(w).is_some()
         || matches!(
             w,
-            "src" | "dst" | "and" | "or" | "not" | "less" | "greater" | "len" | "proto" | "mask"
+            "src"
+                | "dst"
+                | "and"
+                | "or"
+                | "not"
+                | "less"
+                | "greater"
+                | "len"
+                | "proto"
+                | "mask"
+                | "vlan"
         )
         || unsupported(w).is_some()
 }
@@ -543,16 +556,17 @@ impl Parser {
         if self.sym("(") {
             let save = (self.pos, self.last);
             self.pos += 1;
-            if let Ok(e) = self.expr()
-                && self.eat_sym(")")
-                && !self.at_relop()
-                && !self.at_arith_op()
-            {
-                self.last = save.1;
-                return Ok(e);
-            }
+            let first = match self.expr() {
+                Ok(e) if self.eat_sym(")") && !self.at_relop() && !self.at_arith_op() => {
+                    self.last = save.1;
+                    return Ok(e);
+                }
+                Ok(_) => ParseError(format!("expected ')' at {}", desc(self.peek()))),
+                Err(e) => e,
+            };
             (self.pos, self.last) = save;
-            return self.relation();
+            // Not a parenthesised expression: an arithmetic comparison such as `(tcp[13] & 2) != 0`.
+            return self.relation().map_err(|_| first);
         }
         let Some(w) = self.word().map(str::to_string) else {
             if self.sym("-") {
@@ -570,6 +584,19 @@ impl Parser {
                 return err(msg);
             }
             return self.relation();
+        }
+        if w == "vlan" {
+            self.pos += 1;
+            let id = match self.word().and_then(number) {
+                Some(n) if n < 4096 => {
+                    self.pos += 1;
+                    Some(n as u16)
+                }
+                Some(n) => return err(format!("vlan {n}: a VLAN ID is 0-4095")),
+                None => None,
+            };
+            self.last = None;
+            return Ok(Node::Vlan(id));
         }
         if w == "less" || w == "greater" {
             self.pos += 1;
