@@ -796,3 +796,72 @@ fn flows_and_timeline_print_as_connections_end_and_packets_come() {
     assert!(t.ok(), "{}", t.output);
     assert!(t.stdout.contains("diagnosis:"), "{}", t.output);
 }
+
+/// `any`: each loopback packet once (the outgoing copy dropped in the kernel by `lo`'s index), as tcpdump
+/// `-i any` counts them, and the requests of the file tcpdump wrote.
+#[test]
+fn any_counts_as_tcpdump_any() {
+    if !ready() || !common::have("redis-benchmark") || !common::service_up(6379, "redis") {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(300), "any");
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, port) = relay(6379);
+    let p = port.to_string();
+    let dump = dir.path().join("any.pcap");
+    let mut c = Command::new("tcpdump");
+    c.args([
+        "--time-stamp-precision=nano",
+        "--immediate-mode",
+        "-B",
+        "65536",
+        "-n",
+        "-i",
+        "any",
+        "-w",
+    ])
+    .arg(&dump)
+    .args(["tcp", "port", &p]);
+    let mut td = Proc::spawn("tcpdump", c);
+    td.wait_line("listening on", LONG).unwrap();
+    let rt = live(&[
+        "capture", "rpc", "--live", "any", "--json", "--proto", "redis", "tcp", "port", &p,
+    ]);
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-n",
+            "1000",
+            "-c",
+            "2",
+            "-t",
+            "get",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = stop_json(rt);
+    td.signal(libc::SIGINT);
+    assert!(td.finish(LONG).ok());
+    let f = run_json(&[
+        "capture",
+        "rpc",
+        dump.to_str().unwrap(),
+        "--json",
+        "--proto",
+        "redis",
+    ]);
+    assert_eq!(v["capture"]["link_types"][0], "linux-sll2");
+    assert_eq!(
+        v["capture"]["packets_read"], f["capture"]["packets_read"],
+        "{v}\n{f}"
+    );
+    assert_eq!(v["report"]["transactions"], f["report"]["transactions"]);
+    assert!(v["report"]["transactions"].as_u64().unwrap() >= 1000);
+    assert_eq!(v["counts"]["retransmitted_segments"], 0);
+}
