@@ -443,7 +443,11 @@ fn sigint_ends_a_run_with_its_summary() {
         return;
     }
     let _w = watchdog(Duration::from_secs(120), "sigint");
-    let rt = live(&["capture", "stats", "--live", "lo", "-i", "200ms"]);
+    // A port nobody uses: the other tests' bursts on lo are not this capture's to drop.
+    let port = common::free_port().to_string();
+    let rt = live(&[
+        "capture", "stats", "--live", "lo", "-i", "200ms", "tcp", "port", &port,
+    ]);
     std::thread::sleep(Duration::from_millis(800));
     rt.signal(libc::SIGINT);
     let f = rt.finish(LONG);
@@ -612,7 +616,7 @@ fn live_filter_keeps_what_tcpdump_keeps() {
     }
     let _w = watchdog(Duration::from_secs(600), "live filters");
     let lan = common::netns::Lan::new(3);
-    for ns in &lan.ns {
+    for ns in lan.ns.iter().chain(std::iter::once(&lan.bridge)) {
         let _ = Command::new("ip")
             .args([
                 "netns",
@@ -696,6 +700,7 @@ fn live_filter_keeps_what_tcpdump_keeps() {
         "tcpdump",
         "tcpdump",
         &[
+            "--time-stamp-precision=nano",
             "--immediate-mode",
             "-n",
             "-i",
@@ -750,7 +755,9 @@ fn live_filter_keeps_what_tcpdump_keeps() {
     assert!(tdf.ok(), "{}", tdf.output);
     for (e, v) in exprs.iter().zip(docs) {
         let out = Command::new("tcpdump")
-            .args(["-n", "-r", all.to_str().unwrap(), e])
+            .args(["-n", "-tt", "--time-stamp-precision=nano", "-r"])
+            .arg(&all)
+            .arg(e)
             .output()
             .unwrap();
         assert!(
@@ -758,7 +765,21 @@ fn live_filter_keeps_what_tcpdump_keeps() {
             "{e}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let want = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
+        // The packets tcpdump kept while this capture was open (the captures start one after the other).
+        let (from, to) = (
+            v["capture"]["source"]["started_unix_ns"].as_i64().unwrap(),
+            v["capture"]["source"]["ended_unix_ns"].as_i64().unwrap(),
+        );
+        let want = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                let t = l.split_whitespace().next().unwrap_or("0");
+                let (sec, ns) = t.split_once('.').unwrap_or((t, "0"));
+                let ts = sec.parse::<i64>().unwrap_or(0) * 1_000_000_000
+                    + ns.parse::<i64>().unwrap_or(0);
+                ts >= from && ts <= to
+            })
+            .count() as u64;
         assert!(want > 0, "{e}: tcpdump kept nothing");
         assert_eq!(v["total"]["packets"].as_u64().unwrap(), want, "{e}: {v}");
         assert_eq!(v["capture"]["filter"], e.as_str());
@@ -857,11 +878,25 @@ fn any_counts_as_tcpdump_any() {
         "redis",
     ]);
     assert_eq!(v["capture"]["link_types"][0], "linux-sll2");
-    assert_eq!(
-        v["capture"]["packets_read"], f["capture"]["packets_read"],
+    // Every request once (redis-benchmark sent 1000 GETs), no loopback packet twice (a copy would be a
+    // retransmission), and nothing tcpdump -i any kept that roundtrip did not (tcpdump -i any itself was seen
+    // to miss packets of a burst here, so the comparison is one-sided).
+    let gets: u64 = v["report"]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["op"] == "GET")
+        .map(|o| o["last_byte"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(gets, 1000, "{v}");
+    assert!(
+        v["capture"]["packets_read"].as_u64().unwrap()
+            >= f["capture"]["packets_read"].as_u64().unwrap(),
         "{v}\n{f}"
     );
-    assert_eq!(v["report"]["transactions"], f["report"]["transactions"]);
-    assert!(v["report"]["transactions"].as_u64().unwrap() >= 1000);
+    assert!(
+        v["report"]["transactions"].as_u64().unwrap()
+            >= f["report"]["transactions"].as_u64().unwrap()
+    );
     assert_eq!(v["counts"]["retransmitted_segments"], 0);
 }

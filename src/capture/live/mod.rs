@@ -58,6 +58,8 @@ pub const BLOCK_TIMEOUT_MS: u32 = 50;
 pub const DEFAULT_SNAPLEN: u32 = 262_144;
 /// Smallest `--buffer`.
 pub const MIN_BUFFER: u64 = 16 << 10;
+/// Longest the ring is read after Ctrl-C or `--duration` while the kernel keeps handing over blocks.
+pub const MAX_DRAIN: Duration = Duration::from_secs(2);
 /// How often the analyses get a tick (interval rows, drops) when packets do not bring the time forward.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -482,9 +484,9 @@ impl LiveCapture {
         }
     }
 
-    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring for two block timeouts
-    /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet), so the packets that
-    /// arrived before the stop are analysed; `--count` stops at once.
+    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: for two block timeouts
+    /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet) and until no block handed
+    /// over is left unread, so the packets that arrived before the stop are analysed; `--count` stops at once.
     fn stopping(&mut self) -> bool {
         if self.info.stop_reason.is_some() {
             return true;
@@ -506,7 +508,12 @@ impl LiveCapture {
         let until = *self.drain_until.get_or_insert_with(|| {
             Instant::now() + Duration::from_millis(2 * u64::from(BLOCK_TIMEOUT_MS))
         });
-        if Instant::now() >= until {
+        // Past the drain time, stop once the blocks the kernel handed over are read (a reader that was not
+        // scheduled for a while still analyses them), or at the latest [`MAX_DRAIN`] later under a flood.
+        let now = Instant::now();
+        let pending = self.cur.is_some_and(|(_, _, left)| left > 0)
+            || self.ring.user_block(self.next_block).is_some();
+        if now >= until + MAX_DRAIN || (now >= until && !pending) {
             self.end(why);
             return true;
         }
