@@ -88,6 +88,11 @@ fn shown_commands(path: &Path) -> Vec<Shown> {
                 None => (false, t),
             };
             let cmd = cmd.strip_prefix("sudo ").unwrap_or(cmd);
+            // `ip netns exec NS roundtrip ...`: the command run inside a namespace.
+            let cmd = match cmd.strip_prefix("ip netns exec ") {
+                Some(r) if prompt => r.split_once(' ').map_or(r, |(_, c)| c.trim_start()),
+                _ => cmd,
+            };
             if let Some(rest) = strip_program(cmd) {
                 let mut line = rest.to_string();
                 while line.ends_with('\\') && i + 1 < lines.len() {

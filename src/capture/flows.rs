@@ -108,6 +108,8 @@ pub struct FlowKey {
     lo_port: u16,
     hi_port: u16,
     v6: bool,
+    /// Interface index, when connections are keyed by interface too (live `any`); else 0.
+    ifindex: u32,
 }
 
 #[inline]
@@ -135,6 +137,7 @@ impl FlowKey {
                     lo_port: a.1,
                     hi_port: b.1,
                     v6,
+                    ifindex: 0,
                 },
                 true,
             )
@@ -146,6 +149,7 @@ impl FlowKey {
                     lo_port: b.1,
                     hi_port: a.1,
                     v6,
+                    ifindex: 0,
                 },
                 false,
             )
@@ -164,6 +168,13 @@ pub struct TrackerConfig {
     pub max_pending_segments: usize,
     /// Out-of-order payload bytes held per direction for the stream hook before a gap is declared.
     pub max_reassembly_bytes: usize,
+    /// Key connections by interface too (live capture on `any`: a forwarding host sees one segment on two
+    /// interfaces; those copies are two packets of two connections, not a retransmission). Set it with
+    /// [`FlowTracker::set_interface`] before each packet.
+    pub key_by_interface: bool,
+    /// Connections tracked at once; past it the eighth that has been silent longest is finished early
+    /// (counted in [`TrackerCounters::cap_evictions`]). Unlimited for files; live capture sets it.
+    pub max_open: usize,
 }
 
 impl Default for TrackerConfig {
@@ -173,6 +184,8 @@ impl Default for TrackerConfig {
             closed_linger: Duration::from_secs(5),
             max_pending_segments: 16_384,
             max_reassembly_bytes: 4 << 20,
+            key_by_interface: false,
+            max_open: usize::MAX,
         }
     }
 }
@@ -492,6 +505,13 @@ pub struct TrackerCounters {
     pub max_open_flows: u64,
     /// Connections finished by idle timeout.
     pub idle_evictions: u64,
+    /// Connections finished early because [`TrackerConfig::max_open`] were open (the longest silent first).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cap_evictions: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Tracks TCP connections; feed it decoded packets in capture order.
@@ -505,6 +525,7 @@ pub struct FlowTracker {
     now: i64,
     counters: TrackerCounters,
     keep_finished: bool,
+    interface: u32,
 }
 
 impl FlowTracker {
@@ -519,7 +540,14 @@ impl FlowTracker {
             now: i64::MIN,
             counters: TrackerCounters::default(),
             keep_finished: true,
+            interface: 0,
         }
+    }
+
+    /// The interface of the next packet (used when [`TrackerConfig::key_by_interface`]).
+    #[inline]
+    pub fn set_interface(&mut self, ifindex: u32) {
+        self.interface = ifindex;
     }
 
     /// Stops keeping finished summaries (they still go to a sink's [`StreamSink::finished`]).
@@ -561,7 +589,10 @@ impl FlowTracker {
         }
         let src = SocketAddr::new(d.src, t.src_port);
         let dst = SocketAddr::new(d.dst, t.dst_port);
-        let (key, _) = FlowKey::new(src, dst);
+        let (mut key, _) = FlowKey::new(src, dst);
+        if self.config.key_by_interface {
+            key.ifindex = self.interface;
+        }
         let is_syn = t.flags & (flags::SYN | flags::ACK) == flags::SYN;
         // A new SYN on a finished-looking or different connection starts a new one.
         if is_syn && let Some(f) = self.open.get(&key) {
@@ -575,6 +606,9 @@ impl FlowTracker {
             if reuse && let Some(f) = self.open.remove(&key) {
                 self.finish(f, reborrow(&mut sink));
             }
+        }
+        if self.open.len() >= self.config.max_open && !self.open.contains_key(&key) {
+            self.evict_oldest(reborrow(&mut sink));
         }
         // One hash lookup per packet.
         let open_before = self.open.len() as u64;
@@ -619,6 +653,32 @@ impl FlowTracker {
         };
         let info = flow.update(&cfg, ts_ns, wire_len, dir, &t, d, sink);
         Some(info)
+    }
+
+    /// Finishes the eighth of the open connections that has been silent longest (at least one).
+    fn evict_oldest(&mut self, mut sink: Option<&mut dyn StreamSink>) {
+        let mut by_age: Vec<(i64, u64, FlowKey)> = self
+            .open
+            .iter()
+            .map(|(k, f)| (f.last_ts, f.id, *k))
+            .collect();
+        let n = (by_age.len() / 8).max(1).min(by_age.len());
+        if n == 0 {
+            return;
+        }
+        by_age.select_nth_unstable_by_key(n - 1, |x| (x.0, x.1));
+        for (_, _, k) in by_age.into_iter().take(n) {
+            if let Some(f) = self.open.remove(&k) {
+                self.counters.cap_evictions += 1;
+                self.finish(f, reborrow(&mut sink));
+            }
+        }
+    }
+
+    /// Takes the summaries of the connections finished so far (live: print them as they end, keep memory
+    /// bounded); [`finish_all`](Self::finish_all) returns only the rest.
+    pub fn take_finished(&mut self) -> Vec<FlowSummary> {
+        std::mem::take(&mut self.finished)
     }
 
     fn sweep(&mut self, mut sink: Option<&mut dyn StreamSink>) {

@@ -25,13 +25,16 @@
 pub mod bpf;
 pub mod decode;
 pub mod flows;
+pub mod keep;
+pub mod live;
 pub mod matching;
 pub mod read;
 pub mod rpc;
 pub mod seqgraph;
 pub mod stats;
+pub mod write;
 
-use decode::{Decoded, NotIp, decode};
+use decode::{Decoded, decode};
 use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
 use serde::Serialize;
@@ -193,6 +196,17 @@ pub struct CaptureInfo {
     /// Packets the `--filter` program rejected (in `packets_read`, not in `packets_matched`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packets_filtered_out: Option<u64>,
+    /// A live capture: the interface, snap length, kernel drops and why it stopped (absent for files, which
+    /// `file` .. `warning` describe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<live::LiveInfo>,
+}
+
+impl CaptureInfo {
+    /// True for a live capture.
+    pub fn is_live(&self) -> bool {
+        self.source.is_some()
+    }
 }
 
 /// An error that prevents any analysis.
@@ -203,12 +217,32 @@ pub enum CaptureError {
     Open(#[from] OpenError),
 }
 
-/// Reads packets and decodes them; the building block for every capture analysis.
+/// Where packets come from: a capture file or a live interface.
+#[derive(Debug)]
+enum Source {
+    File(CaptureReader),
+    Live(Box<live::LiveCapture>),
+}
+
+/// One step of [`Packets::next_event`].
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// A packet and its decoding (`None` when not IP, or when decoding was not asked for).
+    Packet(Packet<'a>, Option<Decoded<'a>>),
+    /// Live only: no packet for a while; the wall-clock time (Unix ns), so intervals can close.
+    Tick(i64),
+}
+
+/// The packet source every capture analysis reads: a file ([`Packets::open`]) or a live interface
+/// ([`Packets::live`]); it decodes packets and counts what it saw. One pipeline: the analyses take a `Packets`,
+/// never a path.
 #[derive(Debug)]
 pub struct Packets {
-    reader: CaptureReader,
+    src: Source,
     info: CaptureInfo,
     links: Vec<read::LinkType>,
+    writer: Option<write::PcapWriter>,
+    captured_bytes: u64,
     bpf: Option<FileBpf>,
 }
 
@@ -244,8 +278,84 @@ impl FileBpf {
 }
 
 impl Packets {
+    /// Reads packets from a live capture (see [`live`]) whose kernel filter was compiled from `filter`.
+    pub fn live(cap: live::LiveCapture, filter: Option<&str>) -> Self {
+        Packets {
+            info: CaptureInfo {
+                file: cap.info().interface.clone(),
+                format: "live",
+                source: Some(cap.info().clone()),
+                filter: filter.map(str::to_string),
+                ..CaptureInfo::default()
+            },
+            src: Source::Live(Box::new(cap)),
+            links: Vec::new(),
+            writer: None,
+            captured_bytes: 0,
+            bpf: None,
+        }
+    }
+
+    /// Also writes every packet read to `w` (`--write`).
+    pub fn set_writer(&mut self, w: write::PcapWriter) {
+        self.writer = Some(w);
+    }
+
+    /// The link type of a live capture's packets (files: `None`, each packet carries its own).
+    pub fn link(&self) -> Option<read::LinkType> {
+        match &self.src {
+            Source::Live(l) => Some(l.link()),
+            Source::File(_) => None,
+        }
+    }
+
+    /// True when connections must be keyed by interface too: a live capture on `any`.
+    pub fn keys_by_interface(&self) -> bool {
+        match &self.src {
+            Source::Live(l) => l.info().interface == "any",
+            Source::File(_) => false,
+        }
+    }
+
+    /// True when reading a live interface.
+    pub fn is_live(&self) -> bool {
+        matches!(self.src, Source::Live(_))
+    }
+
+    /// Ends a live capture early (e.g. `--count` counted by an analysis); files ignore it.
+    pub fn stop(&mut self, why: live::StopReason) {
+        if let Source::Live(l) = &mut self.src {
+            l.close(why);
+        }
+    }
+
+    /// The next packet (decoded when `decode`), or on a live interface a [`Next::Tick`] when time went on.
+    #[inline]
+    pub fn next_event(&mut self, decode_it: bool) -> Option<Next<'_>> {
+        let p = match raw_step(
+            &mut self.src,
+            &mut self.info,
+            &mut self.links,
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            true,
+        )? {
+            Ok(p) => p,
+            Err(t) => return Some(Next::Tick(t)),
+        };
+        if !decode_it {
+            return Some(Next::Packet(p, None));
+        }
+        let d = decode_noting(&mut self.info, &p);
+        Some(Next::Packet(p, d))
+    }
     /// Opens a capture file.
     pub fn open(path: &Path) -> Result<Self, CaptureError> {
+        Self::open_file(path)
+    }
+
+    fn open_file(path: &Path) -> Result<Self, CaptureError> {
         let reader = CaptureReader::open(path)?;
         let format = match reader.format() {
             Format::PcapMicro => "pcap",
@@ -259,8 +369,10 @@ impl Packets {
                 gzip: reader.is_gzip(),
                 ..CaptureInfo::default()
             },
-            reader,
+            src: Source::File(reader),
             links: Vec::new(),
+            writer: None,
+            captured_bytes: 0,
             bpf: None,
         })
     }
@@ -281,66 +393,62 @@ impl Packets {
         Ok(pk)
     }
 
-    #[inline(always)]
-    fn next_kept<'a>(
-        reader: &'a mut CaptureReader,
-        links: &mut Vec<read::LinkType>,
-        read: &mut u64,
-        mut bpf: Option<&mut FileBpf>,
-    ) -> Option<Packet<'a>> {
-        reader.next_packet_if(&mut |p| {
-            *read += 1;
-            if links.last() != Some(&p.link) && !links.contains(&p.link) {
-                links.push(p.link);
-            }
-            bpf.as_mut().is_none_or(|b| b.keep(p))
-        })
-    }
-
-    /// The next raw packet, without decoding.
+    /// The next raw packet, without decoding (live: without ticks).
     #[inline]
     pub fn next_raw(&mut self) -> Option<Packet<'_>> {
-        Self::next_kept(
-            &mut self.reader,
+        raw_step(
+            &mut self.src,
+            &mut self.info,
             &mut self.links,
-            &mut self.info.packets_read,
-            self.bpf.as_mut(),
-        )
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            false,
+        )?
+        .ok()
     }
 
-    /// The next packet and its decoding (`None` for packets that are not IP).
+    /// The next packet and its decoding (`None` for packets that are not IP; live: without ticks).
     #[inline(always)]
     pub fn next_decoded(&mut self) -> Option<(Packet<'_>, Option<Decoded<'_>>)> {
-        let p = Self::next_kept(
-            &mut self.reader,
+        let p = match raw_step(
+            &mut self.src,
+            &mut self.info,
             &mut self.links,
-            &mut self.info.packets_read,
-            self.bpf.as_mut(),
-        )?;
-        let d = match decode(p.link, p.data, p.orig_len) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.info.packets_not_ip += 1;
-                if self.info.not_ip_example.is_none() {
-                    self.info.not_ip_example =
-                        Some(format!("packet {}: {e}", self.info.packets_read));
-                }
-                if matches!(e, NotIp::UnsupportedLink(_)) {
-                    // Counted; nothing more to learn from it.
-                }
-                None
-            }
+            &mut self.bpf,
+            &mut self.writer,
+            &mut self.captured_bytes,
+            false,
+        )? {
+            Ok(p) => p,
+            Err(_) => return None,
         };
+        let d = decode_noting(&mut self.info, &p);
         Some((p, d))
     }
 
-    /// Finishes reading and returns what was found (warning included).
+    /// Finishes reading and returns what was found (warning included; live: the kernel's counters and why it
+    /// stopped).
     pub fn finish(mut self) -> CaptureInfo {
-        self.info.file_bytes = self.reader.offset();
         self.info.link_types = self.links.iter().map(|l| l.to_string()).collect();
-        if let Some(w) = self.reader.warning() {
-            self.info.warning = Some(w.to_string());
-            self.info.warning_offset = Some(w.offset);
+        match &mut self.src {
+            Source::File(reader) => {
+                self.info.file_bytes = reader.offset();
+                if let Some(w) = reader.warning() {
+                    self.info.warning = Some(w.to_string());
+                    self.info.warning_offset = Some(w.offset);
+                }
+            }
+            Source::Live(l) => {
+                self.info.file_bytes = self.captured_bytes;
+                self.info.source = Some(l.close(live::StopReason::Interrupted));
+            }
+        }
+        if let Some(w) = self.writer.take()
+            && let Err(e) = w.finish()
+            && self.info.warning.is_none()
+        {
+            self.info.warning = Some(e.to_string());
         }
         if let Some(b) = &self.bpf {
             self.info.packets_filtered_out = Some(b.rejected);
@@ -357,11 +465,68 @@ impl Packets {
 
     /// The reader's warning so far.
     pub fn warning(&self) -> Option<&ReadWarning> {
-        self.reader.warning()
+        match &self.src {
+            Source::File(r) => r.warning(),
+            Source::Live(_) => None,
+        }
     }
 
     fn matched(&mut self) {
         self.info.packets_matched += 1;
+    }
+}
+
+/// One packet (or a live tick) from `src`, counted in `info`, passed through a file's `--filter` program and
+/// written to `writer`. A live capture's filter ran in the kernel.
+#[inline(always)]
+fn raw_step<'a>(
+    src: &'a mut Source,
+    info: &mut CaptureInfo,
+    links: &mut Vec<read::LinkType>,
+    bpf: &mut Option<FileBpf>,
+    writer: &mut Option<write::PcapWriter>,
+    captured_bytes: &mut u64,
+    ticks: bool,
+) -> Option<Result<Packet<'a>, i64>> {
+    let p = match src {
+        Source::File(r) => r.next_packet_if(&mut |p| {
+            info.packets_read += 1;
+            if links.last() != Some(&p.link) && !links.contains(&p.link) {
+                links.push(p.link);
+            }
+            bpf.as_mut().is_none_or(|b| b.keep(p))
+        })?,
+        Source::Live(l) => match l.next(ticks) {
+            live::LiveNext::Packet(p) => {
+                info.packets_read += 1;
+                if links.last() != Some(&p.link) && !links.contains(&p.link) {
+                    links.push(p.link);
+                }
+                p
+            }
+            live::LiveNext::Tick(t) => return Some(Err(t)),
+            live::LiveNext::End => return None,
+        },
+    };
+    if let Some(w) = writer {
+        w.write(&p);
+    }
+    *captured_bytes += p.data.len() as u64;
+    Some(Ok(p))
+}
+
+/// Decodes `p`, counting (and remembering the first of) the packets that are not IP.
+#[inline(always)]
+fn decode_noting<'a>(info: &mut CaptureInfo, p: &Packet<'a>) -> Option<Decoded<'a>> {
+    match decode(p.link, p.data, p.orig_len) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            info.packets_not_ip += 1;
+            if info.not_ip_example.is_none() {
+                info.not_ip_example = Some(format!("packet {}: {e}", info.packets_read));
+            }
+            None
+        }
     }
 }
 
@@ -382,6 +547,10 @@ pub struct StatsResult {
     pub total: StatsRow,
 }
 
+/// Live: an interval's row is handed out this long after the interval ended (the ring hands a block over at
+/// most [`live::BLOCK_TIMEOUT_MS`] after its first packet).
+pub const LIVE_GRACE_NS: i64 = 250_000_000;
+
 /// `capture stats`: per-interval packet counts, rates and sizes.
 pub fn run_stats(
     path: &Path,
@@ -389,9 +558,26 @@ pub fn run_stats(
     interval: Duration,
     by_direction: bool,
 ) -> Result<StatsResult, CaptureError> {
-    let mut pk = Packets::open_filtered(path, filter)?;
+    Ok(run_stats_on(
+        Packets::open_filtered(path, filter)?,
+        filter,
+        interval,
+        by_direction,
+        &mut |_, _| {},
+    ))
+}
+
+/// [`run_stats`] on any packet source. On a live one, `on_rows` gets the rows of each interval once it ended,
+/// with the interval's start (Unix ns); files never call it.
+pub fn run_stats_on(
+    mut pk: Packets,
+    filter: &Filter,
+    interval: Duration,
+    by_direction: bool,
+    on_rows: &mut dyn FnMut(&[StatsRow], i64),
+) -> StatsResult {
     let mut eng = StatsEngine::new(interval, by_direction);
-    if filter.fields_empty() && !by_direction {
+    if !pk.is_live() && filter.fields_empty() && !by_direction {
         // Fast path: no decoding at all.
         let mut n = 0u64;
         while let Some(p) = pk.next_raw() {
@@ -399,7 +585,7 @@ pub fn run_stats(
             n += 1;
         }
         pk.info.packets_matched = n;
-    } else {
+    } else if !pk.is_live() {
         while let Some((p, d)) = pk.next_decoded() {
             if !filter.matches(d.as_ref()) {
                 continue;
@@ -413,18 +599,61 @@ pub fn run_stats(
             eng.add(ts, len, dir);
             pk.matched();
         }
+    } else {
+        if let Some(src) = &pk.info.source {
+            eng.set_origin(src.started_unix_ns);
+        }
+        let decode_it = !filter.fields_empty() || by_direction;
+        let mut matched = 0u64;
+        while let Some(ev) = pk.next_event(decode_it) {
+            match ev {
+                Next::Tick(now) => {
+                    let rows = eng.completed(now - LIVE_GRACE_NS);
+                    if !rows.is_empty() {
+                        let start =
+                            eng.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
+                        on_rows(&rows, start);
+                    }
+                }
+                Next::Packet(p, d) => {
+                    if !filter.matches(d.as_ref()) {
+                        continue;
+                    }
+                    let dir = if by_direction {
+                        StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
+                    } else {
+                        StatsDir::All
+                    };
+                    eng.add(p.ts_ns, p.orig_len, dir);
+                    matched += 1;
+                }
+            }
+        }
+        pk.info.packets_matched = matched;
+        // The last, partial interval too (through the end of the capture).
+        {
+            let end = eng
+                .last_ts_ns()
+                .unwrap_or(i64::MIN)
+                .max(live::now_unix_ns());
+            let rows = eng.completed(end.saturating_add(interval.as_nanos() as i64));
+            if !rows.is_empty() {
+                let start = eng.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
+                on_rows(&rows, start);
+            }
+        }
     }
     let first = eng.first_ts_ns();
     let last = eng.last_ts_ns();
     let (rows, total) = eng.finish();
-    Ok(StatsResult {
+    StatsResult {
         capture: pk.finish(),
         interval_s: interval.as_secs_f64(),
         first_ts_ns: first,
         last_ts_ns: last,
         rows,
         total,
-    })
+    }
 }
 
 /// Result of `capture flows`.
@@ -566,27 +795,76 @@ pub fn run_flows(
     path: &Path,
     filter: &Filter,
     config: TrackerConfig,
-    mut sink: Option<&mut dyn StreamSink>,
+    sink: Option<&mut dyn StreamSink>,
 ) -> Result<FlowsResult, CaptureError> {
-    let mut pk = Packets::open_filtered(path, filter)?;
-    let mut tr = FlowTracker::new(config);
+    Ok(run_flows_on(
+        Packets::open_filtered(path, filter)?,
+        filter,
+        config,
+        sink,
+        &mut |_| {},
+    ))
+}
+
+/// Live: finished connections kept for the final table (the oldest are dropped past it, and counted).
+pub const LIVE_MAX_FINISHED: usize = 100_000;
+
+/// [`run_flows`] on any packet source. On a live one `on_end` gets each connection's summary when it ends
+/// (FIN/RST and linger, idle timeout, or the connection cap), and the final table keeps the last
+/// [`LIVE_MAX_FINISHED`].
+pub fn run_flows_on(
+    mut pk: Packets,
+    filter: &Filter,
+    config: TrackerConfig,
+    mut sink: Option<&mut dyn StreamSink>,
+    on_end: &mut dyn FnMut(&FlowSummary),
+) -> FlowsResult {
+    let by_if = pk.keys_by_interface();
+    let mut tr = FlowTracker::new(TrackerConfig {
+        key_by_interface: by_if,
+        ..config
+    });
+    let live = pk.is_live();
+    let mut kept: std::collections::VecDeque<FlowSummary> = std::collections::VecDeque::new();
+    let mut dropped = 0u64;
     let mut matched = 0u64;
-    while let Some((p, d)) = pk.next_decoded() {
+    while let Some(ev) = pk.next_event(true) {
+        let Next::Packet(p, d) = ev else { continue };
         let Some(d) = d else { continue };
         if !filter.matches(Some(&d)) {
             continue;
         }
         matched += 1;
+        if by_if {
+            tr.set_interface(p.interface);
+        }
         tr.process_with(p.ts_ns, p.orig_len, &d, flows::reborrow(&mut sink));
+        if live {
+            for f in tr.take_finished() {
+                on_end(&f);
+                if kept.len() >= LIVE_MAX_FINISHED {
+                    kept.pop_front();
+                    dropped += 1;
+                }
+                kept.push_back(f);
+            }
+        }
     }
     pk.info.packets_matched = matched;
-    let (flows, counters) = tr.finish_all(sink);
-    Ok(FlowsResult {
+    let (mut flows, counters) = tr.finish_all(sink);
+    if live {
+        let _ = dropped;
+        let mut all: Vec<FlowSummary> = kept.into_iter().collect();
+        all.append(&mut flows);
+        all.sort_by_key(|s| s.id);
+        flows = all;
+    }
+    FlowsResult {
         capture: pk.finish(),
         counters,
         flows,
         window_series: None,
-    })
+    }
 }
 
 /// One line of `capture timeline`.
@@ -671,8 +949,35 @@ pub fn run_timeline(
     graph: Option<DataFrom>,
     keep_rows: bool,
 ) -> Result<TimelineResult, CaptureError> {
-    let mut pk = Packets::open_filtered(path, filter)?;
-    let mut tr = FlowTracker::new(config);
+    Ok(run_timeline_on(
+        Packets::open_filtered(path, filter)?,
+        filter,
+        config,
+        graph,
+        keep_rows,
+        None,
+    ))
+}
+
+/// Live: receives each row of the connection followed, with its client and server, as it comes.
+pub type OnRow<'a> = &'a mut dyn FnMut(&TimelineRow, SocketAddr, SocketAddr);
+
+/// [`run_timeline`] on any packet source; `on_row` (live) gets every row as it comes, whether or not
+/// `keep_rows` keeps them for the result.
+pub fn run_timeline_on(
+    mut pk: Packets,
+    filter: &Filter,
+    config: TrackerConfig,
+    graph: Option<DataFrom>,
+    keep_rows: bool,
+    mut on_row: Option<OnRow<'_>>,
+) -> TimelineResult {
+    let live = pk.is_live();
+    let by_if = pk.keys_by_interface();
+    let mut tr = FlowTracker::new(TrackerConfig {
+        key_by_interface: by_if,
+        ..config
+    });
     let mut chosen: Option<u64> = None;
     let mut rows = Vec::new();
     // Both directions are collected while reading (the busier one is known only at the end).
@@ -683,16 +988,29 @@ pub fn run_timeline(
         ]
     });
     let mut prev_ts: Option<i64> = None;
-    while let Some((p, d)) = pk.next_decoded() {
+    let mut matched = 0u64;
+    while let Some(ev) = pk.next_event(true) {
+        let Next::Packet(p, d) = ev else { continue };
         let Some(d) = d else { continue };
         if d.tcp().is_none() || !filter.matches(Some(&d)) {
             continue;
         }
         let ts = p.ts_ns;
         let len = p.orig_len;
+        if by_if {
+            tr.set_interface(p.interface);
+        }
         let Some(info) = tr.process(ts, len, &d) else {
             continue;
         };
+        if chosen.is_none()
+            && live
+            && filter.flow.is_none()
+            && info.flags & (decode::flags::SYN | decode::flags::ACK) != decode::flags::SYN
+        {
+            // Live without --flow: follow the first connection that starts, not one caught midway.
+            continue;
+        }
         let id = *chosen.get_or_insert(info.flow_id);
         if info.flow_id != id {
             continue;
@@ -702,8 +1020,9 @@ pub fn run_timeline(
                 b.add(ts, &info, &d);
             }
         }
+        let want_row = keep_rows || on_row.is_some();
         let sack = match (d.tcp(), info.rel_ack) {
-            _ if !keep_rows => Vec::new(),
+            _ if !want_row => Vec::new(),
             (Some(t), Some(rel_ack)) if t.sack_count > 0 => {
                 let base = t.ack.wrapping_sub(rel_ack);
                 t.sack[..usize::from(t.sack_count).min(t.sack.len())]
@@ -713,13 +1032,13 @@ pub fn run_timeline(
             }
             _ => Vec::new(),
         };
-        pk.matched();
+        matched += 1;
         let delta = prev_ts.map_or(0, |p| ts.saturating_sub(p).max(0) as u64);
         prev_ts = Some(ts);
-        if !keep_rows {
+        if !want_row {
             continue;
         }
-        rows.push(TimelineRow {
+        let row = TimelineRow {
             ts_ns: ts,
             delta_ns: delta,
             direction: info.dir,
@@ -731,8 +1050,24 @@ pub fn run_timeline(
             in_flight_bytes: info.in_flight,
             notes: notes(&info),
             sack,
-        });
+        };
+        if let Some(f) = on_row.as_mut() {
+            let (src, dst) = match d.ports() {
+                Some((sp, dp)) => (SocketAddr::new(d.src, sp), SocketAddr::new(d.dst, dp)),
+                None => continue,
+            };
+            let (c, s) = if info.dir == flows::Dir::ClientToServer {
+                (src, dst)
+            } else {
+                (dst, src)
+            };
+            f(&row, c, s);
+        }
+        if keep_rows {
+            rows.push(row);
+        }
     }
+    pk.info.packets_matched = matched;
     let (flows, _) = tr.finish_all(None);
     let flow = chosen.and_then(|id| flows.into_iter().find(|f| f.id == id));
     let seq_graph = match (graphs, graph, &flow) {
@@ -746,12 +1081,12 @@ pub fn run_timeline(
         }),
         _ => None,
     };
-    Ok(TimelineResult {
+    TimelineResult {
         capture: pk.finish(),
         flow,
         rows,
         seq_graph,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ pub struct StatsEngine {
     /// Time range of the current interval, so most packets need no division.
     cur_start: i64,
     cur_end: i64,
+    /// Live: intervals before this index were handed out by [`StatsEngine::completed`].
+    emitted: i64,
 }
 
 impl StatsEngine {
@@ -138,6 +140,70 @@ impl StatsEngine {
             last_ts: i64::MIN,
             cur_start: i64::MAX,
             cur_end: i64::MIN,
+            emitted: 0,
+        }
+    }
+
+    /// Live: rows start when the capture starts (`ts_ns`), as tshark's live intervals do, so quiet seconds
+    /// before the first packet are rows too; a file's rows start at its first packet (tshark's rule for files).
+    pub fn set_origin(&mut self, ts_ns: i64) {
+        self.origin = Some(ts_ns);
+    }
+
+    /// Start of the first interval, Unix ns (when known).
+    pub fn origin_ns(&self) -> Option<i64> {
+        self.origin
+    }
+
+    /// Live: the rows of the intervals that ended before `before_ns` and were not handed out yet (quiet
+    /// intervals as zero rows). [`finish`](Self::finish) still returns every row.
+    pub fn completed(&mut self, before_ns: i64) -> Vec<StatsRow> {
+        let Some(origin) = self.origin else {
+            return Vec::new();
+        };
+        let upto = (before_ns.saturating_sub(origin)).div_euclid(self.interval_ns);
+        if upto <= self.emitted {
+            return Vec::new();
+        }
+        self.flush();
+        let secs = self.interval_ns as f64 / 1e9;
+        let mut rows = Vec::new();
+        for idx in self.emitted..upto {
+            let before = rows.len();
+            for (&(_, dir), a) in self
+                .done
+                .range((idx, StatsDir::All)..=(idx, StatsDir::Other))
+            {
+                rows.push(self.make_row(idx, dir, a, secs));
+            }
+            if rows.len() == before {
+                let dir = if self.by_direction {
+                    StatsDir::ClientToServer
+                } else {
+                    StatsDir::All
+                };
+                rows.push(self.make_row(idx, dir, &Acc::default(), secs));
+            }
+        }
+        self.emitted = upto;
+        rows
+    }
+
+    fn make_row(&self, idx: i64, dir: StatsDir, a: &Acc, secs: f64) -> StatsRow {
+        let n = a.packets.max(1) as f64;
+        let mean = a.bytes as f64 / n;
+        let var = (a.sumsq / n - mean * mean).max(0.0);
+        StatsRow {
+            start_s: idx as f64 * self.interval_ns as f64 / 1e9,
+            direction: dir,
+            packets: a.packets,
+            bytes: a.bytes,
+            packets_per_s: a.packets as f64 / secs,
+            bits_per_s: a.bytes as f64 * 8.0 / secs,
+            size_min: if a.packets > 0 { a.min } else { 0 },
+            size_mean: if a.packets > 0 { mean } else { 0.0 },
+            size_max: a.max,
+            size_stddev: if a.packets > 0 { var.sqrt() } else { 0.0 },
         }
     }
 
@@ -218,23 +284,7 @@ impl StatsEngine {
                 secs
             }
         };
-        let row = |idx: i64, dir: StatsDir, a: &Acc, secs: f64| {
-            let n = a.packets.max(1) as f64;
-            let mean = a.bytes as f64 / n;
-            let var = (a.sumsq / n - mean * mean).max(0.0);
-            StatsRow {
-                start_s: idx as f64 * self.interval_ns as f64 / 1e9,
-                direction: dir,
-                packets: a.packets,
-                bytes: a.bytes,
-                packets_per_s: a.packets as f64 / secs,
-                bits_per_s: a.bytes as f64 * 8.0 / secs,
-                size_min: if a.packets > 0 { a.min } else { 0 },
-                size_mean: if a.packets > 0 { mean } else { 0.0 },
-                size_max: a.max,
-                size_stddev: if a.packets > 0 { var.sqrt() } else { 0.0 },
-            }
-        };
+        let row = |idx: i64, dir: StatsDir, a: &Acc, secs: f64| self.make_row(idx, dir, a, secs);
         let mut rows = Vec::new();
         let mut total = Acc::default();
         let mut prev: Option<i64> = None;

@@ -1,6 +1,7 @@
 //! `roundtrip capture stats|timeline|flows`: what TCP did, from a tcpdump capture.
 
 use super::args;
+use super::capture_live::{self as live_cli, LiveArgs};
 use super::output::{Exit, error_line, note, out};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
@@ -18,7 +19,11 @@ port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [
 --filter EXPR (or words after FILE, as tcpdump takes them) a tcpdump expression such as 'tcp port 5432 or tcp \
 port 6379', 'net 10.0.0.0/8 and not port 22' (subset: docs/capture-filter.md). \
 Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
-(tcpdump -i any), raw IP, BSD loopback.";
+(tcpdump -i any), raw IP, BSD loopback. \
+Live: --live IFACE (or any) captures on an interface instead of reading FILE (root or CAP_NET_RAW), through the \
+same analyses; Ctrl-C, SIGTERM, --duration or --count end it and print the summary. Every interval line and the \
+summary give the packets the KERNEL dropped (ring full: raise --buffer). With --json the live lines go to stderr \
+and one document to stdout at the end.";
 
 /// Arguments of `roundtrip capture`.
 #[derive(Debug, Args)]
@@ -127,15 +132,28 @@ impl ExprArgs {
     /// The parsed expression (None when none was given). A bad expression exits 2 with one line, before any
     /// I/O.
     pub(super) fn expr(&self) -> Option<roundtrip::capture::bpf::Expr> {
+        self.expr_after(None)
+    }
+
+    /// Like [`expr`](Self::expr), with `lead` as the expression's first word: live (`--live lo port 5432`) the
+    /// first word after the options is not a file.
+    pub(super) fn expr_after(
+        &self,
+        lead: Option<&std::path::Path>,
+    ) -> Option<roundtrip::capture::bpf::Expr> {
         use roundtrip::capture::bpf::Expr;
-        let (text, r) = match (&self.filter, self.words.is_empty()) {
+        let mut words = self.words.clone();
+        if let Some(l) = lead {
+            words.insert(0, l.display().to_string());
+        }
+        let (text, r) = match (&self.filter, words.is_empty()) {
             (None, true) => return None,
             (Some(_), false) => refuse(format!(
                 "the filter expression is given twice (--filter and words after the file '{}'): give one",
-                self.words.join(" ")
+                words.join(" ")
             )),
             (Some(f), true) => (f.clone(), Expr::parse(f)),
-            (None, false) => (self.words.join(" "), Expr::parse_words(&self.words)),
+            (None, false) => (words.join(" "), Expr::parse_words(&words)),
         };
         match r {
             Ok(e) if e.is_empty() => None,
@@ -153,9 +171,11 @@ pub(super) fn refuse(msg: impl std::fmt::Display) -> ! {
 
 #[derive(Debug, Args)]
 struct Common {
-    /// Capture file (pcap, pcapng, optionally .gz).
+    /// Capture file (pcap, pcapng, optionally .gz); or --live IFACE.
     #[arg(value_name = "FILE")]
-    file: PathBuf,
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    live: LiveArgs,
     /// Only packets to or from this address.
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]
     host: Option<IpAddr>,
@@ -173,12 +193,42 @@ struct Common {
 }
 
 impl Common {
+    /// The capture file (live: none; a word there is the filter expression's first).
+    fn file(&self) -> Option<&std::path::Path> {
+        if self.live.is_live() {
+            None
+        } else {
+            self.file.as_deref()
+        }
+    }
+
+    /// Checks the file/live options (exit 2 on a mistake) and opens the packet source.
+    fn open(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
+        if let Err(e) = self.live.validate(self.file()) {
+            refuse(e);
+        }
+        live_cli::open(self.file(), &self.live, filter)
+    }
+
+    /// What the reports name the input by.
+    fn label(&self) -> String {
+        match (self.file(), &self.live.live) {
+            (Some(f), _) => f.display().to_string(),
+            (None, Some(i)) => format!("{i} (live)"),
+            (None, None) => String::new(),
+        }
+    }
+
     fn filter(&self) -> Filter {
         Filter {
             host: self.host,
             port: self.port,
             flow: self.flow,
-            expr: self.expr.expr(),
+            expr: if self.live.is_live() {
+                self.expr.expr_after(self.file.as_deref())
+            } else {
+                self.expr.expr()
+            },
         }
     }
 }
@@ -258,8 +308,23 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<Exit> {
     }
 }
 
+/// Exits 0 when stdout was closed (`| head`), else returns the error.
+fn live_out(json: bool, s: &str) {
+    if let Err(e) = live_cli::line(json, s)
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
 /// Notes on stderr, and the exit status: reading that stopped early is an error (results are still printed).
 fn finish(info: &CaptureInfo, json: bool) -> Exit {
+    if live_cli::failed(info) {
+        if let Some(r) = info.source.as_ref().and_then(|s| s.stop_reason.as_ref()) {
+            error_line(format!("{}: {r}", info.file));
+        }
+        return Exit::Failed;
+    }
     if !json && info.packets_not_ip > 0 {
         note(format!(
             "note: {} of {} packets were not IP or were cut before the IP header (first: {})",
@@ -289,6 +354,9 @@ pub(super) fn damage(info: &CaptureInfo) -> Exit {
 }
 
 fn heading(info: &CaptureInfo) -> String {
+    if let Some(l) = &info.source {
+        return live_cli::heading(info, l);
+    }
     format!(
         "{}: {}{}, {} ({}), {} packets{}",
         info.file,
@@ -324,8 +392,43 @@ fn fmt_bits(bps: f64) -> String {
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
     a.pictures.validate().map_err(super::output::refused)?;
-    let r = capture::run_stats(&a.common.file, &filter, a.interval, a.by_direction)?;
-    let label = a.common.file.display().to_string();
+    let src = a.common.open(&filter)?;
+    let counters = src.counters.clone();
+    let json = a.common.json;
+    let by_dir = a.by_direction;
+    let r = capture::run_stats_on(
+        src.packets,
+        &filter,
+        a.interval,
+        a.by_direction,
+        &mut |rows, start| {
+            let base = (rows[0].start_s * 1e9).round() as i64;
+            for row in rows {
+                let at = start + (row.start_s * 1e9).round() as i64 - base;
+                live_out(
+                    json,
+                    &format!(
+                        "{}{}  {} packets  {} bytes  {:.1} pkt/s  {}  size min/mean/max {}/{:.1}/{}  kernel drops {}",
+                        live_cli::clock(at),
+                        if by_dir {
+                            format!("  {}", row.direction.label())
+                        } else {
+                            String::new()
+                        },
+                        row.packets,
+                        row.bytes,
+                        row.packets_per_s,
+                        fmt_bits(row.bits_per_s),
+                        row.size_min,
+                        row.size_mean,
+                        row.size_max,
+                        live_cli::drops_now(&counters)
+                    ),
+                );
+            }
+        },
+    );
+    let label = a.common.label();
     super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
     if a.common.json {
         return Ok(finish(&r.capture, true));
@@ -346,6 +449,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
         "packets", "bytes", "pkt/s", "bit/s", "min", "mean", "max", "stddev",
     ]);
     let mut t = Table::new(&cols);
+    let live = r.capture.is_live();
     let cells = |row: &capture::stats::StatsRow, time: String, dir: bool| {
         let mut c = vec![time];
         if dir {
@@ -363,7 +467,8 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
         ]);
         c
     };
-    for row in &r.rows {
+    // Live: the interval rows were printed as they ended; the summary is the total.
+    for row in r.rows.iter().filter(|_| !live) {
         t.row(cells(row, format!("{:.3}", row.start_s), a.by_direction));
     }
     let span = match (r.first_ts_ns, r.last_ts_ns) {
@@ -378,8 +483,8 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
 
 /// The error for a filter no TCP connection passes: with `--flow`, the connections the file does hold (the
 /// file is read a second time, without the flow), so the user can copy one.
-fn no_connection(file: &std::path::Path, info: &CaptureInfo, filter: &Filter) -> String {
-    let Some((a, b)) = filter.flow else {
+fn no_connection(file: Option<&std::path::Path>, info: &CaptureInfo, filter: &Filter) -> String {
+    let (Some((a, b)), Some(file)) = (filter.flow, file) else {
         return no_tcp(info, filter);
     };
     let others = Filter {
@@ -444,13 +549,56 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     });
     // Rows are only kept when printed: -q with --report/--svg holds the graph's records, not a row a packet.
     let keep_rows = a.common.json || !a.quiet;
-    let r = capture::run_timeline(
-        &a.common.file,
+    let src = a.common.open(&filter)?;
+    let live = src.counters.is_some();
+    let json = a.common.json;
+    let quiet = a.quiet;
+    let mut prev_ts: Option<i64> = None;
+    let mut printed_head = false;
+    let mut on_row = |row: &capture::TimelineRow, c: SocketAddr, srv: SocketAddr| {
+        if quiet {
+            return;
+        }
+        if !printed_head {
+            printed_head = true;
+            live_out(
+                json,
+                &format!(
+                    "following {c} (client, >) - {srv} (server, <); columns: time delta dir flags seq ack len win in-flight notes"
+                ),
+            );
+        }
+        let delta = prev_ts.map_or(0, |p| row.ts_ns - p);
+        prev_ts = Some(row.ts_ns);
+        live_out(
+            json,
+            &format!(
+                "{} {:.6} {} {} {} {} {} {} {} {}",
+                live_cli::clock(row.ts_ns),
+                delta as f64 / 1e9,
+                row.direction.arrow(),
+                row.flags,
+                if row.len > 0 {
+                    format!("{}:{}", row.seq, row.seq.wrapping_add(row.len))
+                } else {
+                    row.seq.to_string()
+                },
+                row.ack.map_or("-".into(), |a| a.to_string()),
+                row.len,
+                row.window_bytes,
+                row.in_flight_bytes.map_or("-".into(), |f| f.to_string()),
+                row.notes.join(",")
+            ),
+        );
+    };
+    let r = capture::run_timeline_on(
+        src.packets,
         &filter,
         TrackerConfig::default(),
         graph,
-        keep_rows,
-    )?;
+        keep_rows && (!live || json),
+        if live { Some(&mut on_row) } else { None },
+    );
     if r.flow.is_some() && a.pictures.wanted() {
         // The picture needs the graph, not a row per packet: a million rows would be held twice.
         #[derive(serde::Serialize)]
@@ -467,18 +615,13 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
                 seq_graph: &r.seq_graph,
             },
         );
-        super::report::after_run(
-            &a.pictures,
-            &doc,
-            None,
-            &a.common.file.display().to_string(),
-        )?;
+        super::report::after_run(&a.pictures, &doc, None, &a.common.label())?;
     }
     if a.common.json {
         out(doc("capture-timeline", &r))?;
         let e = finish(&r.capture, true);
         if r.flow.is_none() {
-            error_line(no_connection(&a.common.file, &r.capture, &filter));
+            error_line(no_connection(a.common.file(), &r.capture, &filter));
             return Ok(Exit::Failed);
         }
         return Ok(e);
@@ -486,7 +629,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
     let Some(flow) = &r.flow else {
         out(format!("{}\n", heading(&r.capture)))?;
         let _ = finish(&r.capture, false);
-        error_line(no_connection(&a.common.file, &r.capture, &filter));
+        error_line(no_connection(a.common.file(), &r.capture, &filter));
         return Ok(Exit::Failed);
     };
     let mut s = String::new();
@@ -548,7 +691,8 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         ]);
         t.row(c);
     }
-    if !a.quiet {
+    // Live, the rows were printed as the packets came.
+    if !a.quiet && !r.capture.is_live() {
         s.push_str(&t.render(0));
     }
     if let Some(g) = &r.seq_graph {
@@ -649,11 +793,41 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         ..TrackerConfig::default()
     };
     a.pictures.validate().map_err(super::output::refused)?;
-    let mut r = capture::run_flows(&a.common.file, &filter, config, None)?;
-    if a.common.json || a.pictures.wanted() {
-        r.window_series = capture::flow_series(&a.common.file, &filter, config, &r.flows)?;
+    let src = a.common.open(&filter)?;
+    let live = src.counters.is_some();
+    let config = TrackerConfig {
+        max_open: if live {
+            a.common.live.max_connections as usize
+        } else {
+            usize::MAX
+        },
+        ..config
+    };
+    let json = a.common.json;
+    let mut r = capture::run_flows_on(src.packets, &filter, config, None, &mut |f| {
+        live_out(
+            json,
+            &format!(
+                "{} end #{} {} > {} {:.3}s {} pkts, {} bytes c>s, {} bytes s>c, hs rtt {}, retrans {}, {}",
+                live_cli::clock(f.last_ts_ns),
+                f.id,
+                f.client,
+                f.server,
+                f.duration_s,
+                f.packets(),
+                f.client_to_server.payload_bytes,
+                f.server_to_client.payload_bytes,
+                f.handshake
+                    .map_or("-".into(), |h| fmt_nanos(h.rtt_ns as f64)),
+                f.client_to_server.retransmissions + f.server_to_client.retransmissions,
+                f.state
+            ),
+        );
+    });
+    if let (Some(file), true) = (a.common.file(), a.common.json || a.pictures.wanted()) {
+        r.window_series = capture::flow_series(file, &filter, config, &r.flows)?;
     }
-    let label = a.common.file.display().to_string();
+    let label = a.common.label();
     super::report::draw_and_print(&a.pictures, a.common.json, "capture-flows", &r, &label)?;
     if a.common.json {
         return Ok(finish(&r.capture, true));
@@ -661,10 +835,18 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{}; {} TCP connections (at most {} open at once)",
+        "{}; {} TCP connections (at most {} open at once{})",
         heading(&r.capture),
         r.flows.len(),
-        r.counters.max_open_flows
+        r.counters.max_open_flows,
+        if r.counters.cap_evictions > 0 {
+            format!(
+                "; {} finished early at the cap of {} connections",
+                r.counters.cap_evictions, config.max_open
+            )
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         s,

@@ -5,11 +5,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::capture::keep::FlightRecorder;
 use roundtrip::capture::matching::{self, MatchReport};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
-use roundtrip::capture::rpc::stats::StatsConfig;
+use roundtrip::capture::rpc::stats::{LiveIntervals, StatsConfig};
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::report::text::Table;
@@ -42,16 +43,26 @@ are compared at both ends; their difference is the path between the capture poin
 /// Arguments of `roundtrip capture rpc`.
 #[derive(Debug, Args)]
 pub struct RpcArgs {
-    /// Capture file (pcap, pcapng, optionally .gz).
+    /// Capture file (pcap, pcapng, optionally .gz); or --live IFACE.
     #[arg(value_name = "FILE")]
-    file: PathBuf,
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    live: super::capture_live::LiveArgs,
+    /// Live flight recorder: write the packets of a connection around each request slower than this to
+    /// --keep-dir (see the help's end).
+    #[arg(long, value_parser = args::positive_duration, value_name = "D", requires = "keep_dir")]
+    keep_slow: Option<Duration>,
+    /// Where the flight recorder writes its files (created if missing; files are mode 0600).
+    #[arg(long, value_name = "DIR", requires = "keep_slow")]
+    keep_dir: Option<PathBuf>,
     /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]
     proto: ProtoChoice,
     /// One row per connection as well.
     #[arg(long)]
     by_conn: bool,
-    /// Rows of count and latency per interval of this length (by response time).
+    /// Rows of count and latency per interval of this length (by response time); live: per operation, printed as
+    /// each interval ends (default 1s).
     #[arg(long, short = 'i', value_parser = args::positive_duration)]
     interval: Option<Duration>,
     /// How many of the slowest requests to list (0 for none).
@@ -194,18 +205,36 @@ fn tls_note(r: &RpcResult, keylog: Option<&std::path::Path>) {
 pub fn rpc_text(r: &RpcResult) -> String {
     let mut s = String::new();
     let c = &r.capture;
-    let _ = writeln!(
-        s,
-        "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
-        c.file,
-        c.format,
-        if c.gzip { " (gzip)" } else { "" },
-        c.link_types.join("+"),
-        fmt_bytes(c.file_bytes),
-        c.packets_read,
-        r.counts.connections,
-        r.report.transactions
-    );
+    if let Some(l) = &c.source {
+        let _ = writeln!(
+            s,
+            "{}; {} connections, {} requests answered{}",
+            super::capture_live::heading(c, l),
+            r.counts.connections,
+            r.report.transactions,
+            if r.counts.evicted_connections > 0 {
+                format!(
+                    "; {} connections closed early at the --max-connections cap",
+                    r.counts.evicted_connections
+                )
+            } else {
+                String::new()
+            }
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
+            c.file,
+            c.format,
+            if c.gzip { " (gzip)" } else { "" },
+            c.link_types.join("+"),
+            fmt_bytes(c.file_bytes),
+            c.packets_read,
+            r.counts.connections,
+            r.report.transactions
+        );
+    }
     let rep = &r.report;
     if !rep.ops.is_empty() {
         let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
@@ -366,14 +395,117 @@ pub fn rpc_text(r: &RpcResult) -> String {
     s
 }
 
+/// The live part of `capture rpc`: per-interval rows per operation as they end, and the flight recorder.
+struct LiveRpc {
+    intervals: LiveIntervals,
+    counters: Option<std::sync::Arc<roundtrip::capture::live::LiveCounters>>,
+    json: bool,
+    recorder: Option<FlightRecorder>,
+}
+
+impl LiveRpc {
+    fn print(&self, closed: Vec<(Duration, Vec<roundtrip::capture::rpc::stats::OpInterval>)>) {
+        let drops = super::capture_live::drops_now(&self.counters);
+        for (start, rows) in closed {
+            let at = super::capture_live::clock(start.as_nanos() as i64);
+            let line = if rows.is_empty() {
+                format!("{at}  no requests  | kernel drops {drops}")
+            } else {
+                rows.iter()
+                    .map(|r| {
+                        format!(
+                            "{at}  {} {}  count {}  p50 {}  p99 {}  max {}  errors {}  | kernel drops {drops}",
+                            r.proto.name(),
+                            r.op,
+                            r.count,
+                            fmt_nanos(r.last_byte.p50_ns as f64),
+                            fmt_nanos(r.last_byte.p99_ns as f64),
+                            fmt_nanos(r.last_byte.max_ns as f64),
+                            r.errors
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            if let Err(e) = super::capture_live::line(self.json, &line)
+                && e.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                std::process::exit(0);
+            }
+        }
+    }
+}
+
+impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
+    fn transaction(
+        &mut self,
+        conn: &roundtrip::capture::rpc::driver::ConnInfo,
+        t: roundtrip::capture::rpc::Transaction,
+    ) {
+        let closed = self.intervals.close_before(t.response_end_ts);
+        self.print(closed);
+        self.intervals.add(conn, &t);
+        if let Some(r) = &mut self.recorder
+            && let Some(path) = r.transaction(conn, &t)
+        {
+            note(format!(
+                "kept {} ({} {} took {})",
+                path.display(),
+                conn.proto.name(),
+                t.op,
+                fmt_nanos(t.last_byte().as_nanos() as f64)
+            ));
+        }
+    }
+    fn anomaly(
+        &mut self,
+        _conn: &roundtrip::capture::rpc::driver::ConnInfo,
+        _a: roundtrip::capture::rpc::Anomaly,
+    ) {
+    }
+    fn packet(
+        &mut self,
+        p: &roundtrip::capture::read::Packet<'_>,
+        seg: &roundtrip::capture::rpc::driver::Segment<'_>,
+    ) {
+        if let Some(r) = &mut self.recorder {
+            r.packet(p, seg);
+        }
+    }
+    fn tick(&mut self, now: Duration) {
+        let grace = Duration::from_nanos(roundtrip::capture::LIVE_GRACE_NS as u64);
+        let closed = self.intervals.close_before(now.saturating_sub(grace));
+        self.print(closed);
+    }
+}
+
 /// Runs `roundtrip capture rpc`.
 pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
+    // Live, a word after the options is the filter expression's first, not a file.
+    let file = if a.live.is_live() {
+        None
+    } else {
+        a.file.clone()
+    };
+    if let Err(e) = a.live.validate(file.as_deref()) {
+        super::capture::refuse(e);
+    }
+    if a.keep_slow.is_some() && !a.live.is_live() {
+        super::capture::refuse(
+            "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
+        );
+    }
     let filter = Filter {
         host: a.host,
         port: a.port,
         flow: a.flow,
-        expr: a.expr.expr(),
+        expr: if a.live.is_live() {
+            a.expr.expr_after(a.file.as_deref())
+        } else {
+            a.expr.expr()
+        },
     };
+    let live = a.live.is_live();
     let config = StatsConfig {
         top: a.top,
         interval: a.interval,
@@ -384,15 +516,105 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
         None => None,
     };
-    let r = run::run_rpc_keylog(&a.file, &filter, a.proto, config, keylog)
-        .with_context(|| format!("cannot analyse {}", a.file.display()))?;
-    let label = a.file.display().to_string();
+    let label = match (&file, &a.live.live) {
+        (Some(f), _) => f.display().to_string(),
+        (None, i) => format!("{} (live)", i.as_deref().unwrap_or("")),
+    };
+    let src = super::capture_live::open(file.as_deref(), &a.live, &filter)
+        .with_context(|| format!("cannot analyse {label}"))?;
+    let recorder = match (&a.keep_slow, &a.keep_dir) {
+        (Some(t), Some(d)) => Some(FlightRecorder::new(
+            d,
+            *t,
+            src.packets
+                .link()
+                .unwrap_or(roundtrip::capture::read::LinkType::ETHERNET),
+            a.live.snaplen,
+        )?),
+        _ => None,
+    };
+    let mut also = LiveRpc {
+        intervals: LiveIntervals::new(a.interval.unwrap_or(Duration::from_secs(1))),
+        counters: src.counters.clone(),
+        json: a.json,
+        recorder,
+    };
+    let r = if live {
+        run::run_rpc_on(
+            src.packets,
+            &filter,
+            a.proto,
+            config,
+            keylog,
+            Some(a.live.max_connections as usize),
+            &mut also,
+        )
+    } else {
+        run::run_rpc_on(
+            src.packets,
+            &filter,
+            a.proto,
+            config,
+            keylog,
+            None,
+            &mut run::NoSink,
+        )
+    };
+    if live {
+        let closed = also.intervals.close_all();
+        also.print(closed);
+        if let Some(rec) = &also.recorder {
+            let k = rec.summary();
+            note(format!(
+                "flight recorder: {} file(s) written to {} ({} bytes){}{}",
+                k.files.len(),
+                a.keep_dir
+                    .as_deref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
+                k.bytes_written,
+                if k.not_written > 0 {
+                    format!(
+                        "; {} slow request(s) not written (limit of files or bytes reached)",
+                        k.not_written
+                    )
+                } else {
+                    String::new()
+                },
+                k.error
+                    .as_deref()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
     super::report::draw_and_print(&a.pictures, a.json, "capture-rpc", &r, &label)?;
     if !a.json {
         out(rpc_text(&r))?;
     }
     tls_note(&r, a.keylog.as_deref());
+    if let Some(l) = &r.capture.source
+        && l.packets_cut > 0
+        && r.counts.gap_bytes > 0
+    {
+        note(format!(
+            "note: --snaplen {} cut {} packets; {} payload bytes were missing to the parsers (requests whose \
+             headers were cut cannot be named or paired): raise --snaplen",
+            l.snaplen, l.packets_cut, r.counts.gap_bytes
+        ));
+    }
     let exit = warn_exit(&r.capture);
+    if super::capture_live::failed(&r.capture) {
+        if let Some(w) = r
+            .capture
+            .source
+            .as_ref()
+            .and_then(|s| s.stop_reason.as_ref())
+        {
+            error_line(format!("{}: {w}", r.capture.file));
+        }
+        return Ok(Exit::Failed);
+    }
     if r.report.transactions == 0 && exit == Exit::Failed {
         // The damage already is the error (one line); why nothing paired follows from it.
         note(format!(
@@ -401,7 +623,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         ));
         return Ok(exit);
     }
-    if r.report.transactions == 0 {
+    if r.report.transactions == 0 && !live {
         error_line(format!(
             "{}: no request/response pair found in {} packets ({} TCP/UDP connections); if the protocol runs on \
              an unusual port, name it with --proto",

@@ -176,6 +176,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "roundtrip capture stats docs/captures/redis-benchmark.pcap -i 100ms --by-direction",
                 "per 100 ms, each direction",
             ),
+            (
+                "roundtrip capture stats --live any -t 10s port 6379",
+                "live (root): a row per second of Redis traffic on every interface, as tcpstat",
+            ),
         ],
     ),
     (
@@ -218,6 +222,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
             (
                 "roundtrip capture rpc docs/captures/roundtrip-ping.pcap --report rpc.html",
                 "as an HTML report",
+            ),
+            (
+                "roundtrip capture rpc --live lo --filter 'tcp port 5432' --keep-slow 50ms --keep-dir slow",
+                "live (root): PostgreSQL requests per second, and the packets of any request over 50 ms kept",
             ),
         ],
     ),

@@ -87,6 +87,14 @@ pub trait Sink {
     fn transaction(&mut self, conn: &ConnInfo, t: Transaction);
     /// An anomaly on connection `conn`.
     fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly);
+    /// Live capture: a packet that passed the filter, before the driver sees it (the flight recorder keeps it).
+    fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &Segment<'_>) {
+        let _ = (p, seg);
+    }
+    /// Live capture: time went on (wall clock since the Unix epoch) without a packet; intervals may close.
+    fn tick(&mut self, now: Duration) {
+        let _ = now;
+    }
 }
 
 /// Which protocol to parse.
@@ -126,15 +134,16 @@ struct Conn {
     decided: bool,
 }
 
-type Key = (IpAddr, u16, IpAddr, u16, bool);
+/// Both ends in canonical order, UDP or not, and the interface (0 unless keyed by interface).
+type Key = (IpAddr, u16, IpAddr, u16, bool, u32);
 
-fn key(src: SocketAddr, dst: SocketAddr, udp: bool) -> (Key, bool) {
+fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool) {
     let a = (src.ip(), src.port());
     let b = (dst.ip(), dst.port());
     if a <= b {
-        ((a.0, a.1, b.0, b.1, udp), true)
+        ((a.0, a.1, b.0, b.1, udp, ifindex), true)
     } else {
-        ((b.0, b.1, a.0, a.1, udp), false)
+        ((b.0, b.1, a.0, a.1, udp, ifindex), false)
     }
 }
 
@@ -157,6 +166,14 @@ pub struct DriverCounts {
     pub tls_decrypted: u64,
     /// TLS connections a key log was given for but had no (working) key: timed as turns.
     pub tls_no_key: u64,
+    /// Connections closed early because the connection cap was reached (live capture), the longest silent
+    /// first; their open requests are reported as unanswered.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted_connections: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Routes decoded packets to per-connection matchers.
@@ -170,6 +187,8 @@ pub struct Driver {
     last_sweep: Duration,
     content: bool,
     keylog: Option<Arc<KeyLog>>,
+    max_conns: usize,
+    interface: u32,
 }
 
 impl Driver {
@@ -200,6 +219,40 @@ impl Driver {
             last_sweep: Duration::ZERO,
             content: false,
             keylog: None,
+            max_conns: usize::MAX,
+            interface: 0,
+        }
+    }
+
+    /// Live capture on `any`: the interface of the next segment, so a segment seen on two interfaces of a
+    /// forwarding host is two connections' packets, not a retransmission. Files leave it 0.
+    #[inline]
+    pub fn set_interface(&mut self, ifindex: u32) {
+        self.interface = ifindex;
+    }
+
+    /// Tracks at most `n` connections at once; past it the eighth that has been silent longest is closed
+    /// (counted in [`DriverCounts::evicted_connections`]). Unlimited unless set (live capture sets it).
+    pub fn set_max_connections(&mut self, n: usize) {
+        self.max_conns = n.max(1);
+    }
+
+    fn evict_oldest(&mut self, now: Duration, sink: &mut dyn Sink) {
+        let mut by_age: Vec<(Duration, u64, Key)> = self
+            .conns
+            .iter()
+            .map(|(k, c)| (c.last_ts, c.info.id, *k))
+            .collect();
+        let n = (by_age.len() / 8).max(1).min(by_age.len());
+        if n == 0 {
+            return;
+        }
+        by_age.select_nth_unstable_by_key(n - 1, |x| (x.0, x.1));
+        for (_, _, k) in by_age.into_iter().take(n) {
+            if let Some(mut c) = self.conns.remove(&k) {
+                self.counts.evicted_connections += 1;
+                self.close(&mut c, now, sink);
+            }
         }
     }
 
@@ -228,7 +281,7 @@ impl Driver {
         self.counts.payload_bytes += s.wire_len as u64;
         self.last_ts = self.last_ts.max(s.ts);
         let udp = matches!(s.l4, L4::Udp);
-        let (k, src_is_a) = key(s.src, s.dst, udp);
+        let (k, src_is_a) = key(s.src, s.dst, udp, self.interface);
         let tcp_flags = match s.l4 {
             L4::Tcp { flags, .. } => flags,
             L4::Udp => 0,
@@ -245,6 +298,9 @@ impl Driver {
         if !self.conns.contains_key(&k) {
             if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
                 return; // a bare ACK/FIN/RST of a connection we never saw carry data
+            }
+            if self.conns.len() >= self.max_conns {
+                self.evict_oldest(s.ts, sink);
             }
             let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
                 return;
@@ -584,5 +640,47 @@ fn build_matcher(
         Box::new(super::Fingerprint::new(m))
     } else {
         m
+    }
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Nothing;
+    impl Sink for Nothing {
+        fn transaction(&mut self, _: &ConnInfo, _: Transaction) {}
+        fn anomaly(&mut self, _: &ConnInfo, _: Anomaly) {}
+    }
+
+    /// A SYN flood (no answers, every SYN a new source port) never holds more than the cap.
+    #[test]
+    fn syn_flood_stays_under_the_connection_cap() {
+        let mut d = Driver::new(ProtoChoice::Force(Proto::Generic));
+        d.set_max_connections(100);
+        let mut sink = Nothing;
+        let dst: SocketAddr = "10.0.0.1:5432".parse().unwrap();
+        for i in 0..5000u32 {
+            let src = SocketAddr::new("10.9.0.1".parse().unwrap(), 1024 + (i % 60000) as u16);
+            d.segment(
+                &Segment {
+                    ts: Duration::from_micros(u64::from(i)),
+                    src,
+                    dst,
+                    l4: L4::Tcp {
+                        seq: i,
+                        ack: 0,
+                        flags: flags::SYN,
+                    },
+                    payload: &[],
+                    wire_len: 0,
+                },
+                &mut sink,
+            );
+            assert!(d.open_connections() <= 100);
+        }
+        assert_eq!(d.counts().connections, 5000);
+        assert!(d.counts().evicted_connections >= 4900);
     }
 }

@@ -6,7 +6,7 @@ use super::stats::{Collect, RpcReport, RpcStats, StatsConfig};
 use super::tlskeys::KeyLog;
 use super::{Driver, Proto};
 use crate::capture::decode::Transport;
-use crate::capture::{CaptureError, CaptureInfo, Filter, Packets};
+use crate::capture::{CaptureError, CaptureInfo, Filter, Next, Packets};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,12 +40,36 @@ pub fn feed_keylog(
 pub fn feed_with(
     path: &Path,
     filter: &Filter,
-    mut driver: Driver,
+    driver: Driver,
     sink: &mut dyn Sink,
 ) -> Result<(CaptureInfo, DriverCounts), CaptureError> {
-    let mut pk = Packets::open_filtered(path, filter)?;
+    Ok(feed_on(
+        Packets::open_filtered(path, filter)?,
+        filter,
+        driver,
+        sink,
+    ))
+}
+
+/// [`feed_with`] on any packet source (a file, or a live interface: then the sink also gets every packet that
+/// passed the filter ([`Sink::packet`]) and the time as it goes on ([`Sink::tick`])).
+pub fn feed_on(
+    mut pk: Packets,
+    filter: &Filter,
+    mut driver: Driver,
+    sink: &mut dyn Sink,
+) -> (CaptureInfo, DriverCounts) {
     let mut matched = 0u64;
-    while let Some((p, d)) = pk.next_decoded() {
+    let live = pk.is_live();
+    let by_if = pk.keys_by_interface();
+    while let Some(ev) = pk.next_event(true) {
+        let (p, d) = match ev {
+            Next::Packet(p, d) => (p, d),
+            Next::Tick(now) => {
+                sink.tick(Duration::from_nanos(now.max(0) as u64));
+                continue;
+            }
+        };
         let Some(d) = d else { continue };
         if !filter.matches(Some(&d)) {
             continue;
@@ -72,13 +96,19 @@ pub fn feed_with(
             payload: d.payload,
             wire_len: d.payload_len.max(d.payload.len() as u32),
         };
+        if live {
+            sink.packet(&p, &seg);
+        }
+        if by_if {
+            driver.set_interface(p.interface);
+        }
         driver.segment(&seg, sink);
     }
     driver.finish(sink);
     let counts = driver.counts();
     let mut info = pk.finish();
     info.packets_matched = matched;
-    Ok((info, counts))
+    (info, counts)
 }
 
 /// Result of `capture rpc`.
@@ -123,6 +153,75 @@ pub fn run_rpc_keylog(
         counts,
         report: stats.finish(),
     })
+}
+
+/// A sink that keeps nothing (when only the statistics are wanted).
+#[derive(Debug, Default)]
+pub struct NoSink;
+
+impl Sink for NoSink {
+    fn transaction(&mut self, _: &super::driver::ConnInfo, _: super::Transaction) {}
+    fn anomaly(&mut self, _: &super::driver::ConnInfo, _: super::Anomaly) {}
+}
+
+/// Passes everything to both sinks.
+struct Tee<'a> {
+    stats: &'a mut RpcStats,
+    also: &'a mut dyn Sink,
+}
+
+impl Sink for Tee<'_> {
+    fn transaction(&mut self, conn: &super::driver::ConnInfo, t: super::Transaction) {
+        self.stats.add(conn, &t);
+        self.also.transaction(conn, t);
+    }
+    fn anomaly(&mut self, conn: &super::driver::ConnInfo, a: super::Anomaly) {
+        self.stats.add_anomaly(conn, &a);
+        self.also.anomaly(conn, a);
+    }
+    fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &Segment<'_>) {
+        self.also.packet(p, seg);
+    }
+    fn tick(&mut self, now: Duration) {
+        self.also.tick(now);
+    }
+}
+
+/// [`run_rpc_keylog`] on any packet source; `also` sees every transaction, anomaly, packet and tick as well
+/// (live output, the flight recorder), and at most `max_connections` are tracked at once.
+pub fn run_rpc_on(
+    pk: Packets,
+    filter: &Filter,
+    choice: ProtoChoice,
+    config: StatsConfig,
+    keylog: Option<Arc<KeyLog>>,
+    max_connections: Option<usize>,
+    also: &mut dyn Sink,
+) -> RpcResult {
+    let mut stats = RpcStats::new(config);
+    let mut driver = Driver::new(choice);
+    driver.set_keylog(keylog);
+    if let Some(n) = max_connections {
+        driver.set_max_connections(n);
+    }
+    let (capture, counts) = feed_on(
+        pk,
+        filter,
+        driver,
+        &mut Tee {
+            stats: &mut stats,
+            also,
+        },
+    );
+    RpcResult {
+        capture,
+        forced_proto: match choice {
+            ProtoChoice::Force(p) => Some(p),
+            ProtoChoice::Auto => None,
+        },
+        counts,
+        report: stats.finish(),
+    }
 }
 
 /// Every transaction of one capture with its connection and the hash of its request's leading bytes (for

@@ -416,3 +416,104 @@ impl Sink for Collect {
         self.anomalies.push((conn.proto, a));
     }
 }
+
+/// One operation's row of one live interval (`capture rpc --live`, as `redis-cli --latency-history`).
+#[derive(Debug, Clone, Serialize)]
+pub struct OpInterval {
+    /// Protocol.
+    pub proto: Proto,
+    /// Operation.
+    pub op: String,
+    /// Requests completed in the interval.
+    pub count: u64,
+    /// Responses that reported an error.
+    pub errors: u64,
+    /// Summary of the times to the response's last byte.
+    pub last_byte: Summary,
+}
+
+/// Per-interval, per-operation rows of a live capture, by the time the response completed: an interval's rows
+/// are handed out when a later response or the clock passes its end.
+#[derive(Debug)]
+pub struct LiveIntervals {
+    interval: Duration,
+    /// Start of the current interval (since the Unix epoch).
+    start: Option<Duration>,
+    ops: Vec<(Proto, String, LatencyHistogram, u64)>,
+}
+
+impl LiveIntervals {
+    /// Intervals of `interval`.
+    pub fn new(interval: Duration) -> Self {
+        LiveIntervals {
+            interval: interval.max(Duration::from_millis(1)),
+            start: None,
+            ops: Vec::new(),
+        }
+    }
+
+    fn floor(&self, t: Duration) -> Duration {
+        let iv = self.interval.as_nanos();
+        Duration::from_nanos((t.as_nanos() / iv * iv) as u64)
+    }
+
+    /// Closes the intervals that ended before `now`: (start, rows) for each, quiet ones with no rows.
+    pub fn close_before(&mut self, now: Duration) -> Vec<(Duration, Vec<OpInterval>)> {
+        let mut out = Vec::new();
+        let Some(mut start) = self.start else {
+            self.start = Some(self.floor(now));
+            return out;
+        };
+        while start + self.interval <= now {
+            let rows = self
+                .ops
+                .drain(..)
+                .map(|(proto, op, h, errors)| OpInterval {
+                    proto,
+                    op,
+                    count: h.len(),
+                    errors,
+                    last_byte: h.summary(),
+                })
+                .collect();
+            out.push((start, rows));
+            start += self.interval;
+            if out.len() > 10_000 {
+                start = self.floor(now);
+                break;
+            }
+        }
+        self.start = Some(start);
+        out
+    }
+
+    /// The end of the capture: the current interval's rows, when it has any.
+    pub fn close_all(&mut self) -> Vec<(Duration, Vec<OpInterval>)> {
+        match self.start {
+            Some(s) if !self.ops.is_empty() => self.close_before(s + self.interval),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Adds one transaction (after [`close_before`](Self::close_before) its response time).
+    pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
+        if self.start.is_none() {
+            self.start = Some(self.floor(t.response_end_ts));
+        }
+        let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
+        let i = match self
+            .ops
+            .iter()
+            .position(|o| o.0 == conn.proto && o.1 == t.op.as_ref())
+        {
+            Some(i) => i,
+            None => {
+                self.ops
+                    .push((conn.proto, t.op.to_string(), LatencyHistogram::new(), 0));
+                self.ops.len() - 1
+            }
+        };
+        self.ops[i].2.record_ns(ns);
+        self.ops[i].3 += u64::from(t.status == Status::Error);
+    }
+}

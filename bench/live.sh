@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Live capture, measured side by side (issue 21):
+#  1. one UDP packet stream on loopback (sockperf, 64-byte messages at a fixed rate), watched in turn by
+#     `roundtrip capture stats --live lo`, `tcpdump -i lo -w /dev/null`, `tcpstat -i lo` and `tshark -i lo -q`
+#     (all with the filter `udp port P`): packets seen, kernel drops, CPU (user+sys) per packet;
+#  2. pgbench -S through a relay port (so only this traffic passes the filter): `roundtrip capture rpc --live lo`
+#     vs `tcpdump -w /dev/null`: requests counted (against pgbench's own count), CPU per request;
+#  3. the application's cost: pgbench -S at a fixed rate (-R, half of its unwatched maximum): TPS and p99 latency
+#     unwatched, watched by roundtrip rpc, watched by tcpdump; and at saturation, TPS for each.
+# Rounds are interleaved (observer order rotates); medians are printed.
+#
+# Usage: bench/live.sh [ROUNDS=3] [RATE=50000] [SECONDS=5]   (root; sockperf, tcpdump, tcpstat, tshark,
+# pgbench, psql, socat, PostgreSQL on 127.0.0.1:5432)
+set -euo pipefail
+ROUNDS=${1:-3}; RATE=${2:-50000}; SECS=${3:-5}
+cd "$(dirname "$0")/.."
+cargo build --release -q
+RT=$PWD/target/release/roundtrip
+WORK=$(mktemp -d /tmp/rt-live-bench.XXXXXX)
+pids=()
+DB=rt_live_bench_$$
+cleanup() {
+    kill "${pids[@]}" 2>/dev/null || true
+    psql -h 127.0.0.1 -U postgres -d test -qc "drop database if exists $DB" >/dev/null 2>&1 || true
+    [ -n "${KEEP:-}" ] && echo "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# CPU seconds (ns precision, /proc/PID/task/*/schedstat) of a process, its threads and its children (tshark's
+# dumpcap does the capturing).
+cpu_s() {
+    local p all=$1
+    for p in $(pgrep -P "$1" 2>/dev/null || true); do all="$all $p"; done
+    for p in $all; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done | awk '{s+=$1} END{printf "%.4f", s/1e9}'
+}
+# start OBSERVER-NAME FILTER: starts the observer in the background, sets OBS_PID, waits until it captures.
+start() {
+    local name=$1 filter=$2
+    case $name in
+    roundtrip) $RT capture stats --live lo -i 1s "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    roundtrip-rpc) $RT capture rpc --live lo --proto pgsql "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    tcpdump) tcpdump -i lo -n -w /dev/null "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    tcpstat) tcpstat -i lo -F -o "%n\n" -f "$filter" 1 >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    tshark) tshark -i lo -q -f "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    none) OBS_PID=""; return ;;
+    esac
+    OBS_PID=$!
+    pids+=("$OBS_PID")
+    for _ in $(seq 100); do
+        grep -qE "capturing on|listening on|Capturing on" "$WORK/$name.err" 2>/dev/null && break
+        [ "$name" = tcpstat ] && { sleep 1; break; }
+        sleep 0.1
+    done
+    sleep 0.3
+}
+# stop NAME: CPU seconds, then SIGINT and wait; prints "cpu packets drops".
+stop() {
+    local name=$1
+    [ -z "$OBS_PID" ] && { echo "0 0 0"; return; }
+    sleep 1
+    local cpu; cpu=$(cpu_s "$OBS_PID")
+    # tcpstat ignores SIGINT (its lines are flushed per interval: -F).
+    if [ "$name" = tcpstat ]; then kill -TERM "$OBS_PID"; else kill -INT "$OBS_PID"; fi
+    wait "$OBS_PID" 2>/dev/null || true
+    local pk=0 dr=0
+    set +o pipefail
+    case $name in
+    roundtrip|roundtrip-rpc)
+        pk=$(grep -oE '[0-9]+ packets captured' "$WORK/$name.out" | awk '{print $1}')
+        dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/$name.out" | awk '{print $1}') ;;
+    tcpdump)
+        pk=$(grep -oE '^[0-9]+ packets captured' "$WORK/$name.err" | awk '{print $1}')
+        dr=$(grep -oE '^[0-9]+ packets dropped by kernel' "$WORK/$name.err" | awk '{print $1}') ;;
+    tcpstat) pk=$(awk '{s+=$1} END{print s+0}' "$WORK/$name.out"); dr=NA ;;
+    tshark)
+        pk=$(grep -oE '[0-9]+ packets captured' "$WORK/$name.err" | awk '{print $1}')
+        dr=$(grep -oE '[0-9]+ packets dropped' "$WORK/$name.err" | awk '{print $1}' || true); dr=${dr:-0} ;;
+    esac
+    set -o pipefail
+    echo "$cpu ${pk:-0} ${dr:-0}"
+}
+
+echo "== 1. UDP stream on lo: $RATE msg/s of 64 bytes for ${SECS}s, $ROUNDS rounds"
+SP=$(free_port)
+sockperf sr -i 127.0.0.1 -p "$SP" >/dev/null 2>&1 & pids+=($!)
+sleep 1
+OBSERVERS=(roundtrip tcpdump tcpstat tshark)
+for r in $(seq "$ROUNDS"); do
+    n=${#OBSERVERS[@]}
+    for i in $(seq 0 $((n - 1))); do
+        o=${OBSERVERS[$(((i + r) % n))]}
+        start "$o" "udp port $SP"
+        sockperf tp -i 127.0.0.1 -p "$SP" -m 64 --mps "$RATE" -t "$SECS" >/dev/null 2>&1 || true
+        stop "$o" >"$WORK/stop"; read -r cpu pk dr <"$WORK/stop"
+        echo "$o round $r: packets $pk drops $dr cpu ${cpu}s"
+        echo "$cpu $pk $dr" >>"$WORK/s1.$o"
+    done
+done
+printf '%-10s %10s %8s %12s %10s\n' observer packets drops "cpu/pkt(ns)" "vs tcpdump"
+base=$(awk '$2>0{print $1/$2*1e9}' "$WORK/s1.tcpdump" | median)
+for o in "${OBSERVERS[@]}"; do
+    pk=$(awk '{print $2}' "$WORK/s1.$o" | median)
+    dr=$(awk '{print $3}' "$WORK/s1.$o" | sort | tail -1)
+    c=$(awk '$2>0{print $1/$2*1e9}' "$WORK/s1.$o" | median)
+    printf '%-10s %10s %8s %12.0f %10.2f\n' "$o" "$pk" "$dr" "$c" "$(echo "$c / $base" | bc -l)"
+done
+
+echo "== 2-3. pgbench -S through a relay port"
+psql -h 127.0.0.1 -U postgres -d test -qc "create database $DB" >/dev/null
+pgbench -h 127.0.0.1 -U postgres -i -q "$DB" >/dev/null 2>&1
+RP=$(free_port)
+socat TCP-LISTEN:"$RP",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:5432 & pids+=($!)
+sleep 0.5
+pgb() { PGSSLMODE=disable pgbench -h 127.0.0.1 -p "$RP" -U postgres -n -S -c 4 -j 2 -T "$SECS" "$@" "$DB" 2>/dev/null; }
+# TPS at saturation, unwatched, to choose the fixed rate.
+max=$(pgb | awk '/^tps/{print int($3)}' | head -1)
+R=$((max / 2))
+echo "saturation unwatched: $max tps; fixed rate -R $R"
+for r in $(seq "$ROUNDS"); do
+    for o in none roundtrip-rpc tcpdump; do
+        # saturation
+        start "$o" "tcp port $RP"
+        out=$(pgb)
+        stop "$o" >"$WORK/stop"; read -r cpu pk _ <"$WORK/stop"
+        tps=$(echo "$out" | awk '/^tps/{print $3}' | head -1)
+        tx=$(echo "$out" | awk '/number of transactions actually processed/{print $6}' | cut -d/ -f1)
+        req=""
+        [ "$o" = roundtrip-rpc ] && req=$(grep -oE '[0-9]+ requests answered' "$WORK/$o.out" | awk '{print $1}')
+        echo "$o round $r saturation: tps $tps transactions $tx packets $pk requests ${req:-NA} cpu ${cpu}s"
+        echo "$tps $tx $pk $cpu ${req:-0}" >>"$WORK/sat.$o"
+        # fixed rate, per-transaction log for the p99
+        rm -f "$WORK"/pgbench_log.*
+        start "$o" "tcp port $RP"
+        (cd "$WORK" && pgb -R "$R" -l >"$WORK/fixed.out")
+        stop "$o" >/dev/null
+        tps=$(awk '/^tps/{print $3}' "$WORK/fixed.out" | head -1)
+        p99=$(cat "$WORK"/pgbench_log.* | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END{print a[int(NR*0.99)]}')
+        echo "$o round $r fixed: tps $tps p99 ${p99}us"
+        echo "$tps $p99" >>"$WORK/fix.$o"
+    done
+done
+printf '%-14s %10s %10s %12s %12s %14s\n' observer "sat tps" "fixed tps" "fixed p99us" "requests" "cpu/req(ns)"
+for o in none roundtrip-rpc tcpdump; do
+    st=$(awk '{print $1}' "$WORK/sat.$o" | median)
+    ft=$(awk '{print $1}' "$WORK/fix.$o" | median)
+    fp=$(awk '{print $2}' "$WORK/fix.$o" | median)
+    rq=$(awk '{print $5 "/" $2}' "$WORK/sat.$o" | tail -1)
+    c=$(awk '$2>0{print $4/$2*1e9}' "$WORK/sat.$o" | median)
+    printf '%-14s %10s %10s %12s %12s %14.0f\n' "$o" "$st" "$ft" "$fp" "$rq" "$c"
+done

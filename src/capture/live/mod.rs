@@ -1,0 +1,649 @@
+//! Live capture on a network interface: an AF_PACKET socket with a TPACKET_V3 memory-mapped receive ring, fed
+//! to the same decode -> flows -> stats/rpc/timeline pipeline as a capture file (see [`super::Packets`]).
+//!
+//! # The ring
+//! The kernel writes packets into a ring of `block_nr` blocks of `block_size` bytes shared with this process
+//! (no system call per packet: one `poll` when the ring is empty). A block is handed to user space when it is
+//! full or [`BLOCK_TIMEOUT_MS`] after its first packet, so a quiet link still shows its packets within that
+//! time. Sizes:
+//! - `--buffer` (default [`DEFAULT_BUFFER`], 16 MiB) is the whole ring; blocks are [`MAX_BLOCK`] (1 MiB) when
+//!   the buffer holds at least 8 of them, else the buffer / 8 rounded down to whole pages (at least one page),
+//!   so a small buffer still has several blocks to rotate through;
+//! - frames are nominal in TPACKET_V3 (packets of any size are packed into a block); [`FRAME_SIZE`] is the
+//!   unit the kernel checks the sizes against;
+//! - a packet larger than a block is cut to the block (its wire length is kept), as libpcap does.
+//!
+//! When the ring is full the kernel drops packets and counts them: `PACKET_STATISTICS` is read at every tick
+//! and at the end, and every interval line and summary shows the drops.
+//!
+//! # What the kernel filter does
+//! On `lo` (and on `any`, for `lo`'s packets) the kernel hands a packet socket every packet twice, once
+//! outgoing and once incoming; the classic BPF program attached to the socket starts with a test of the
+//! packet type and drops the outgoing copy, so counts equal tcpdump's. A user's filter program (tcpdump
+//! syntax, compiled elsewhere) follows that test in the same program.
+//!
+//! # `any`
+//! As libpcap: a `SOCK_DGRAM` socket (no link-layer header: interfaces differ), and each packet gets a Linux
+//! cooked v2 header (LINKTYPE_LINUX_SLL2) carrying its interface index, so the same segment seen on two
+//! interfaces of a forwarding host is two packets of two interfaces, not a retransmission.
+//!
+//! # Threads
+//! One thread reads the ring and runs the analysis. `PACKET_FANOUT` is not used: the analyses keep one state
+//! per connection and fanout would need a merge of every result; on this project's 2-core machines one thread
+//! kept up with every rate measured (bench/live.sh).
+//!
+//! The unsafe code (socket options, the mapping, the block ownership word) is in [`ring`] alone; reading
+//! bytes out of a block is safe code in [`block`].
+
+pub mod block;
+pub mod ring;
+
+use super::read::{LinkType, Packet};
+use serde::Serialize;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+
+/// Default ring size (`--buffer`).
+pub const DEFAULT_BUFFER: u64 = 16 << 20;
+/// Largest block.
+pub const MAX_BLOCK: u32 = 1 << 20;
+/// Nominal frame size.
+pub const FRAME_SIZE: u32 = 2048;
+/// A block that is not full is handed over after this long.
+pub const BLOCK_TIMEOUT_MS: u32 = 50;
+/// Default snap length (tcpdump's).
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+/// Smallest `--buffer`.
+pub const MIN_BUFFER: u64 = 16 << 10;
+/// Longest the ring is read after Ctrl-C or `--duration` while the kernel keeps handing over blocks.
+pub const MAX_DRAIN: Duration = Duration::from_secs(2);
+/// How often the analyses get a tick (interval rows, drops) when packets do not bring the time forward.
+pub const TICK: Duration = Duration::from_millis(100);
+
+const PAGE: u32 = 4096;
+const PACKET_OUTGOING: u8 = 4;
+
+/// Where to capture and what to keep.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// Interface name, or `any`.
+    pub interface: String,
+    /// Bytes kept of each packet.
+    pub snaplen: u32,
+    /// Ring size in bytes.
+    pub buffer: u64,
+    /// Put the interface in promiscuous mode.
+    pub promisc: bool,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Stop after this many packets (that passed the kernel filter).
+    pub count: Option<u64>,
+    /// A compiled filter (classic BPF, `struct sock_filter` layout) for the interface's link type; it runs after
+    /// the drop of `lo`'s outgoing copies.
+    pub filter: Option<Vec<libc::sock_filter>>,
+}
+
+impl LiveConfig {
+    /// Capture on `interface` with tcpdump's defaults.
+    pub fn new(interface: &str) -> Self {
+        LiveConfig {
+            interface: interface.to_string(),
+            snaplen: DEFAULT_SNAPLEN,
+            buffer: DEFAULT_BUFFER,
+            promisc: false,
+            duration: None,
+            count: None,
+            filter: None,
+        }
+    }
+}
+
+/// Live capture could not start.
+#[derive(Debug, Error)]
+pub enum LiveError {
+    /// No such interface.
+    #[error("no interface '{name}'; interfaces here: {}, or any (all of them)", .existing.join(", "))]
+    NoInterface {
+        /// What was asked for.
+        name: String,
+        /// What exists.
+        existing: Vec<String>,
+    },
+    /// Not allowed to open a packet socket.
+    #[error(
+        "capturing on {interface} needs the CAP_NET_RAW capability: run as root, or allow it once with \
+         `sudo setcap cap_net_raw,cap_net_admin+eip $(command -v roundtrip)`"
+    )]
+    Permission {
+        /// The interface.
+        interface: String,
+    },
+    /// Another system call failed.
+    #[error("live capture on {interface}: {what}: {source}")]
+    Io {
+        /// The interface.
+        interface: String,
+        /// The operation.
+        what: &'static str,
+        /// What the system said.
+        source: io::Error,
+    },
+}
+
+/// Why a live capture ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Ctrl-C or SIGTERM (the normal end).
+    Interrupted,
+    /// `--duration` elapsed.
+    Duration,
+    /// `--count` packets were captured.
+    Count,
+    /// The interface went down or disappeared.
+    InterfaceDown(String),
+    /// Reading failed.
+    Error(String),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Interrupted => f.write_str("interrupted"),
+            StopReason::Duration => f.write_str("--duration reached"),
+            StopReason::Count => f.write_str("--count reached"),
+            StopReason::InterfaceDown(e) => write!(f, "the interface went down ({e})"),
+            StopReason::Error(e) => write!(f, "reading failed ({e})"),
+        }
+    }
+}
+
+/// What a live capture reports about itself (the `source` part of a capture document).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LiveInfo {
+    /// The interface (`any` for all).
+    pub interface: String,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// Ring size, bytes.
+    pub buffer_bytes: u64,
+    /// Ring blocks and their size.
+    pub ring_blocks: u32,
+    /// Bytes per block.
+    pub block_bytes: u32,
+    /// Promiscuous mode asked for.
+    pub promisc: bool,
+    /// Packets the kernel passed to the socket (after its filter).
+    pub kernel_packets: u64,
+    /// Packets the kernel dropped because the ring was full.
+    pub kernel_drops: u64,
+    /// Packets larger than the snap length (cut).
+    pub packets_cut: u64,
+    /// Why the capture ended (None while it runs).
+    pub stop_reason: Option<StopReason>,
+    /// Wall-clock start, Unix ns.
+    pub started_unix_ns: i64,
+    /// Wall-clock end, Unix ns.
+    pub ended_unix_ns: Option<i64>,
+}
+
+/// Counters read while the capture runs (for interval lines).
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    drops: std::sync::atomic::AtomicU64,
+    packets: std::sync::atomic::AtomicU64,
+}
+
+impl LiveCounters {
+    /// Packets the kernel dropped so far.
+    pub fn drops(&self) -> u64 {
+        self.drops.load(Ordering::Relaxed)
+    }
+    /// Packets the kernel passed so far.
+    pub fn packets(&self) -> u64 {
+        self.packets.load(Ordering::Relaxed)
+    }
+}
+
+/// One step of a live capture.
+#[derive(Debug)]
+pub enum LiveNext<'a> {
+    /// A packet.
+    Packet(Packet<'a>),
+    /// No packet, but time went on: the current wall-clock time, Unix ns.
+    Tick(i64),
+    /// The capture ended (see [`LiveCapture::info`]).
+    End,
+}
+
+/// The interfaces of this host, by name.
+pub fn interfaces() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn sys_u32(iface: &str, what: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/{what}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Unix time now, ns.
+pub fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Ring geometry for a buffer of `buffer` bytes: (block size, block count).
+pub fn geometry(buffer: u64) -> (u32, u32) {
+    let buffer = buffer.clamp(MIN_BUFFER, 1 << 32);
+    let block = if buffer >= 8 * u64::from(MAX_BLOCK) {
+        MAX_BLOCK
+    } else {
+        (((buffer / 8) as u32) / PAGE * PAGE).max(PAGE)
+    };
+    let nr = (buffer / u64::from(block)).max(2) as u32;
+    (block, nr)
+}
+
+/// The kernel-side drop of `lo`'s outgoing copies, followed by `user` (or by "keep `snaplen` bytes").
+/// `lo_index` > 0 with `any`: only outgoing packets of that interface are dropped.
+pub fn kernel_program(
+    drop_outgoing: bool,
+    any_lo_index: Option<u32>,
+    user: Option<&[libc::sock_filter]>,
+    snaplen: u32,
+) -> Vec<libc::sock_filter> {
+    const LD_ABS_W: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const AD_PKTTYPE: u32 = 0xffff_f000 + 4;
+    const AD_IFINDEX: u32 = 0xffff_f000 + 8;
+    let ins = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut p = Vec::new();
+    if drop_outgoing {
+        p.push(ins(LD_ABS_W, 0, 0, AD_PKTTYPE));
+        match any_lo_index {
+            Some(lo) => {
+                p.push(ins(JEQ_K, 0, 3, u32::from(PACKET_OUTGOING)));
+                p.push(ins(LD_ABS_W, 0, 0, AD_IFINDEX));
+                p.push(ins(JEQ_K, 0, 1, lo));
+                p.push(ins(RET_K, 0, 0, 0));
+            }
+            None => {
+                p.push(ins(JEQ_K, 0, 1, u32::from(PACKET_OUTGOING)));
+                p.push(ins(RET_K, 0, 0, 0));
+            }
+        }
+    }
+    match user {
+        Some(u) => p.extend_from_slice(u),
+        None => p.push(ins(RET_K, 0, 0, snaplen)),
+    }
+    p
+}
+
+/// The link type packets of `iface` are captured with (`None`: cooked, for `any` and unusual interfaces).
+pub fn link_of(iface: &str) -> Option<LinkType> {
+    if iface == "any" {
+        return None;
+    }
+    match sys_u32(iface, "type")? {
+        1 | 772 => Some(LinkType::ETHERNET),
+        65534 => Some(LinkType::RAW),
+        _ => None,
+    }
+}
+
+/// A running live capture: the packet source of [`super::Packets::live`].
+pub struct LiveCapture {
+    sock: ring::PacketSocket,
+    ring: ring::Ring,
+    link: LinkType,
+    cooked: bool,
+    /// Block being read and (next packet offset, packets left) in it.
+    cur: Option<(usize, usize, u32)>,
+    next_block: usize,
+    scratch: Vec<u8>,
+    info: LiveInfo,
+    counters: Arc<LiveCounters>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+    last_tick: Instant,
+    delivered: u64,
+    config: LiveConfig,
+    drain_until: Option<Instant>,
+}
+
+impl std::fmt::Debug for LiveCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCapture")
+            .field("interface", &self.info.interface)
+            .field("link", &self.link)
+            .finish()
+    }
+}
+
+impl LiveCapture {
+    /// Opens the socket, attaches the filter, maps the ring and binds to the interface. `stop` ends the capture
+    /// when set (Ctrl-C).
+    pub fn open(config: LiveConfig, stop: Arc<AtomicBool>) -> Result<Self, LiveError> {
+        let name = config.interface.clone();
+        let any = name == "any";
+        let (ifindex, hatype) = if any {
+            (0, 0)
+        } else {
+            match sys_u32(&name, "ifindex") {
+                Some(i)
+                    if !name.contains('/') && !name.is_empty() && name != "." && name != ".." =>
+                {
+                    (i, sys_u32(&name, "type").unwrap_or(1))
+                }
+                _ => {
+                    return Err(LiveError::NoInterface {
+                        name,
+                        existing: interfaces(),
+                    });
+                }
+            }
+        };
+        // ARPHRD_ETHER (1) and ARPHRD_LOOPBACK (772) carry an Ethernet header; ARPHRD_NONE (65534: tun,
+        // WireGuard) raw IP; anything else is captured cooked, as libpcap does.
+        let (cooked, link) = match hatype {
+            _ if any => (true, LinkType::LINUX_SLL2),
+            1 | 772 => (false, LinkType::ETHERNET),
+            65534 => (false, LinkType::RAW),
+            _ => (true, LinkType::LINUX_SLL2),
+        };
+        let io_err = |what: &'static str| {
+            let interface = name.clone();
+            move |source: io::Error| LiveError::Io {
+                interface,
+                what,
+                source,
+            }
+        };
+        let sock = ring::PacketSocket::open(cooked).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) {
+                LiveError::Permission {
+                    interface: name.clone(),
+                }
+            } else {
+                io_err("opening an AF_PACKET socket")(e)
+            }
+        })?;
+        let lo_index = sys_u32("lo", "ifindex").unwrap_or(1);
+        let drop_out = any || hatype == 772;
+        let prog = kernel_program(
+            drop_out,
+            any.then_some(lo_index),
+            config.filter.as_deref(),
+            config.snaplen,
+        );
+        sock.attach_filter(&prog, true)
+            .map_err(io_err("attaching the filter program"))?;
+        sock.set_v3().map_err(io_err("asking for TPACKET_V3"))?;
+        let (block_size, block_nr) = geometry(config.buffer);
+        let req = ring::TpacketReq3 {
+            block_size,
+            block_nr,
+            frame_size: FRAME_SIZE,
+            frame_nr: block_size / FRAME_SIZE * block_nr,
+            retire_blk_tov: BLOCK_TIMEOUT_MS,
+            sizeof_priv: 0,
+            feature_req_word: 0,
+        };
+        let ring = ring::Ring::new(&sock, req).map_err(io_err("setting up the receive ring"))?;
+        if config.promisc && !any {
+            sock.promisc(ifindex as i32)
+                .map_err(io_err("entering promiscuous mode"))?;
+        }
+        sock.bind(ifindex as i32)
+            .map_err(io_err("binding to the interface"))?;
+        // Counters from before the bind (other interfaces) are not ours.
+        let _ = sock.stats();
+        let now = Instant::now();
+        Ok(LiveCapture {
+            info: LiveInfo {
+                interface: name,
+                snaplen: config.snaplen,
+                buffer_bytes: u64::from(block_size) * u64::from(block_nr),
+                ring_blocks: block_nr,
+                block_bytes: block_size,
+                promisc: config.promisc,
+                kernel_packets: 0,
+                kernel_drops: 0,
+                packets_cut: 0,
+                stop_reason: None,
+                started_unix_ns: now_unix_ns(),
+                ended_unix_ns: None,
+            },
+            sock,
+            ring,
+            link,
+            cooked,
+            cur: None,
+            next_block: 0,
+            scratch: Vec::new(),
+            counters: Arc::new(LiveCounters::default()),
+            stop,
+            started: now,
+            last_tick: now,
+            delivered: 0,
+            config,
+            drain_until: None,
+        })
+    }
+
+    /// The link type of the packets delivered.
+    pub fn link(&self) -> LinkType {
+        self.link
+    }
+
+    /// Counters another part of the program can read while the capture runs.
+    pub fn counters(&self) -> Arc<LiveCounters> {
+        self.counters.clone()
+    }
+
+    /// What the capture reports (complete after [`LiveNext::End`]).
+    pub fn info(&self) -> &LiveInfo {
+        &self.info
+    }
+
+    fn read_stats(&mut self) {
+        if let Ok((p, d)) = self.sock.stats() {
+            self.info.kernel_packets += p;
+            self.info.kernel_drops += d;
+            self.counters
+                .packets
+                .store(self.info.kernel_packets, Ordering::Relaxed);
+            self.counters
+                .drops
+                .store(self.info.kernel_drops, Ordering::Relaxed);
+        }
+    }
+
+    fn end(&mut self, why: StopReason) {
+        if self.info.stop_reason.is_none() {
+            self.read_stats();
+            self.info.stop_reason = Some(why);
+            self.info.ended_unix_ns = Some(now_unix_ns());
+        }
+    }
+
+    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: for two block timeouts
+    /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet) and until no block handed
+    /// over is left unread, so the packets that arrived before the stop are analysed; `--count` stops at once.
+    fn stopping(&mut self) -> bool {
+        if self.info.stop_reason.is_some() {
+            return true;
+        }
+        let why = if self.config.count.is_some_and(|c| self.delivered >= c) {
+            self.end(StopReason::Count);
+            return true;
+        } else if self.stop.load(Ordering::Relaxed) {
+            StopReason::Interrupted
+        } else if self
+            .config
+            .duration
+            .is_some_and(|d| self.started.elapsed() >= d)
+        {
+            StopReason::Duration
+        } else {
+            return false;
+        };
+        let until = *self.drain_until.get_or_insert_with(|| {
+            Instant::now() + Duration::from_millis(2 * u64::from(BLOCK_TIMEOUT_MS))
+        });
+        // Past the drain time, stop once the blocks the kernel handed over are read (a reader that was not
+        // scheduled for a while still analyses them), or at the latest [`MAX_DRAIN`] later under a flood.
+        let now = Instant::now();
+        let pending = self.cur.is_some_and(|(_, _, left)| left > 0)
+            || self.ring.user_block(self.next_block).is_some();
+        if now >= until + MAX_DRAIN || (now >= until && !pending) {
+            self.end(why);
+            return true;
+        }
+        false
+    }
+
+    /// The next packet, a tick (when `ticks`; at least every [`TICK`] while packets flow or not), or the end.
+    pub fn next(&mut self, ticks: bool) -> LiveNext<'_> {
+        loop {
+            if let Some((b, at, left)) = self.cur {
+                if left > 0 && !self.stopping() {
+                    let hdr = block::frame(self.ring.user_block(b).unwrap_or(&[]), at);
+                    if let Some(h) = hdr {
+                        let next = if h.next_offset == 0 { 0 } else { left - 1 };
+                        self.cur = Some((b, at + h.next_offset as usize, next));
+                        self.delivered += 1;
+                        if h.snaplen < h.len {
+                            self.info.packets_cut += 1;
+                        }
+                        let span = h.data_at..h.data_at + h.snaplen as usize;
+                        let (data, orig_len) = if self.cooked {
+                            self.scratch.clear();
+                            self.scratch.extend_from_slice(&block::sll2_header(&h));
+                            let blk = self.ring.user_block(b).unwrap_or(&[]);
+                            self.scratch.extend_from_slice(&blk[span]);
+                            (&self.scratch[..], h.len.saturating_add(20))
+                        } else {
+                            (&self.ring.user_block(b).unwrap_or(&[])[span], h.len)
+                        };
+                        return LiveNext::Packet(Packet {
+                            ts_ns: h.ts_ns,
+                            orig_len,
+                            data,
+                            link: self.link,
+                            interface: h.ifindex.max(0) as u32,
+                            offset: 0,
+                        });
+                    }
+                }
+                self.ring.release(b);
+                self.cur = None;
+                self.next_block = (b + 1) % self.ring.blocks();
+            }
+            if self.stopping() {
+                return LiveNext::End;
+            }
+            if ticks && self.last_tick.elapsed() >= TICK {
+                self.last_tick = Instant::now();
+                self.read_stats();
+                return LiveNext::Tick(now_unix_ns());
+            }
+            if let Some(blk) = self.ring.user_block(self.next_block) {
+                match block::block_header(blk) {
+                    Some((n, first)) => self.cur = Some((self.next_block, first, n)),
+                    None => self.cur = Some((self.next_block, 0, 0)),
+                }
+                continue;
+            }
+            let wait = if self.drain_until.is_some() {
+                BLOCK_TIMEOUT_MS as i32
+            } else {
+                TICK.as_millis() as i32
+            };
+            match self.sock.poll(wait) {
+                Ok((_, true)) => {
+                    let e = self
+                        .sock
+                        .take_error()
+                        .map_or("the socket reported an error".to_string(), |e| {
+                            e.to_string()
+                        });
+                    // A block may still hold packets: only stop when the ring is empty.
+                    if self.ring.user_block(self.next_block).is_none() {
+                        self.end(StopReason::InterfaceDown(e));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => self.end(StopReason::Error(e.to_string())),
+            }
+            if !ticks && self.last_tick.elapsed() >= TICK {
+                self.last_tick = Instant::now();
+                self.read_stats();
+            }
+        }
+    }
+
+    /// Ends the capture now (reads the final kernel counters); `why` unless it already ended.
+    pub fn close(&mut self, why: StopReason) -> LiveInfo {
+        self.end(why);
+        self.info.clone()
+    }
+}
+
+/// True when the process may open packet sockets (root or CAP_NET_RAW), without opening one.
+pub fn check_interface(name: &str) -> Result<(), LiveError> {
+    if name == "any"
+        || sys_u32(name, "ifindex").is_some() && !name.contains('/') && !name.is_empty()
+    {
+        return Ok(());
+    }
+    Err(LiveError::NoInterface {
+        name: name.to_string(),
+        existing: interfaces(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_geometry() {
+        assert_eq!(geometry(DEFAULT_BUFFER), (1 << 20, 16));
+        assert_eq!(geometry(64 << 10), (8192, 8));
+        assert_eq!(geometry(1), (4096, 4));
+        let (b, n) = geometry(5 << 20);
+        assert_eq!(b % 4096, 0);
+        assert!(n >= 8 && u64::from(b) * u64::from(n) <= 5 << 20);
+    }
+
+    #[test]
+    fn outgoing_drop_program() {
+        let p = kernel_program(true, None, None, 100);
+        assert_eq!(p.len(), 4);
+        assert_eq!((p[1].jt, p[1].jf), (0, 1));
+        assert_eq!(p[3].k, 100);
+        let p = kernel_program(true, Some(1), None, 100);
+        assert_eq!(p.len(), 6);
+        // Not outgoing: jump over the ifindex test and the drop, to the user program.
+        assert_eq!(2 + p[1].jf as usize, 5);
+        assert_eq!(kernel_program(false, None, None, 7).len(), 1);
+    }
+}

@@ -1,0 +1,225 @@
+//! `--live IFACE` for `roundtrip capture stats|flows|rpc|timeline`: the options, opening the packet source (a
+//! file or an interface: the analyses do not know which), and the live lines' common parts.
+
+use super::args;
+use super::output::out;
+use anyhow::Context;
+use clap::Args;
+use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
+use roundtrip::capture::read::LinkType;
+use roundtrip::capture::{CaptureInfo, Filter, Packets, bpf, write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of a live capture.
+#[derive(Debug, Args, Clone)]
+pub struct LiveArgs {
+    /// Capture live on this interface (`any` for all) instead of reading a file.
+    #[arg(long, value_name = "IFACE")]
+    pub live: Option<String>,
+    /// Live: stop after this long.
+    #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "D")]
+    pub duration: Option<Duration>,
+    /// Live: stop after this many packets (those that passed --filter; tcpdump's -c).
+    #[arg(long, short = 'c', value_parser = args::count, value_name = "N")]
+    pub count: Option<u64>,
+    /// Live: bytes kept of each packet (tcpdump's -s).
+    #[arg(long, default_value_t = live::DEFAULT_SNAPLEN, value_parser = clap::value_parser!(u32).range(64..=262_144), value_name = "N")]
+    pub snaplen: u32,
+    /// Live: size of the kernel's ring buffer (e.g. 16M; at least 16k): packets arriving while it is full are dropped.
+    #[arg(long, value_parser = args::positive_size, value_name = "SIZE")]
+    pub buffer: Option<u64>,
+    /// Live: put the interface in promiscuous mode (off by default: only this host's traffic).
+    #[arg(long)]
+    pub promisc: bool,
+    /// Live: also save what was captured (pcap, or pcapng when the name ends in .pcapng; nanosecond times).
+    #[arg(long, value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Live: connections tracked at once; past it the longest silent are finished early (counted).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub max_connections: u64,
+}
+
+impl LiveArgs {
+    /// True when capturing live.
+    pub fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// Checks the options before any I/O (exit 2 on a mistake).
+    pub fn validate(&self, file: Option<&Path>) -> anyhow::Result<()> {
+        match (&self.live, file) {
+            (Some(_), Some(f)) => anyhow::bail!(
+                "give a capture FILE or --live IFACE, not both ({} and --live)",
+                f.display()
+            ),
+            (None, None) => anyhow::bail!("give a capture FILE, or --live IFACE to capture live"),
+            _ => {}
+        }
+        if !self.is_live() {
+            for (set, name) in [
+                (self.duration.is_some(), "--duration"),
+                (self.count.is_some(), "--count"),
+                (self.buffer.is_some(), "--buffer"),
+                (self.promisc, "--promisc"),
+                (self.write.is_some(), "--write"),
+            ] {
+                if set {
+                    anyhow::bail!("{name} is for live capture: add --live IFACE (or drop {name})");
+                }
+            }
+        }
+        if let Some(b) = self.buffer
+            && b < live::MIN_BUFFER
+        {
+            anyhow::bail!("--buffer {b}: the ring needs at least 16k");
+        }
+        if let Some(i) = &self.live {
+            live::check_interface(i)?;
+        }
+        Ok(())
+    }
+}
+
+/// A packet source and, when live, its running counters.
+pub struct Opened {
+    /// The source.
+    pub packets: Packets,
+    /// Live counters (kernel drops) for interval lines.
+    pub counters: Option<Arc<LiveCounters>>,
+}
+
+/// Opens `file` or the live interface (Ctrl-C/SIGTERM end a live capture).
+/// `filter`'s expression runs in the kernel (live) or on each packet of the file.
+pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Result<Opened> {
+    let Some(iface) = &a.live else {
+        let f = file.context("no capture file")?;
+        return Ok(Opened {
+            packets: Packets::open_filtered(f, filter)?,
+            counters: None,
+        });
+    };
+    let program = match &filter.expr {
+        Some(e) => {
+            let target = match live::link_of(iface) {
+                Some(l) => bpf::Target::Link(l),
+                None => bpf::Target::Cooked,
+            };
+            let opts = bpf::Options {
+                drop_outgoing: false,
+                snaplen: a.snaplen,
+            };
+            let p = e
+                .compile(target, &opts)
+                .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.text()))?;
+            Some(
+                p.insns()
+                    .iter()
+                    .map(|i| libc::sock_filter {
+                        code: i.code,
+                        jt: i.jt,
+                        jf: i.jf,
+                        k: i.k,
+                    })
+                    .collect(),
+            )
+        }
+        None => None,
+    };
+    let stop = super::ping::cancel_on_ctrl_c();
+    let cfg = LiveConfig {
+        interface: iface.clone(),
+        snaplen: a.snaplen,
+        buffer: a.buffer.unwrap_or(live::DEFAULT_BUFFER),
+        promisc: a.promisc,
+        duration: a.duration,
+        count: a.count,
+        filter: program,
+    };
+    let cap = live::LiveCapture::open(cfg, stop)?;
+    {
+        let i = cap.info();
+        super::output::note(format!(
+            "capturing on {} ({}), ring {} blocks x {} KiB, snaplen {}{}; Ctrl-C ends and prints the summary",
+            i.interface,
+            cap.link(),
+            i.ring_blocks,
+            i.block_bytes / 1024,
+            i.snaplen,
+            filter
+                .expr_text()
+                .map(|e| format!(", filter '{e}' in the kernel"))
+                .unwrap_or_default()
+        ));
+    }
+    let counters = cap.counters();
+    let link: LinkType = cap.link();
+    let mut pk = Packets::live(cap, filter.expr_text());
+    if let Some(w) = &a.write {
+        pk.set_writer(write::PcapWriter::create(w, link, a.snaplen, 0o644)?);
+    }
+    Ok(Opened {
+        packets: pk,
+        counters: Some(counters),
+    })
+}
+
+/// `12:34:56.789` (UTC) of a Unix time in ns.
+pub fn clock(ns: i64) -> String {
+    let ms = ns.div_euclid(1_000_000);
+    let sod = ms.div_euclid(1000).rem_euclid(86_400);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
+/// The drop count of an interval line.
+pub fn drops_now(c: &Option<Arc<LiveCounters>>) -> u64 {
+    c.as_ref().map_or(0, |c| c.drops())
+}
+
+/// Prints one live line: to stdout, or to stderr when stdout gets the JSON document.
+pub fn line(json: bool, s: &str) -> std::io::Result<()> {
+    if json {
+        eprintln!("{s}");
+        Ok(())
+    } else {
+        out(format!("{s}\n"))
+    }
+}
+
+/// The heading of a live capture's summary.
+pub fn heading(info: &CaptureInfo, l: &LiveInfo) -> String {
+    // The link types seen (none before the first packet).
+    let link = if info.link_types.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", info.link_types.join("+"))
+    };
+    format!(
+        "{} (live{link}): {} packets captured ({} bytes), {} dropped by the kernel, {} cut by snaplen {}; stopped: {}",
+        l.interface,
+        info.packets_read,
+        info.file_bytes,
+        l.kernel_drops,
+        l.packets_cut,
+        l.snaplen,
+        l.stop_reason
+            .as_ref()
+            .map_or("-".to_string(), |r| r.to_string())
+    )
+}
+
+/// Exit status of a live run: an interface that went down or a read error is a failure (the summary was
+/// printed).
+pub fn failed(info: &CaptureInfo) -> bool {
+    matches!(
+        info.source.as_ref().and_then(|s| s.stop_reason.as_ref()),
+        Some(live::StopReason::InterfaceDown(_)) | Some(live::StopReason::Error(_))
+    )
+}
