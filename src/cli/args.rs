@@ -40,6 +40,18 @@ pub fn count(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A snapshot length: bytes kept of each packet, between 64 bytes and 256 KiB (tcpdump's `-s`).
+pub fn snaplen(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if (64..=262_144).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "snaplen {n} is not between 64 bytes and 256 KiB (262144)"
+        )),
+        Err(_) if s.starts_with('-') => Err(format!("snaplen '{s}' must not be negative")),
+        Err(_) => Err(format!("snaplen '{s}' is not a whole number of bytes")),
+    }
+}
+
 /// A bit rate that must be more than zero (`100mbit`, `1gbit`).
 pub fn bitrate(s: &str) -> Result<u64, String> {
     match units::parse_bitrate(s).map_err(|e| e.to_string())? {

@@ -75,7 +75,7 @@ struct BpfArgs {
     #[arg(long)]
     drop_outgoing: bool,
     /// The value an accepted packet returns (bytes kept).
-    #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value = "262144", value_parser = super::args::snaplen, value_name = "BYTES")]
     snaplen: u32,
     /// The expression, as words (as tcpdump takes it).
     #[arg(value_name = "EXPRESSION", required = true, allow_hyphen_values = true)]

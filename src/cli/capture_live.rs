@@ -19,13 +19,13 @@ pub struct LiveArgs {
     #[arg(long, value_name = "IFACE")]
     pub live: Option<String>,
     /// Live: stop after this long.
-    #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "D")]
+    #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
     /// Live: stop after this many packets (those that passed --filter; tcpdump's -c).
     #[arg(long, short = 'c', value_parser = args::count, value_name = "N")]
     pub count: Option<u64>,
     /// Live: bytes kept of each packet (tcpdump's -s).
-    #[arg(long, default_value_t = live::DEFAULT_SNAPLEN, value_parser = clap::value_parser!(u32).range(64..=262_144), value_name = "N")]
+    #[arg(long, default_value_t = live::DEFAULT_SNAPLEN, value_parser = args::snaplen, value_name = "BYTES")]
     pub snaplen: u32,
     /// Live: size of the kernel's ring buffer (e.g. 16M; at least 16k): packets arriving while it is full are dropped.
     #[arg(long, value_parser = args::positive_size, value_name = "SIZE")]

@@ -50,7 +50,7 @@ pub struct RpcArgs {
     live: super::capture_live::LiveArgs,
     /// Live flight recorder: write the packets of a connection around each request slower than this to
     /// --keep-dir (see the help's end).
-    #[arg(long, value_parser = args::positive_duration, value_name = "D", requires = "keep_dir")]
+    #[arg(long, value_parser = args::positive_duration, value_name = "DURATION", requires = "keep_dir")]
     keep_slow: Option<Duration>,
     /// Where the flight recorder writes its files (created if missing; files are mode 0600).
     #[arg(long, value_name = "DIR", requires = "keep_slow")]
