@@ -635,11 +635,7 @@ fn ping_pong(srv: roundtrip::server::ServerHandle, count: u64) -> u16 {
 }
 
 fn can_capture() -> bool {
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("capture tests need root under CI");
-        }
-        eprintln!("SKIPPED: recording captures needs root");
+    if !common::require_root("recording captures") {
         return false;
     }
     common::have("tcpdump") && common::have("tshark")

@@ -86,11 +86,7 @@ fn stop(kids: &mut Kids, idx: usize) {
 
 #[test]
 fn match_pairs_every_request_through_a_proxy_by_content() {
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("this test needs root (tcpdump on loopback)");
-        }
-        eprintln!("SKIPPED: needs root for tcpdump on loopback");
+    if !common::require_root("tcpdump on loopback") {
         return;
     }
     if !common::have("tcpdump") {

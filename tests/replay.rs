@@ -322,8 +322,7 @@ impl Drop for ScratchDb {
 
 #[test]
 fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes_there() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let Some(db) = ScratchDb::create() else {
@@ -383,8 +382,7 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
 
 #[test]
 fn a_real_samba_copy_is_replayed_byte_for_byte() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let Some(samba) = common::samba::Samba::start() else {
@@ -412,8 +410,7 @@ fn a_real_samba_copy_is_replayed_byte_for_byte() {
 
 #[test]
 fn the_command_refuses_what_it_cannot_replay_with_one_line_and_exit_1() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

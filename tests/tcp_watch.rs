@@ -150,11 +150,7 @@ fn lab_up() -> Option<(Lab, String)> {
     if env("RT_NETNS_ROLE").is_some() {
         return None;
     }
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("this test needs root (network namespaces)");
-        }
-        eprintln!("SKIPPED: needs root for network namespaces");
+    if !common::require_root("network namespaces") {
         return None;
     }
     if !common::have("ip") || !common::have("tc") || !common::have("ss") {
@@ -538,7 +534,11 @@ fn report_draws_rtt_and_windows_per_connection() {
 
 #[test]
 fn trace_without_root_says_why_in_one_line() {
-    if env("RT_NETNS_ROLE").is_some() || !common::is_root() || !common::have("setpriv") {
+    // RT_NETNS_ROLE: this process is a child the namespace tests started, not the test run.
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    if !common::require_root("setpriv drops root to show the refusal") || !common::have("setpriv") {
         return;
     }
     let o = Command::new("setpriv")

@@ -692,8 +692,7 @@ fn cli_text_output() {
 
 #[test]
 fn realtime_sender_runs_when_root() {
-    if !common::is_root() {
-        eprintln!("SKIPPED: --realtime needs root (SCHED_FIFO)");
+    if !common::require_root("--realtime sets SCHED_FIFO") {
         return;
     }
     let (_srv, addr) = embedded();
@@ -703,8 +702,10 @@ fn realtime_sender_runs_when_root() {
     let r = match load::run(&c) {
         Ok(r) => r,
         // Root without CAP_SYS_NICE (some containers): the refusal must be the clear one.
+        // Root without CAP_SYS_NICE (some containers): locally a skip; under CI a failure, since the
+        // real-time sender would go untested.
         Err(e) if e.to_string().contains("SCHED_FIFO") => {
-            eprintln!("SKIPPED: {e}");
+            common::skip(&format!("root here may not use SCHED_FIFO: {e}"));
             return;
         }
         Err(e) => panic!("{e}"),
