@@ -483,9 +483,10 @@ fn a_server_that_stops_reading_ends_the_run_at_its_duration() {
     let e = run.error.as_ref().expect("stall reported");
     assert!(matches!(**e, StreamError::Stalled { .. }), "{e}");
     assert!(e.to_string().contains("stopped reading"), "{e}");
-    // The run ends near its duration (generous bound), and what was written is bounded by the kernel's
-    // socket buffers, not by the run length: nothing piles up in the client.
-    assert!(took < Duration::from_secs(30), "took {took:?}");
+    // The run ends instead of hanging on the deaf server (15 times its duration: a hang detector, not a
+    // speed figure), and what was written is bounded by the kernel's socket buffers, not by the run length:
+    // nothing piles up in the client.
+    assert!(took < c.duration * 15, "took {took:?}");
     assert!(
         run.total.bytes < 256 << 20,
         "{} bytes accepted",
@@ -518,7 +519,9 @@ fn a_server_that_vanishes_keeps_the_results_so_far() {
     let start = Instant::now();
     let r = throughput::run(&c, &mut NoObserver).unwrap();
     killer.join().unwrap();
-    assert!(start.elapsed() < Duration::from_secs(15));
+    // The run ends when the server goes, 0.7 s in, not at its configured 20 s: a client that kept going
+    // until its duration fails whatever the machine's speed.
+    assert!(start.elapsed() < c.duration, "took {:?}", start.elapsed());
     let run = &r.runs[0];
     assert!(run.error.is_some(), "vanished server not reported");
     assert!(
