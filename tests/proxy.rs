@@ -840,3 +840,75 @@ fn jitter_never_reorders_or_corrupts_data() {
         reader.join().unwrap();
     }
 }
+
+/// Class: a relay whose upstream is itself is refused at start, whichever local address names it (the
+/// listener's own, 0.0.0.0 or `::` reaching loopback, another loopback address when listening on all, IPv6
+/// loopback against `::`), with one line naming both addresses; nothing is left listening.
+#[test]
+fn a_proxy_whose_upstream_is_itself_is_refused_at_start() {
+    let p = common::free_port();
+    let has_v6 = UdpSocket::bind("[::1]:0").is_ok();
+    let mut cases = vec![
+        (format!("127.0.0.1:{p}"), format!("127.0.0.1:{p}")),
+        (format!("127.0.0.1:{p}"), format!("0.0.0.0:{p}")),
+        (format!("0.0.0.0:{p}"), format!("127.0.0.1:{p}")),
+        (format!("0.0.0.0:{p}"), format!("127.0.0.2:{p}")),
+        (format!("0.0.0.0:{p}"), format!("localhost:{p}")),
+    ];
+    if has_v6 {
+        cases.push((format!("[::1]:{p}"), format!("[::]:{p}")));
+        cases.push((format!("[::]:{p}"), format!("[::1]:{p}")));
+        cases.push((format!("[::]:{p}"), format!("127.0.0.1:{p}")));
+    }
+    for (listen, upstream) in cases {
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("roundtrip"))
+            .args(["proxy", "--listen", &listen, "--upstream", &upstream])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{listen} -> {upstream} started");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("is this proxy itself"),
+            "{listen} -> {upstream}: {err}"
+        );
+        assert!(
+            TcpStream::connect(("127.0.0.1", p)).is_err(),
+            "{listen} -> {upstream} left a listener"
+        );
+    }
+    // The library says the same, and tells a loop from a relay to another local address or port.
+    let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+    assert!(proxy::reaches_itself(
+        a("127.0.0.1:5000"),
+        a("127.0.0.1:5000")
+    ));
+    assert!(proxy::reaches_itself(
+        a("0.0.0.0:5000"),
+        a("127.0.0.9:5000")
+    ));
+    assert!(proxy::reaches_itself(
+        a("[::]:5000"),
+        a("[::ffff:127.0.0.1]:5000")
+    ));
+    assert!(!proxy::reaches_itself(
+        a("127.0.0.1:5000"),
+        a("127.0.0.2:5000")
+    ));
+    assert!(!proxy::reaches_itself(
+        a("127.0.0.1:5000"),
+        a("127.0.0.1:5001")
+    ));
+    assert!(!proxy::reaches_itself(a("0.0.0.0:5000"), a("[::1]:5000")));
+    // An address of another host (documentation range, never routed) is not this host's.
+    assert!(!proxy::reaches_itself(
+        a("0.0.0.0:5000"),
+        a("192.0.2.1:5000")
+    ));
+    let mut c = ProxyConfig::new(a(&format!("127.0.0.1:{p}")), a(&format!("127.0.0.1:{p}")));
+    c.connect_timeout = Duration::from_secs(1);
+    assert!(matches!(
+        proxy::start(&c),
+        Err(proxy::ProxyError::Loop { .. })
+    ));
+}
