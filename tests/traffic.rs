@@ -717,3 +717,105 @@ fn realtime_sender_runs_when_root() {
     assert!(r.answered > 0);
     assert_eq!(r.lag.len(), r.sent);
 }
+
+/// Sockets of `port` (local side) in CLOSE-WAIT, from ss(8).
+fn close_wait_on(port: u16) -> Vec<String> {
+    let o = std::process::Command::new("ss")
+        .args(["-tanH", "state", "close-wait"])
+        .arg(format!("( sport = :{port} )"))
+        .output()
+        .expect("ss (iproute2) runs");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Class: the server closes its side when the peer has closed. Clients of every TCP path (throughput
+/// receive, several streams, reverse streams, synchronous messages, ping, load) are interrupted with SIGINT
+/// (or killed) at several moments, as a user's Ctrl-C does; the server (the same code is the agent's
+/// responder) must leave no socket in CLOSE-WAIT: at most a few seconds later, not at its 300 s idle timeout.
+#[test]
+fn interrupted_clients_leave_no_close_wait_on_the_server() {
+    if !common::have("ss") {
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("roundtrip");
+    let mut server = std::process::Command::new(&bin)
+        .args(["server", "--bind", "127.0.0.1", "-p", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in: {line}"));
+    let to = format!("127.0.0.1:{port}");
+    // The sharpest case first: data and the FIN arriving together (one event reports both; a server that
+    // stops at a short read never sees the end of file). 40 clients each send one message that needs no
+    // answer (sockperf flags: CLIENT, no PONG_REQUEST) and close at once.
+    let mut raw = Vec::new();
+    for seq in 0..40u64 {
+        let mut c = TcpStream::connect(&to).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut m = vec![0u8; 1000];
+        m[0..8].copy_from_slice(&seq.to_be_bytes());
+        m[8..10].copy_from_slice(&roundtrip::wire::sockperf::Flags::CLIENT.0.to_be_bytes());
+        m[10..14].copy_from_slice(&1000u32.to_be_bytes());
+        std::io::Write::write_all(&mut c, &m).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        raw.push(c);
+    }
+    let runs: [&[&str]; 7] = [
+        &["throughput", &to, "-t", "10s"],
+        &["throughput", &to, "-t", "10s", "-P", "4"],
+        &["throughput", &to, "-t", "10s", "-R", "-P", "3"],
+        &["throughput", &to, "-t", "10s", "--sync"],
+        &["throughput", &to, "-t", "10s", "-m", "64,1k,64k"],
+        &["ping", &to, "-t", "10s", "-i", "1ms"],
+        &["load", &to, "-r", "10k", "-t", "10s"],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        for (j, after_ms) in [300u64, 800, 1300].into_iter().enumerate() {
+            let mut c = std::process::Command::new(&bin)
+                .args(*args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(after_ms));
+            // Mostly Ctrl-C; one run in three killed outright (no goodbye from the client at all).
+            let sig = if (i + j) % 3 == 2 {
+                libc::SIGKILL
+            } else {
+                libc::SIGINT
+            };
+            unsafe { libc::kill(c.id() as i32, sig) };
+            let _ = c.wait();
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut left = close_wait_on(port);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        left = close_wait_on(port);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        left.is_empty(),
+        "the server kept {} sockets in CLOSE-WAIT after its clients went:\n{}",
+        left.len(),
+        left.join("\n")
+    );
+}
