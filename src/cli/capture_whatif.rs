@@ -146,7 +146,16 @@ fn source(s: RttSource) -> &'static str {
 }
 
 /// Runs `roundtrip capture whatif`.
+/// Most RTTs one run predicts for (each is a replay of the whole capture in the model).
+const MAX_RTTS: usize = 100;
+
 pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
+    if a.rtt.len() > MAX_RTTS {
+        anyhow::bail!(
+            "--rtt lists {} values, more than the {MAX_RTTS} one run predicts for (each re-runs the whole capture in the model); give {MAX_RTTS} or fewer",
+            a.rtt.len()
+        );
+    }
     let opts = ProfileOptions {
         filter: Filter {
             host: a.host,
