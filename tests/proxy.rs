@@ -912,3 +912,84 @@ fn a_proxy_whose_upstream_is_itself_is_refused_at_start() {
         Err(proxy::ProxyError::Loop { .. })
     ));
 }
+
+/// A relay loop through a second proxy (A -> B -> A) found at run time: each client connection ends at once
+/// (reset) instead of making connections without end, the two proxies stay at a handful of file descriptors
+/// and threads (2,048 fds and 2,554 threads before), the loop is logged once and counted.
+#[test]
+fn a_relay_loop_through_a_second_proxy_is_cut_logged_once_and_counted() {
+    let bin = assert_cmd::cargo::cargo_bin("roundtrip");
+    let pa = common::free_port();
+    let pb = loop {
+        let p = common::free_port();
+        if p != pa {
+            break p;
+        }
+    };
+    let spawn = |listen: u16, up: u16| {
+        std::process::Command::new(&bin)
+            .args(["proxy", "--json", "--listen"])
+            .arg(format!("127.0.0.1:{listen}"))
+            .arg("--upstream")
+            .arg(format!("127.0.0.1:{up}"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut kids = [spawn(pa, pb), spawn(pb, pa)];
+    for p in [pa, pb] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", p)).is_err() {
+            assert!(Instant::now() < deadline, "proxy on {p} did not start");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for _ in 0..5 {
+        let mut c = TcpStream::connect(("127.0.0.1", pa)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = c.write_all(&[0u8; 64]);
+        let mut b = [0u8; 64];
+        // Ended by the proxy (EOF or reset); a timeout would mean the chain is still growing.
+        match c.read(&mut b) {
+            Ok(0) => {}
+            Err(e) => assert!(
+                !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+                "the looped connection was not ended: {e}"
+            ),
+            Ok(n) => panic!("{n} bytes came back through a loop"),
+        }
+    }
+    thread::sleep(Duration::from_millis(500));
+    for k in &kids {
+        let pid = k.id();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count();
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count();
+        assert!(
+            fds < 64 && threads < 32,
+            "proxy {pid}: {fds} fds, {threads} threads"
+        );
+    }
+    let mut loops = 0;
+    let mut logged = 0;
+    for k in &mut kids {
+        unsafe { libc::kill(k.id() as i32, libc::SIGINT) };
+    }
+    for k in kids {
+        let o = k.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        logged += err.matches("relay loop").count();
+        // The start-up lines, then the counters as JSON.
+        let out = String::from_utf8_lossy(&o.stdout);
+        let json = out.find("\n{").map_or(&out[..], |i| &out[i + 1..]);
+        let v: serde_json::Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out}"));
+        loops += v["total"]["loops"].as_u64().unwrap();
+    }
+    assert!(loops >= 5, "{loops} loops counted for 5 looped connections");
+    assert!((1..=2).contains(&logged), "loop logged {logged} times");
+}
