@@ -200,10 +200,10 @@ impl Loop {
                         if ev.is_writable() {
                             self.service(slot, false);
                         }
-                        if ev.is_read_closed() || ev.is_error() {
-                            if let Some(c) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) {
-                                c.peer_closed = true;
-                            }
+                        if (ev.is_read_closed() || ev.is_error())
+                            && let Some(c) = self.conns.get_mut(slot).and_then(|c| c.as_mut())
+                        {
+                            c.peer_closed = true;
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.service(slot, true);
