@@ -351,21 +351,12 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
     ))?;
     // Turned-away clients: one line per reason per second at most, with the count since the last line.
     let mut logged = [0u64; 3];
-    let mut said_loop = false;
     let mut last_log = std::time::Instant::now();
     while !cancel.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
         if last_log.elapsed() >= Duration::from_secs(1) {
             last_log = std::time::Instant::now();
             let t = handle.shared().totals();
-            let loops = t.loops.load(Ordering::Relaxed);
-            if loops > 0 && !said_loop {
-                said_loop = true;
-                note(format!(
-                    "roundtrip proxy: relay loop: a connection came back from the process listening on the upstream {} (it relays to this proxy); such connections are reset and counted (`loops` in the counters)",
-                    a.upstream
-                ));
-            }
             let now = [
                 t.refused.load(Ordering::Relaxed),
                 t.idle_closed.load(Ordering::Relaxed),
@@ -412,7 +403,6 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
                 ("fault closes", t.fault_closes),
                 ("refused over the limit", t.refused),
                 ("closed idle", t.idle_closed),
-                ("relay loops refused", t.loops),
             ]
         };
         for (k, v) in rows {

@@ -20,7 +20,6 @@ pub mod delay;
 pub mod faults;
 pub mod impairment;
 pub mod rate;
-pub mod relay_loop;
 pub mod tcp;
 pub mod udp;
 pub mod window;
@@ -229,8 +228,6 @@ pub struct Totals {
     pub idle_closed: AtomicU64,
     /// Control API requests refused: bad or missing token, or too many at once.
     pub control_refused: AtomicU64,
-    /// TCP connections refused because they came back from the upstream's process (a relay loop).
-    pub loops: AtomicU64,
 }
 
 /// Counters of one TCP connection (or UDP client).
@@ -285,9 +282,6 @@ pub struct TotalsDoc {
     pub idle_closed: u64,
     /// Control API requests refused (token, or too many at once).
     pub control_refused: u64,
-    /// TCP connections refused because they came back from the upstream's process (a relay loop).
-    #[serde(default)]
-    pub loops: u64,
 }
 
 /// Snapshot of one connection.
@@ -332,8 +326,6 @@ pub struct Shared {
     max_clients: usize,
     idle_timeout: Option<Duration>,
     control_token: Option<ControlToken>,
-    /// Finds connections that come back from the upstream's process.
-    pub(crate) relay_loop: relay_loop::LoopCheck,
 }
 
 impl Shared {
@@ -351,7 +343,6 @@ impl Shared {
             max_clients: config.max_clients.max(1),
             idle_timeout: config.idle_timeout,
             control_token: config.control_token.clone(),
-            relay_loop: relay_loop::LoopCheck::new(&config.upstream),
         }
     }
 
@@ -440,7 +431,6 @@ impl Shared {
                 refused: l(&t.refused),
                 idle_closed: l(&t.idle_closed),
                 control_refused: l(&t.control_refused),
-                loops: l(&t.loops),
             },
             connections: self
                 .conns

@@ -439,15 +439,6 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, lobby: &Lobb
     let guard = ActiveGuard(shared.clone(), counters.id);
     let started = counters.started;
     let imp = shared.impairment();
-    // A connection from the very process we relay to is a relay loop: connecting upstream would make it
-    // come back again, without end. Refused with a reset, which unwinds the chain.
-    if let Ok(local) = client.local_addr()
-        && shared.relay_loop.came_back(peer, local)
-    {
-        t.loops.fetch_add(1, Ordering::Relaxed);
-        let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-        return;
-    }
     let (server, upstream) = match connect_upstream(&shared) {
         Ok(s) => s,
         Err(_) => {
