@@ -635,11 +635,7 @@ fn ping_pong(srv: roundtrip::server::ServerHandle, count: u64) -> u16 {
 }
 
 fn can_capture() -> bool {
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("capture tests need root under CI");
-        }
-        eprintln!("SKIPPED: recording captures needs root");
+    if !common::require_root("recording captures") {
         return false;
     }
     common::have("tcpdump") && common::have("tshark")
@@ -648,6 +644,28 @@ fn can_capture() -> bool {
 /// Records ping-pong and a bulk transfer with tcpdump `extra` args; returns the file, the addresses and
 /// whether tcpdump lost packets.
 fn record(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, SocketAddr, SocketAddr, u16, bool) {
+    // A recording in which tcpdump dropped packets cannot be compared packet by packet: recorded again, up
+    // to 3 times; after that the per-packet checks are skipped, which fails under CI (common::skip).
+    for attempt in 1..=3 {
+        let r = record_once(dir, name, extra);
+        if !r.4 {
+            return r;
+        }
+        if attempt == 3 {
+            common::skip(
+                "tcpdump dropped packets in 3 recordings; the per-packet checks need every one",
+            );
+            return r;
+        }
+    }
+    unreachable!()
+}
+
+fn record_once(
+    dir: &Path,
+    name: &str,
+    extra: &[&str],
+) -> (PathBuf, SocketAddr, SocketAddr, u16, bool) {
     let file = dir.join(name);
     // Listen first so that the capture filter can name our ports (other tests and other programs use
     // loopback at the same time).
@@ -1561,8 +1579,10 @@ fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
         // tshark numbers connections in order of their first packet, as flows does.
         rows_agree_with_tshark(&file, &doc, idx as u32);
     } else {
-        eprintln!(
-            "note: tcpdump dropped {dropped} packets; the per-packet comparison with tshark is skipped"
-        );
+        // 3 MB at 100 Mbit/s with a 64 MB buffer: a drop means a machine too loaded for this check; under
+        // CI that is a failure, not a silent pass.
+        common::skip(&format!(
+            "tcpdump dropped {dropped} packets; the per-packet comparison with tshark needs every one"
+        ));
     }
 }

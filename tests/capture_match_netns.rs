@@ -403,11 +403,7 @@ fn lab_up(tag: &str) -> Option<(Lab, Names)> {
     if env("RT_NETNS_ROLE").is_some() {
         return None;
     }
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("this test needs root (network namespaces)");
-        }
-        eprintln!("SKIPPED: needs root for network namespaces");
+    if !common::require_root("network namespaces") {
         return None;
     }
     if !common::have("tcpdump") || !common::have("ip") {

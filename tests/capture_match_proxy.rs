@@ -86,11 +86,7 @@ fn stop(kids: &mut Kids, idx: usize) {
 
 #[test]
 fn match_pairs_every_request_through_a_proxy_by_content() {
-    if !common::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!("this test needs root (tcpdump on loopback)");
-        }
-        eprintln!("SKIPPED: needs root for tcpdump on loopback");
+    if !common::require_root("tcpdump on loopback") {
         return;
     }
     if !common::have("tcpdump") {
@@ -189,7 +185,9 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
             .all(|p| p["method"] == "content" || p["method"] == "order")
     );
     // The proxy's configured delay is on the path between the capture points: the client side sees at least
-    // the added round trip more than the server side (a floor the proxy guarantees), within a generous bound.
+    // the added round trip more than the server side (a floor the proxy guarantees). The median of the 100
+    // differences stays below 1.5 times the delay (10 ms for the proxy's own scheduling on a loaded machine):
+    // a delay applied twice (40 ms) or a missing one fails.
     let ping = d["ops"]
         .as_array()
         .unwrap()
@@ -198,8 +196,13 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
         .unwrap();
     let diff_ms = ping["diff_mean_ns"].as_f64().unwrap() / 1e6;
     assert!(
-        (0.9 * RTT_MS..=RTT_MS + 2000.0).contains(&diff_ms),
-        "path adds {diff_ms} ms, the proxy adds {RTT_MS} ms: {d}"
+        diff_ms >= 0.9 * RTT_MS,
+        "path adds {diff_ms} ms on average, the proxy adds {RTT_MS} ms: {d}"
+    );
+    let diff_p50_ms = ping["diff_p50_ns"].as_f64().unwrap() / 1e6;
+    assert!(
+        (0.9 * RTT_MS..1.5 * RTT_MS).contains(&diff_p50_ms),
+        "path adds a median {diff_p50_ms} ms, the proxy adds {RTT_MS} ms: {d}"
     );
     let first_diff_ms = ping["first_byte_diff_mean_ns"].as_f64().unwrap() / 1e6;
     assert!(first_diff_ms >= 0.9 * RTT_MS, "{first_diff_ms} ms");

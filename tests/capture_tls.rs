@@ -66,7 +66,7 @@ impl Drop for Tcpdump {
 }
 
 fn ready() -> bool {
-    common::is_root()
+    common::require_root("tcpdump on loopback")
         && common::have("tcpdump")
         && common::have("tshark")
         && common::have("python3")

@@ -1450,11 +1450,9 @@ impl Mysql8 {
             .output()
             .is_ok_and(|o| o.status.success());
         if !have_crypto {
-            assert!(
-                std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_none(),
-                "python3 with the cryptography package is missing but CI must have it (.ci/run installs it)"
+            common::skip(
+                "python3 with the cryptography package is not installed (.ci/run installs it)",
             );
-            eprintln!("SKIPPED: python3 with the cryptography package is not installed");
             return None;
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mysql8_server.py");

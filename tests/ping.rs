@@ -804,7 +804,7 @@ fn paced_rate_is_kept() {
 #[test]
 fn ipv6_loopback_against_a_dual_stack_server() {
     if UdpSocket::bind("[::1]:0").is_err() {
-        eprintln!("SKIPPED: no IPv6 loopback on this machine");
+        common::skip("no IPv6 loopback on this machine");
         return;
     }
     let srv = server::start(

@@ -22,18 +22,6 @@ fn bin_path() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin("roundtrip")
 }
 
-/// Root is needed for raw sockets and namespaces: skip with a reason locally, fail under CI.
-fn need_root(what: &str) -> bool {
-    if common::is_root() {
-        return true;
-    }
-    if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-        panic!("{what} needs root, and CI must run it");
-    }
-    eprintln!("SKIPPED: {what} needs root");
-    false
-}
-
 fn sh(args: &[&str]) {
     let out = std::process::Command::new(args[0])
         .args(&args[1..])
@@ -86,7 +74,7 @@ const SERVER_V6: &str = "fd00:199::2";
 
 impl NetPair {
     fn new() -> Option<NetPair> {
-        if !need_root("namespace tests") || !common::have("ip") || !common::have("nft") {
+        if !common::require_root("namespace tests") || !common::have("ip") || !common::have("nft") {
             return None;
         }
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
@@ -277,7 +265,7 @@ fn connect_closed_port_is_rst() {
 
 #[test]
 fn raw_syn_open_and_closed_never_reach_the_application() {
-    if !need_root("raw SYN") {
+    if !common::require_root("raw SYN") {
         return;
     }
     for ip in ["127.0.0.1", "::1"] {
@@ -549,7 +537,7 @@ fn icmp_errors_from_the_network_are_reported_per_probe() {
 
 #[test]
 fn icmp_to_loopback_v4_and_v6() {
-    if !need_root("raw ICMP") {
+    if !common::require_root("raw ICMP") {
         return;
     }
     for ip in ["127.0.0.1", "::1"] {
@@ -580,7 +568,7 @@ struct LoneNs(String);
 
 impl LoneNs {
     fn new(range: &str) -> Option<LoneNs> {
-        if !need_root("namespace tests") || !common::have("setpriv") {
+        if !common::require_root("namespace tests") || !common::have("setpriv") {
             return None;
         }
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
@@ -656,17 +644,16 @@ fn icmp_not_permitted_says_how_to_allow_it() {
     let e = stderr(&out);
     assert!(e.contains("--raw needs root or CAP_NET_RAW"), "{e}");
     assert!(e.contains("without --raw"), "{e}");
-    // The library error, as root, when only the datagram socket is allowed to be tried.
-    if common::is_root() {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.0])
-            .arg(bin_path())
-            .args(["icmp", "::1", "-n", "1", "--datagram"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        assert!(stderr(&out).contains("not permitted"), "{}", stderr(&out));
-    }
+    // The library error, as root (LoneNs::new required root), when only the datagram socket is allowed to
+    // be tried.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(bin_path())
+        .args(["icmp", "::1", "-n", "1", "--datagram"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not permitted"), "{}", stderr(&out));
     // compare still measures the TCP rows, and explains the missing ICMP row.
     let out = ns.as_nobody(&["compare", "-n", "3", "-i", "1ms", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -683,16 +670,60 @@ fn icmp_not_permitted_says_how_to_allow_it() {
     assert_eq!(rows[1]["summary"]["count"], 3);
 }
 
+/// The kernel's rule for ICMP datagram sockets (net/ipv4/ping.c, ping_init_sock), read from /proc without
+/// the library: allowed when the effective gid or a supplementary group is inside ping_group_range.
+/// Returns (allowed, the range as the kernel prints it with single spaces).
+fn kernel_allows_ping_sockets() -> (bool, String) {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap();
+    let bounds: Vec<u64> = text
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> Vec<u64> {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| {
+                l[name.len()..]
+                    .split_whitespace()
+                    .map(|v| v.parse().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let egid = field("Gid:")[1];
+    let mut groups = field("Groups:");
+    groups.push(egid);
+    let allowed = groups.iter().any(|g| (bounds[0]..=bounds[1]).contains(g));
+    (allowed, format!("{} {}", bounds[0], bounds[1]))
+}
+
 #[test]
 fn icmp_mode_datagram_is_refused_cleanly_in_the_library() {
-    // Whatever this machine allows, the datagram-only mode either works or names the sysctl.
+    // The datagram-only mode works exactly when the kernel's ping_group_range admits one of our groups,
+    // and otherwise names the sysctl with the range the kernel holds (read here from /proc, not by the
+    // library).
+    let (allowed, range_now) = kernel_allows_ping_sockets();
     let mut c = IcmpConfig::new("127.0.0.1".parse().unwrap());
     c.count = 1;
     c.mode = IcmpMode::Datagram;
     c.timeout = Duration::from_secs(5);
     match icmp::run(&c, &mut NoIcmpObserver) {
-        Ok(r) => assert_eq!(r.socket, IcmpSocket::Datagram),
-        Err(IcmpError::NotPermitted { range, .. }) => assert_eq!(range, icmp::ping_group_range()),
+        Ok(r) => {
+            assert!(
+                allowed,
+                "datagram ICMP worked outside ping_group_range {range_now}"
+            );
+            assert_eq!(r.socket, IcmpSocket::Datagram)
+        }
+        Err(IcmpError::NotPermitted { range, .. }) => {
+            assert!(
+                !allowed,
+                "refused although ping_group_range {range_now} admits us"
+            );
+            assert_eq!(range, range_now)
+        }
         Err(e) => panic!("unexpected error: {e}"),
     }
 }
@@ -726,7 +757,7 @@ fn compare_against_the_embedded_server() {
     assert_eq!(r.rows[3].size_bytes, Some(250));
     assert!(r.tcp_info.is_some());
     assert!(r.conclusion().unwrap().contains("the application pays"));
-    if common::is_root() {
+    if common::require_root("the ICMP row of compare uses a raw socket") {
         assert_eq!(r.rows[0].summary.count, 5, "{:?}", r.rows[0]);
     }
 }

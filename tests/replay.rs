@@ -126,13 +126,29 @@ fn through_a_20ms_proxy_each_dependent_turn_pays_the_round_trip_and_pipelined_on
 
     // 8 dependent turns, 5 ms think, 3 ms server time: at least 8 x (20 + 3) + 7 x 5 ms plus the connect.
     let seq = profile(vec![sequential(8, 100, 1000, ms(5), ms(3))]);
-    let r = replay::replay(&seq, &cfg).expect("sequential replay");
     let floor = ms(8 * 23 + 7 * 5);
-    // Upper bound generous: a loaded 2-core machine delays threads; a turn counted twice would be 184 ms more.
+    // The upper side is the same model with the smallest round trip measured through this proxy just now,
+    // plus 17 ms a turn for a loaded machine's scheduling: a turn paying its round trip and server time twice
+    // (+23 ms a turn, 184 ms in all) fails every time. A run slowed past that by a load spike (one in ten
+    // here at a load average of 10, once by 600 ms) is replayed again, up to 3 times: a doubled turn cannot
+    // pass any of them, and the floor must hold in every one.
+    let model = (rtt + ms(3)) * 8 + ms(7 * 5);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let r = replay::replay(&seq, &cfg).expect("sequential replay");
+        assert!(
+            r.duration >= floor,
+            "sequential replay took {:?}, less than the {floor:?} the delays impose",
+            r.duration
+        );
+        runs.push(r.duration);
+        if r.duration < model + ms(8 * 17) {
+            break;
+        }
+    }
     assert!(
-        r.duration >= floor && r.duration < floor + ms(150),
-        "sequential replay took {:?}, expected about {floor:?}",
-        r.duration
+        *runs.last().unwrap() < model + ms(8 * 17),
+        "sequential replay took {runs:?}, expected about {model:?} (measured RTT {rtt:?})"
     );
 
     // 8 requests sent at once (none waits for an answer): one round trip for all, not eight.
@@ -151,11 +167,25 @@ fn through_a_20ms_proxy_each_dependent_turn_pays_the_round_trip_and_pipelined_on
             response_transfer: Duration::ZERO,
         });
     }
-    let r = replay::replay(&profile(vec![c]), &cfg).expect("pipelined replay");
+    // At least one round trip; fewer than 4 of the round trips measured through this proxy (8 would be
+    // each request paying its own, in every run); up to 3 runs, as above, for a load spike.
+    let p = profile(vec![c]);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let r = replay::replay(&p, &cfg).expect("pipelined replay");
+        assert!(
+            r.duration >= ms(20),
+            "8 pipelined requests took {:?}",
+            r.duration
+        );
+        runs.push(r.duration);
+        if r.duration < rtt * 4 {
+            break;
+        }
+    }
     assert!(
-        r.duration >= ms(20) && r.duration < ms(20 * 4),
-        "8 pipelined requests took {:?}: they should share one 20 ms round trip",
-        r.duration
+        *runs.last().unwrap() < rtt * 4,
+        "8 pipelined requests took {runs:?}: they should share one round trip of {rtt:?}"
     );
 }
 
@@ -323,8 +353,7 @@ impl Drop for ScratchDb {
 
 #[test]
 fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes_there() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let Some(db) = ScratchDb::create() else {
@@ -384,8 +413,7 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
 
 #[test]
 fn a_real_samba_copy_is_replayed_byte_for_byte() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let Some(samba) = common::samba::Samba::start() else {
@@ -413,8 +441,7 @@ fn a_real_samba_copy_is_replayed_byte_for_byte() {
 
 #[test]
 fn the_command_refuses_what_it_cannot_replay_with_one_line_and_exit_1() {
-    if !common::have("tcpdump") || !common::is_root() {
-        eprintln!("SKIPPED: tcpdump as root needed");
+    if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

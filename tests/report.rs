@@ -748,9 +748,6 @@ fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
 #[test]
 fn chromium_renders_a_report_that_is_not_blank() {
     if !common::have("chromium") {
-        eprintln!(
-            "SKIPPED: chromium is not installed (apt-get install chromium); the screenshot check needs it"
-        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1729,7 +1726,7 @@ fn every_measuring_command_writes_a_report() {
         assert!(page.contains(want), "{args:?}: no {want}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
     }
-    if common::is_root() {
+    if common::require_root("the icmp charts use a raw socket") {
         // Every echo reply is a sample of the ICMP charts.
         let (page, svg) = run_with_report(
             &["icmp", "127.0.0.1", "-n", "20", "-i", "5ms"],

@@ -173,8 +173,7 @@ fn forged(from: SocketAddr, to: SocketAddr, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_forged_source_address_receives_no_stream() {
-    if !common::is_root() {
-        eprintln!("SKIPPED: forging a source address needs a raw socket (root)");
+    if !common::require_root("a raw socket forges the source address") {
         return;
     }
     let (srv, _) = start(ServerConfig::default());

@@ -483,9 +483,10 @@ fn a_server_that_stops_reading_ends_the_run_at_its_duration() {
     let e = run.error.as_ref().expect("stall reported");
     assert!(matches!(**e, StreamError::Stalled { .. }), "{e}");
     assert!(e.to_string().contains("stopped reading"), "{e}");
-    // The run ends near its duration (generous bound), and what was written is bounded by the kernel's
-    // socket buffers, not by the run length: nothing piles up in the client.
-    assert!(took < Duration::from_secs(30), "took {took:?}");
+    // The run ends instead of hanging on the deaf server (15 times its duration: a hang detector, not a
+    // speed figure), and what was written is bounded by the kernel's socket buffers, not by the run length:
+    // nothing piles up in the client.
+    assert!(took < c.duration * 15, "took {took:?}");
     assert!(
         run.total.bytes < 256 << 20,
         "{} bytes accepted",
@@ -518,7 +519,9 @@ fn a_server_that_vanishes_keeps_the_results_so_far() {
     let start = Instant::now();
     let r = throughput::run(&c, &mut NoObserver).unwrap();
     killer.join().unwrap();
-    assert!(start.elapsed() < Duration::from_secs(15));
+    // The run ends when the server goes, 0.7 s in, not at its configured 20 s: a client that kept going
+    // until its duration fails whatever the machine's speed.
+    assert!(start.elapsed() < c.duration, "took {:?}", start.elapsed());
     let run = &r.runs[0];
     assert!(run.error.is_some(), "vanished server not reported");
     assert!(
@@ -694,8 +697,7 @@ fn cli_text_output() {
 
 #[test]
 fn realtime_sender_runs_when_root() {
-    if !common::is_root() {
-        eprintln!("SKIPPED: --realtime needs root (SCHED_FIFO)");
+    if !common::require_root("--realtime sets SCHED_FIFO") {
         return;
     }
     let (_srv, addr) = embedded();
@@ -705,8 +707,10 @@ fn realtime_sender_runs_when_root() {
     let r = match load::run(&c) {
         Ok(r) => r,
         // Root without CAP_SYS_NICE (some containers): the refusal must be the clear one.
+        // Root without CAP_SYS_NICE (some containers): locally a skip; under CI a failure, since the
+        // real-time sender would go untested.
         Err(e) if e.to_string().contains("SCHED_FIFO") => {
-            eprintln!("SKIPPED: {e}");
+            common::skip(&format!("root here may not use SCHED_FIFO: {e}"));
             return;
         }
         Err(e) => panic!("{e}"),
@@ -714,4 +718,106 @@ fn realtime_sender_runs_when_root() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert!(r.answered > 0);
     assert_eq!(r.lag.len(), r.sent);
+}
+
+/// Sockets of `port` (local side) in CLOSE-WAIT, from ss(8).
+fn close_wait_on(port: u16) -> Vec<String> {
+    let o = std::process::Command::new("ss")
+        .args(["-tanH", "state", "close-wait"])
+        .arg(format!("( sport = :{port} )"))
+        .output()
+        .expect("ss (iproute2) runs");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Class: the server closes its side when the peer has closed. Clients of every TCP path (throughput
+/// receive, several streams, reverse streams, synchronous messages, ping, load) are interrupted with SIGINT
+/// (or killed) at several moments, as a user's Ctrl-C does; the server (the same code is the agent's
+/// responder) must leave no socket in CLOSE-WAIT: at most a few seconds later, not at its 300 s idle timeout.
+#[test]
+fn interrupted_clients_leave_no_close_wait_on_the_server() {
+    if !common::have("ss") {
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("roundtrip");
+    let mut server = std::process::Command::new(&bin)
+        .args(["server", "--bind", "127.0.0.1", "-p", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in: {line}"));
+    let to = format!("127.0.0.1:{port}");
+    // The sharpest case first: data and the FIN arriving together (one event reports both; a server that
+    // stops at a short read never sees the end of file). 40 clients each send one message that needs no
+    // answer (sockperf flags: CLIENT, no PONG_REQUEST) and close at once.
+    let mut raw = Vec::new();
+    for seq in 0..40u64 {
+        let mut c = TcpStream::connect(&to).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut m = vec![0u8; 1000];
+        m[0..8].copy_from_slice(&seq.to_be_bytes());
+        m[8..10].copy_from_slice(&roundtrip::wire::sockperf::Flags::CLIENT.0.to_be_bytes());
+        m[10..14].copy_from_slice(&1000u32.to_be_bytes());
+        std::io::Write::write_all(&mut c, &m).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        raw.push(c);
+    }
+    let runs: [&[&str]; 7] = [
+        &["throughput", &to, "-t", "10s"],
+        &["throughput", &to, "-t", "10s", "-P", "4"],
+        &["throughput", &to, "-t", "10s", "-R", "-P", "3"],
+        &["throughput", &to, "-t", "10s", "--sync"],
+        &["throughput", &to, "-t", "10s", "-m", "64,1k,64k"],
+        &["ping", &to, "-t", "10s", "-i", "1ms"],
+        &["load", &to, "-r", "10k", "-t", "10s"],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        for (j, after_ms) in [300u64, 800, 1300].into_iter().enumerate() {
+            let mut c = std::process::Command::new(&bin)
+                .args(*args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(after_ms));
+            // Mostly Ctrl-C; one run in three killed outright (no goodbye from the client at all).
+            let sig = if (i + j) % 3 == 2 {
+                libc::SIGKILL
+            } else {
+                libc::SIGINT
+            };
+            unsafe { libc::kill(c.id() as i32, sig) };
+            let _ = c.wait();
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut left = close_wait_on(port);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        left = close_wait_on(port);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        left.is_empty(),
+        "the server kept {} sockets in CLOSE-WAIT after its clients went:\n{}",
+        left.len(),
+        left.join("\n")
+    );
 }

@@ -215,6 +215,52 @@ pub enum CaptureError {
     /// The file could not be opened or is not a capture.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// `--interval` would make more rows than [`MAX_STATS_ROWS`] over the capture's span.
+    #[error(
+        "--interval {} makes more than {max} rows over this capture (it spans {}); give --interval {} or more",
+        fmt_span(*interval_ns), fmt_span(*span_ns), fmt_span(*smallest_ns),
+        max = MAX_STATS_ROWS
+    )]
+    TooManyRows {
+        /// The interval asked for, ns.
+        interval_ns: u64,
+        /// The capture's span (first to last matching packet), ns.
+        span_ns: u64,
+        /// The smallest interval that fits the span read, ns.
+        smallest_ns: u64,
+    },
+}
+
+/// Most rows `capture stats` makes (empty intervals included, each direction counted): beyond this a
+/// table is no longer readable and its memory grows with the span divided by the interval.
+pub const MAX_STATS_ROWS: u64 = 100_000;
+
+/// A duration for a message: the largest unit that keeps it at or above 1, rounded up to 3 significant
+/// digits.
+fn fmt_span(ns: u64) -> String {
+    let (div, unit) = match ns {
+        0..1_000 => (1.0, "ns"),
+        1_000..1_000_000 => (1e3, "us"),
+        1_000_000..1_000_000_000 => (1e6, "ms"),
+        _ => (1e9, "s"),
+    };
+    let v = ns as f64 / div;
+    let scale = 10f64.powi(2 - v.log10().floor().max(0.0) as i32);
+    format!("{}{unit}", (v * scale).ceil() / scale)
+}
+
+/// The [`CaptureError::TooManyRows`] for `span_ns` at `interval`, or None when the rows fit.
+fn stats_rows_check(span_ns: u64, interval: Duration, by_direction: bool) -> Option<CaptureError> {
+    let per = if by_direction { 3 } else { 1 };
+    let iv = (interval.as_nanos().max(1)).min(u64::MAX as u128) as u64;
+    // Rows: the intervals the span touches (one more than span / interval, one more for the alignment of
+    // the first), for each direction.
+    let rows = (span_ns / iv).saturating_add(2).saturating_mul(per);
+    (rows > MAX_STATS_ROWS).then(|| CaptureError::TooManyRows {
+        interval_ns: iv,
+        span_ns,
+        smallest_ns: (span_ns / (MAX_STATS_ROWS / per - 2)).max(1) + 1,
+    })
 }
 
 /// Where packets come from: a capture file or a live interface.
@@ -558,30 +604,51 @@ pub fn run_stats(
     interval: Duration,
     by_direction: bool,
 ) -> Result<StatsResult, CaptureError> {
-    Ok(run_stats_on(
+    run_stats_on(
         Packets::open_filtered(path, filter)?,
         filter,
         interval,
         by_direction,
         &mut |_, _| {},
-    ))
+    )
 }
 
 /// [`run_stats`] on any packet source. On a live one, `on_rows` gets the rows of each interval once it ended,
-/// with the interval's start (Unix ns); files never call it.
+/// with the interval's start (Unix ns); files never call it. Rows are bounded in total (files and live alike):
+/// past [`MAX_STATS_ROWS`] packets are no longer counted and the run ends in [`CaptureError::TooManyRows`].
 pub fn run_stats_on(
     mut pk: Packets,
     filter: &Filter,
     interval: Duration,
     by_direction: bool,
     on_rows: &mut dyn FnMut(&[StatsRow], i64),
-) -> StatsResult {
+) -> Result<StatsResult, CaptureError> {
     let mut eng = StatsEngine::new(interval, by_direction);
+    // The rows are bounded in total (MAX_STATS_ROWS): once the span read so far needs more, packets are no
+    // longer counted (memory stays what it is) and the rest of the file is only read for its last
+    // timestamp, so that the refusal can name the interval that fits.
+    let per: u128 = if by_direction { 3 } else { 1 };
+    let limit_ns = (interval.as_nanos().max(1) * (MAX_STATS_ROWS as u128 / per - 2))
+        .min(i64::MAX as u128) as i64;
+    let mut over: Option<(i64, i64)> = None; // (first, latest) once over the cap
+    let mut take = |eng: &mut StatsEngine, ts: i64, len: u32, dir: StatsDir| {
+        if let Some((_, latest)) = over.as_mut() {
+            *latest = (*latest).max(ts);
+            return;
+        }
+        if let Some(first) = eng.first_ts_ns()
+            && ts.saturating_sub(first) > limit_ns
+        {
+            over = Some((first, ts.max(eng.last_ts_ns().unwrap_or(ts))));
+            return;
+        }
+        eng.add(ts, len, dir);
+    };
     if !pk.is_live() && filter.fields_empty() && !by_direction {
         // Fast path: no decoding at all.
         let mut n = 0u64;
         while let Some(p) = pk.next_raw() {
-            eng.add(p.ts_ns, p.orig_len, StatsDir::All);
+            take(&mut eng, p.ts_ns, p.orig_len, StatsDir::All);
             n += 1;
         }
         pk.info.packets_matched = n;
@@ -595,8 +662,7 @@ pub fn run_stats_on(
             } else {
                 StatsDir::All
             };
-            let (ts, len) = (p.ts_ns, p.orig_len);
-            eng.add(ts, len, dir);
+            take(&mut eng, p.ts_ns, p.orig_len, dir);
             pk.matched();
         }
     } else {
@@ -624,7 +690,7 @@ pub fn run_stats_on(
                     } else {
                         StatsDir::All
                     };
-                    eng.add(p.ts_ns, p.orig_len, dir);
+                    take(&mut eng, p.ts_ns, p.orig_len, dir);
                     matched += 1;
                 }
             }
@@ -645,15 +711,22 @@ pub fn run_stats_on(
     }
     let first = eng.first_ts_ns();
     let last = eng.last_ts_ns();
+    let span = match (over, first, last) {
+        (Some((a, b)), _, _) | (None, Some(a), Some(b)) => Some(b.saturating_sub(a).max(0) as u64),
+        _ => None,
+    };
+    if let Some(e) = span.and_then(|s| stats_rows_check(s, interval, by_direction)) {
+        return Err(e);
+    }
     let (rows, total) = eng.finish();
-    StatsResult {
+    Ok(StatsResult {
         capture: pk.finish(),
         interval_s: interval.as_secs_f64(),
         first_ts_ns: first,
         last_ts_ns: last,
         rows,
         total,
-    }
+    })
 }
 
 /// Result of `capture flows`.

@@ -427,7 +427,12 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
                 );
             }
         },
-    );
+    )
+    .map_err(|e| match e {
+        // The interval asked for makes too many rows: a refusal of the argument (exit 2).
+        capture::CaptureError::TooManyRows { .. } => super::output::refused(e),
+        e => e.into(),
+    })?;
     let label = a.common.label();
     super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
     if a.common.json {

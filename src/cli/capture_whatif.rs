@@ -150,8 +150,17 @@ fn source(s: RttSource) -> &'static str {
     }
 }
 
+/// Most RTTs one run predicts for (each is a replay of the whole capture in the model).
+const MAX_RTTS: usize = 100;
+
 /// Runs `roundtrip capture whatif`.
 pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
+    if a.rtt.len() > MAX_RTTS {
+        return Err(super::output::refused(format!(
+            "--rtt lists {} values, more than the {MAX_RTTS} one run predicts for (each re-runs the whole capture in the model); give {MAX_RTTS} or fewer",
+            a.rtt.len()
+        )));
+    }
     // The output files first: a wrong path is refused before the capture is read.
     for p in a.report.iter().chain(a.svg.iter()) {
         super::report::check_output(p).map_err(super::output::refused)?;

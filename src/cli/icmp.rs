@@ -57,8 +57,13 @@ pub struct IcmpArgs {
 struct Printer {
     enabled: bool,
     addr: IpAddr,
+    /// Every probe is kept for --json and the report only.
+    keep: bool,
     probes: Vec<Probe>,
 }
+
+/// Most echo requests a run keeping every probe (--json, --report) makes.
+const MAX_KEPT_PROBES: u64 = 1_000_000;
 
 impl IcmpObserver for Printer {
     fn probe(&mut self, p: &Probe) {
@@ -76,7 +81,9 @@ impl IcmpObserver for Printer {
             };
             let _ = out(line);
         }
-        self.probes.push(p.clone());
+        if self.keep {
+            self.probes.push(p.clone());
+        }
     }
 }
 
@@ -135,6 +142,13 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         _ => IcmpMode::Auto,
     };
     config.validate().map_err(super::output::refused)?;
+    let keep = a.json || a.pictures.wanted();
+    if keep && a.count > MAX_KEPT_PROBES {
+        return Err(super::output::refused(format!(
+            "-n {} is more than the {MAX_KEPT_PROBES} echo requests a run keeps for --json or --report (each probe is kept); give -n {MAX_KEPT_PROBES} or fewer, or leave out --json/--report",
+            a.count
+        )));
+    }
     a.pictures.validate().map_err(super::output::refused)?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
@@ -143,6 +157,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     let mut printer = Printer {
         enabled: !a.json,
         addr: addr.ip(),
+        keep,
         probes: Vec::new(),
     };
     let result = icmp::run(&config, &mut printer)?;

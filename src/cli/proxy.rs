@@ -340,7 +340,11 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         },
     };
     let cancel = super::ping::cancel_on_ctrl_c();
-    let handle = proxy::start(&config)?;
+    let handle = proxy::start(&config).map_err(|e| match e {
+        // The upstream is the proxy itself: a refusal of the arguments (exit 2), nothing was relayed.
+        proxy::ProxyError::Loop { .. } => super::output::refused(e),
+        e => e.into(),
+    })?;
     out(format!(
         "roundtrip proxy: listening on {} ({}), relaying to {} ({upstream})\n  {}\n",
         handle.listen_addr(),

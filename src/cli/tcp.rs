@@ -638,9 +638,48 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// Shortest `--interval`: the kernel's counters move once per ACK at most; sampling faster only burns a CPU
+/// (per packet, --trace is the tool).
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Most samples kept for --json or --report (each is a few hundred bytes).
+const MAX_KEPT_SAMPLES: usize = 1_000_000;
+
+/// Most rounds a run keeping every sample may last (`--time` / `--interval`).
+const MAX_KEPT_ROUNDS: u128 = 100_000;
+
+/// The bounds on what `--interval` and `--time` multiply, checked before any sampling.
+fn check_bounds(a: &TcpArgs) -> anyhow::Result<()> {
+    if a.interval < MIN_INTERVAL && !a.trace {
+        anyhow::bail!(
+            "--interval {} is shorter than 1ms, the shortest sampling interval (the kernel's counters change per ACK at most); give --interval 1ms or more, or --trace for every packet",
+            fmt_duration(a.interval)
+        );
+    }
+    let keep = a.json || a.pictures.wanted();
+    if let Some(t) = a.time
+        && keep
+        && !a.trace
+    {
+        let rounds = t.as_nanos() / a.interval.as_nanos().max(1);
+        if rounds > MAX_KEPT_ROUNDS {
+            anyhow::bail!(
+                "--time {} at --interval {} makes {rounds} rounds, and --json/--report keep every sample: at most {MAX_KEPT_ROUNDS} rounds; give --interval {} or more, or a shorter --time",
+                fmt_duration(t),
+                fmt_duration(a.interval),
+                fmt_duration(Duration::from_nanos(
+                    (t.as_nanos() / MAX_KEPT_ROUNDS + 1).min(u64::MAX as u128) as u64
+                ))
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `roundtrip tcp`.
 pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     a.pictures.validate().map_err(super::output::refused)?;
+    check_bounds(&a).map_err(super::output::refused)?;
     if let Some(path) = &a.full_log {
         super::report::check_output(path).map_err(super::output::refused)?;
     }
@@ -740,6 +779,13 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         sample_count += tick.samples.len() as u64;
         if keep {
             samples.extend(tick.samples);
+            if samples.len() >= MAX_KEPT_SAMPLES {
+                note(format!(
+                    "stopped after {} samples: --json/--report keep every sample, and {MAX_KEPT_SAMPLES} is the most kept; raise --interval, narrow with --port/--host/--pid, or leave out --json/--report",
+                    samples.len()
+                ));
+                break;
+            }
         }
         // The next round on its schedule, or stop.
         round += 1;

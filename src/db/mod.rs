@@ -656,6 +656,8 @@ pub struct LinkConfig {
 pub const MAX_ROWS: u64 = 10_000_000;
 /// Largest `--row-bytes`.
 pub const MAX_ROW_BYTES: u64 = 1024 * 1024;
+/// Largest `--rows` x `--row-bytes`: what one fetch moves.
+pub const MAX_FETCH_BYTES: u64 = 1 << 30;
 
 impl DbConfig {
     /// Defaults: 5 connects, 100 iterations back to back, 100 rows of 1000 bytes, 5 s timeout.
@@ -692,6 +694,15 @@ impl DbConfig {
         if self.rows > 0 && (self.row_bytes == 0 || self.row_bytes > MAX_ROW_BYTES) {
             return Err(DbError::Config(format!(
                 "--row-bytes must be from 1 to {MAX_ROW_BYTES} (1MiB)"
+            )));
+        }
+        if self.rows.saturating_mul(self.row_bytes) > MAX_FETCH_BYTES {
+            return Err(DbError::Config(format!(
+                "--rows {} x --row-bytes {} is {} MiB per fetch, more than the {} MiB one fetch may move (the server builds it and the client reads it, every iteration); fewer rows or smaller rows",
+                self.rows,
+                self.row_bytes,
+                self.rows.saturating_mul(self.row_bytes) >> 20,
+                MAX_FETCH_BYTES >> 20
             )));
         }
         if self.timeout.is_zero() {

@@ -7,6 +7,9 @@ use super::load::{self, LoadConfig, LoadResult};
 use super::stream::StreamError;
 use std::sync::atomic::Ordering;
 
+/// Most cells (sizes x rates) one sweep runs: each is a whole load run with its own histograms.
+pub const MAX_CELLS: usize = 1_000;
+
 /// Settings of a sweep: the load settings of every cell, with the sizes and rates to cross.
 #[derive(Debug, Clone)]
 pub struct SweepConfig {
@@ -25,6 +28,14 @@ impl SweepConfig {
             return Err(StreamError::Invalid(
                 "a sweep needs at least one size and one rate".into(),
             ));
+        }
+        let cells = self.sizes.len().saturating_mul(self.rates.len());
+        if cells > MAX_CELLS {
+            return Err(StreamError::Invalid(format!(
+                "--sizes ({}) x --rates ({}) make {cells} cells, more than the {MAX_CELLS} a sweep runs; split it into several sweeps",
+                self.sizes.len(),
+                self.rates.len()
+            )));
         }
         for &size in &self.sizes {
             for &rate in &self.rates {

@@ -112,7 +112,24 @@ mod tests {
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (_s, _) = l.accept().unwrap();
         let r = read(&c).unwrap();
-        // After the handshake the kernel has one RTT sample (the SYN-ACK).
-        assert!(r.srtt < Duration::from_secs(60), "{r:?}");
+        // After the handshake the kernel has one RTT sample (the SYN-ACK): the same value ss(8) reads over
+        // netlink (printed in ms with 3 decimals), the connection idle so that it cannot move in between.
+        assert!(r.srtt > Duration::ZERO, "{r:?}");
+        let local = c.local_addr().unwrap();
+        let out = std::process::Command::new("ss")
+            .args(["-tinH", "src", &local.to_string()])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ss_rtt_ms: f64 = text
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("rtt:"))
+            .and_then(|v| v.split('/').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no rtt in ss output: {text}"));
+        let ours_ms = r.srtt.as_secs_f64() * 1e3;
+        assert!(
+            (ours_ms - ss_rtt_ms).abs() <= 0.0015,
+            "srtt {ours_ms} ms, ss says {ss_rtt_ms} ms"
+        );
     }
 }

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Most parallel streams.
 pub const MAX_STREAMS: usize = 256;
+
+/// Most message sizes one run measures (`-m` with a list: one run of `--duration` per size).
+pub const MAX_SIZES: usize = 100;
 /// How often blocked reads and writes wake up to check for the end of the run.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -80,6 +83,12 @@ impl ThroughputConfig {
     pub fn validate(&self) -> Result<(), StreamError> {
         if self.sizes.is_empty() {
             return Err(StreamError::Invalid("no message size given".into()));
+        }
+        if self.sizes.len() > MAX_SIZES {
+            return Err(StreamError::Invalid(format!(
+                "--size lists {} sizes, more than the {MAX_SIZES} one run measures (one run per size); split it into several runs",
+                self.sizes.len()
+            )));
         }
         for &s in &self.sizes {
             stream::check_size(s, self.transport)?;

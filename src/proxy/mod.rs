@@ -33,7 +33,7 @@ pub use impairment::{
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -173,6 +173,17 @@ pub enum ProxyError {
     ControlExposed {
         /// The address asked for.
         addr: SocketAddr,
+    },
+    /// The upstream is the proxy's own listening socket: every connection would connect to itself, without
+    /// end.
+    #[error(
+        "--upstream {upstream} is this proxy itself (it listens on {listen}): every connection would be relayed back to the proxy without end; give the address of the server to relay to"
+    )]
+    Loop {
+        /// Where the proxy listens.
+        listen: SocketAddr,
+        /// The upstream address that reaches it.
+        upstream: SocketAddr,
     },
     /// The control token file is unusable.
     #[error("control token file {}: {why}", path.display())]
@@ -513,10 +524,63 @@ pub(crate) fn wake_addr(addr: SocketAddr) -> SocketAddr {
     a
 }
 
+/// True when `ip` is an address of this host: loopback, unspecified (connecting to it reaches loopback), or
+/// an address a socket can be bound to (the kernel refuses addresses of other hosts with EADDRNOTAVAIL).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// An IPv4-mapped IPv6 address as IPv4; an unspecified address as the loopback address a connection to it
+/// reaches.
+fn canonical(ip: IpAddr) -> IpAddr {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    if ip.is_unspecified() {
+        match ip {
+            IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+            IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        }
+    } else {
+        ip
+    }
+}
+
+/// True when a connection to `upstream` would reach a socket listening on `listen` on this host: the same
+/// port, and an address that listener accepts (its own address, the loopback address an unspecified
+/// upstream reaches, or any local address when it listens on 0.0.0.0 or `::`, IPv4 included for `::`).
+pub fn reaches_itself(listen: SocketAddr, upstream: SocketAddr) -> bool {
+    if listen.port() == 0 || listen.port() != upstream.port() {
+        return false;
+    }
+    let up = canonical(upstream.ip());
+    if listen.ip().is_unspecified() {
+        let same_family = matches!(
+            (listen.ip(), up),
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), _)
+        );
+        return same_family && is_local(up);
+    }
+    canonical(listen.ip()) == up
+}
+
 /// Starts a proxy (TCP or UDP, and the control API when asked).
 pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     if config.upstream.is_empty() {
         return Err(ProxyError::NoUpstream);
+    }
+    if let Some(&upstream) = config
+        .upstream
+        .iter()
+        .find(|u| reaches_itself(config.listen, **u))
+    {
+        return Err(ProxyError::Loop {
+            listen: config.listen,
+            upstream,
+        });
     }
     config.impairment.validate()?;
     if let Some(c) = config.control

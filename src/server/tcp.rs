@@ -122,6 +122,9 @@ struct Conn {
     held: Vec<u8>,
     /// Reading is paused until `out` is empty (or holds only replay answers, fewer than [`MAX_QUEUED`]).
     paused: bool,
+    /// The peer's FIN (or a hang-up) was reported: reads go on until end of file, since a short read no longer
+    /// means the socket is drained (edge-triggered, no event comes again for a FIN already reported).
+    peer_closed: bool,
     /// When the incomplete message started.
     partial_since: Option<Instant>,
     last_read: Instant,
@@ -196,6 +199,11 @@ impl Loop {
                         let slot = t - FIRST;
                         if ev.is_writable() {
                             self.service(slot, false);
+                        }
+                        if (ev.is_read_closed() || ev.is_error())
+                            && let Some(c) = self.conns.get_mut(slot).and_then(|c| c.as_mut())
+                        {
+                            c.peer_closed = true;
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.service(slot, true);
@@ -281,6 +289,7 @@ impl Loop {
             out: VecDeque::new(),
             held: Vec::new(),
             paused: false,
+            peer_closed: false,
             partial_since: None,
             last_read: Instant::now(),
             stalled_since: None,
@@ -431,8 +440,10 @@ impl Loop {
             if let Fate::Gone(_) = fate {
                 return fate;
             }
-            if n < READ_BUF {
-                // A short read took everything the socket had.
+            let peer_closed = self.conns[slot].as_ref().is_some_and(|c| c.peer_closed);
+            if n < READ_BUF && !peer_closed {
+                // A short read took everything the socket had (with the peer still there: a FIN arriving
+                // later raises a new event).
                 return Fate::Alive;
             }
         }

@@ -18,13 +18,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// True when namespace tests can run here (root and `ip`); otherwise prints why the test is skipped, or fails
 /// under CI (ROUNDTRIP_REQUIRE_SERVICES=1).
 pub fn available() -> bool {
-    if !super::is_root() {
-        if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-            panic!(
-                "this test needs root (network namespaces) but ROUNDTRIP_REQUIRE_SERVICES is set"
-            );
-        }
-        eprintln!("SKIPPED: needs root for network namespaces");
+    if !super::require_root("network namespaces") {
         return false;
     }
     super::have("ip")

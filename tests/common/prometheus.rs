@@ -22,13 +22,9 @@ pub fn available() -> bool {
     if std::path::Path::new(BINARY).exists() {
         return true;
     }
-    if std::env::var_os("ROUNDTRIP_REQUIRE_SERVICES").is_some() {
-        panic!(
-            "{BINARY} is missing but ROUNDTRIP_REQUIRE_SERVICES is set (.ci/run installs prometheus)"
-        );
-    }
-    eprintln!("SKIPPED: {BINARY} is not installed (Debian package prometheus)");
-    false
+    super::skip(&format!(
+        "{BINARY} is not installed (Debian package prometheus; .ci/run installs it)"
+    ))
 }
 
 /// A running Prometheus.

@@ -25,8 +25,7 @@ impl Samba {
         if !super::have("smbd") || !super::have("smbclient") {
             return None;
         }
-        if !super::is_root() {
-            eprintln!("SKIPPED: smbd needs root");
+        if !super::require_root("smbd switches users") {
             return None;
         }
         let mut last = String::new();
