@@ -155,37 +155,56 @@ fn smbclient_session_agrees_with_tshark_smb2_srt() {
     let local = dir.path().join("up.txt");
     std::fs::write(&local, vec![b'x'; 12_345]).unwrap();
     let pcap = dir.path().join("smb.pcap");
+    // tshark's SMB2 statistics on a loaded machine have been seen to leave out a command whose request and
+    // response are both in the file (READ, once in a full-suite run): the session is recorded again, up to 3 times, while
+    // the two disagree on which commands there are; a parser that invents or loses a command disagrees every
+    // time, and the checks below run on the last recording either way.
+    let mut attempt = 0;
+    let (ops, theirs) = loop {
+        attempt += 1;
+        let td = Tcpdump::start(&pcap, port);
+        let commands = format!(
+            "ls; put {} up.txt; get big /dev/null; mkdir d1; rmdir d1; get missing /dev/null; allinfo big",
+            local.display()
+        );
+        let (_, out, _) = Samba::client(smb.addr, &commands);
+        // let tcpdump write out the last packets before it is stopped
+        std::thread::sleep(Duration::from_millis(500));
+        td.stop();
+        assert!(
+            out.contains("NT_STATUS_OBJECT_NAME_NOT_FOUND"),
+            "smbclient output: {out}"
+        );
+        assert!(
+            smb.share_dir().join("up.txt").is_file(),
+            "put failed: {out}"
+        );
 
-    let td = Tcpdump::start(&pcap, port);
-    let commands = format!(
-        "ls; put {} up.txt; get big /dev/null; mkdir d1; rmdir d1; get missing /dev/null; allinfo big",
-        local.display()
-    );
-    let (_, out, _) = Samba::client(smb.addr, &commands);
-    // let tcpdump write out the last packets before it is stopped
-    std::thread::sleep(Duration::from_millis(500));
-    td.stop();
-    assert!(
-        out.contains("NT_STATUS_OBJECT_NAME_NOT_FOUND"),
-        "smbclient output: {out}"
-    );
-    assert!(
-        smb.share_dir().join("up.txt").is_file(),
-        "put failed: {out}"
-    );
-
-    // A port that is not 445: found by content.
-    let doc = rpc_json(&pcap, &[]);
-    let ops: BTreeMap<String, serde_json::Value> = doc["report"]["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            assert_eq!(o["proto"], "smb2", "{o}");
-            (o["op"].as_str().unwrap().to_string(), o.clone())
-        })
-        .collect();
-    let theirs = tshark_smb2_srt(&pcap, port);
+        // A port that is not 445: found by content.
+        let doc = rpc_json(&pcap, &[]);
+        let ops: BTreeMap<String, serde_json::Value> = doc["report"]["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                assert_eq!(o["proto"], "smb2", "{o}");
+                (o["op"].as_str().unwrap().to_string(), o.clone())
+            })
+            .collect();
+        let theirs = tshark_smb2_srt(&pcap, port);
+        let same: Vec<String> = theirs
+            .keys()
+            .map(|c| roundtrip::capture::rpc::smb2::command_name(*c).to_string())
+            .collect();
+        if attempt == 3 || same.len() == ops.len() && same.iter().all(|n| ops.contains_key(n)) {
+            break (ops, theirs);
+        }
+        eprintln!(
+            "note: tshark and roundtrip disagree on the commands of recording {attempt} ({same:?} vs {:?}); recording again",
+            ops.keys().collect::<Vec<_>>()
+        );
+        let _ = std::fs::remove_file(smb.share_dir().join("up.txt"));
+    };
     assert!(
         theirs.len() >= 8,
         "tshark saw too few SMB2 commands: {theirs:?}"
