@@ -70,7 +70,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     let expr = a.expr.expr();
     let filter_text = expr.as_ref().map(|e| e.text().to_string());
     let psk = super::server::client_psk(a.psk_file.as_deref())?;
-    let target = Target::parse(&a.to, DEFAULT_PORT)?;
+    let target = Target::parse(&a.to, DEFAULT_PORT).map_err(super::output::refused)?;
     let filter = Filter {
         flow: a.flow,
         expr,
