@@ -1557,3 +1557,124 @@ fn output_options_are_checked_before_measuring() {
     }
     eprintln!("charts: {}", walked.join("; "));
 }
+
+/// The bulk direction of each flow of `capture flows FILE --json`: (diagnosis, in flight max, receiver's
+/// window max, receiver-limited segments).
+fn flow_windows(file: &std::path::Path) -> Vec<(String, u64, u64, u64)> {
+    let (code, stdout, stderr) = rt(&["capture", "flows", file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{}: {stderr}", file.display());
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    doc["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let (up, down) = (&f["client_to_server"], &f["server_to_client"]);
+            let (bulk, recv) = if up["payload_bytes"].as_u64() >= down["payload_bytes"].as_u64() {
+                (up, down)
+            } else {
+                (down, up)
+            };
+            (
+                f["diagnosis"].as_str().unwrap().to_string(),
+                bulk["in_flight_max_bytes"].as_u64().unwrap(),
+                recv["window_max_bytes"].as_u64().unwrap(),
+                bulk["receiver_limited_segments"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Class 5 for `capture flows` (its limit column r/s/a and its diagnosis): a window limit needs in-flight bytes
+/// near the advertised window. The shipped loopback captures of pgbench, redis-benchmark and roundtrip ping
+/// (request/response, a few hundred bytes in flight against 64 KiB windows, loopback's MSS about 64 KiB) are
+/// application-limited, no segment receiver-limited; a capture that starts after the handshake (window scale
+/// unknown) gets no window verdict; a real bulk transfer on loopback into a receiver that
+/// stops reading (small SO_RCVBUF), recorded with tcpdump, is receiver-limited with in flight at its window.
+#[test]
+fn capture_flows_calls_a_window_limit_only_with_in_flight_at_the_window() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/captures");
+    for name in [
+        "pgbench-select.pcap",
+        "redis-benchmark.pcap",
+        "roundtrip-ping.pcap",
+    ] {
+        for (diagnosis, in_flight, window, r) in flow_windows(&shipped.join(name)) {
+            assert_eq!(
+                r, 0,
+                "{name}: {diagnosis} (in flight {in_flight}, window {window})"
+            );
+            assert!(
+                diagnosis.contains("application-limited"),
+                "{name}: {diagnosis}"
+            );
+        }
+    }
+    // A capture that starts after the handshake (a real web download): the window's scale is unknown, so its
+    // raw 382-byte window field against 14.7 KiB in flight judges nothing.
+    if let Some(d) = common::captures_dir() {
+        for (diagnosis, _, _, r) in flow_windows(&d.join("chrissanders/tcp_dupack.pcapng")) {
+            assert_eq!(r, 0, "tcp_dupack: {diagnosis}");
+            assert!(!diagnosis.contains("limited"), "tcp_dupack: {diagnosis}");
+        }
+    }
+    if !common::require_root("tcpdump on lo") {
+        return;
+    }
+    if !common::have("tcpdump") {
+        common::skip("tcpdump is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("bulk.pcap");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // A small receive buffer, inherited by the accepted socket: a window of a few KiB.
+    let size: libc::c_int = 8192;
+    // SAFETY: setsockopt on a socket this test owns, with a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let mut kids = common::procs::Kids::default();
+    let dump = kids.tcpdump(&pcap, port);
+    let sender = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(&vec![7u8; 1 << 20]).unwrap();
+    });
+    let (mut conn, _) = listener.accept().unwrap();
+    // Not reading for a while: the sender fills the window; then reading slowly, a few KiB at a time.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut buf = [0u8; 4096];
+    let mut got = 0;
+    while got < 1 << 20 {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got += n;
+        if got < 256 << 10 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    sender.join().unwrap();
+    drop(conn);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    kids.stop(dump);
+    let flows = flow_windows(&pcap);
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    let (diagnosis, in_flight, window, r) = &flows[0];
+    assert!(*r > 0, "{diagnosis}");
+    assert!(diagnosis.contains("receiver-limited"), "{diagnosis}");
+    // In flight reached the window: the limit the verdict names is in its own figures.
+    assert!(
+        in_flight * 4 >= window * 3,
+        "in flight {in_flight} against a window of {window}: {diagnosis}"
+    );
+}
