@@ -1678,3 +1678,33 @@ fn capture_flows_calls_a_window_limit_only_with_in_flight_at_the_window() {
         "in flight {in_flight} against a window of {window}: {diagnosis}"
     );
 }
+
+/// Class 5 for `compare`: the payload row says the payload "adds" time only when its median is above the
+/// header-only row's; at or below it, it says the cost is below the run's noise. Real pings to a real server,
+/// with a 15-byte payload row beside the 14-byte header row (their medians land either way) and a 250-byte one.
+#[test]
+fn compare_says_the_payload_adds_time_only_when_its_median_is_higher() {
+    let (_srv, addr) = server();
+    for size in ["15", "250", "15"] {
+        let (code, stdout, stderr) = rt(&[
+            "compare", &addr, "-n", "50", "-i", "1ms", "--size", size, "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let rows = doc["rows"].as_array().unwrap();
+        let p50 = |kind: &str| {
+            rows.iter().find(|r| r["kind"] == kind).unwrap()["summary"]["p50_ns"]
+                .as_u64()
+                .unwrap()
+        };
+        let (header, payload) = (p50("ping_header"), p50("ping_payload"));
+        let words = rows.iter().find(|r| r["kind"] == "ping_payload").unwrap()["interpretation"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            words.contains("adds"),
+            payload > header,
+            "p50 {payload} ns vs {header} ns: {words}"
+        );
+    }
+}
