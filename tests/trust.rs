@@ -1708,3 +1708,55 @@ fn compare_says_the_payload_adds_time_only_when_its_median_is_higher() {
         );
     }
 }
+
+/// Class 5 for `capture match`: its verdict says the path "adds" time with the positive figure it measured
+/// (a negative one is said as what it is, not as "adds 0": unit test in src/capture/matching.rs).
+/// Real traffic: roundtrip ping through `roundtrip proxy --rtt 20ms` to a real server, tcpdump on both sides.
+#[test]
+fn capture_match_says_the_path_adds_time_only_when_it_did() {
+    if !common::require_root("tcpdump on lo") {
+        return;
+    }
+    if !common::have("tcpdump") {
+        common::skip("tcpdump is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut kids = common::procs::Kids::default();
+    let sp = kids.server(&[]);
+    let pp = kids.proxy(sp, &["--rtt", "20ms"]);
+    let (client, srv) = (
+        dir.path().join("client.pcap"),
+        dir.path().join("server.pcap"),
+    );
+    let tc = kids.tcpdump(&client, pp);
+    let ts = kids.tcpdump(&srv, sp);
+    let (code, _, stderr) = rt(&["ping", &format!("127.0.0.1:{pp}"), "-n", "30", "-i", "10ms"]);
+    assert_eq!(code, 0, "{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    kids.stop(tc);
+    kids.stop(ts);
+    let verdict = |a: &std::path::Path, b: &std::path::Path| {
+        let (code, stdout, stderr) = rt(&[
+            "capture",
+            "match",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        (
+            doc["verdict"].as_str().unwrap().to_string(),
+            doc["ops"][0]["diff_mean_ns"].as_f64().unwrap(),
+        )
+    };
+    let (right, diff) = verdict(&client, &srv);
+    // The proxy's 20 ms is in the path's figure, and the verdict says it adds (the negative case, files the
+    // wrong way round, is src/capture/matching.rs's a_negative_path_time_is_not_said_as_adding_zero).
+    assert!(diff >= 20e6, "{right}");
+    assert!(
+        right.contains("the path between the captures adds"),
+        "{right}"
+    );
+}
