@@ -178,7 +178,7 @@ fn bad_units_and_impossible_values_are_refused() {
             .code(2)
             .stderr(predicate::str::contains("invalid value"));
     }
-    // Combinations that make no sense: one line saying what to do, exit 1.
+    // Combinations that make no sense: one line saying what to do, exit 2 (refused before any I/O).
     rt().args([
         "proxy",
         "--listen",
@@ -189,7 +189,7 @@ fn bad_units_and_impossible_values_are_refused() {
         "1%",
     ])
     .assert()
-    .code(1)
+    .code(2)
     .stderr(predicate::str::contains("--udp"));
     rt().args([
         "proxy",
@@ -202,7 +202,7 @@ fn bad_units_and_impossible_values_are_refused() {
         "64KiB",
     ])
     .assert()
-    .code(1)
+    .code(2)
     .stderr(predicate::str::contains("TCP"));
     rt().args([
         "proxy",
@@ -214,11 +214,11 @@ fn bad_units_and_impossible_values_are_refused() {
         "40ms",
     ])
     .assert()
-    .code(1)
+    .code(2)
     .stderr(predicate::str::contains("needs a port"));
     rt().args(["model", "tps", "--tps", "100", "--rtt", "20ms"])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("cannot do that"));
 }
 

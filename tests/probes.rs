@@ -343,7 +343,7 @@ fn cli_connect_dns_failure_and_bad_input() {
     );
 
     let out = bin().args(["connect", "127.0.0.1"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no port"), "{}", stderr(&out));
 
     let out = bin()
@@ -363,7 +363,7 @@ fn cli_connect_dns_failure_and_bad_input() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot resolve"), "{}", stderr(&out));
     let out = bin().args(["icmp", "127.0.0.1:80"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("ICMP has no ports"),
         "{}",

@@ -425,8 +425,13 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 }
 
 fn report_err(args: &[&std::ffi::OsStr]) -> String {
+    report_exit(args, 1)
+}
+
+/// `report` with `args` ends with exit `code` and one error line, returned.
+fn report_exit(args: &[&std::ffi::OsStr], code: i32) -> String {
     let out = rt().arg("report").args(args).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(code), "{out:?}");
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("roundtrip: error: "), "{err}");
@@ -509,7 +514,8 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
     let good = write(d, "good.json", &known_doc().to_string());
-    let e = report_err(&[good.as_os_str()]);
+    // Refused before any I/O (exit 2).
+    let e = report_exit(&[good.as_os_str()], 2);
     assert!(e.contains("nothing to write"), "{e}");
     let badlog = write(
         d,
@@ -524,15 +530,18 @@ fn bad_inputs_give_one_line_errors() {
         o,
     ]);
     assert!(e.contains("bad.csv line 3: recv_ns is \"oops\""), "{e}");
-    let e = report_err(&[
-        good.as_os_str(),
-        "--full-log".as_ref(),
-        badlog.as_os_str(),
-        "--full-log".as_ref(),
-        badlog.as_os_str(),
-        "-o".as_ref(),
-        o,
-    ]);
+    let e = report_exit(
+        &[
+            good.as_os_str(),
+            "--full-log".as_ref(),
+            badlog.as_os_str(),
+            "--full-log".as_ref(),
+            badlog.as_os_str(),
+            "-o".as_ref(),
+            o,
+        ],
+        2,
+    );
     assert!(e.contains("2 --full-log files for 1 results"), "{e}");
     // An output path that cannot be written is refused before anything is read (exit 2).
     let out2 = rt()

@@ -86,6 +86,7 @@ const NUMERIC: &[&str] = &[
     "BYTES[,...]",
     "BYTES[,BYTES...]",
     "COUNT",
+    "SNAPLEN",
     "ROWS",
     "PID",
     "N",
@@ -114,13 +115,16 @@ const OTHER: &[&str] = &[
     "CHART",
     "CSV",
     "DATA_FROM",
+    "DIR",
     "DIRECTION",
+    "EXPR",
     "FILE",
     "FILE.csv",
     "FILE.html",
     "FILE.svg",
     "HOST:PORT",
     "HOST[:PORT]",
+    "IF_A,IF_B",
     "IP:PORT",
     "JITTER_DIST",
     "KIND",
@@ -132,7 +136,9 @@ const OTHER: &[&str] = &[
     "PROTO",
     "RESULT.json",
     "SQL",
+    "TARGET",
     "TITLE",
+    "TYPE",
     "URL",
 ];
 
@@ -193,7 +199,10 @@ fn negative_values_are_refused_in_one_line_by_every_command() {
 
 /// Class 11, the other half: clap's own refusals (unknown flag, missing argument, a wrong choice, a value
 /// out of range) and the configuration checks that run before any I/O all end the same way: one line,
-/// `roundtrip: error: `, exit 2; ranges are said in words; help and version exit 0.
+/// `roundtrip: error: `, exit 2; ranges are said in words; help and version exit 0. The checks of our own
+/// walk every command that has one: target syntax (ping, load, sweep, throughput, compare, replay, connect,
+/// icmp, proxy --upstream, db URLs), option combinations (proxy and proxy --bridge), counts of 0 (server,
+/// agent), mesh URLs, model inputs, report's argument counts.
 #[test]
 fn every_refusal_is_one_line_with_exit_2() {
     for args in [
@@ -207,6 +216,119 @@ fn every_refusal_is_one_line_with_exit_2() {
         vec!["ping", "127.0.0.1:1", "-m", "1", "-n", "1"],
         vec!["ping", "127.0.0.1:1", "-m", "300k", "-n", "1"],
         vec!["throughput", "127.0.0.1:1", "-P", "1000"],
+        // Our own checks before any I/O (not clap's): the target's form, a port where none belongs or
+        // none where one is needed, options that do not go together, counts of 0, URLs, RTTs of 0.
+        vec!["icmp", "127.0.0.1:80", "-n", "1"],
+        vec!["connect", "127.0.0.1", "-n", "1"],
+        vec!["ping", "127.0.0.1:99999", "-n", "1"],
+        vec!["ping", "[::1", "-n", "1"],
+        vec!["load", "127.0.0.1:99999", "-r", "10", "-t", "1s"],
+        vec!["sweep", "127.0.0.1:99999"],
+        vec!["throughput", "127.0.0.1:99999", "-t", "1s"],
+        vec!["compare", "127.0.0.1:99999"],
+        vec!["replay", "x.pcap", "--to", "127.0.0.1:99999"],
+        vec!["db", "mysqlx://127.0.0.1", "-n", "1"],
+        vec!["db", "postgres://127.0.0.1:99999/test", "-n", "1"],
+        vec!["server", "-p", "0", "--max-clients", "0"],
+        vec!["server", "-p", "0", "--max-per-address", "0"],
+        vec!["agent", "--workers", "0"],
+        vec!["agent", "--max-series", "0"],
+        vec!["mesh", "--agent", "htp://x"],
+        vec!["mesh", "--agent", "http://"],
+        vec!["model", "bdp", "--rate", "1gbit", "--rtt", "0ms"],
+        vec!["model", "window", "--window", "64k", "--rtt", "0ms"],
+        vec![
+            "model",
+            "tps",
+            "--tps",
+            "2000,3000",
+            "--rtt",
+            "1ms",
+            "--at",
+            "1ms",
+        ],
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1",
+        ],
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:99999",
+        ],
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:1",
+            "--rtt",
+            "10ms",
+            "--direction",
+            "up",
+        ],
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:1",
+            "--udp",
+            "--window",
+            "10",
+        ],
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:1",
+            "--loss",
+            "0.1",
+        ],
+        vec!["proxy", "--bridge", "veth0"],
+        vec!["proxy", "--bridge", "veth0,"],
+        vec!["proxy", "--bridge", "a,b", "--window", "10"],
+        vec!["proxy", "--bridge", "a,b", "--reorder", "0.5"],
+        vec![
+            "proxy",
+            "--bridge",
+            "a,b",
+            "--loss-burst",
+            "0.5",
+            "--loss",
+            "0.1",
+        ],
+        vec!["proxy", "--bridge", "a,b", "--loss-burst", "2"],
+        vec![
+            "proxy",
+            "--bridge",
+            "a,b",
+            "--rtt",
+            "10ms",
+            "--delay-back",
+            "5ms",
+        ],
+        vec!["report", "x.json"],
+        vec![
+            "report",
+            "x.json",
+            "-o",
+            "x.html",
+            "--full-log",
+            "a",
+            "--full-log",
+            "b",
+        ],
+        vec![
+            "report", "x.json", "-o", "x.html", "--name", "a", "--name", "b",
+        ],
+        vec!["model", "tps", "--tps", "100", "--rtt", "20ms"],
     ] {
         let (code, stdout, stderr) = rt(&args);
         assert_eq!(code, 2, "{args:?}: exit {code}: {stderr}");
@@ -620,6 +742,45 @@ fn server() -> (common::procs::Proc, String) {
     (srv, addr)
 }
 
+/// A `roundtrip server --allow-replay` behind `roundtrip proxy --rtt 40ms`: (server, proxy, proxy address).
+fn replay_path() -> (common::procs::Proc, common::procs::Proc, String) {
+    let mut srv = common::procs::Proc::spawn("replay server", {
+        let mut c = Command::new(common::procs::bin());
+        c.args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--tcp-only",
+            "--allow-replay",
+        ]);
+        c
+    });
+    let line = srv
+        .wait_line("listening on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let upstream = format!("127.0.0.1:{}", common::procs::port_in(&line));
+    let mut proxy = common::procs::Proc::spawn("replay proxy", {
+        let mut c = Command::new(common::procs::bin());
+        c.args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+            "--rtt",
+            "40ms",
+        ]);
+        c
+    });
+    let line = proxy
+        .wait_line("listening on", std::time::Duration::from_secs(60))
+        .unwrap();
+    let to = format!("127.0.0.1:{}", common::procs::port_in(&line));
+    (srv, proxy, to)
+}
+
 /// Starts `args`, waits until it printed its first line and then `measuring` more, sends SIGINT and
 /// returns (exit code, stdout, everything) once it ended.
 fn interrupt(args: &[&str], measuring: std::time::Duration) -> (i32, String, String) {
@@ -659,7 +820,15 @@ fn interrupted_runs_say_how_far_they_got_and_judge_only_that() {
     let (_srv, addr) = server();
     let pg = "postgres://127.0.0.1:5432/test";
     let have_pg = common::service_up(5432, "PostgreSQL");
+    // replay: a real server granting replay behind `roundtrip proxy --rtt 40ms`, so the shipped pgbench
+    // capture's 204 turns take about 8 s to play.
+    let (_replay_srv, _replay_proxy, replay_to) = replay_path();
+    let pgbench = format!(
+        "{}/docs/captures/pgbench-select.pcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let mut cases: Vec<Vec<&str>> = vec![
+        vec!["replay", &pgbench, "--to", &replay_to],
         vec!["ping", &addr, "-t", "60s"],
         vec!["ping", &addr, "-n", "100000000", "--udp"],
         vec!["load", &addr, "-r", "10k", "-t", "60s"],
@@ -716,6 +885,8 @@ fn interrupted_runs_say_how_far_they_got_and_judge_only_that() {
                 for zero in [" 0ns ", " 0/0 ", " 0/s "] {
                     assert!(!stdout.contains(zero), "{cmd}: '{zero}' in\n{stdout}");
                 }
+                // No comparison of a part with the whole (replay against the capture's total and prediction).
+                assert!(!stdout.contains("replayed / predicted"), "{cmd}:\n{stdout}");
             }
             walked.push(cmd);
         }
@@ -1399,4 +1570,207 @@ fn output_options_are_checked_before_measuring() {
         assert_eq!(code, 2, "{args:?}: {stderr}");
     }
     eprintln!("charts: {}", walked.join("; "));
+}
+
+/// The bulk direction of each flow of `capture flows FILE --json`: (diagnosis, in flight max, receiver's
+/// window max, receiver-limited segments).
+fn flow_windows(file: &std::path::Path) -> Vec<(String, u64, u64, u64)> {
+    let (code, stdout, stderr) = rt(&["capture", "flows", file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{}: {stderr}", file.display());
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    doc["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let (up, down) = (&f["client_to_server"], &f["server_to_client"]);
+            let (bulk, recv) = if up["payload_bytes"].as_u64() >= down["payload_bytes"].as_u64() {
+                (up, down)
+            } else {
+                (down, up)
+            };
+            (
+                f["diagnosis"].as_str().unwrap().to_string(),
+                bulk["in_flight_max_bytes"].as_u64().unwrap(),
+                recv["window_max_bytes"].as_u64().unwrap(),
+                bulk["receiver_limited_segments"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Class 5 for `capture flows` (its limit column r/s/a and its diagnosis): a window limit needs in-flight bytes
+/// near the advertised window. The shipped loopback captures of pgbench, redis-benchmark and roundtrip ping
+/// (request/response, a few hundred bytes in flight against 64 KiB windows, loopback's MSS about 64 KiB) are
+/// application-limited, no segment receiver-limited; a capture that starts after the handshake (window scale
+/// unknown) gets no window verdict; a real bulk transfer on loopback into a receiver that
+/// stops reading (small SO_RCVBUF), recorded with tcpdump, is receiver-limited with in flight at its window.
+#[test]
+fn capture_flows_calls_a_window_limit_only_with_in_flight_at_the_window() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/captures");
+    for name in [
+        "pgbench-select.pcap",
+        "redis-benchmark.pcap",
+        "roundtrip-ping.pcap",
+    ] {
+        for (diagnosis, in_flight, window, r) in flow_windows(&shipped.join(name)) {
+            assert_eq!(
+                r, 0,
+                "{name}: {diagnosis} (in flight {in_flight}, window {window})"
+            );
+            assert!(
+                diagnosis.contains("application-limited"),
+                "{name}: {diagnosis}"
+            );
+        }
+    }
+    // A capture that starts after the handshake (a real web download): the window's scale is unknown, so its
+    // raw 382-byte window field against 14.7 KiB in flight judges nothing.
+    if let Some(d) = common::captures_dir() {
+        for (diagnosis, _, _, r) in flow_windows(&d.join("chrissanders/tcp_dupack.pcapng")) {
+            assert_eq!(r, 0, "tcp_dupack: {diagnosis}");
+            assert!(!diagnosis.contains("limited"), "tcp_dupack: {diagnosis}");
+        }
+    }
+    if !common::require_root("tcpdump on lo") {
+        return;
+    }
+    if !common::have("tcpdump") {
+        common::skip("tcpdump is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("bulk.pcap");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // A small receive buffer, inherited by the accepted socket: a window of a few KiB.
+    let size: libc::c_int = 8192;
+    // SAFETY: setsockopt on a socket this test owns, with a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let mut kids = common::procs::Kids::default();
+    let dump = kids.tcpdump(&pcap, port);
+    let sender = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(&vec![7u8; 1 << 20]).unwrap();
+    });
+    let (mut conn, _) = listener.accept().unwrap();
+    // Not reading for a while: the sender fills the window; then reading slowly, a few KiB at a time.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut buf = [0u8; 4096];
+    let mut got = 0;
+    while got < 1 << 20 {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got += n;
+        if got < 256 << 10 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    sender.join().unwrap();
+    drop(conn);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    kids.stop(dump);
+    let flows = flow_windows(&pcap);
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    let (diagnosis, in_flight, window, r) = &flows[0];
+    assert!(*r > 0, "{diagnosis}");
+    assert!(diagnosis.contains("receiver-limited"), "{diagnosis}");
+    // In flight reached the window: the limit the verdict names is in its own figures.
+    assert!(
+        in_flight * 4 >= window * 3,
+        "in flight {in_flight} against a window of {window}: {diagnosis}"
+    );
+}
+
+/// Class 5 for `compare`: the payload row says the payload "adds" time only when its median is above the
+/// header-only row's; at or below it, it says the cost is below the run's noise. Real pings to a real server,
+/// with a 15-byte payload row beside the 14-byte header row (their medians land either way) and a 250-byte one.
+#[test]
+fn compare_says_the_payload_adds_time_only_when_its_median_is_higher() {
+    let (_srv, addr) = server();
+    for size in ["15", "250", "15"] {
+        let (code, stdout, stderr) = rt(&[
+            "compare", &addr, "-n", "50", "-i", "1ms", "--size", size, "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let rows = doc["rows"].as_array().unwrap();
+        let p50 = |kind: &str| {
+            rows.iter().find(|r| r["kind"] == kind).unwrap()["summary"]["p50_ns"]
+                .as_u64()
+                .unwrap()
+        };
+        let (header, payload) = (p50("ping_header"), p50("ping_payload"));
+        let words = rows.iter().find(|r| r["kind"] == "ping_payload").unwrap()["interpretation"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            words.contains("adds"),
+            payload > header,
+            "p50 {payload} ns vs {header} ns: {words}"
+        );
+    }
+}
+
+/// Class 5 for `capture match`: its verdict says the path "adds" time with the positive figure it measured
+/// (a negative one is said as what it is, not as "adds 0": unit test in src/capture/matching.rs).
+/// Real traffic: roundtrip ping through `roundtrip proxy --rtt 20ms` to a real server, tcpdump on both sides.
+#[test]
+fn capture_match_says_the_path_adds_time_only_when_it_did() {
+    if !common::require_root("tcpdump on lo") {
+        return;
+    }
+    if !common::have("tcpdump") {
+        common::skip("tcpdump is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut kids = common::procs::Kids::default();
+    let sp = kids.server(&[]);
+    let pp = kids.proxy(sp, &["--rtt", "20ms"]);
+    let (client, srv) = (
+        dir.path().join("client.pcap"),
+        dir.path().join("server.pcap"),
+    );
+    let tc = kids.tcpdump(&client, pp);
+    let ts = kids.tcpdump(&srv, sp);
+    let (code, _, stderr) = rt(&["ping", &format!("127.0.0.1:{pp}"), "-n", "30", "-i", "10ms"]);
+    assert_eq!(code, 0, "{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    kids.stop(tc);
+    kids.stop(ts);
+    let verdict = |a: &std::path::Path, b: &std::path::Path| {
+        let (code, stdout, stderr) = rt(&[
+            "capture",
+            "match",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        (
+            doc["verdict"].as_str().unwrap().to_string(),
+            doc["ops"][0]["diff_mean_ns"].as_f64().unwrap(),
+        )
+    };
+    let (right, diff) = verdict(&client, &srv);
+    // The proxy's 20 ms is in the path's figure, and the verdict says it adds (the negative case, files the
+    // wrong way round, is src/capture/matching.rs's a_negative_path_time_is_not_said_as_adding_zero).
+    assert!(diff >= 20e6, "{right}");
+    assert!(
+        right.contains("the path between the captures adds"),
+        "{right}"
+    );
 }

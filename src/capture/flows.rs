@@ -898,6 +898,9 @@ impl Flow {
             self.reset = Some(dir);
         }
 
+        // The window in bytes is known once both SYNs were seen (their scale options, or none); a capture
+        // that starts mid-connection has raw window fields of an unknown scale.
+        let window_known = self.half[0].syn && self.half[1].syn;
         let (h, oh) = {
             let (a, b) = self.half.split_at_mut(1);
             if s == 0 {
@@ -1066,11 +1069,14 @@ impl Flow {
                 in_flight = Some(f);
                 h.in_flight_max = h.in_flight_max.max(f);
                 h.in_flight.record(f);
-                // What held this side back: the receiver's window, or not.
-                if plen > 0 && !retransmission && oh.has_win {
+                // What held this side back: the receiver's window, or not. The window held it back when
+                // in flight left less room than one more segment, and in flight is near the window: the
+                // segment counted is at most a quarter of the window, so a window of one or two MSS
+                // (loopback's 64 KiB MSS against a 64 KiB window) does not make every segment "limited".
+                if plen > 0 && !retransmission && oh.has_win && window_known {
                     let mss = oh.mss_opt.map(u32::from).unwrap_or(h.max_payload).max(1) as u64;
                     let rwnd = oh.window;
-                    if f + mss > rwnd {
+                    if rwnd.saturating_sub(f) < mss.min(rwnd / 4) {
                         h.receiver_limited += 1;
                     } else if plen as u64 >= mss {
                         h.sender_limited += 1;
@@ -1230,7 +1236,8 @@ pub fn diagnose(s: &FlowSummary) -> String {
         );
         if r >= 50.0 {
             parts.push(format!(
-                "receiver-limited: in flight reached the {who_recv}'s window (max {}) in {r:.0}% of segments",
+                "receiver-limited: in flight reached the {who_recv}'s window (in flight max {}, window max {}) in {r:.0}% of segments",
+                crate::units::fmt_bytes(bulk.in_flight_max_bytes),
                 crate::units::fmt_bytes(recv.window_max_bytes)
             ));
         } else if c >= a {

@@ -821,14 +821,22 @@ fn verdict(
         return "no request matched".into();
     };
     let mut s = format!(
-        "server adds {} per {} (mean, {} matched); the path between the captures adds {}",
+        "server adds {} per {} (mean, {} matched); ",
         fmt_ns(top.server.mean_ns),
         top.op,
         top.matched,
-        fmt_ns(top.diff_mean_ns.max(0.0)),
     );
     if top.diff_mean_ns < 0.0 {
-        s.push_str(" (the client capture saw shorter times: are the files swapped?)");
+        // A path cannot take time away: say what the figures show, not "adds 0".
+        s.push_str(&format!(
+            "the client capture saw {} less per request than the server capture: are the files swapped?",
+            fmt_ns(-top.diff_mean_ns)
+        ));
+    } else {
+        s.push_str(&format!(
+            "the path between the captures adds {}",
+            fmt_ns(top.diff_mean_ns)
+        ));
     }
     if let Some(o) = offset {
         let sign = if o < 0 { "behind" } else { "ahead of" };
@@ -944,5 +952,24 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(Unmatched::NotInClientCapture, 1)]
         );
+    }
+
+    /// The files given the wrong way round (the "client" capture saw shorter times): the verdict says what the
+    /// figures show, never that the path "adds" a clamped 0.
+    #[test]
+    fn a_negative_path_time_is_not_said_as_adding_zero() {
+        let mut client = Vec::new();
+        let mut server = Vec::new();
+        for k in 0..20u64 {
+            let t = 1000 + k * 100;
+            client.push(rec(3, "SELECT", t, 10, 100 + k as u32 * 50, k));
+            server.push(rec(3, "SELECT", t, 11, 100 + k as u32 * 50, k));
+        }
+        let r = match_captures(&client, &server);
+        let sel = r.ops.iter().find(|o| o.op == "SELECT").unwrap();
+        assert!(sel.diff_mean_ns < 0.0, "{}", r.verdict);
+        assert!(!r.verdict.contains("adds 0"), "{}", r.verdict);
+        assert!(!r.verdict.contains("captures adds"), "{}", r.verdict);
+        assert!(r.verdict.contains("less per request"), "{}", r.verdict);
     }
 }

@@ -247,8 +247,12 @@ impl Watch {
 pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     // Arguments first: nothing is read or opened before they are all checked.
     let limits = a.guard.limits()?;
-    anyhow::ensure!(a.workers > 0, "--workers must be at least 1");
-    anyhow::ensure!(a.max_series > 0, "--max-series must be at least 1");
+    if a.workers == 0 {
+        return Err(super::output::refused("--workers must be at least 1"));
+    }
+    if a.max_series == 0 {
+        return Err(super::output::refused("--max-series must be at least 1"));
+    }
     let psk = a.guard.psk()?;
     let cfg = match &a.config {
         Some(p) => match config::load(p) {

@@ -89,7 +89,7 @@ fn ns(d: Duration) -> u64 {
 /// Runs `roundtrip compare`.
 pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     let target = match &a.target {
-        Some(t) => Some(Target::parse(t, DEFAULT_PORT)?),
+        Some(t) => Some(Target::parse(t, DEFAULT_PORT).map_err(super::output::refused)?),
         None => None,
     };
     let mut config = CompareConfig::new(None);

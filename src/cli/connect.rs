@@ -129,9 +129,9 @@ fn ns(d: Duration) -> u64 {
 
 /// Runs `roundtrip connect`.
 pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
-    let target = Target::parse(&a.target, 0)?;
+    let target = Target::parse(&a.target, 0).map_err(super::output::refused)?;
     if target.port == 0 {
-        anyhow::bail!(
+        return Err(super::output::refused(format!(
             "no port in '{}': give HOST:PORT (e.g. {}:443)",
             a.target,
             if target.host.contains(':') {
@@ -139,7 +139,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             } else {
                 target.host.clone()
             }
-        );
+        )));
     }
     let fam = super::args::family(a.ipv4, a.ipv6);
     let mut config = ConnectConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));

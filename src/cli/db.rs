@@ -168,7 +168,7 @@ fn prompt_password(user: &str, what: &str) -> anyhow::Result<Secret> {
 
 /// Runs `roundtrip db`.
 pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
-    let mut url = DbUrl::parse(&a.url)?;
+    let mut url = DbUrl::parse(&a.url).map_err(super::output::refused)?;
     url.apply_env(&|k| std::env::var(k).ok());
     let link = match &a.link {
         Some(t) => match LinkTarget::parse(t, url.scheme) {

@@ -122,13 +122,12 @@ fn ns(d: Duration) -> u64 {
 
 /// Runs `roundtrip icmp`.
 pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
-    let target = Target::parse(&a.host, 0)?;
+    let target = Target::parse(&a.host, 0).map_err(super::output::refused)?;
     if target.port != 0 {
-        anyhow::bail!(
+        return Err(super::output::refused(format!(
             "'{}': ICMP has no ports; give the host alone (e.g. {})",
-            a.host,
-            target.host
-        );
+            a.host, target.host
+        )));
     }
     let fam = family(a.ipv4, a.ipv6);
     let mut config = IcmpConfig::new(IpAddr::from([127, 0, 0, 1]));

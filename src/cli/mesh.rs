@@ -3,7 +3,7 @@
 
 use super::args;
 use super::output::{Exit, error_line, note, out};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use roundtrip::mesh::{self, Filter, Mesh, agents, prometheus};
 use roundtrip::report::heatmap::{self, Cell, Matrix, fmt_loss, fmt_window};
@@ -74,7 +74,7 @@ pub fn run(a: MeshArgs) -> anyhow::Result<Exit> {
     }
     for u in a.prometheus.iter().chain(a.agent.iter()) {
         if let Err(e) = mesh::http::Url::parse(u) {
-            bail!("{e}");
+            return Err(super::output::refused(e));
         }
     }
     let filter = Filter {

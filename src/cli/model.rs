@@ -81,13 +81,15 @@ fn rtt_of(r: &RttArg) -> anyhow::Result<Duration> {
             })?;
             Ok(model::rtt_from_result(&p.display().to_string(), &text)?)
         }
-        (None, None) => anyhow::bail!("give --rtt DURATION or --from RESULT.json"),
+        (None, None) => Err(super::output::refused(
+            "give --rtt DURATION or --from RESULT.json",
+        )),
     }
 }
 
 fn positive_rtt(d: Duration) -> anyhow::Result<Duration> {
     if d.is_zero() {
-        anyhow::bail!("the RTT must be more than 0");
+        return Err(super::output::refused("the RTT must be more than 0"));
     }
     Ok(d)
 }
@@ -266,15 +268,15 @@ fn tps(a: TpsArgs, json_out: bool) -> anyhow::Result<Exit> {
         None => a.rtt.clone(),
     };
     if rtts.len() != a.tps.len() {
-        anyhow::bail!(
+        return Err(super::output::refused(format!(
             "--tps has {} value(s) but there are {} RTT(s): give one RTT per TPS measurement",
             a.tps.len(),
             rtts.len()
-        );
+        )));
     }
     let mut measured = Vec::new();
     for (&t, &r) in a.tps.iter().zip(&rtts) {
-        measured.push(model::tps_breakdown(t, r, a.round_trips)?);
+        measured.push(model::tps_breakdown(t, r, a.round_trips).map_err(super::output::refused)?);
     }
     let base = measured[0];
     let mut t1 = Table::new(&[
@@ -357,7 +359,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
         What::Tps(t) => tps(t, a.json),
         What::Window(w) => {
             let rtt = rtt_of(&w.rtt)?;
-            let bps = model::window_bps(w.window, rtt)?;
+            let bps = model::window_bps(w.window, rtt).map_err(super::output::refused)?;
             #[derive(Serialize)]
             struct R {
                 window_bytes: u64,
@@ -413,7 +415,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
         }
         What::Mathis(m) => {
             let rtt = rtt_of(&m.rtt)?;
-            let bps = model::mathis_bps(m.mss, rtt, m.loss)?;
+            let bps = model::mathis_bps(m.mss, rtt, m.loss).map_err(super::output::refused)?;
             #[derive(Serialize)]
             struct R {
                 mss_bytes: u64,
@@ -444,7 +446,10 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
         What::Transfer(t) => {
             let mut rows = Vec::new();
             for &mtu in &t.mtu {
-                rows.push(model::transfer(t.bytes, t.link, mtu, t.hops)?);
+                rows.push(
+                    model::transfer(t.bytes, t.link, mtu, t.hops)
+                        .map_err(super::output::refused)?,
+                );
             }
             let mut table = Table::new(&[
                 "MTU",

@@ -136,7 +136,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     } else {
         Transport::Tcp
     };
-    let target = Target::parse(&a.target, DEFAULT_PORT)?;
+    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
     let family = args::family(a.ipv4, a.ipv6);
     let interval = match (a.interval, a.rate) {
         (Some(i), _) => Some(i),

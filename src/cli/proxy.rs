@@ -2,7 +2,6 @@
 
 use super::args;
 use super::output::{Exit, note, out};
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use roundtrip::probe::target::{Family, Target};
 use roundtrip::proxy::{
@@ -174,14 +173,14 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
         (Some(d), _) => d,
         (None, Some(r)) => {
             if direction != Direction::Both {
-                anyhow::bail!(
+                return Err(super::output::refused(format!(
                     "--rtt splits the round trip over both directions; with --direction {} give --delay instead",
                     if direction == Direction::Up {
                         "up"
                     } else {
                         "down"
                     }
-                );
+                )));
             }
             r / 2
         }
@@ -196,7 +195,9 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
             ("--slow-close", !a.slow_close.is_zero()),
         ];
         if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
-            anyhow::bail!("{name} applies to TCP connections only; leave out --udp or {name}");
+            return Err(super::output::refused(format!(
+                "{name} applies to TCP connections only; leave out --udp or {name}"
+            )));
         }
     } else {
         let udp_only = [
@@ -206,9 +207,9 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
             ("--duplicate", a.duplicate > 0.0),
         ];
         if let Some((name, _)) = udp_only.iter().find(|(_, set)| *set) {
-            anyhow::bail!(
+            return Err(super::output::refused(format!(
                 "{name} applies to UDP datagrams only (TCP never loses or reorders data); add --udp, or leave out {name}"
-            );
+            )));
         }
     }
     Ok(Impairment {
@@ -309,19 +310,23 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         return bridge::run(a);
     }
     let (Some(listen), Some(upstream_arg)) = (a.listen, a.upstream.clone()) else {
-        anyhow::bail!("give --listen IP:PORT and --upstream HOST:PORT (or --bridge IF_A,IF_B)");
+        return Err(super::output::refused(
+            "give --listen IP:PORT and --upstream HOST:PORT (or --bridge IF_A,IF_B)",
+        ));
     };
     let imp = impairment(&a)?;
-    if let Some(n) = imp.validate().context("checking the impairment")? {
+    if let Some(n) = imp
+        .validate()
+        .map_err(|e| super::output::refused(format!("checking the impairment: {e}")))?
+    {
         note(n);
     }
-    let target = Target::parse(&upstream_arg, 0)?;
+    let target = Target::parse(&upstream_arg, 0).map_err(super::output::refused)?;
     if target.port == 0 {
-        anyhow::bail!(
+        return Err(super::output::refused(format!(
             "--upstream '{}' needs a port, e.g. {}:11111",
-            upstream_arg,
-            upstream_arg
-        );
+            upstream_arg, upstream_arg
+        )));
     }
     let (upstream, _) = target.resolve(Family::Any)?;
     let config = ProxyConfig {

@@ -47,34 +47,40 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
         ("--slow-close", !a.slow_close.is_zero()),
     ];
     if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
-        anyhow::bail!(
+        return Err(super::super::output::refused(format!(
             "{name} applies to the TCP proxy, not to --bridge (frames pass as they are; the endpoints' own TCP \
              does windows and closes); leave out {name}"
-        );
+        )));
     }
     if a.reorder != 0.0 && a.reorder != 1.0 {
-        anyhow::bail!(
-            "with --bridge, --reorder is a flag (jitter may reorder frames) and takes no probability"
-        );
+        return Err(super::super::output::refused(
+            "with --bridge, --reorder is a flag (jitter may reorder frames) and takes no probability",
+        ));
     }
     if b.loss_burst.is_some() && a.ge_p.is_some() {
-        anyhow::bail!("give either --loss-burst or --ge-p/--ge-r, not both");
+        return Err(super::super::output::refused(
+            "give either --loss-burst or --ge-p/--ge-r, not both",
+        ));
     }
     if let Some(n) = b.loss_burst {
         if n < 1.0 {
-            anyhow::bail!("--loss-burst {n}: a burst is at least 1 frame");
+            return Err(super::super::output::refused(format!(
+                "--loss-burst {n}: a burst is at least 1 frame"
+            )));
         }
         if a.loss <= 0.0 || a.loss >= 1.0 {
-            anyhow::bail!("--loss-burst needs --loss P between 0 and 1 (the long-run loss rate)");
+            return Err(super::super::output::refused(
+                "--loss-burst needs --loss P between 0 and 1 (the long-run loss rate)",
+            ));
         }
     }
     let (fwd, back) = match (a.delay, a.rtt) {
         (Some(d), _) => (d, b.delay_back.unwrap_or(d)),
         (None, Some(r)) => {
             if b.delay_back.is_some() {
-                anyhow::bail!(
-                    "--rtt splits the round trip in two; give --delay and --delay-back instead"
-                );
+                return Err(super::super::output::refused(
+                    "--rtt splits the round trip in two; give --delay and --delay-back instead",
+                ));
             }
             (r / 2, r - r / 2)
         }
@@ -243,15 +249,17 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
     let spec = a.bridge.clone().unwrap_or_default();
     let names: Vec<&str> = spec.split(',').map(str::trim).collect();
     let [ia, ib] = names[..] else {
-        anyhow::bail!(
+        return Err(super::super::output::refused(format!(
             "--bridge '{spec}': give two interface names separated by a comma, e.g. veth0,veth1"
-        );
+        )));
     };
     if ia.is_empty() || ib.is_empty() {
-        anyhow::bail!("--bridge '{spec}': an interface name is empty");
+        return Err(super::super::output::refused(format!(
+            "--bridge '{spec}': an interface name is empty"
+        )));
     }
     let imp = impairment(&a)?;
-    if let Some(n) = imp.validate()? {
+    if let Some(n) = imp.validate().map_err(super::super::output::refused)? {
         note(n);
     }
     let config = BridgeConfig {

@@ -70,7 +70,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     let expr = a.expr.expr();
     let filter_text = expr.as_ref().map(|e| e.text().to_string());
     let psk = super::server::client_psk(a.psk_file.as_deref())?;
-    let target = Target::parse(&a.to, DEFAULT_PORT)?;
+    let target = Target::parse(&a.to, DEFAULT_PORT).map_err(super::output::refused)?;
     let filter = Filter {
         flow: a.flow,
         expr,
@@ -104,6 +104,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     config.psk = psk;
     config.timeout = a.timeout;
     config.max_connections = a.max_connections as usize;
+    config.cancel = super::ping::cancel_on_ctrl_c();
     // The decoders' turns may leave out messages they do not match (start-up, authentication): say how much.
     let bytes = |p: &AppProfile| -> u64 {
         p.connections
@@ -158,7 +159,22 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
         );
         Duration::from_secs_f64(p.predicted_s.max(0.0))
     });
+    if !a.json {
+        let turns: usize = profile.connections.iter().map(|c| c.turns.len()).sum();
+        note(format!(
+            "replaying {turns} turns to {to} (Ctrl-C stops and prints what was played)"
+        ));
+    }
+    let started = std::time::Instant::now();
     let r = replay::replay(&profile, &config)?;
+    let interrupted = r.cancelled.then(|| {
+        json::Interrupted::count(
+            started.elapsed(),
+            r.connections.iter().map(|c| c.turns as u64).sum(),
+            r.turns_planned as u64,
+            "turns",
+        )
+    });
     // What the capture lacked, said once the replay ran (a refusal stays one line).
     for n in &profile.notes {
         note(format!("note: {n}"));
@@ -168,11 +184,16 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             "replay",
             Doc {
                 filter: filter_text,
+                cancelled: r.cancelled,
+                interrupted,
                 ..doc(&a.file, &r, rtt, predicted)
             },
         ))?;
     } else {
         out(text(&a.file, &r, rtt, predicted))?;
+        if let Some(i) = interrupted {
+            out(i.line())?;
+        }
     }
     Ok(super::capture::damage(&generic.capture))
 }
@@ -193,6 +214,11 @@ struct Doc {
     predicted_seconds: Option<f64>,
     replayed_seconds: f64,
     connections: Vec<ConnDoc>,
+    /// True when Ctrl-C stopped the replay before its last turn.
+    cancelled: bool,
+    /// How far it got when interrupted (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted: Option<json::Interrupted>,
 }
 
 #[derive(Serialize)]
@@ -201,6 +227,7 @@ struct ConnDoc {
     server: String,
     protocol: String,
     turns: usize,
+    turns_planned: usize,
     captured_seconds: f64,
     replayed_seconds: f64,
     connect_seconds: f64,
@@ -229,6 +256,8 @@ fn doc(
         captured_seconds: secs(r.captured_duration),
         predicted_seconds: predicted.map(secs),
         replayed_seconds: secs(r.duration),
+        cancelled: false,
+        interrupted: None,
         connections: r
             .connections
             .iter()
@@ -237,6 +266,7 @@ fn doc(
                 server: c.captured.1.to_string(),
                 protocol: c.protocol.clone(),
                 turns: c.turns,
+                turns_planned: c.turns_planned,
                 captured_seconds: secs(c.captured_duration),
                 replayed_seconds: secs(c.duration),
                 connect_seconds: secs(c.connect),
@@ -287,7 +317,11 @@ fn text(
             s,
             "{:<44} {:>6} {:>11} {:>11} {:>10} {:>10}",
             format!("{} > {} {}", c.captured.0, c.captured.1, c.protocol),
-            c.turns,
+            if c.turns < c.turns_planned {
+                format!("{}/{}", c.turns, c.turns_planned)
+            } else {
+                c.turns.to_string()
+            },
             fmt_bytes(c.request_bytes.0),
             fmt_bytes(c.response_bytes.0),
             fmt_duration(c.captured_duration),
@@ -301,6 +335,16 @@ fn text(
                 fmt_duration(roundtrip::wire::sockperf::MAX_REPLAY_DELAY)
             );
         }
+    }
+    if r.cancelled {
+        // Only part of the run was played: no comparison with the capture or the prediction of all of it.
+        let _ = writeln!(
+            s,
+            "total: replayed {} (the turns played; the capture's {} and the prediction cover every turn: not compared)",
+            fmt_duration(r.duration),
+            fmt_duration(r.captured_duration)
+        );
+        return s;
     }
     let mut total = format!("total: captured {}", fmt_duration(r.captured_duration));
     if let (Some(p), Some(rtt)) = (predicted, rtt) {

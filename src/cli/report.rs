@@ -237,21 +237,23 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
         log_counts: a.pictures.log_counts,
     };
     if !pictures.wanted() {
-        bail!("nothing to write: give -o FILE.html (and/or --svg FILE.svg)");
+        return Err(super::output::refused(
+            "nothing to write: give -o FILE.html (and/or --svg FILE.svg)",
+        ));
     }
     if a.full_log.len() > a.results.len() {
-        bail!(
+        return Err(super::output::refused(format!(
             "{} --full-log files for {} results: each --full-log goes with the result at the same position",
             a.full_log.len(),
             a.results.len()
-        );
+        )));
     }
     if a.name.len() > a.results.len() {
-        bail!(
+        return Err(super::output::refused(format!(
             "{} --name values for {} results: give at most one name per result",
             a.name.len(),
             a.results.len()
-        );
+        )));
     }
     pictures.validate().map_err(super::output::refused)?;
 

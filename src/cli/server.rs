@@ -76,7 +76,9 @@ impl GuardArgs {
             (self.max_per_address, "--max-per-address"),
             (self.max_reverse_streams, "--max-reverse-streams"),
         ] {
-            anyhow::ensure!(v > 0, "{flag} must be at least 1");
+            if v == 0 {
+                return Err(super::output::refused(format!("{flag} must be at least 1")));
+            }
         }
         Ok(Limits {
             max_clients: self.max_clients,

@@ -112,7 +112,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     } else {
         Transport::Tcp
     };
-    let target = Target::parse(&a.target, DEFAULT_PORT)?;
+    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
     let mut config =
         ThroughputConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
     config.transport = transport;

@@ -195,6 +195,24 @@ fn delta(a: u64, b: u64) -> String {
     }
 }
 
+/// The payload row's words: it says the payload added time only when its median is above the header-only
+/// one; a median at or below it is said as what it is (the cost is below the run's noise).
+fn payload_interpretation(size: usize, p50s: Option<(u64, u64)>) -> String {
+    match p50s {
+        Some((payload, header)) if payload > header => format!(
+            "the same with a realistic {size} B message: adds copying and serialising the payload both ways; p50 {} vs {HEADER_LEN} B",
+            delta(payload, header)
+        ),
+        Some((payload, header)) => format!(
+            "the same with a realistic {size} B message: p50 {} vs {HEADER_LEN} B, so copying and serialising the payload cost less than this run's noise",
+            delta(payload, header)
+        ),
+        None => format!(
+            "the same with a realistic {size} B message: adds copying and serialising the payload both ways"
+        ),
+    }
+}
+
 /// Runs the four measurements one after another.
 pub fn run(config: &CompareConfig) -> Result<CompareResult, CompareError> {
     config.validate()?;
@@ -364,15 +382,13 @@ pub fn run(config: &CompareConfig) -> Result<CompareResult, CompareError> {
                         }
                         t
                     }
-                    _ => {
-                        let mut t = format!(
-                            "the same with a realistic {size} B message: adds copying and serialising the payload both ways"
-                        );
-                        if let (Some(h), true) = (result.p50(RowKind::PingHeader), s.count > 0) {
-                            t.push_str(&format!("; p50 {} vs {HEADER_LEN} B", delta(s.p50_ns, h)));
-                        }
-                        t
-                    }
+                    _ => payload_interpretation(
+                        size,
+                        result
+                            .p50(RowKind::PingHeader)
+                            .filter(|_| s.count > 0)
+                            .map(|h| (s.p50_ns, h)),
+                    ),
                 };
                 result.rows.push(Row {
                     kind,
@@ -423,4 +439,18 @@ pub fn run(config: &CompareConfig) -> Result<CompareResult, CompareError> {
         srv.shutdown();
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_payload_row_says_it_added_time_only_when_its_median_is_higher() {
+        let up = payload_interpretation(250, Some((16_500, 16_300)));
+        assert!(up.contains("adds copying") && up.contains("+200ns"), "{up}");
+        let down = payload_interpretation(250, Some((16_300, 16_500)));
+        assert!(!down.contains("adds"), "{down}");
+        assert!(down.contains("-200ns") && down.contains("noise"), "{down}");
+    }
 }

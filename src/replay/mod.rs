@@ -31,6 +31,7 @@ use crate::wire::sockperf::{
 };
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -50,6 +51,8 @@ pub struct ReplayConfig {
     pub timeout: Duration,
     /// Refuse profiles with more connections than this.
     pub max_connections: usize,
+    /// Set (by Ctrl-C) to stop: no new turn or connection starts, the turns played are the result.
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl ReplayConfig {
@@ -60,6 +63,7 @@ impl ReplayConfig {
             psk: None,
             timeout: Duration::from_secs(10),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            cancel: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -156,8 +160,10 @@ pub struct ConnReplay {
     pub connect: Duration,
     /// The extension hello (one round trip, not counted in [`ConnReplay::duration`]).
     pub hello: Duration,
-    /// Turns played.
+    /// Turns played (fewer than [`ConnReplay::turns_planned`] when the replay was cancelled).
     pub turns: usize,
+    /// The connection's turns in the profile.
+    pub turns_planned: usize,
     /// Request bytes the capture had / sent (messages are at least [`REPLAY_MIN_LEN`]).
     pub request_bytes: (u64, u64),
     /// Response bytes the capture had / received (answers are at least [`HEADER_LEN`]).
@@ -181,8 +187,12 @@ pub struct ReplayResult {
     pub duration: Duration,
     /// The captured duration of the replayed connections: first packet of the first to last of the last.
     pub captured_duration: Duration,
-    /// Per connection, in the capture's order.
+    /// Per connection, in the capture's order (a cancelled replay leaves out those it did not start).
     pub connections: Vec<ConnReplay>,
+    /// Turns in the profile's connections (all of them, played or not).
+    pub turns_planned: usize,
+    /// True when [`ReplayConfig::cancel`] stopped the replay before its last turn.
+    pub cancelled: bool,
 }
 
 /// Checks that `to` is a roundtrip server granting replay, without replaying anything; returns the hello's
@@ -269,7 +279,7 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
                     let (ends, failed, pred, conns) = (&ends, &failed, pred[i], &conns);
                     scope.spawn(move || {
                         let at = match pred {
-                            Some(p) => match ends.wait(p, failed) {
+                            Some(p) => match ends.wait(p, failed, &config.cancel) {
                                 Some(end) => {
                                     end + c.start.saturating_sub(conns[p].start + conns[p].duration)
                                 }
@@ -277,7 +287,10 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
                             },
                             None => t0 + c.start.saturating_sub(first_start),
                         };
-                        sleep_until(at);
+                        if !sleep_until(at, &config.cancel) {
+                            // Cancelled before it started: not played, not a failure.
+                            return Err(ReplayError::Aborted);
+                        }
                         let r = play_connection(c, i + 1, config);
                         match &r {
                             Ok((_, _, end)) => {
@@ -324,11 +337,15 @@ pub fn replay(profile: &AppProfile, config: &ReplayConfig) -> Result<ReplayResul
         (Some(b), Some(e)) => e.saturating_duration_since(b),
         _ => Duration::ZERO,
     };
+    let turns_planned = conns.iter().map(|c| c.turns.len()).sum();
+    let played: usize = connections.iter().map(|c| c.turns).sum();
     Ok(ReplayResult {
         to: config.to,
         duration,
         captured_duration: captured_end.saturating_sub(first_start),
         connections,
+        turns_planned,
+        cancelled: played < turns_planned && config.cancel.load(Ordering::SeqCst),
     })
 }
 
@@ -390,10 +407,17 @@ fn hello_replay(s: &mut TcpStream, config: &ReplayConfig) -> Result<Duration, Re
     }
 }
 
-fn sleep_until(at: Instant) {
-    let now = Instant::now();
-    if at > now {
-        std::thread::sleep(at - now);
+/// Sleeps until `at`, in steps that notice `cancel`; false when cancelled.
+fn sleep_until(at: Instant, cancel: &AtomicBool) -> bool {
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if at <= now {
+            return true;
+        }
+        std::thread::sleep((at - now).min(Duration::from_millis(50)));
     }
 }
 
@@ -447,13 +471,14 @@ struct Done {
 }
 
 impl Done {
-    fn wait(&self, turn: usize, failed: &Mutex<bool>) -> Option<Instant> {
+    /// When `turn` was done; None when something failed or the replay was cancelled first.
+    fn wait(&self, turn: usize, failed: &Mutex<bool>, cancel: &AtomicBool) -> Option<Instant> {
         let mut at = self.at.lock().expect("replay state lock");
         loop {
             if let Some(t) = at[turn] {
                 return Some(t);
             }
-            if *failed.lock().expect("replay state lock") {
+            if *failed.lock().expect("replay state lock") || cancel.load(Ordering::Relaxed) {
                 return None;
             }
             at = self
@@ -481,22 +506,7 @@ fn play_connection(
         .iter()
         .map(|t| plan(t.request_bytes, t.response_bytes, t.server))
         .collect();
-    let capped = c
-        .turns
-        .iter()
-        .filter(|t| t.server > MAX_REPLAY_DELAY)
-        .count();
-    let sent_request: u64 = plans
-        .iter()
-        .map(|p| {
-            p.messages.iter().map(|&m| m as u64).sum::<u64>()
-                + (p.answers.len() as u64 - 1) * REPLAY_MIN_LEN as u64
-        })
-        .sum();
     let expected: Vec<Vec<u64>> = plans.iter().map(|p| p.answers.clone()).collect();
-    let asked: u64 = expected.iter().flatten().sum();
-    let captured_req: u64 = c.turns.iter().map(|t| t.request_bytes).sum();
-    let captured_resp: u64 = c.turns.iter().map(|t| t.response_bytes).sum();
     let done = Arc::new(Done {
         at: Mutex::new(vec![None; c.turns.len()]),
         cv: Condvar::new(),
@@ -522,7 +532,22 @@ fn play_connection(
             }
             r
         });
-        let w = write_requests(c, &plans, &mut s, &done, &failed, ready, addr, n, &tx);
+        let w = write_requests(
+            c,
+            &plans,
+            &mut s,
+            &done,
+            &failed,
+            ready,
+            addr,
+            n,
+            &tx,
+            &config.cancel,
+        );
+        if matches!(w, Ok(false)) {
+            // Cancelled: stop the reader (a blocked read returns end of file); the turns answered stay.
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if w.is_err() {
             *failed.lock().expect("replay state lock") = true;
             // Unblock the reader.
@@ -531,18 +556,35 @@ fn play_connection(
         let r = reader_thread.join().expect("replay reader panicked");
         match (w, r) {
             (Err(e), _) => Err(e),
-            (Ok(()), Err(e)) => Err(e),
-            (Ok(()), Ok(bytes)) => Ok(bytes),
+            (Ok(false), Err(_)) => Ok(None),
+            (Ok(_), Err(e)) => Err(e),
+            (Ok(_), Ok(bytes)) => Ok(Some(bytes)),
         }
     });
     let received = result?;
     drop(tx);
     let sent_at: Vec<Instant> = rx.iter().collect();
     let at = done.at.lock().expect("replay state lock");
+    // Turns answered (all of them unless cancelled; answers complete in order).
+    let played = at.iter().take_while(|t| t.is_some()).count();
+    let received =
+        received.unwrap_or_else(|| plans[..played].iter().flat_map(|p| &p.answers).sum::<u64>());
+    let (plans, turns) = (&plans[..played], &c.turns[..played]);
+    let capped = turns.iter().filter(|t| t.server > MAX_REPLAY_DELAY).count();
+    let sent_request: u64 = plans
+        .iter()
+        .map(|p| {
+            p.messages.iter().map(|&m| m as u64).sum::<u64>()
+                + (p.answers.len() as u64 - 1) * REPLAY_MIN_LEN as u64
+        })
+        .sum();
+    let asked: u64 = plans.iter().flat_map(|p| &p.answers).sum();
+    let captured_req: u64 = turns.iter().map(|t| t.request_bytes).sum();
+    let captured_resp: u64 = turns.iter().map(|t| t.response_bytes).sum();
     let ended = at.iter().flatten().max().copied().unwrap_or(ready);
     let turn_times = sent_at
         .iter()
-        .zip(at.iter())
+        .zip(at[..played].iter())
         .map(|(s, e)| e.map_or(Duration::ZERO, |e| e.saturating_duration_since(*s)))
         .collect();
     let duration = connect_time + ended.saturating_duration_since(ready);
@@ -554,7 +596,8 @@ fn play_connection(
             duration,
             connect: connect_time,
             hello,
-            turns: c.turns.len(),
+            turns: played,
+            turns_planned: c.turns.len(),
             request_bytes: (captured_req, sent_request),
             response_bytes: (captured_resp, received),
             padding: (
@@ -582,19 +625,23 @@ fn write_requests(
     addr: SocketAddr,
     n: usize,
     sent: &mpsc::Sender<Instant>,
-) -> Result<(), ReplayError> {
+    cancel: &AtomicBool,
+) -> Result<bool, ReplayError> {
     let first_offset = c.turns.first().map(|t| t.request_start).unwrap_or_default();
     let mut buf = Vec::new();
     for (seq, (i, (turn, p))) in (1u64..).zip(c.turns.iter().zip(plans).enumerate()) {
         let due = match turn.waits_for.filter(|&j| j < i) {
-            Some(j) => match done.wait(j, failed) {
+            Some(j) => match done.wait(j, failed, cancel) {
                 Some(t) => t + turn.think,
-                None => return Ok(()), // the reader failed; its error is the one reported
+                // The reader failed (its error is the one reported) or Ctrl-C.
+                None => return Ok(!cancel.load(Ordering::Relaxed)),
             },
             // Nothing answered yet in the capture when this request left: its offset from the first request.
             None => ready + turn.request_start.saturating_sub(first_offset),
         };
-        sleep_until(due);
+        if !sleep_until(due, cancel) {
+            return Ok(false);
+        }
         let _ = sent.send(Instant::now());
         let io = |op: &'static str| {
             move |source| ReplayError::Io {
@@ -646,7 +693,7 @@ fn write_requests(
             s.write_all(&buf).map_err(io("sending a request to"))?;
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Reads every answer in order, marking each turn done when its last answer is complete; returns the bytes.
