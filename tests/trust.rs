@@ -98,19 +98,13 @@ const NUMERIC: &[&str] = &[
     "LOSS",
     "TPS[,TPS...]",
     "SIZE",
-    "SNAPLEN",
 ];
 
 /// Placeholders that name something else (an address, a file, a name, a choice): no negative value to give.
 const OTHER: &[&str] = &[
     "A:P-B:P",
     "ADDR",
-    "DIR",
-    "EXPR",
     "IFACE",
-    "IF_A,IF_B",
-    "TARGET",
-    "TYPE",
     "ADDR:PORT",
     "CHART",
     "CSV",
