@@ -160,7 +160,7 @@ fn smbclient_session_agrees_with_tshark_smb2_srt() {
     // the two disagree on which commands there are; a parser that invents or loses a command disagrees every
     // time, and the checks below run on the last recording either way.
     let mut attempt = 0;
-    let (ops, theirs) = loop {
+    let (doc, ops, theirs) = loop {
         attempt += 1;
         let td = Tcpdump::start(&pcap, port);
         let commands = format!(
@@ -197,7 +197,7 @@ fn smbclient_session_agrees_with_tshark_smb2_srt() {
             .map(|c| roundtrip::capture::rpc::smb2::command_name(*c).to_string())
             .collect();
         if attempt == 3 || same.len() == ops.len() && same.iter().all(|n| ops.contains_key(n)) {
-            break (ops, theirs);
+            break (doc, ops, theirs);
         }
         eprintln!(
             "note: tshark and roundtrip disagree on the commands of recording {attempt} ({same:?} vs {:?}); recording again",
