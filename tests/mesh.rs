@@ -130,10 +130,20 @@ fn mesh(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Exit 1, nothing on stdout, exactly one error line containing `says`.
+/// Exit 1 (the run failed), nothing on stdout, exactly one error line containing `says`.
 fn fails_with_one_line(args: &[&str], says: &str) {
+    ends_with_one_line(args, 1, says)
+}
+
+/// Exit 2 (refused before any I/O: a URL this client cannot use), nothing on stdout, one error line.
+fn refused_with_one_line(args: &[&str], says: &str) {
+    ends_with_one_line(args, 2, says)
+}
+
+/// Exit `want`, nothing on stdout, exactly one error line containing `says`.
+fn ends_with_one_line(args: &[&str], want: i32, says: &str) {
     let (code, out, err) = mesh(args);
-    assert_eq!(code, 1, "{args:?}: {out}{err}");
+    assert_eq!(code, want, "{args:?}: {out}{err}");
     assert!(out.is_empty(), "{args:?}: {out}");
     assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     assert!(
@@ -218,11 +228,11 @@ fn prometheus_json_and_report() {
 #[test]
 fn prometheus_bad_answers_are_one_line() {
     // A URL this client cannot use.
-    fails_with_one_line(
+    refused_with_one_line(
         &["--prometheus", "https://127.0.0.1:9090"],
         "https is not supported",
     );
-    fails_with_one_line(&["--prometheus", "http://127.0.0.1:0"], "bad port");
+    refused_with_one_line(&["--prometheus", "http://127.0.0.1:0"], "bad port");
     // Nobody listening.
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
