@@ -100,9 +100,10 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
-    /// One line; any `SCHEME://USER:PASSWORD@` the key or the message quotes is shown without its password.
+    /// One line; any `SCHEME://USER:PASSWORD@` the key or the message quotes is shown without its password, and
+    /// a line break inside a quoted value (a multi-line TOML string) is shown as a blank.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = scrub(&self.what);
+        let what = one_line(&scrub(&self.what));
         if self.line == 0 {
             write!(f, "config {}: {what}", self.file)
         } else {
@@ -111,7 +112,7 @@ impl fmt::Display for ConfigError {
                 "config {}:{}: key `{}`: {what}",
                 self.file,
                 self.line,
-                scrub(&self.key)
+                one_line(&scrub(&self.key))
             )
         }
     }
@@ -345,6 +346,13 @@ fn key_on_line(line: &str) -> String {
     } else {
         k.to_string()
     }
+}
+
+/// `text` with every control character (line breaks, tabs) shown as a blank, so an error stays one line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// `text` with the password of every `SCHEME://USER:PASSWORD@` in it replaced by `***` (up to the last `@`
@@ -627,6 +635,14 @@ mod tests {
 
     fn p(text: &str) -> Result<Config, ConfigError> {
         parse(text, Path::new("/etc/rt/agent.toml"))
+    }
+
+    #[test]
+    fn a_multi_line_value_gives_a_one_line_error() {
+        let e = p("size = \"\"\"\"\n[[target]]\naddress = \"x\"\"\"\"\n").unwrap_err();
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("key `size`: invalid size"), "{line}");
     }
 
     #[test]
