@@ -156,6 +156,24 @@ pub(crate) struct Session {
     partial: Vec<u8>,
     /// Payload bytes of a message that needs no answer still to be skipped.
     skip: usize,
+    /// Length of the last streamed message (one that needs no answer) since the last answered one: a client
+    /// streaming large messages is read header by header, and their payloads are discarded uncopied.
+    last_streamed: usize,
+}
+
+/// Streamed payloads at least this long are discarded in the kernel rather than copied ([`ReadHint`]).
+pub(crate) const DISCARD_MIN: usize = 8 * 1024;
+
+/// What the next read from a client should be, so that the payload of streamed messages is never copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadHint {
+    /// This many payload bytes of a streamed message are still due and unused: discard them in the kernel
+    /// (`recv` with `MSG_TRUNC`), then call [`Session::discarded`].
+    Discard(usize),
+    /// At a message boundary of a client that streams large messages: read one header's worth only.
+    Header,
+    /// Read as much as the buffer takes.
+    Any,
 }
 
 impl Session {
@@ -170,7 +188,25 @@ impl Session {
             answered: 0,
             partial: Vec::new(),
             skip: 0,
+            last_streamed: 0,
         }
+    }
+
+    /// How to read next from this client ([`ReadHint`]).
+    pub fn read_hint(&self) -> ReadHint {
+        if self.skip >= DISCARD_MIN {
+            ReadHint::Discard(self.skip)
+        } else if self.skip == 0 && self.partial.is_empty() && self.last_streamed >= DISCARD_MIN {
+            ReadHint::Header
+        } else {
+            ReadHint::Any
+        }
+    }
+
+    /// `n` payload bytes of the current streamed message were discarded unread (`n` at most the `skip` of
+    /// [`ReadHint::Discard`]).
+    pub fn discarded(&mut self, n: usize) {
+        self.skip -= n.min(self.skip);
     }
 
     /// True while a message is incomplete (bytes kept, or payload still to skip).
@@ -292,6 +328,7 @@ impl Session {
         self.messages += 1;
         self.counts.0 += 1;
         self.counts.1 += u64::from(header.len);
+        self.last_streamed = header.len as usize;
         Step::Continue
     }
 
@@ -304,6 +341,7 @@ impl Session {
         answers: &mut Vec<u8>,
     ) -> Step {
         let before = answers.len();
+        self.last_streamed = 0;
         let step = self.answer(msg, header, cx, answers);
         if answers.len() > before || matches!(step, Step::Replay { .. }) {
             self.answered += 1;
@@ -575,6 +613,45 @@ mod tests {
             }
         }
         (answers, steps)
+    }
+
+    #[test]
+    fn large_streamed_payloads_are_read_header_by_header_and_discarded() {
+        let jar = CookieJar::new();
+        let cx = cx(None, &jar);
+        let mut s = Session::new(false);
+        assert_eq!(s.read_hint(), ReadHint::Any);
+        let big = ping(1, 128 * 1024, Flags::CLIENT);
+        let answer_me = ping(2, 64, ASK);
+        // Header first, as the loop reads it after a large streamed message; the payload is discarded.
+        for round in 0..3 {
+            let (a, steps) = feed_all(&mut s, &big[..HEADER_LEN], &cx);
+            assert!(a.is_empty() && steps.is_empty());
+            assert_eq!(
+                s.read_hint(),
+                ReadHint::Discard(128 * 1024 - HEADER_LEN),
+                "round {round}"
+            );
+            s.discarded(100_000);
+            assert_eq!(
+                s.read_hint(),
+                ReadHint::Discard(128 * 1024 - HEADER_LEN - 100_000)
+            );
+            s.discarded(128 * 1024);
+            assert_eq!(s.pending(), 0);
+            assert_eq!(s.read_hint(), ReadHint::Header);
+        }
+        // A message that wants an answer is still answered whole, and reading goes back to whole buffers.
+        let (a, _) = feed_all(&mut s, &answer_me[..HEADER_LEN], &cx);
+        assert!(a.is_empty());
+        assert_eq!(s.read_hint(), ReadHint::Any);
+        let (a, _) = feed_all(&mut s, &answer_me[HEADER_LEN..], &cx);
+        assert_eq!(a.len(), 64);
+        assert_eq!(s.read_hint(), ReadHint::Any);
+        // Small streamed messages are read in whole buffers, never discarded one by one.
+        let (_, _) = feed_all(&mut s, &ping(3, 1000, Flags::CLIENT)[..500], &cx);
+        assert_eq!(s.read_hint(), ReadHint::Any);
+        assert_eq!(s.messages, 5);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! most one read's worth of answers. Reverse streams and replay answers are generated into the loop's write
 //! buffer as the socket takes them, never held whole. Timed replay answers wake the loop through a timerfd.
 
-use super::session::{self, Context, DropKind, DropReason, Session, Step};
+use super::session::{self, Context, DropKind, DropReason, ReadHint, Session, Step};
 use super::timer::{self, TimerFd};
 use super::{RefuseReason, ServerEvent, Shared};
 use crate::wire::sockperf::{self, Control, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
@@ -85,6 +85,26 @@ pub(super) fn spawn(
             l.run();
         })?;
     Ok((waker, thread))
+}
+
+/// Discards up to `len` bytes of what `stream` received, without copying them (`recv` with `MSG_TRUNC`, which
+/// TCP on Linux treats as "consume and drop").
+fn discard(stream: &TcpStream, len: usize) -> io::Result<usize> {
+    // SAFETY: with MSG_TRUNC, TCP copies nothing to the buffer; a null pointer with a length is what the
+    // kernel documents for this use, and the call touches no memory of ours.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 /// The payload byte at offset `j` of a message (recognisable, not zeros: compressing links would flatter zeros).
@@ -394,17 +414,34 @@ impl Loop {
         }
     }
 
-    /// Reads until the socket is drained or reading pauses, or [`READS_PER_TURN`] full reads were made (then
+    /// Reads until the socket is drained or reading pauses, or [`READS_PER_TURN`] buffers' worth was read (then
     /// the client waits in [`Loop::ready`] for the next turn).
+    ///
+    /// The payload of a large streamed message (one that needs no answer) is discarded in the kernel
+    /// (`MSG_TRUNC`), never copied: such a client is read header by header ([`session::ReadHint`]).
     fn read(&mut self, slot: usize) -> Fate {
-        for _ in 0..READS_PER_TURN {
+        let mut budget = READS_PER_TURN * READ_BUF;
+        let mut ops = 0;
+        while budget > 0 && ops < READS_PER_TURN * 8 {
+            ops += 1;
             let Some(conn) = self.conns[slot].as_mut() else {
                 return Fate::Alive;
             };
             if conn.paused {
                 return Fate::Alive;
             }
-            let n = match conn.stream.read(&mut self.read_buf) {
+            let hint = conn.session.read_hint();
+            let want = match hint {
+                ReadHint::Discard(n) => n.min(READ_BUF),
+                ReadHint::Header => HEADER_LEN,
+                ReadHint::Any => READ_BUF,
+            };
+            let result = if let ReadHint::Discard(_) = hint {
+                discard(&conn.stream, want)
+            } else {
+                conn.stream.read(&mut self.read_buf[..want])
+            };
+            let n = match result {
                 Ok(0) => {
                     let pending = conn.session.pending();
                     return Fate::Gone((pending > 0).then(|| {
@@ -431,17 +468,22 @@ impl Loop {
                     )));
                 }
             };
-            let recv_ns = session::realtime_ns();
+            budget = budget.saturating_sub(n.max(HEADER_LEN));
             conn.session.bytes += n as u64;
             conn.last_read = Instant::now();
-            let mut buf = std::mem::take(&mut self.read_buf);
-            let fate = self.process(slot, &mut buf[..n], recv_ns);
-            self.read_buf = buf;
-            if let Fate::Gone(_) = fate {
-                return fate;
+            if let ReadHint::Discard(_) = hint {
+                conn.session.discarded(n);
+            } else {
+                let recv_ns = session::realtime_ns();
+                let mut buf = std::mem::take(&mut self.read_buf);
+                let fate = self.process(slot, &mut buf[..n], recv_ns);
+                self.read_buf = buf;
+                if let Fate::Gone(_) = fate {
+                    return fate;
+                }
             }
             let peer_closed = self.conns[slot].as_ref().is_some_and(|c| c.peer_closed);
-            if n < READ_BUF && !peer_closed {
+            if n < want && !peer_closed {
                 // A short read took everything the socket had (with the peer still there: a FIN arriving
                 // later raises a new event).
                 return Fate::Alive;
