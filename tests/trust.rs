@@ -1593,6 +1593,56 @@ fn flow_windows(file: &std::path::Path) -> Vec<(String, u64, u64, u64)> {
         .collect()
 }
 
+/// Class 5 for `capture flows`' rwnd max: when the capture does not hold the handshake that announced the
+/// window scale, the window is the raw 16-bit field and its real size unknown: the text marks it `N?` with a
+/// legend saying so, the JSON says `window_scale_known: false`. With the handshake (the shipped pgbench
+/// capture) the window is in bytes, unmarked, and the JSON says true.
+#[test]
+fn capture_flows_marks_a_window_whose_scale_is_unknown() {
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/captures");
+    let with = shipped.join("pgbench-select.pcap");
+    let with = with.to_str().unwrap();
+    let (code, text, stderr) = rt(&["capture", "flows", with]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!text.contains("unscaled"), "{text}");
+    let (_, json, _) = rt(&["capture", "flows", with, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for f in doc["flows"].as_array().unwrap() {
+        for dir in ["client_to_server", "server_to_client"] {
+            assert_eq!(f[dir]["window_scale_known"], true, "{f}");
+        }
+    }
+    let Some(d) = common::captures_dir() else {
+        return;
+    };
+    let without = d.join("chrissanders/tcp_dupack.pcapng");
+    let without = without.to_str().unwrap();
+    let (code, text, stderr) = rt(&["capture", "flows", without]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        text.contains("rwnd max N? = the raw window field, unscaled"),
+        "{text}"
+    );
+    let (_, json, _) = rt(&["capture", "flows", without, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let flows = doc["flows"].as_array().unwrap();
+    assert!(!flows.is_empty());
+    for f in flows {
+        let (up, down) = (&f["client_to_server"], &f["server_to_client"]);
+        assert_eq!(f["handshake_seen"], false, "{f}");
+        assert_eq!(up["window_scale_known"], false, "{f}");
+        assert_eq!(down["window_scale_known"], false, "{f}");
+        // The row shows the receiver's raw window with the mark.
+        let recv = if up["payload_bytes"].as_u64() >= down["payload_bytes"].as_u64() {
+            down
+        } else {
+            up
+        };
+        let cell = format!(" {}? ", recv["window_max_bytes"].as_u64().unwrap());
+        assert!(text.contains(&cell), "no {cell:?} in\n{text}");
+    }
+}
+
 /// Class 5 for `capture flows` (its limit column r/s/a and its diagnosis): a window limit needs in-flight bytes
 /// near the advertised window. The shipped loopback captures of pgbench, redis-benchmark and roundtrip ping
 /// (request/response, a few hundred bytes in flight against 64 KiB windows, loopback's MSS about 64 KiB) are

@@ -433,6 +433,10 @@ pub struct DirSummary {
     pub mss: Option<u16>,
     /// Window scale this side announced.
     pub wscale: Option<u8>,
+    /// Whether the windows above are in bytes: false when the handshake (both SYNs, where the window scale is
+    /// announced) was not captured, so the windows are the raw 16-bit fields, unscaled, and their real size
+    /// is unknown (up to 2^14 times larger).
+    pub window_scale_known: bool,
     /// Data segments sent while in flight was within one MSS of the receiver's window.
     pub receiver_limited_segments: u64,
     /// Full-sized data segments sent with in flight below the receiver's window.
@@ -1144,6 +1148,7 @@ impl Flow {
             window_max_bytes: h.window_max,
             mss: h.mss_opt,
             wscale: h.wscale_opt,
+            window_scale_known: h.syn && oh.syn,
             receiver_limited_segments: h.receiver_limited,
             sender_limited_segments: h.sender_limited,
             app_limited_segments: h.app_limited,

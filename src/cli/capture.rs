@@ -781,7 +781,12 @@ fn flow_row(f: &FlowSummary) -> Vec<String> {
         r99,
         bulk.in_flight_max_bytes.to_string(),
         bulk.in_flight_p50_bytes.to_string(),
-        recv.window_max_bytes.to_string(),
+        if recv.window_scale_known {
+            recv.window_max_bytes.to_string()
+        } else {
+            // The raw 16-bit field: the scale was announced in a handshake the capture does not hold.
+            format!("{}?", recv.window_max_bytes)
+        },
         limit_cell(bulk),
         bulk.segments_per_ack
             .map_or("-".into(), |x| format!("{x:.1}")),
@@ -858,6 +863,16 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         "bytes are TCP payload; rtt = data to its ACK at the capture point, in flight and limits for the direction \
          carrying more data (dir); limit = % of its segments receiver-/sender-/application-limited"
     );
+    if r.flows
+        .iter()
+        .any(|f| !(f.client_to_server.window_scale_known && f.server_to_client.window_scale_known))
+    {
+        let _ = writeln!(
+            s,
+            "rwnd max N? = the raw window field, unscaled: the handshake announcing the window scale is not in \
+             the capture, so the real window is unknown (N up to N x 16384 bytes)"
+        );
+    }
     let mut t = Table::new(&[
         "#",
         "client",
