@@ -26,8 +26,7 @@ const DURATION_UNITS: &str = "a number with ns, us, ms, s, m or h, e.g. 500us, 1
 const SIZE_UNITS: &str = "bytes as a number, or with B, k/KiB (1024), M/MiB, G/GiB, kB (1000), MB, GB, e.g. 64, 1k, 4MiB";
 const RATE_UNITS: &str =
     "messages per second as a number with optional k/M and optional /s, e.g. 1000, 10k/s";
-const BITRATE_UNITS: &str =
-    "bit/s with bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps), e.g. 100mbit, 1gbit";
+const BITRATE_UNITS: &str = "bit/s with a unit: bit, kbit, Mbit, Gbit, Tbit, optionally with /s (1Gbit/s), or bps, kbps, Mbps, Gbps, or k, M, G, T alone (any case), e.g. 100Mbit/s, 100mbit, 100mbps, 10M, 1Gbit/s";
 
 /// Splits "12.5ms" into (12.5, "ms"); refuses signs, empty numbers and non-finite values.
 fn split_number<'a>(
@@ -167,26 +166,38 @@ pub fn parse_rate(text: &str) -> Result<f64, UnitError> {
     Ok(value * scale)
 }
 
-/// Parses a bit rate such as `100mbit` or `1gbit`; returns bits per second.
+/// Parses a bit rate such as `100Mbit/s`, `100mbit`, `100mbps`, `10M` or `1gbit` (any case; decimal
+/// prefixes); returns bits per second.
 pub fn parse_bitrate(text: &str) -> Result<u64, UnitError> {
     let (value, unit) = split_number(text, "bit rate", BITRATE_UNITS)?;
-    let scale = match unit.to_ascii_lowercase().as_str() {
-        "bit" | "bps" => 1.0,
-        "kbit" | "kbps" => 1e3,
-        "mbit" | "mbps" => 1e6,
-        "gbit" | "gbps" => 1e9,
-        _ => {
-            return Err(UnitError {
-                what: "bit rate",
-                text: text.to_string(),
-                why: if unit.is_empty() {
-                    "a unit is required".into()
-                } else {
-                    format!("unknown unit '{unit}'")
-                },
-                accepted: BITRATE_UNITS,
-            });
-        }
+    let lower = unit.trim().to_ascii_lowercase();
+    let u = lower.strip_suffix("/s").unwrap_or(&lower);
+    let prefix = u
+        .strip_suffix("bits")
+        .or_else(|| u.strip_suffix("bit"))
+        .or_else(|| u.strip_suffix("bps"))
+        .unwrap_or(u);
+    // A bare prefix (`10M`) counts bits, as iperf3's -b does; a unit is still required (`100` is refused).
+    let scale = match prefix {
+        _ if u.is_empty() => None,
+        "" => Some(1.0),
+        "k" => Some(1e3),
+        "m" => Some(1e6),
+        "g" => Some(1e9),
+        "t" => Some(1e12),
+        _ => None,
+    };
+    let Some(scale) = scale else {
+        return Err(UnitError {
+            what: "bit rate",
+            text: text.to_string(),
+            why: if u.is_empty() {
+                "a unit is required".into()
+            } else {
+                format!("unknown unit '{}'", unit.trim())
+            },
+            accepted: BITRATE_UNITS,
+        });
     };
     Ok((value * scale).round() as u64)
 }
@@ -361,6 +372,30 @@ mod tests {
         assert_eq!(parse_rate("10k/s").unwrap(), 10_000.0);
         assert!(parse_rate("-3").is_err());
         assert_eq!(parse_bitrate("100mbit").unwrap(), 100_000_000);
+        // Every common spelling of the same rates.
+        for (text, bps) in [
+            ("1Gbit/s", 1_000_000_000u64),
+            ("1gbit", 1_000_000_000),
+            ("1 Gbit/s", 1_000_000_000),
+            ("1Gbps", 1_000_000_000),
+            ("1G", 1_000_000_000),
+            ("100Mbit/s", 100_000_000),
+            ("100mbps", 100_000_000),
+            ("100M", 100_000_000),
+            ("10M", 10_000_000),
+            ("2.5Gbit/s", 2_500_000_000),
+            ("64kbit/s", 64_000),
+            ("64k", 64_000),
+            ("9600bit/s", 9_600),
+            ("9600bps", 9_600),
+            ("9600bits/s", 9_600),
+            ("1Tbit/s", 1_000_000_000_000),
+        ] {
+            assert_eq!(parse_bitrate(text).unwrap(), bps, "{text}");
+        }
+        for bad in ["100", "100/s", "1GB/s", "1x", "1 gbytes"] {
+            assert!(parse_bitrate(bad).is_err(), "{bad}");
+        }
         assert!(parse_bitrate("100").is_err());
     }
 

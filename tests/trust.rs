@@ -191,6 +191,195 @@ fn negative_values_are_refused_in_one_line_by_every_command() {
     assert!(walked.len() > 100, "only {} flags walked", walked.len());
 }
 
+/// Class 11: every port flag of every command (`-p/--port` of server and agent, `--port` of the capture
+/// readers and tcp), given a port above 65535 or not a number, is refused on one line that names the flag,
+/// the value and the range in words (not clap's `0..=65535`), exit 2.
+#[test]
+fn out_of_range_ports_are_refused_in_words_by_every_command() {
+    let mut walked = Vec::new();
+    for path in commands() {
+        for (flag, placeholder) in options(&path) {
+            if placeholder != "PORT" {
+                continue;
+            }
+            for value in ["99999", "http"] {
+                let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+                args.push(&flag);
+                args.push(value);
+                let (code, stdout, stderr) = rt(&args);
+                let cmd = args.join(" ");
+                assert_eq!(code, 2, "{cmd}: exit {code}, stderr {stderr}");
+                assert!(stdout.is_empty(), "{cmd}: printed {stdout}");
+                assert_eq!(stderr.lines().count(), 1, "{cmd}: not one line: {stderr}");
+                assert!(stderr.starts_with("roundtrip: error: "), "{cmd}: {stderr}");
+                assert!(stderr.contains(&flag), "{cmd}: no flag: {stderr}");
+                assert!(stderr.contains(value), "{cmd}: no value: {stderr}");
+                assert!(
+                    stderr.contains("between 0 and 65535") && !stderr.contains("..="),
+                    "{cmd}: the range not in words: {stderr}"
+                );
+            }
+            walked.push(format!("{} {flag}", path.join(" ")));
+        }
+    }
+    for must in [
+        "server --port",
+        "agent --port",
+        "tcp --port",
+        "capture flows --port",
+        "capture rpc --port",
+        "capture whatif --port",
+    ] {
+        assert!(
+            walked.iter().any(|c| c == must),
+            "{must} not walked: {walked:?}"
+        );
+    }
+}
+
+/// Class 11: a file a command reads (a key, a configuration, a peer list, a result, a delay trace, a key log,
+/// a full log) that cannot be read is refused before anything runs, on one line that names the flag, the path
+/// and the OS's reason, exit 2: every flag of every command whose placeholder is a file to read is walked
+/// with a missing file and with a directory.
+#[test]
+fn unreadable_input_files_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.key");
+    let missing = missing.to_str().unwrap();
+    let folder = dir.path().to_str().unwrap();
+    let mut walked = Vec::new();
+    for path in commands() {
+        for (flag, placeholder) in options(&path) {
+            // `--write FILE` (capture --live) is written, not read.
+            if !["FILE", "RESULT.json", "CSV"].contains(&placeholder.as_str()) || flag == "--write"
+            {
+                continue;
+            }
+            for (value, reason) in [
+                (missing, "No such file or directory"),
+                (folder, "is a directory"),
+            ] {
+                let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+                args.push(&flag);
+                args.push(value);
+                let (code, stdout, stderr) = rt(&args);
+                let cmd = args.join(" ");
+                assert_eq!(code, 2, "{cmd}: exit {code}, stderr {stderr}");
+                assert!(stdout.is_empty(), "{cmd}: printed {stdout}");
+                assert_eq!(stderr.lines().count(), 1, "{cmd}: not one line: {stderr}");
+                assert!(stderr.starts_with("roundtrip: error: "), "{cmd}: {stderr}");
+                for part in [flag.as_str(), value, reason] {
+                    assert!(stderr.contains(part), "{cmd}: no {part:?}: {stderr}");
+                }
+            }
+            walked.push(format!("{} {flag}", path.join(" ")));
+        }
+    }
+    for must in [
+        "server --psk-file",
+        "ping --psk-file",
+        "throughput --psk-file",
+        "load --psk-file",
+        "sweep --psk-file",
+        "replay --psk-file",
+        "agent --config",
+        "agent --peers-file",
+        "model tps --from",
+        "proxy --delay-from",
+        "proxy --control-token-file",
+        "capture rpc --keylog",
+        "report --full-log",
+    ] {
+        assert!(
+            walked.iter().any(|c| c == must),
+            "{must} not walked: {walked:?}"
+        );
+    }
+}
+
+/// Every bit rate flag of every command (capture whatif --bandwidth, model bdp --rate, model transfer --link,
+/// proxy --rate/--rate-total) takes the common spellings of a rate alike, and the example its help gives is
+/// one the parser takes; a rate without a unit is refused in one line. (A value is parsed before `--help`
+/// is acted on, so `FLAG VALUE --help` exits 0 only when the value was accepted.)
+#[test]
+fn every_bit_rate_flag_takes_the_common_spellings() {
+    let mut walked = Vec::new();
+    for path in commands() {
+        let mut help_args: Vec<&str> = path.iter().map(String::as_str).collect();
+        help_args.push("--help");
+        let (_, help, _) = rt(&help_args);
+        for (flag, placeholder) in options(&path) {
+            if placeholder != "BITRATE" {
+                continue;
+            }
+            let mut values: Vec<String> = [
+                "1Gbit/s",
+                "1gbit",
+                "1Gbps",
+                "100Mbit/s",
+                "100mbit",
+                "100mbps",
+                "10M",
+                "2.5G",
+            ]
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+            // The example in the flag's help text, when it gives one.
+            let text: String = help
+                .split(&format!("{flag} <BITRATE>"))
+                .nth(1)
+                .unwrap_or_default()
+                .split("\n\n")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            if let Some(i) = text.find("e.g. ") {
+                let ex: String = text[i + 5..]
+                    .chars()
+                    .take_while(|c| !matches!(c, ',' | ')' | ' ' | '\n' | ';'))
+                    .collect();
+                let ex = ex.trim_end_matches('.').to_string();
+                values.push(ex);
+            }
+            for v in &values {
+                let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+                args.extend([flag.as_str(), v.as_str(), "--help"]);
+                let (code, _, stderr) = rt(&args);
+                assert_eq!(code, 0, "{}: {stderr}", args.join(" "));
+            }
+            let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+            args.extend([flag.as_str(), "100"]);
+            let (code, _, stderr) = rt(&args);
+            assert_eq!(code, 2, "{}: {stderr}", args.join(" "));
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains("1Gbit/s"), "the accepted forms: {stderr}");
+            walked.push(format!("{} {flag}", path.join(" ")));
+        }
+    }
+    for must in [
+        "capture whatif --bandwidth",
+        "model bdp --rate",
+        "model transfer --link",
+        "proxy --rate",
+    ] {
+        assert!(
+            walked.iter().any(|c| c == must),
+            "{must} not walked: {walked:?}"
+        );
+    }
+    // The same rate however it is spelled: the same figures.
+    let outs: Vec<String> = ["1Gbit/s", "1gbit", "1Gbps", "1G", "1000Mbit/s"]
+        .iter()
+        .map(|r| {
+            let (code, out, err) = rt(&["model", "bdp", "--rate", r, "--rtt", "40ms"]);
+            assert_eq!(code, 0, "{r}: {err}");
+            out
+        })
+        .collect();
+    assert!(outs.iter().all(|o| o == &outs[0]), "{outs:?}");
+}
+
 /// Class 11, the other half: clap's own refusals (unknown flag, missing argument, a wrong choice, a value
 /// out of range) and the configuration checks that run before any I/O all end the same way: one line,
 /// `roundtrip: error: `, exit 2; ranges are said in words; help and version exit 0. The checks of our own

@@ -29,7 +29,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR")]
     bind: Option<IpAddr>,
     /// The responder's TCP and UDP port (0: a free one); targets given without a port use 11111.
-    #[arg(long, short = 'p', default_value_t = DEFAULT_PORT)]
+    #[arg(long, short = 'p', default_value_t = DEFAULT_PORT, value_parser = args::port)]
     port: u16,
     /// Only probe: run no responder.
     #[arg(long)]
@@ -38,7 +38,7 @@ pub struct AgentArgs {
     #[arg(long = "peer", value_name = "HOST[:PORT]", value_parser = host_port)]
     peers: Vec<String>,
     /// A file of targets, one HOST[:PORT] per line (`#` comments); read again when it changes.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     peers_file: Option<PathBuf>,
     /// Every A/AAAA record of NAME is a target (a Kubernetes headless Service gives every pod), resolved
     /// again every --dns-interval.
@@ -49,7 +49,7 @@ pub struct AgentArgs {
     dns_interval: Duration,
     /// A TOML configuration file: defaults, peers, labels and [[target]] entries with their own probe (see
     /// the README); reloaded when it changes and on SIGHUP.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Probe for the peers: tcp or udp (application ping), connect (handshake), icmp [default: tcp].
     #[arg(long, value_name = "KIND", value_parser = probe_name)]

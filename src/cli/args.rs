@@ -52,7 +52,30 @@ pub fn snaplen(s: &str) -> Result<u32, String> {
     }
 }
 
-/// A bit rate that must be more than zero (`100mbit`, `1gbit`).
+/// A file the command reads (a key, a configuration, a list, a result): refused before anything runs when it
+/// cannot be opened for reading, with the OS's reason.
+pub fn input_file(s: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::PathBuf::from(s);
+    let why = match std::fs::File::open(&path).and_then(|f| f.metadata()) {
+        Ok(m) if m.is_dir() => "it is a directory, not a file".to_string(),
+        Ok(_) => return Ok(path),
+        Err(e) => format!("cannot read it: {e}"),
+    };
+    Err(why)
+}
+
+/// A TCP/UDP port, 0 to 65535 (0 where a port is opened: a free one).
+pub fn port(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) => u16::try_from(n).map_err(|_| format!("port {n} is not between 0 and 65535")),
+        Err(_) if s.trim().starts_with('-') => Err(format!("port '{s}' must not be negative")),
+        Err(_) => Err(format!(
+            "port '{s}' is not a whole number between 0 and 65535"
+        )),
+    }
+}
+
+/// A bit rate that must be more than zero (`100Mbit/s`, `100mbit`, `100mbps`, `10M`, `1Gbit/s`).
 pub fn bitrate(s: &str) -> Result<u64, String> {
     match units::parse_bitrate(s).map_err(|e| e.to_string())? {
         0 => Err(format!("bit rate '{s}' must be more than 0")),

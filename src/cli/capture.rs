@@ -180,7 +180,7 @@ struct Common {
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]
     host: Option<IpAddr>,
     /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
     port: Option<u16>,
     /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
     #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]

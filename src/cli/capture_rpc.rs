@@ -72,7 +72,7 @@ pub struct RpcArgs {
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]
     host: Option<IpAddr>,
     /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
     port: Option<u16>,
     /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
     #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
@@ -84,7 +84,7 @@ pub struct RpcArgs {
     expr: super::capture::ExprArgs,
     /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
     /// and time the protocol inside.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     keylog: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,

@@ -37,7 +37,7 @@ pub struct WhatifArgs {
     /// RTT(s) to predict for, comma separated (e.g. 0.6ms,5ms,40ms).
     #[arg(long, value_delimiter = ',', value_parser = args::duration, required = true)]
     rtt: Vec<Duration>,
-    /// Path capacity (e.g. 1Gbit/s); default: the fastest transfer seen per connection.
+    /// Path capacity (e.g. 1Gbit/s, 1gbit, 1Gbps or 1G); default: the fastest transfer seen per connection.
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: Option<u64>,
     /// Packet loss (e.g. 0.1%).
@@ -50,7 +50,7 @@ pub struct WhatifArgs {
     #[arg(long, value_parser = parse_host, value_name = "ADDR")]
     host: Option<IpAddr>,
     /// Only packets with this TCP port on either side.
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
     port: Option<u16>,
     /// Protocol: auto, pgsql, mysql, redis, http, smb2, ... or generic.
     #[arg(long, default_value = "auto", value_parser = parse_proto)]

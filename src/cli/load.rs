@@ -49,7 +49,7 @@ pub struct LoadArgs {
     no_extensions: bool,
     /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
     /// proof back.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     psk_file: Option<PathBuf>,
     #[command(flatten)]
     pictures: super::report::PictureArgs,

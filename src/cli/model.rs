@@ -65,7 +65,7 @@ struct RttArg {
     #[arg(long, value_parser = args::duration, value_name = "DURATION", required_unless_present = "from")]
     rtt: Option<Duration>,
     /// Take the RTT (median, summary.rtt.p50_ns) from a result written by `roundtrip ping --json`.
-    #[arg(long, value_name = "RESULT.json", conflicts_with = "rtt")]
+    #[arg(long, value_parser = args::input_file, value_name = "RESULT.json", conflicts_with = "rtt")]
     from: Option<PathBuf>,
 }
 
@@ -104,7 +104,7 @@ struct TpsArgs {
           required_unless_present = "from")]
     rtt: Vec<Duration>,
     /// Take the RTT from a `roundtrip ping --json` result (one TPS).
-    #[arg(long, value_name = "RESULT.json", conflicts_with = "rtt")]
+    #[arg(long, value_parser = args::input_file, value_name = "RESULT.json", conflicts_with = "rtt")]
     from: Option<PathBuf>,
     /// Network round trips per transaction.
     #[arg(long, default_value = "1", value_parser = round_trips, value_name = "N")]
@@ -141,7 +141,7 @@ struct WindowArgs {
 
 #[derive(Debug, Args)]
 struct BdpArgs {
-    /// Link rate, e.g. 1gbit.
+    /// Link rate, e.g. 1Gbit/s (or 1gbit, 1Gbps, 1G).
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     rate: u64,
     #[command(flatten)]
@@ -165,7 +165,7 @@ struct TransferArgs {
     /// Application bytes to move, e.g. 8KiB.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
     bytes: u64,
-    /// Link rate, e.g. 1gbit or 10gbit.
+    /// Link rate, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G).
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     link: u64,
     /// MTU(s) to compare, e.g. 1500 or 1500,9000.

@@ -63,7 +63,7 @@ pub struct PingArgs {
     no_extensions: bool,
     /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
     /// proof back.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     psk_file: Option<PathBuf>,
     /// No per-interval rows, only the summary.
     #[arg(long, short = 'q')]

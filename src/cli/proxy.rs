@@ -73,7 +73,7 @@ pub struct ProxyArgs {
     /// one ahead of it (order kept), which lengthens a short sample behind a long one.
     #[arg(long, value_enum, default_value = "uniform")]
     jitter_dist: Dist,
-    /// Rate limit per connection and direction (e.g. 100mbit).
+    /// Rate limit per connection and direction (e.g. 100Mbit/s, 100mbit, 100mbps or 100M).
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     rate: Option<u64>,
     /// Rate limit for all connections together, per direction.
@@ -131,7 +131,7 @@ pub struct ProxyArgs {
     control: Option<SocketAddr>,
     /// File holding the control API's token (one line, at least 16 printable characters, e.g. from
     /// `openssl rand -hex 32`): every request must carry `Authorization: Bearer <token>`.
-    #[arg(long, value_name = "FILE", requires = "control")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE", requires = "control")]
     control_token_file: Option<std::path::PathBuf>,
     /// Most clients relayed at once (TCP connections, or UDP client addresses); the one over it is closed at
     /// once (UDP: its datagrams are dropped), with a rate-limited log line.

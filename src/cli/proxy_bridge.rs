@@ -24,7 +24,7 @@ pub struct BridgeArgs {
     queue_limit: Option<u64>,
     /// Bridge: replay measured delays: a roundtrip --json result (its rtt_ns values, e.g. capture flows
     /// --json), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare numbers are ms). Each frame takes half of a random sample each way.
-    #[arg(long, value_name = "FILE", requires = "bridge", conflicts_with_all = ["delay", "rtt", "delay_back"])]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE", requires = "bridge", conflicts_with_all = ["delay", "rtt", "delay_back"])]
     delay_from: Option<std::path::PathBuf>,
     /// Bridge: losses come in bursts of this mean length (frames), the long-run loss rate staying --loss
     /// (Gilbert-Elliott: p = loss/(1-loss)/N, r = 1/N, every frame lost in the bad state, none in the good).

@@ -36,7 +36,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "DURATION", value_parser = args::duration)]
     expect_rtt: Option<Duration>,
     /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     psk_file: Option<PathBuf>,
     /// Pings (64 bytes, before the replay) whose smallest round trip is taken as the path's RTT for the
     /// prediction; 0 skips the measure and the prediction.

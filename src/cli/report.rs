@@ -199,7 +199,7 @@ pub struct ReportArgs {
     results: Vec<PathBuf>,
     /// Full log (`--full-log` CSV) of a result, to draw every round trip; the first --full-log goes with the
     /// first result, the second with the second, ...
-    #[arg(long, value_name = "CSV")]
+    #[arg(long, value_parser = super::args::input_file, value_name = "CSV")]
     full_log: Vec<PathBuf>,
     /// Name of a result in legends and tables (default: its file name), in the order of the results.
     #[arg(long, value_name = "NAME")]

@@ -22,7 +22,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "ADDR")]
     bind: Option<IpAddr>,
     /// TCP and UDP port (sockperf's default is 11111; 0 picks a free one).
-    #[arg(long, short = 'p', default_value_t = DEFAULT_PORT)]
+    #[arg(long, short = 'p', default_value_t = DEFAULT_PORT, value_parser = args::port)]
     port: u16,
     /// Serve TCP only.
     #[arg(long, conflicts_with = "udp_only")]
@@ -43,7 +43,7 @@ pub struct ServerArgs {
 pub struct GuardArgs {
     /// Answer only clients that prove the pre-shared key in FILE (at least 16 bytes; the same file on the
     /// clients). Without it, the server answers anyone, as sockperf does.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     psk_file: Option<PathBuf>,
     /// TCP clients connected at once; the one over is closed at once.
     #[arg(long, value_name = "N", default_value_t = Limits::MAX_CLIENTS)]

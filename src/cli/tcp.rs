@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Args)]
 pub struct TcpArgs {
     /// Only connections with this local or remote port.
-    #[arg(long)]
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
     port: Option<u16>,
     /// Only connections with this local or remote address.
     #[arg(long, value_name = "ADDR")]
