@@ -405,7 +405,7 @@ fn an_agent_through_a_known_delay_measures_that_delay() {
     assert_ne!(bucket(2.0 * DELAY), bucket(DELAY));
     assert_ne!(bucket(DELAY / 2.0), bucket(DELAY));
     assert!(
-        mean >= DELAY && mean < 1.75 * DELAY,
+        (DELAY..1.75 * DELAY).contains(&mean),
         "mean {mean} s against a 24 ms delay\n{}",
         outputs()
     );
