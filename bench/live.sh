@@ -20,8 +20,11 @@
 set -euo pipefail
 ROUNDS=${1:-3}; RATE=${2:-50000}; SECS=${3:-5}
 cd "$(dirname "$0")/.."
-cargo build --release -q
-RT=$PWD/target/release/roundtrip
+# RT=/path/to/roundtrip measures that binary instead of building this tree.
+if [ -z "${RT:-}" ]; then
+    cargo build --release -q
+    RT=$PWD/target/release/roundtrip
+fi
 WORK=$(mktemp -d /tmp/rt-live-bench.XXXXXX)
 pids=()
 DB=rt_live_bench_$$
@@ -207,7 +210,10 @@ FLOOD=${FLOOD:-60000}
 echo "== 5. SYN flood: $FLOOD SYNs from each of 127.0.0.2 and 127.0.0.3 (distinct source ports) to a closed port"
 FP=$(free_port)
 for o in rpc flows; do
-    $RT capture "$o" --live lo "tcp port $FP" >"$WORK/flood.$o.out" 2>"$WORK/flood.$o.err" &
+    # The kernel answers each SYN with a RST, which would end each connection at once: the filter leaves
+    # the RSTs out, so every SYN stays a connection that never ends (the worst case for the table).
+    $RT capture "$o" --live lo "tcp port $FP and tcp[tcpflags] & tcp-rst == 0" \
+        >"$WORK/flood.$o.out" 2>"$WORK/flood.$o.err" &
     OBS_PID=$!
     pids+=("$OBS_PID")
     for _ in $(seq 100); do grep -q "capturing on" "$WORK/flood.$o.err" 2>/dev/null && break; sleep 0.1; done
@@ -221,10 +227,12 @@ for o in rpc flows; do
     sleep 2
     hwm=$(awk '/VmHWM/{print $2}' /proc/"$OBS_PID"/status)
     kill -INT "$OBS_PID"; wait "$OBS_PID" 2>/dev/null || true
+    set +o pipefail
     pk=$(grep -oE '[0-9]+ packets captured' "$WORK/flood.$o.out" | awk '{print $1}')
     dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/flood.$o.out" | awk '{print $1}')
     conns=$(grep -oE '[0-9]+ (TCP )?connections' "$WORK/flood.$o.out" | head -1 | awk '{print $1}')
     ev=$(grep -oE '[0-9]+ (finished|connections closed) early[^;)]*' "$WORK/flood.$o.out" | head -1)
+    set -o pipefail
     echo "$o: packets $pk drops $dr connections $conns; RSS ${rss0} kB before, peak ${hwm} kB; ${ev:-no evictions reported}"
 done
 fi

@@ -1164,6 +1164,7 @@ pub fn run_timeline_on(
 
 #[cfg(test)]
 mod tests {
+    use super::decode::decode;
     use super::*;
 
     #[test]

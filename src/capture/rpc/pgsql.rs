@@ -263,7 +263,7 @@ impl Protocol for Pgsql {
                 if let Some((op, ts, end_ts, seq)) = self.queue.pop_front() {
                     out.push(Transaction {
                         conn: 0,
-                        op: op.into(),
+                        op,
                         request_ts: ts,
                         request_end_ts: end_ts,
                         response_ts: first,
