@@ -857,6 +857,38 @@ fn flows_and_timeline_print_as_connections_end_and_packets_come() {
     assert!(t.stdout.contains("diagnosis:"), "{}", t.output);
 }
 
+/// `flows` on `any` keys connections by interface and says which: a column, and `interface` in JSON.
+#[test]
+fn flows_on_any_show_the_interface() {
+    if !ready() {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(120), "flows on any");
+    let (port, h) = sink();
+    let p = port.to_string();
+    let rt = live(&["capture", "flows", "--live", "any", "tcp", "port", &p]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"hello").unwrap();
+    drop(s);
+    h.join().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    rt.signal(libc::SIGINT);
+    let f = rt.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    let header = f
+        .stdout
+        .lines()
+        .find(|l| l.starts_with('#'))
+        .unwrap_or_else(|| panic!("no table: {}", f.output));
+    assert!(header.contains("interface"), "{}", f.output);
+    let row = f
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no row: {}", f.output));
+    assert_eq!(row.split_whitespace().nth(1), Some("lo"), "{}", f.output);
+}
+
 /// `any`: each loopback packet once (the outgoing copy dropped in the kernel by `lo`'s index), as tcpdump
 /// `-i any` counts them, and the requests of the file tcpdump wrote.
 #[test]
