@@ -7,15 +7,24 @@
 #     vs `tcpdump -w /dev/null`: requests counted (against pgbench's own count), CPU per request;
 #  3. the application's cost: pgbench -S at a fixed rate (-R, half of its unwatched maximum): TPS and p99 latency
 #     unwatched, watched by roundtrip rpc, watched by tcpdump; and at saturation, TPS for each.
-# Rounds are interleaved (observer order rotates); medians are printed.
+#  4. the highest packet rate with 0 kernel drops: the UDP stream at rising rates (RATES), watched by
+#     `capture stats --live` and by `capture rpc --live --proto sockperf` (one thread), and by tcpdump for
+#     reference: packets sent, seen and dropped at each rate;
+#  5. memory under a SYN flood: hping3 SYNs from 127.0.0.2 and 127.0.0.3 to a closed port (FLOOD SYNs from
+#     each, source ports counting up: distinct connections), watched by `capture rpc --live` and
+#     `capture flows --live` at the default --max-connections (100,000): peak RSS, connections, evictions.
+# Rounds are interleaved (observer order rotates); medians are printed. Parts: PARTS="1 2 4 5" (default all).
 #
 # Usage: bench/live.sh [ROUNDS=3] [RATE=50000] [SECONDS=5]   (root; sockperf, tcpdump, tcpstat, tshark,
-# pgbench, psql, socat, PostgreSQL on 127.0.0.1:5432)
+# pgbench, psql, socat, hping3, PostgreSQL on 127.0.0.1:5432; RATES="..." FLOOD=N PARTS="..." in the environment)
 set -euo pipefail
 ROUNDS=${1:-3}; RATE=${2:-50000}; SECS=${3:-5}
 cd "$(dirname "$0")/.."
-cargo build --release -q
-RT=$PWD/target/release/roundtrip
+# RT=/path/to/roundtrip measures that binary instead of building this tree.
+if [ -z "${RT:-}" ]; then
+    cargo build --release -q
+    RT=$PWD/target/release/roundtrip
+fi
 WORK=$(mktemp -d /tmp/rt-live-bench.XXXXXX)
 pids=()
 DB=rt_live_bench_$$
@@ -81,6 +90,10 @@ stop() {
     echo "$cpu ${pk:-0} ${dr:-0}"
 }
 
+PARTS=${PARTS:-1 2 4 5}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+if part 1; then
 echo "== 1. UDP stream on lo: $RATE msg/s of 64 bytes for ${SECS}s, $ROUNDS rounds"
 SP=$(free_port)
 sockperf sr -i 127.0.0.1 -p "$SP" >/dev/null 2>&1 & pids+=($!)
@@ -106,6 +119,9 @@ for o in "${OBSERVERS[@]}"; do
     printf '%-10s %10s %8s %12.0f %10.2f\n' "$o" "$pk" "$dr" "$c" "$(echo "$c / $base" | bc -l)"
 done
 
+fi
+
+if part 2; then
 echo "== 2-3. pgbench -S through a relay port"
 psql -h 127.0.0.1 -U postgres -d test -qc "create database $DB" >/dev/null
 pgbench -h 127.0.0.1 -U postgres -i -q "$DB" >/dev/null 2>&1
@@ -149,3 +165,76 @@ for o in none roundtrip-rpc tcpdump; do
     c=$(awk '$2>0{print $4/$2*1e9}' "$WORK/sat.$o" | median)
     printf '%-14s %10s %10s %12s %12s %14.0f\n' "$o" "$st" "$ft" "$fp" "$rq" "$c"
 done
+fi
+
+if part 4; then
+RATES=${RATES:-100000 200000 400000 max}
+echo "== 4. highest rate with 0 drops (UDP 64-byte messages for ${SECS}s at each rate; one reader thread)"
+SP=$(free_port)
+sockperf sr -i 127.0.0.1 -p "$SP" >/dev/null 2>&1 & pids+=($!)
+sleep 1
+start_rate() {
+    case $1 in
+    stats) $RT capture stats --live lo -i 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    rpc) $RT capture rpc --live lo --proto sockperf "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    tcpdump) tcpdump -i lo -n -w /dev/null "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    esac
+    OBS_PID=$!
+    pids+=("$OBS_PID")
+    for _ in $(seq 100); do grep -qE "capturing on|listening on" "$WORK/$1.err" 2>/dev/null && break; sleep 0.1; done
+    sleep 0.3
+}
+printf '%-8s %10s %12s %10s %10s %10s\n' observer "asked/s" "sent" "sent/s" seen drops
+for rate in $RATES; do
+    for o in stats rpc tcpdump; do
+        start_rate "$o"
+        set +o pipefail
+        # sockperf says how many it sent (below the asked rate when the sender is the limit).
+        sent=$(sockperf tp -i 127.0.0.1 -p "$SP" -m 64 --mps "$rate" -t "$SECS" 2>&1 |
+            grep -oE 'Total of [0-9]+ messages sent' | awk '{print $3}')
+        sleep 1
+        kill -INT "$OBS_PID"; wait "$OBS_PID" 2>/dev/null || true
+        if [ "$o" = tcpdump ]; then
+            pk=$(grep -oE '^[0-9]+ packets captured' "$WORK/$o.err" | awk '{print $1}')
+            dr=$(grep -oE '^[0-9]+ packets dropped by kernel' "$WORK/$o.err" | awk '{print $1}')
+        else
+            pk=$(grep -oE '[0-9]+ packets captured' "$WORK/$o.out" | awk '{print $1}')
+            dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/$o.out" | awk '{print $1}')
+        fi
+        set -o pipefail
+        printf '%-8s %10s %12s %10s %10s %10s\n' "$o" "$rate" "${sent:-0}" "$((${sent:-0} / SECS))" "${pk:-0}" "${dr:-?}"
+    done
+done
+fi
+
+if part 5; then
+FLOOD=${FLOOD:-60000}
+echo "== 5. SYN flood: $FLOOD SYNs from each of 127.0.0.2 and 127.0.0.3 (distinct source ports) to a closed port"
+FP=$(free_port)
+for o in rpc flows; do
+    # The kernel answers each SYN with a RST, which would end each connection at once: the filter leaves
+    # the RSTs out, so every SYN stays a connection that never ends (the worst case for the table).
+    $RT capture "$o" --live lo "tcp port $FP and tcp[tcpflags] & tcp-rst == 0" \
+        >"$WORK/flood.$o.out" 2>"$WORK/flood.$o.err" &
+    OBS_PID=$!
+    pids+=("$OBS_PID")
+    for _ in $(seq 100); do grep -q "capturing on" "$WORK/flood.$o.err" 2>/dev/null && break; sleep 0.1; done
+    rss0=$(awk '/VmRSS/{print $2}' /proc/"$OBS_PID"/status)
+    hp=()
+    for src in 127.0.0.2 127.0.0.3; do
+        hping3 -q -S -p "$FP" -s 1024 -i u1 -c "$FLOOD" -a "$src" 127.0.0.1 >/dev/null 2>&1 &
+        hp+=($!)
+    done
+    wait "${hp[@]}" 2>/dev/null || true
+    sleep 2
+    hwm=$(awk '/VmHWM/{print $2}' /proc/"$OBS_PID"/status)
+    kill -INT "$OBS_PID"; wait "$OBS_PID" 2>/dev/null || true
+    set +o pipefail
+    pk=$(grep -oE '[0-9]+ packets captured' "$WORK/flood.$o.out" | awk '{print $1}')
+    dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/flood.$o.out" | awk '{print $1}')
+    conns=$(grep -oE '[0-9]+ (TCP )?connections' "$WORK/flood.$o.out" | head -1 | awk '{print $1}')
+    ev=$(grep -oE '[0-9]+ (finished|connections closed) early[^;)]*' "$WORK/flood.$o.out" | head -1)
+    set -o pipefail
+    echo "$o: packets $pk drops $dr connections $conns; RSS ${rss0} kB before, peak ${hwm} kB; ${ev:-no evictions reported}"
+done
+fi

@@ -495,6 +495,45 @@ fn duration_and_count_end_the_run() {
     assert_eq!(v["total"]["packets"], 5);
 }
 
+/// `-c` counts the packets that pass every filter, `--port` included (it joins the kernel filter): the other
+/// port's packets, sent first, are neither counted nor read.
+#[test]
+fn count_counts_packets_after_every_filter() {
+    if !ready() {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(120), "count after filters");
+    let (p1, h1) = sink();
+    let (p2, h2) = sink();
+    let port1 = p1.to_string();
+    let rt = live(&[
+        "capture", "stats", "--live", "lo", "-c", "5", "--json", "--port", &port1, "tcp",
+    ]);
+    for port in [p2, p1] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_nodelay(true).unwrap();
+        for _ in 0..20 {
+            s.write_all(b"x").unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    h1.join().unwrap();
+    h2.join().unwrap();
+    let f = rt.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    assert!(
+        f.output
+            .contains(&format!("tcp port {p1} or udp port {p1}")),
+        "{}",
+        f.output
+    );
+    let v: Value = serde_json::from_str(&f.stdout).unwrap();
+    assert_eq!(v["capture"]["source"]["stop_reason"], "count");
+    assert_eq!(v["total"]["packets"], 5, "{v}");
+    assert_eq!(v["capture"]["packets_read"], 5, "{v}");
+    assert_eq!(v["capture"]["packets_matched"], 5, "{v}");
+}
+
 #[test]
 fn bad_input_is_one_line() {
     if !ready() {
@@ -816,6 +855,38 @@ fn flows_and_timeline_print_as_connections_end_and_packets_come() {
     let t = tl.finish(LONG);
     assert!(t.ok(), "{}", t.output);
     assert!(t.stdout.contains("diagnosis:"), "{}", t.output);
+}
+
+/// `flows` on `any` keys connections by interface and says which: a column, and `interface` in JSON.
+#[test]
+fn flows_on_any_show_the_interface() {
+    if !ready() {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(120), "flows on any");
+    let (port, h) = sink();
+    let p = port.to_string();
+    let rt = live(&["capture", "flows", "--live", "any", "tcp", "port", &p]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"hello").unwrap();
+    drop(s);
+    h.join().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    rt.signal(libc::SIGINT);
+    let f = rt.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    let header = f
+        .stdout
+        .lines()
+        .find(|l| l.starts_with('#'))
+        .unwrap_or_else(|| panic!("no table: {}", f.output));
+    assert!(header.contains("interface"), "{}", f.output);
+    let row = f
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no row: {}", f.output));
+    assert_eq!(row.split_whitespace().nth(1), Some("lo"), "{}", f.output);
 }
 
 /// `any`: each loopback packet once (the outgoing copy dropped in the kernel by `lo`'s index), as tcpdump

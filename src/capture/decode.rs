@@ -191,6 +191,17 @@ const ETH_IPV6: u16 = 0x86DD;
 /// length 0, as TSO captures do).
 #[inline]
 pub fn decode(link: LinkType, data: &[u8], orig_len: u32) -> Result<Decoded<'_>, NotIp> {
+    decode_inline(link, data, orig_len)
+}
+
+/// [`decode`], inlined into the caller (the per-packet loop of [`crate::capture::Packets`]): the decoding is
+/// built where it is used instead of being copied out.
+#[inline(always)]
+pub(crate) fn decode_inline(
+    link: LinkType,
+    data: &[u8],
+    orig_len: u32,
+) -> Result<Decoded<'_>, NotIp> {
     let mut vlan_tags = 0u8;
     let mut sll_pkttype = None;
     let (ethertype, off) = match link {
@@ -254,7 +265,7 @@ fn ip_ethertype(first: Option<u8>) -> Result<u16, NotIp> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn decode_ipv4(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
     let b0 = *ip.first().ok_or(NotIp::Truncated)?;
     if b0 >> 4 != 4 {

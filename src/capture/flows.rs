@@ -392,6 +392,8 @@ struct Flow {
     hs_ack_ts: Option<i64>,
     reset: Option<Dir>,
     closed: bool,
+    /// Interface index when keyed by interface (live `any`), else 0.
+    ifindex: u32,
 }
 
 /// Bytes in flight and window use of one direction, and the RTT of its data.
@@ -483,6 +485,9 @@ pub struct FlowSummary {
     pub server_to_client: DirSummary,
     /// One line saying what limited the connection.
     pub diagnosis: String,
+    /// Interface index of the connection's packets, when connections are keyed by interface (live `any`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<u32>,
 }
 
 impl FlowSummary {
@@ -646,6 +651,7 @@ impl FlowTracker {
                     hs_ack_ts: None,
                     reset: None,
                     closed: false,
+                    ifindex: key.ifindex,
                 }))
             }
         };
@@ -1186,6 +1192,7 @@ impl Flow {
             client_to_server: self.dir_summary(0),
             server_to_client: self.dir_summary(1),
             diagnosis: String::new(),
+            interface: (self.ifindex != 0).then_some(self.ifindex),
         };
         s.diagnosis = diagnose(&s);
         s

@@ -34,7 +34,7 @@ pub mod seqgraph;
 pub mod stats;
 pub mod write;
 
-use decode::{Decoded, decode};
+use decode::Decoded;
 use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
 use serde::Serialize;
@@ -564,7 +564,7 @@ fn raw_step<'a>(
 /// Decodes `p`, counting (and remembering the first of) the packets that are not IP.
 #[inline(always)]
 fn decode_noting<'a>(info: &mut CaptureInfo, p: &Packet<'a>) -> Option<Decoded<'a>> {
-    match decode(p.link, p.data, p.orig_len) {
+    match decode::decode_inline(p.link, p.data, p.orig_len) {
         Ok(d) => Some(d),
         Err(e) => {
             info.packets_not_ip += 1;
@@ -1164,6 +1164,7 @@ pub fn run_timeline_on(
 
 #[cfg(test)]
 mod tests {
+    use super::decode::decode;
     use super::*;
 
     #[test]

@@ -814,13 +814,17 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         ..config
     };
     let json = a.common.json;
+    let mut names = live_cli::InterfaceNames::default();
     let mut r = capture::run_flows_on(src.packets, &filter, config, None, &mut |f| {
         live_out(
             json,
             &format!(
-                "{} end #{} {} > {} {:.3}s {} pkts, {} bytes c>s, {} bytes s>c, hs rtt {}, retrans {}, {}",
+                "{} end #{}{} {} > {} {:.3}s {} pkts, {} bytes c>s, {} bytes s>c, hs rtt {}, retrans {}, {}",
                 live_cli::clock(f.last_ts_ns),
                 f.id,
+                f.interface
+                    .map(|i| format!(" on {}", names.name(i)))
+                    .unwrap_or_default(),
                 f.client,
                 f.server,
                 f.duration_s,
@@ -873,8 +877,13 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
              the capture, so the real window is unknown (N up to N x 16384 bytes)"
         );
     }
-    let mut t = Table::new(&[
-        "#",
+    // Live on `any`: connections are keyed by interface too; the table says which.
+    let by_if = r.flows.iter().any(|f| f.interface.is_some());
+    let mut cols = vec!["#"];
+    if by_if {
+        cols.push("interface");
+    }
+    cols.extend([
         "client",
         "server",
         "duration",
@@ -895,8 +904,14 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         "dupack",
         "zerowin",
     ]);
+    let mut t = Table::new(&cols);
+    let mut names = live_cli::InterfaceNames::default();
     for f in &r.flows {
-        t.row(flow_row(f));
+        let mut row = flow_row(f);
+        if by_if {
+            row.insert(1, names.name(f.interface.unwrap_or(0)));
+        }
+        t.row(row);
     }
     s.push_str(&t.render(0));
     if !r.flows.is_empty() {

@@ -21,7 +21,7 @@ pub struct LiveArgs {
     /// Live: stop after this long.
     #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
-    /// Live: stop after this many packets (those that passed --filter; tcpdump's -c).
+    /// Live: stop after this many packets, counted after every filter (--filter, --host, --port, --flow; tcpdump's -c).
     #[arg(long, short = 'c', value_parser = args::count, value_name = "N")]
     pub count: Option<u64>,
     /// Live: bytes kept of each packet (tcpdump's -s).
@@ -100,7 +100,10 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             counters: None,
         });
     };
-    let program = match &filter.expr {
+    // --host/--port/--flow join the expression in the kernel, so `--count` counts the packets that pass every
+    // filter and the rest never reach user space (the analyses still check them: same result).
+    let kernel_expr = kernel_expression(filter).map_err(super::output::refused)?;
+    let program = match &kernel_expr {
         Some(e) => {
             let target = match live::link_of(iface) {
                 Some(l) => bpf::Target::Link(l),
@@ -147,9 +150,9 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             i.ring_blocks,
             i.block_bytes / 1024,
             i.snaplen,
-            filter
-                .expr_text()
-                .map(|e| format!(", filter '{e}' in the kernel"))
+            kernel_expr
+                .as_ref()
+                .map(|e| format!(", filter '{}' in the kernel", e.text()))
                 .unwrap_or_default()
         ));
     }
@@ -163,6 +166,73 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         packets: pk,
         counters: Some(counters),
     })
+}
+
+/// The expression the kernel runs live: `--filter`'s, and `--host`, `--port`, `--flow` as pcap-filter
+/// primitives (`ip host A`, `tcp port P or udp port P`, both directions of the address pair), so every
+/// filter is applied before a packet reaches user space. `None` when there is no filter at all.
+pub fn kernel_expression(filter: &Filter) -> anyhow::Result<Option<bpf::Expr>> {
+    fn host(dir: &str, a: std::net::IpAddr) -> String {
+        let fam = if a.is_ipv4() { "ip" } else { "ip6" };
+        format!("{fam} {dir}host {a}")
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(e) = filter.expr.as_ref().filter(|e| !e.is_empty()) {
+        parts.push(format!("({})", e.text()));
+    }
+    if let Some(h) = filter.host {
+        parts.push(host("", h));
+    }
+    if let Some(p) = filter.port {
+        parts.push(format!("(tcp port {p} or udp port {p})"));
+    }
+    if let Some((a, b)) = filter.flow {
+        let one_way = |x: std::net::SocketAddr, y: std::net::SocketAddr| {
+            format!(
+                "({} and {} and (tcp or udp) and src port {} and dst port {})",
+                host("src ", x.ip()),
+                host("dst ", y.ip()),
+                x.port(),
+                y.port()
+            )
+        };
+        parts.push(format!("({} or {})", one_way(a, b), one_way(b, a)));
+    }
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    if parts.len() == 1 && filter.fields_empty() {
+        return Ok(filter.expr.clone());
+    }
+    let text = parts.join(" and ");
+    bpf::Expr::parse(&text)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("--host/--port/--flow as a kernel filter '{text}': {e}"))
+}
+
+/// Interface names by index (live `any` keys connections by interface), read from /sys/class/net once per
+/// index; an interface that is gone is shown by its index (`if7`).
+#[derive(Debug, Default)]
+pub struct InterfaceNames(std::collections::HashMap<u32, String>);
+
+impl InterfaceNames {
+    /// The name of interface `index`.
+    pub fn name(&mut self, index: u32) -> String {
+        self.0
+            .entry(index)
+            .or_insert_with(|| {
+                live::interfaces()
+                    .into_iter()
+                    .find(|n| {
+                        std::fs::read_to_string(format!("/sys/class/net/{n}/ifindex"))
+                            .ok()
+                            .and_then(|s| s.trim().parse::<u32>().ok())
+                            == Some(index)
+                    })
+                    .unwrap_or_else(|| format!("if{index}"))
+            })
+            .clone()
+    }
 }
 
 /// `12:34:56.789` (UTC) of a Unix time in ns.

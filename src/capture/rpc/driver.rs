@@ -10,7 +10,7 @@ use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,17 +134,62 @@ struct Conn {
     decided: bool,
 }
 
-/// Both ends in canonical order, UDP or not, and the interface (0 unless keyed by interface).
-type Key = (IpAddr, u16, IpAddr, u16, bool, u32);
+/// Both ends in canonical order (addresses as 128-bit numbers, IPv4 in the low 32 bits), their ports, the
+/// interface (0 unless keyed by interface) and in `flags` UDP or not and each end's address family: a few
+/// words to hash and compare per packet instead of two address enums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    a: u128,
+    b: u128,
+    /// Port of `a` (high 16 bits), port of `b` (low 16 bits).
+    ports: u32,
+    ifindex: u32,
+    /// Bit 0: UDP; bit 1: `a` is IPv6; bit 2: `b` is IPv6.
+    flags: u8,
+}
 
-fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool) {
-    let a = (src.ip(), src.port());
-    let b = (dst.ip(), dst.port());
-    if a <= b {
-        ((a.0, a.1, b.0, b.1, udp, ifindex), true)
-    } else {
-        ((b.0, b.1, a.0, a.1, udp, ifindex), false)
+impl std::hash::Hash for Key {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_u128(self.a);
+        h.write_u128(self.b);
+        h.write_u64(u64::from(self.ports) << 32 | u64::from(self.ifindex));
+        h.write_u8(self.flags);
     }
+}
+
+impl Key {
+    fn udp(&self) -> bool {
+        self.flags & 1 != 0
+    }
+}
+
+/// An end as (IPv6?, address, port): ordered as the `SocketAddr`s are.
+#[inline]
+fn end_of(s: SocketAddr) -> (bool, u128, u16) {
+    match s {
+        SocketAddr::V4(a) => (false, u128::from(a.ip().to_bits()), a.port()),
+        SocketAddr::V6(a) => (true, a.ip().to_bits(), a.port()),
+    }
+}
+
+/// The key of a packet from `src` to `dst`, and whether `src` is the key's `a` end.
+#[inline]
+fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool) {
+    let s = end_of(src);
+    let d = end_of(dst);
+    let src_is_a = s <= d;
+    let (x, y) = if src_is_a { (s, d) } else { (d, s) };
+    (
+        Key {
+            a: x.1,
+            b: y.1,
+            ports: u32::from(x.2) << 16 | u32::from(y.2),
+            ifindex,
+            flags: u8::from(udp) | u8::from(x.0) << 1 | u8::from(y.0) << 2,
+        },
+        src_is_a,
+    )
 }
 
 /// Counters of what the driver saw.
@@ -287,28 +332,27 @@ impl Driver {
             L4::Udp => 0,
         };
         let syn_only = tcp_flags & flags::SYN != 0 && tcp_flags & flags::ACK == 0;
-        // A new connection on a reused address pair.
-        if syn_only
-            && let Some(c) = self.conns.get(&k)
-            && (c.closed || c.halves.iter().any(|h| h.next.is_some()))
-        {
-            let mut c = self.conns.remove(&k).expect("present");
-            self.close(&mut c, s.ts, sink);
-        }
-        if !self.conns.contains_key(&k) {
-            if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
-                return; // a bare ACK/FIN/RST of a connection we never saw carry data
+        // One hash lookup for a packet of a known connection; the rest is the slow path.
+        let conn = match self.conns.get_mut(&k) {
+            // (a SYN on a pair in use is a new connection on a reused address pair)
+            Some(c) if !(syn_only && (c.closed || c.halves.iter().any(|h| h.next.is_some()))) => c,
+            _ => {
+                if let Some(mut c) = self.conns.remove(&k) {
+                    self.close(&mut c, s.ts, sink);
+                }
+                if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
+                    return; // a bare ACK/FIN/RST of a connection we never saw carry data
+                }
+                if self.conns.len() >= self.max_conns {
+                    self.evict_oldest(s.ts, sink);
+                }
+                let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
+                    return;
+                };
+                self.conns.entry(k).insert_entry(c).into_mut()
             }
-            if self.conns.len() >= self.max_conns {
-                self.evict_oldest(s.ts, sink);
-            }
-            let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
-                return;
-            };
-            self.conns.insert(k, c);
-        }
+        };
         let (content, keylog) = (self.content, &self.keylog);
-        let conn = self.conns.get_mut(&k).expect("inserted");
         conn.last_ts = s.ts;
         let dir = if src_is_a == conn.client_is_src_of_key {
             Dir::Request
@@ -439,9 +483,10 @@ impl Driver {
         {
             conn.info.proto = p;
         }
-        let info = conn.info.clone();
         let closed = conn.closed;
-        Self::flush(&mut self.out, &info, sink);
+        if !self.out.transactions.is_empty() || !self.out.anomalies.is_empty() {
+            Self::flush(&mut self.out, &conn.info, sink);
+        }
         if closed {
             let mut c = self.conns.remove(&k).expect("present");
             self.close(&mut c, s.ts, sink);
@@ -597,7 +642,7 @@ impl Driver {
         let idle: Vec<Key> = self
             .conns
             .iter()
-            .filter(|(k, c)| k.4 && now.saturating_sub(c.last_ts) > UDP_IDLE)
+            .filter(|(k, c)| k.udp() && now.saturating_sub(c.last_ts) > UDP_IDLE)
             .map(|(k, _)| *k)
             .collect();
         for k in idle {

@@ -809,6 +809,11 @@ impl std::hash::Hasher for FxHasher {
         self.write_u64(i as u64);
     }
     #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+    #[inline]
     fn finish(&self) -> u64 {
         self.hash
     }
@@ -830,8 +835,16 @@ pub(crate) fn be16(b: &[u8], at: usize) -> Option<u16> {
     b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]))
 }
 
-/// The first SQL keyword of a statement, upper-cased (skipping spaces, comments and parentheses).
-pub(crate) fn sql_verb(text: &[u8]) -> String {
+/// Keywords [`sql_verb`] gives without allocating.
+const SQL_VERBS: [&str; 24] = [
+    "SELECT", "INSERT", "UPDATE", "DELETE", "BEGIN", "COMMIT", "ROLLBACK", "SET", "SHOW", "WITH",
+    "CALL", "EXECUTE", "START", "END", "VALUES", "COPY", "EXPLAIN", "CREATE", "DROP", "ALTER",
+    "TRUNCATE", "LOCK", "DECLARE", "FETCH",
+];
+
+/// The first SQL keyword of a statement, upper-cased (skipping spaces, comments and parentheses); a common
+/// keyword is a static string (no allocation per request).
+pub(crate) fn sql_verb(text: &[u8]) -> Cow<'static, str> {
     let mut i = 0;
     loop {
         while i < text.len()
@@ -859,9 +872,16 @@ pub(crate) fn sql_verb(text: &[u8]) -> String {
         i += 1;
     }
     if i == start {
-        return "OTHER".into();
+        return Cow::Borrowed("OTHER");
     }
-    String::from_utf8_lossy(&text[start..i]).to_ascii_uppercase()
+    let mut up = [0u8; 24];
+    let word = &mut up[..i - start];
+    word.copy_from_slice(&text[start..i]);
+    word.make_ascii_uppercase();
+    match SQL_VERBS.iter().find(|v| v.as_bytes() == &word[..]) {
+        Some(v) => Cow::Borrowed(v),
+        None => Cow::Owned(String::from_utf8_lossy(word).into_owned()),
+    }
 }
 
 #[cfg(test)]

@@ -213,7 +213,8 @@ impl Protocol for Mysql {
         let mut head = [0u8; 12];
         let n = avail.len().saturating_sub(1).min(12);
         head[..n].copy_from_slice(&avail[1..1 + n]);
-        let verb = (new_command && matches!(first, 0x03 | 0x16)).then(|| sql_verb(&avail[1..]));
+        let verb = (new_command && matches!(first, 0x03 | 0x16))
+            .then(|| sql_verb(&avail[1..]).into_owned());
         let caps = (dir == Dir::Request && !new_command && avail.len() >= 4)
             .then(|| u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]));
         self.next_seq = Some(seq.wrapping_add(1));

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use super::{AnomalyKind, Dir, Frame, Out, Pdu, Protocol, Status, Transaction, be32, sql_verb};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub struct PgMsg {
     /// For a startup-phase message: its code (protocol version, SSLRequest, CancelRequest).
     pub code: u32,
     /// For Query and Parse: the first keyword of the SQL.
-    pub verb: Option<String>,
+    pub verb: Option<Cow<'static, str>>,
 }
 
 fn frontend_type(t: u8) -> bool {
@@ -84,9 +85,9 @@ pub struct Pgsql {
     /// The rest of the connection is encrypted.
     encrypted: bool,
     /// Extended-query batch being built: first ts, first seq, verb.
-    batch: Option<(Duration, u32, Option<String>)>,
+    batch: Option<(Duration, u32, Option<Cow<'static, str>>)>,
     /// Requests sent, waiting for ReadyForQuery: op, first ts, end ts, seq.
-    queue: VecDeque<(String, Duration, Duration, u32)>,
+    queue: VecDeque<(Cow<'static, str>, Duration, Duration, u32)>,
     /// The response to the front request: first ts, error seen.
     resp: Option<(Duration, bool)>,
 }
@@ -262,7 +263,7 @@ impl Protocol for Pgsql {
                 if let Some((op, ts, end_ts, seq)) = self.queue.pop_front() {
                     out.push(Transaction {
                         conn: 0,
-                        op: op.into(),
+                        op,
                         request_ts: ts,
                         request_end_ts: end_ts,
                         response_ts: first,
