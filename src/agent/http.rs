@@ -328,8 +328,10 @@ impl Loop {
         let mut events = Events::with_capacity(1024);
         let mut next_tick = Instant::now() + TICK;
         while !self.stop.load(Ordering::SeqCst) {
-            let timeout = next_tick.saturating_duration_since(Instant::now());
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+            // With no connection there is no deadline to check: sleep until one comes.
+            let timeout = (self.open > 0 || self.accept_paused)
+                .then(|| next_tick.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.poll.poll(&mut events, timeout)
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 std::thread::sleep(Duration::from_millis(10));
