@@ -8,7 +8,9 @@
 #                from /proc/PID/stat over the window) as % of one core and per probe (probes from the increase
 #                of roundtrip_probes_total), RSS (VmRSS at the end), schedule lag p99 (the window's increase of
 #                roundtrip_agent_schedule_lag_seconds_bucket, quantile interpolated as Prometheus does),
-#                /metrics scrape time (curl time_total, median of 5, after the window).
+#                /metrics scrape time (curl time_total, median of 5, after the window), and the same with 1,000
+#                idle TCP connections held open to the metrics port (scrape_idle_ms).
+#   baseline     (only with BASELINE=path to another build of roundtrip) the same as roundtrip, that build.
 #   blackbox     prometheus-blackbox-exporter, module tcp_connect, every target probed once a second by a small
 #                asyncio driver (64 kept-alive HTTP connections to /probe?target=...&module=tcp_connect, all N
 #                targets per second-long round): the exporter's CPU only (not the driver's) per probe answered.
@@ -20,7 +22,7 @@
 # Every tool gets WARMUP seconds before a MEASURE-second window. Figures: medians over the rounds.
 #
 # Usage: sudo bench/agent.sh [ROUNDS]   (default 3; env N=5000 MEASURE=60 WARMUP=15; RT_BIN=path to skip the
-# build). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
+# build; BASELINE=path to an older build, measured as one more tool in the same rounds). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
 # prometheus-smokeping-prober (apt-get install -y prometheus-blackbox-exporter prometheus-smokeping-prober).
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -189,7 +191,7 @@ ip netns add "$NS"
 ip -n "$NS" link set lo up
 ip netns exec "$NS" sysctl -q -w net.ipv4.ping_group_range="0 2147483647"
 
-RESULTS=$WORK/results # lines: TOOL ROUND cpu% us/probe probes/s rss_mb lag_p99_ms scrape_ms note
+RESULTS=$WORK/results # lines: TOOL ROUND cpu% us/probe probes/s rss_mb lag_p99_ms scrape_ms note scrape_idle_ms
 : >"$RESULTS"
 
 # measure TOOL PID COUNTER_CMD...: over the window, CPU of PID as % of one core, COUNTER's rate, and CPU per
@@ -211,6 +213,16 @@ cpu=($t1-$t0)/$CLK_TCK/($c1-$c0); rate=($n1-$n0)/($s1-$s0)
 print(f'{100*cpu:.2f} {1e6*cpu/rate if rate > 0 else float(\"nan\"):.2f} {rate:.0f}')"
 }
 
+# idle N HOST PORT: holds N idle TCP connections to HOST:PORT until killed
+cat >"$WORK/idle.py" <<'EOF2'
+import socket, sys, time
+n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+held = [socket.create_connection((host, port)) for _ in range(n)]
+print("ready", flush=True)
+time.sleep(3600)
+EOF2
+
+run_baseline() { RT=$BASELINE TOOL=baseline run_roundtrip "$@"; }
 run_roundtrip() {
     local round=$1 log=$WORK/agent.log pid url
     "$RT" agent --no-responder --peers-file "$WORK/peers" --interval 1s --timeout 1s --probe tcp --size 64 \
@@ -240,8 +252,19 @@ run_roundtrip() {
     lag=$(python3 -c "print(f'{1e3*float(\"$lag\"):.3f}')")
     scrape=$(for _ in 1 2 3 4 5; do curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$url"; done | median)
     scrape=$(python3 -c "print(f'{1e3*$scrape:.1f}')")
+    # The same with 1,000 idle connections held open to the metrics port.
+    local hp=${url#http://} ipid idle
+    hp=${hp%%/*}
+    python3 "$WORK/idle.py" 1000 "${hp%:*}" "${hp##*:}" >"$WORK/idle.out" 2>&1 &
+    ipid=$!
+    for _ in $(seq 100); do grep -q ready "$WORK/idle.out" 2>/dev/null && break; sleep 0.1; done
+    # (a scrape that fails counts as inf)
+    idle=$(for _ in 1 2 3 4 5; do curl -s -o /dev/null --max-time 30 -w '%{http_code} %{time_total}\n' "$url" |
+        awk '{print ($1 == 200) ? $2 : "inf"}'; done | median)
+    idle=$(python3 -c "print(f'{1e3*$idle:.1f}')")
+    stop "$ipid"
     stop "$pid"
-    echo "roundtrip $round $cpu $rss $lag $scrape -" >>"$RESULTS"
+    echo "${TOOL:-roundtrip} $round $cpu $rss $lag $scrape - $idle" >>"$RESULTS"
 }
 # prom_sum_scrape URL NAME: scrape URL into $WORK/last, print the sum of NAME
 prom_sum_scrape() {
@@ -319,23 +342,25 @@ smoke_sum() {
 }
 
 tools=(roundtrip blackbox smokeping)
+[[ -n ${BASELINE:-} ]] && tools+=(baseline)
+nt=${#tools[@]}
 for r in $(seq "$ROUNDS"); do
-    for k in 0 1 2; do
-        t=${tools[$(((k + r - 1) % 3))]}
+    for k in $(seq 0 $((nt - 1))); do
+        t=${tools[$(((k + r - 1) % nt))]}
         echo "round $r: $t ($N targets, ${WARMUP}s warm-up, ${MEASURE}s window)" >&2
-        "run_$t" "$r" || echo "$t $r nan nan nan nan - - failed" >>"$RESULTS"
+        "run_$t" "$r" || echo "$t $r nan nan nan nan - - failed -" >>"$RESULTS"
         tail -1 "$RESULTS" >&2
     done
 done
 
 echo
 echo "roundtrip agent vs Debian probers: $N targets on loopback, 1 probe/s each, ${MEASURE}s windows, medians of $ROUNDS rounds"
-printf "%-10s %9s %11s %9s %8s %12s %11s  %s\n" tool "cpu%core" "us/probe" "probes/s" "rss_MB" "lag_p99_ms" "scrape_ms" note
+printf "%-10s %9s %11s %9s %8s %12s %11s %16s  %s\n" tool "cpu%core" "us/probe" "probes/s" "rss_MB" "lag_p99_ms" "scrape_ms" "scrape_idle_ms" note
 for t in "${tools[@]}"; do
     row=()
-    for col in 3 4 5 6 7 8; do
+    for col in 3 4 5 6 7 8 10; do
         row+=("$(awk -v t="$t" -v c="$col" '$1 == t && $c != "-" && $c != "nan" {print $c}' "$RESULTS" | median)")
     done
     note=$(awk -v t="$t" '$1 == t {print $9}' "$RESULTS" | sort -u | paste -sd, -)
-    printf "%-10s %9s %11s %9s %8s %12s %11s  %s\n" "$t" "${row[@]}" "$note"
+    printf "%-10s %9s %11s %9s %8s %12s %11s %16s  %s\n" "$t" "${row[@]}" "$note"
 done

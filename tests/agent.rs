@@ -1101,3 +1101,45 @@ fn ports_in_use_are_one_line_and_exit_1() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_thousand_idle_connections_leave_a_scrape_answered() {
+    // This test holds 1,000 sockets: lift the soft limit on open files to the hard one.
+    let limit = roundtrip::server::raise_fd_limit().unwrap_or(0);
+    if limit < 1_200 && !common::skip(&format!("the open-files limit is {limit}, under 1,200")) {
+        return;
+    }
+    let mut t = T::new();
+    let (_, port) = t.server(0, &[]);
+    let peer = format!("127.0.0.1:{port}");
+    let a = t.agent(&["--peer", &peer, "--interval", "100ms"], &[]);
+    let tl = target_label(port);
+    t.until(&a, "/metrics", "an answered probe", |m| {
+        sample(m, "roundtrip_up", &[&tl]) == Some(1.0)
+    });
+    // 1,000 clients that connect and then say nothing, or only part of a request head.
+    let mut idle = Vec::new();
+    for i in 0..1_000 {
+        let mut c = TcpStream::connect_timeout(&a.metrics, Duration::from_secs(10))
+            .expect("an idle connection to the metrics port");
+        if i % 3 == 0 {
+            let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nHost: slow");
+        }
+        idle.push(c);
+    }
+    // Every page still answers, whole, while they stay open (request() reads with a 20 s timeout).
+    for path in ["/metrics", "/api/results", "/"] {
+        let (status, head, body) = get(a.metrics, path, None).expect(path);
+        assert_eq!(status, 200, "{path}: {head}");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a Content-Length");
+        assert_eq!(body.len(), len, "{path}: the whole body");
+    }
+    let (_, _, m) = get(a.metrics, "/metrics", None).unwrap();
+    assert_eq!(sample(&m, "roundtrip_up", &[&tl]), Some(1.0), "{m}");
+    drop(idle);
+    assert_eq!(t.signal(&a, "-TERM"), Some(0), "{:?}", snapshot(&a.err));
+}

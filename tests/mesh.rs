@@ -425,7 +425,22 @@ fn agents_that_fail() {
 // ---- deploy files ----
 
 /// The metric names `roundtrip agent` exports, with the histogram's series.
-const EXPORTED: [&str; 10] = [
+const EXPORTED: [&str; 23] = [
+    // The watching agent's (roundtrip agent --watch).
+    "roundtrip_request_duration_seconds_bucket",
+    "roundtrip_request_duration_seconds_sum",
+    "roundtrip_request_duration_seconds_count",
+    "roundtrip_requests_total",
+    "roundtrip_response_bytes_total",
+    "roundtrip_network_rtt_seconds_bucket",
+    "roundtrip_network_rtt_seconds_sum",
+    "roundtrip_network_rtt_seconds_count",
+    "roundtrip_watch_packets_total",
+    "roundtrip_watch_drops_total",
+    "roundtrip_watch_connections",
+    "roundtrip_watch_evictions_total",
+    "roundtrip_watch_folded_requests_total",
+    // The probing agent's.
     "roundtrip_rtt_seconds_bucket",
     "roundtrip_rtt_seconds_sum",
     "roundtrip_rtt_seconds_count",

@@ -1,29 +1,37 @@
-//! A small HTTP/1.1 server on `std::net` for the agent: `GET /metrics` (Prometheus text or OpenMetrics by
-//! `Accept`), `GET /api/results` (JSON) and `GET /` (the HTML matrix). Other paths answer 404, other methods
-//! 405. One request per connection; request heads are bounded ([`MAX_HEAD`]) and must arrive within
-//! [`READ_TIMEOUT`]; a few worker threads ([`HttpServer::start`]) serve them, and connections beyond what
-//! they can queue are closed at once.
+//! A small HTTP/1.1 server for the agent: `GET /metrics` (Prometheus text or OpenMetrics by `Accept`),
+//! `GET /api/results` (JSON) and `GET /` (the HTML matrix). Other paths answer 404, other methods 405. One
+//! request per connection.
+//!
+//! Every connection lives on one `mio` event loop ([`HttpServer::serve`]): an idle or slow client holds a
+//! descriptor and a few bytes, never a thread, so it cannot make a scrape wait. Complete requests go to a few
+//! rendering threads and their answers come back to the loop to be written without blocking. Limits: request
+//! heads of at most [`MAX_HEAD`], complete within [`READ_TIMEOUT`]; answers read within [`WRITE_TIMEOUT`];
+//! at most [`MAX_CONNECTIONS`] connections (past it the one that has waited longest for its request head is
+//! closed to make room) and [`MAX_RENDERING`] answers rendering at once (past it: 503).
 
 use super::metrics::{self, AgentInfo, Format};
 use super::{ErrorReason, Snapshot};
 use crate::report::heatmap::{self, Cell, Matrix};
+use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{Value, json};
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// The largest request head (request line and headers) accepted; a longer one is answered 431.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// How long a client has to send its request head.
+/// How long a client has to send its request head (counted from its connection).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client may take to read the answer.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connections accepted but not yet served, at most; beyond, they are closed at once.
-pub const QUEUE: usize = 32;
+/// Connections held at once, at most.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Answers being rendered (or waiting for a rendering thread) at once, at most; past it a request is
+/// answered 503.
+pub const MAX_RENDERING: usize = 64;
 
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +74,7 @@ fn reason(status: u16) -> &'static str {
         408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        503 => "Service Unavailable",
         _ => "Unknown",
     }
 }
@@ -100,148 +109,58 @@ pub fn parse_head(head: &[u8]) -> Option<Request> {
 /// What serves the requests.
 pub type Handler = dyn Fn(&Request) -> Response + Send + Sync;
 
-/// A running server.
-pub struct HttpServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+/// Token of the listening socket.
+const LISTENER: Token = Token(usize::MAX - 1);
+/// Token of the loop's waker.
+const WAKER: Token = Token(usize::MAX);
+/// How often deadlines are checked (and a paused accept retried).
+const TICK: Duration = Duration::from_millis(100);
+/// How long a connection whose answer was sent may take to close its side (its bytes are read and dropped
+/// meanwhile, so the answer is not cut by a reset).
+const LINGER: Duration = Duration::from_secs(2);
+/// Bytes read per `read` call.
+const CHUNK: usize = 4096;
+
+/// Where a connection is.
+enum Phase {
+    /// Reading the request head (until its deadline).
+    Head,
+    /// A worker renders the answer.
+    Rendering,
+    /// Writing the answer, `out[pos..]` left.
+    Writing { out: Vec<u8>, pos: usize },
+    /// Answer sent, our side shut: reading until the peer closes (or the deadline).
+    Closing,
 }
 
-impl HttpServer {
-    /// Binds `addr` (port 0: a free port) and serves with `workers` threads (at least 1).
-    pub fn start(
-        addr: SocketAddr,
-        workers: usize,
-        handler: Arc<Handler>,
-    ) -> io::Result<HttpServer> {
-        HttpServer::serve(TcpListener::bind(addr)?, workers, handler)
-    }
-
-    /// Serves on a listener bound earlier (so that a port in use is found before anything else starts).
-    pub fn serve(
-        listener: TcpListener,
-        workers: usize,
-        handler: Arc<Handler>,
-    ) -> io::Result<HttpServer> {
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx): (SyncSender<TcpStream>, Receiver<TcpStream>) = sync_channel(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..workers.max(1) {
-            let rx = rx.clone();
-            let handler = handler.clone();
-            std::thread::Builder::new()
-                .name(format!("agent-http-{i}"))
-                .spawn(move || {
-                    loop {
-                        let next = match rx.lock() {
-                            Ok(r) => r.recv(),
-                            Err(_) => return,
-                        };
-                        let Ok(stream) = next else { return };
-                        serve(stream, &*handler);
-                    }
-                })?;
-        }
-        let stop2 = stop.clone();
-        let acceptor = std::thread::Builder::new()
-            .name("agent-http".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stop2.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = conn else {
-                        // Out of files or the like: do not spin.
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    };
-                    match tx.try_send(stream) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(s)) | Err(TrySendError::Disconnected(s)) => {
-                            let _ = s.shutdown(Shutdown::Both);
-                        }
-                    }
-                }
-            })?;
-        Ok(HttpServer {
-            addr,
-            stop,
-            acceptor: Some(acceptor),
-        })
-    }
-
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Stops accepting and joins the acceptor; requests being served finish on their own.
-    pub fn shutdown(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let wake = match self.addr.ip() {
-            IpAddr::V4(v4) if v4.is_unspecified() => {
-                SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.addr.port())
-            }
-            IpAddr::V6(v6) if v6.is_unspecified() => {
-                SocketAddr::new(Ipv6Addr::LOCALHOST.into(), self.addr.port())
-            }
-            _ => self.addr,
-        };
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
+/// One client connection on the loop.
+struct Conn {
+    stream: mio::net::TcpStream,
+    /// Generation: tokens and rendered answers carry it, so a reused slot is never confused.
+    generation: u32,
+    phase: Phase,
+    /// The request head so far.
+    head: Vec<u8>,
+    /// When the current phase must be over (not checked while rendering).
+    until: Instant,
 }
 
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        if self.acceptor.is_some() {
-            self.stop_now();
-        }
-    }
+/// A request handed to a worker.
+struct Job {
+    slot: u32,
+    generation: u32,
+    req: Request,
 }
 
-/// Reads one request head (bounded, with a deadline), answers it and closes.
-fn serve(mut stream: TcpStream, handler: &Handler) {
-    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let deadline = std::time::Instant::now() + READ_TIMEOUT;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break Some(i);
-        }
-        if buf.len() > MAX_HEAD {
-            break None;
-        }
-        if std::time::Instant::now() >= deadline {
-            return;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let (resp, head_only) = match head_end {
-        None => (Response::text(431, "request head over 8 KiB"), false),
-        Some(i) if i > MAX_HEAD => (Response::text(431, "request head over 8 KiB"), false),
-        Some(i) => match parse_head(&buf[..i]) {
-            None => (Response::text(400, "not an HTTP/1.x request"), false),
-            Some(req) => {
-                let head_only = req.method == "HEAD";
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&req)))
-                    .unwrap_or_else(|_| Response::text(500, "internal error"));
-                (r, head_only)
-            }
-        },
-    };
+/// A rendered answer, back to the loop.
+struct Done {
+    slot: u32,
+    generation: u32,
+    out: Vec<u8>,
+}
+
+/// The answer's bytes: status line, headers and (unless `head_only`) the body.
+fn encode(resp: &Response, head_only: bool) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         resp.status,
@@ -253,12 +172,413 @@ fn serve(mut stream: TcpStream, handler: &Handler) {
         out.push_str("Allow: GET, HEAD\r\n");
     }
     out.push_str("\r\n");
-    let _ = stream.write_all(out.as_bytes());
+    let mut out = out.into_bytes();
     if !head_only {
-        let _ = stream.write_all(&resp.body);
+        out.extend_from_slice(&resp.body);
     }
-    let _ = stream.flush();
-    let _ = stream.shutdown(Shutdown::Write);
+    out
+}
+
+/// A running server.
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    event_loop: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Binds `addr` (port 0: a free port) and serves with `workers` rendering threads (at least 1).
+    pub fn start(
+        addr: SocketAddr,
+        workers: usize,
+        handler: Arc<Handler>,
+    ) -> io::Result<HttpServer> {
+        HttpServer::serve(TcpListener::bind(addr)?, workers, handler)
+    }
+
+    /// Serves on a listener bound earlier (so that a port in use is found before anything else starts): one
+    /// event-loop thread holds every connection (an idle one costs a descriptor and a few bytes, no thread)
+    /// and `workers` threads render the answers.
+    pub fn serve(
+        listener: TcpListener,
+        workers: usize,
+        handler: Arc<Handler>,
+    ) -> io::Result<HttpServer> {
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (done_tx, done) = mpsc::channel::<Done>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        for i in 0..workers.max(1) {
+            let job_rx = job_rx.clone();
+            let handler = handler.clone();
+            let done_tx = done_tx.clone();
+            let waker = waker.clone();
+            std::thread::Builder::new()
+                .name(format!("agent-http-{i}"))
+                .spawn(move || {
+                    loop {
+                        let next = match job_rx.lock() {
+                            Ok(r) => r.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(job) = next else { return };
+                        let head_only = job.req.method == "HEAD";
+                        let resp = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            handler(&job.req)
+                        }))
+                        .unwrap_or_else(|_| Response::text(500, "internal error"));
+                        let out = encode(&resp, head_only);
+                        let d = Done {
+                            slot: job.slot,
+                            generation: job.generation,
+                            out,
+                        };
+                        if done_tx.send(d).is_err() {
+                            return;
+                        }
+                        let _ = waker.wake();
+                    }
+                })?;
+        }
+        let mut lp = Loop {
+            poll,
+            listener,
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            next_generation: 0,
+            jobs,
+            done,
+            rendering: 0,
+            accept_paused: false,
+            chunk: vec![0u8; CHUNK],
+            stop: stop.clone(),
+        };
+        let event_loop = std::thread::Builder::new()
+            .name("agent-http".into())
+            .spawn(move || lp.run())?;
+        Ok(HttpServer {
+            addr,
+            stop,
+            waker,
+            event_loop: Some(event_loop),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops: the listener and every connection are closed (an answer being rendered is dropped).
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+        if let Some(t) = self.event_loop.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if self.event_loop.is_some() {
+            self.stop_now();
+        }
+    }
+}
+
+/// The event loop's state.
+struct Loop {
+    poll: Poll,
+    listener: mio::net::TcpListener,
+    conns: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    /// Connections held.
+    open: usize,
+    next_generation: u32,
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Receiver<Done>,
+    /// Requests handed to the workers and not yet back.
+    rendering: usize,
+    /// Accepting failed for want of descriptors: retried every [`TICK`].
+    accept_paused: bool,
+    chunk: Vec<u8>,
+    stop: Arc<AtomicBool>,
+}
+
+fn token(slot: u32, generation: u32) -> Token {
+    Token(slot as usize | (generation as usize) << 32)
+}
+
+impl Loop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_tick = Instant::now() + TICK;
+        while !self.stop.load(Ordering::SeqCst) {
+            // With no connection there is no deadline to check: sleep until one comes.
+            let timeout = (self.open > 0 || self.accept_paused)
+                .then(|| next_tick.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.poll.poll(&mut events, timeout)
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(t) => self.ready(t as u32, (t >> 32) as u32),
+                }
+            }
+            while let Ok(d) = self.done.try_recv() {
+                self.rendering -= 1;
+                self.rendered(d);
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + TICK;
+                self.expire(now);
+                if self.accept_paused {
+                    self.accept();
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        self.accept_paused = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(_) => {
+                    // Out of descriptors or the like: the pending connections wait in the backlog.
+                    self.accept_paused = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes a new connection; at [`MAX_CONNECTIONS`] the one that has waited longest for its request head
+    /// makes room (an idle client never keeps a scrape out).
+    fn admit(&mut self, mut stream: mio::net::TcpStream) {
+        if self.open >= MAX_CONNECTIONS {
+            let oldest = self
+                .conns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+                .filter(|(_, c)| matches!(c.phase, Phase::Head))
+                .min_by_key(|(_, c)| c.until)
+                .map(|(i, _)| i as u32);
+            match oldest {
+                Some(i) => self.close(i),
+                None => return, // every slot is answering: this one is dropped
+            }
+        }
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let generation = self.next_generation;
+        let slot = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut stream,
+                token(slot, generation),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            self.free.push(slot);
+            return;
+        }
+        self.conns[slot as usize] = Some(Conn {
+            stream,
+            generation,
+            phase: Phase::Head,
+            head: Vec::new(),
+            until: Instant::now() + READ_TIMEOUT,
+        });
+        self.open += 1;
+    }
+
+    fn close(&mut self, slot: u32) {
+        if let Some(mut c) = self.conns.get_mut(slot as usize).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.free.push(slot);
+            self.open -= 1;
+        }
+    }
+
+    /// Closes connections past their phase's deadline.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u32> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .filter(|(_, c)| !matches!(c.phase, Phase::Rendering) && c.until <= now)
+            .map(|(i, _)| i as u32)
+            .collect();
+        for i in late {
+            self.close(i);
+        }
+    }
+
+    fn conn(&mut self, slot: u32, generation: u32) -> Option<&mut Conn> {
+        self.conns
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)
+    }
+
+    /// A connection is readable or writable.
+    fn ready(&mut self, slot: u32, generation: u32) {
+        let Some(c) = self.conn(slot, generation) else {
+            return;
+        };
+        match c.phase {
+            Phase::Head => self.read_head(slot, generation),
+            Phase::Rendering => {}
+            Phase::Writing { .. } => self.write(slot, generation),
+            Phase::Closing => self.drain(slot, generation),
+        }
+    }
+
+    fn read_head(&mut self, slot: u32, generation: u32) {
+        let chunk = &mut self.chunk;
+        let Some(c) = self
+            .conns
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)
+        else {
+            return;
+        };
+        let end = loop {
+            match c.stream.read(chunk) {
+                Ok(0) => break Err(()),
+                Ok(n) => {
+                    let from = c.head.len().saturating_sub(3);
+                    c.head.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = c.head[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Ok(Some(from + i));
+                    }
+                    if c.head.len() > MAX_HEAD {
+                        break Ok(None);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break Err(()),
+            }
+        };
+        let answer = match end {
+            Err(()) => return self.close(slot),
+            Ok(Some(i)) if i <= MAX_HEAD => match parse_head(&c.head[..i]) {
+                None => Response::text(400, "not an HTTP/1.x request"),
+                Some(req) if self.rendering < MAX_RENDERING => {
+                    c.phase = Phase::Rendering;
+                    c.head = Vec::new();
+                    self.rendering += 1;
+                    let job = Job {
+                        slot,
+                        generation,
+                        req,
+                    };
+                    if self.jobs.send(job).is_err() {
+                        self.rendering -= 1;
+                        self.close(slot);
+                    }
+                    return;
+                }
+                Some(_) => Response::text(503, "busy: too many answers being rendered, try again"),
+            },
+            Ok(_) => Response::text(431, "request head over 8 KiB"),
+        };
+        c.head = Vec::new();
+        self.rendered(Done {
+            slot,
+            generation,
+            out: encode(&answer, false),
+        });
+    }
+
+    /// An answer is ready: start writing it.
+    fn rendered(&mut self, d: Done) {
+        let Some(c) = self.conn(d.slot, d.generation) else {
+            return;
+        };
+        c.phase = Phase::Writing { out: d.out, pos: 0 };
+        c.until = Instant::now() + WRITE_TIMEOUT;
+        self.write(d.slot, d.generation);
+    }
+
+    fn write(&mut self, slot: u32, generation: u32) {
+        let Some(c) = self.conn(slot, generation) else {
+            return;
+        };
+        let Phase::Writing { out, pos } = &mut c.phase else {
+            return;
+        };
+        while *pos < out.len() {
+            match c.stream.write(&out[*pos..]) {
+                Ok(0) => return self.close(slot),
+                Ok(n) => *pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(slot),
+            }
+        }
+        let _ = c.stream.shutdown(Shutdown::Write);
+        c.phase = Phase::Closing;
+        c.until = Instant::now() + LINGER;
+        self.drain(slot, generation);
+    }
+
+    /// Reads and drops what the peer still sends until it closes.
+    fn drain(&mut self, slot: u32, generation: u32) {
+        let chunk = &mut self.chunk;
+        let Some(c) = self
+            .conns
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)
+        else {
+            return;
+        };
+        loop {
+            match c.stream.read(chunk) {
+                Ok(0) => return self.close(slot),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(slot),
+            }
+        }
+    }
 }
 
 /// The agent's pages.
@@ -413,6 +733,7 @@ pub fn matrix(snap: &Snapshot, info: &AgentInfo, window: Duration) -> Matrix {
 mod tests {
     use super::super::{Histogram, ProbeKind, TargetSnapshot, TargetSpec, WindowStats};
     use super::*;
+    use std::net::TcpStream;
     use std::time::SystemTime;
 
     fn snap() -> Snapshot {
@@ -554,5 +875,35 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\n"));
         server.shutdown();
         assert!(TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_err());
+    }
+
+    #[test]
+    fn idle_and_half_sent_requests_hold_no_one() {
+        let s = site();
+        let h: Arc<Handler> = {
+            let s = s.clone();
+            Arc::new(move |r: &Request| s.handle(r))
+        };
+        // One rendering thread: the idle clients are more than there are threads.
+        let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), 1, h).unwrap();
+        let a = server.local_addr();
+        let mut idle = Vec::new();
+        for i in 0..40 {
+            let mut c = TcpStream::connect_timeout(&a, Duration::from_secs(10)).unwrap();
+            if i % 2 == 0 {
+                // Half a request head, never finished.
+                c.write_all(b"GET /metrics HTTP/1.1\r\nHost:").unwrap();
+            }
+            idle.push(c);
+        }
+        let r = get(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        // A client that sends a body it was not asked for still gets the whole answer.
+        let mut post = b"POST /metrics HTTP/1.1\r\nContent-Length: 70000\r\n\r\n".to_vec();
+        post.extend(std::iter::repeat_n(b'x', 70_000));
+        let r = get(a, &post);
+        assert!(r.starts_with("HTTP/1.1 405") && r.ends_with("\n"), "{r}");
+        drop(idle);
+        server.shutdown();
     }
 }

@@ -430,6 +430,34 @@ pub struct Collector {
     files: HashMap<PathBuf, FileState>,
     /// Which targets are this agent (set once the responder's port is known).
     pub self_filter: SelfFilter,
+    /// What the last [`Collector::collect_if_changed`] that found nothing wrong was computed from.
+    memo: Option<Memo>,
+}
+
+/// The inputs of a collection that found nothing wrong: the same plan, self filter and peers files (by
+/// modification time and size) before `dns_due` give the same targets.
+#[derive(Debug)]
+struct Memo {
+    plan: Plan,
+    self_filter: SelfFilter,
+    stamps: Vec<Option<(SystemTime, u64)>>,
+    /// When the oldest cached name is due to be resolved again (None: no names).
+    dns_due: Option<Instant>,
+}
+
+/// The modification time and size of every peers file of `plan`, in order.
+fn file_stamps(plan: &Plan) -> Vec<Option<(SystemTime, u64)>> {
+    plan.sources
+        .iter()
+        .filter_map(|s| match s {
+            Source::File { path, .. } => Some(
+                std::fs::metadata(path)
+                    .ok()
+                    .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len())),
+            ),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Collector {
@@ -441,7 +469,32 @@ impl Collector {
             names: HashMap::new(),
             files: HashMap::new(),
             self_filter,
+            memo: None,
         }
+    }
+
+    /// Like [`Collector::collect`], but None when nothing it depends on can have changed since the last call
+    /// (same plan and self filter, peers files unchanged, no name due to be resolved again, and that call
+    /// found nothing wrong): the agent asks twice a second, and building thousands of targets to find them
+    /// unchanged was most of its CPU outside the probe loop.
+    pub fn collect_if_changed(&mut self, plan: &Plan, now: Instant) -> Option<Collected> {
+        let stamps = file_stamps(plan);
+        if let Some(m) = &self.memo
+            && m.plan == *plan
+            && m.self_filter == self.self_filter
+            && m.stamps == stamps
+            && m.dns_due.is_none_or(|due| now < due)
+        {
+            return None;
+        }
+        let got = self.collect(plan, now);
+        self.memo = (got.errors.is_empty() && got.dns_errors.is_empty()).then(|| Memo {
+            plan: plan.clone(),
+            self_filter: self.self_filter.clone(),
+            stamps,
+            dns_due: self.names.values().map(|n| n.at + self.dns_interval).min(),
+        });
+        Some(got)
     }
 
     /// The addresses of `host`:`port`, looked up when never done or older than the DNS interval; on failure
@@ -838,6 +891,68 @@ url = "postgres://app@10.0.0.7/app"
         assert!(c.collect(&plan, now).errors.is_empty());
         std::fs::write(&path, "10.0.0.8\n").unwrap();
         assert_eq!(c.collect(&plan, now).targets[0].target, "10.0.0.8");
+    }
+
+    #[test]
+    fn unchanged_inputs_are_not_collected_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peers");
+        std::fs::write(&path, "10.0.0.2\n").unwrap();
+        let answers: Arc<Mutex<Vec<SocketAddr>>> =
+            Arc::new(Mutex::new(vec!["10.1.0.2:11111".parse().unwrap()]));
+        let a = answers.clone();
+        let lookup: Box<Lookup> = Box::new(move |_, _| Ok(a.lock().unwrap().clone()));
+        let plan = Plan {
+            sources: vec![
+                Source::File {
+                    path: path.clone(),
+                    template: template(),
+                },
+                Source::Dns {
+                    text: "svc.local".into(),
+                    template: template(),
+                },
+            ],
+        };
+        let mut c = Collector::new(lookup, Duration::from_secs(60), SelfFilter::default());
+        let t0 = Instant::now();
+        assert_eq!(c.collect_if_changed(&plan, t0).unwrap().targets.len(), 2);
+        assert!(
+            c.collect_if_changed(&plan, t0 + Duration::from_secs(1))
+                .is_none()
+        );
+        // The file changes: collected again.
+        std::fs::write(&path, "10.0.0.2\n10.0.0.3\n").unwrap();
+        let got = c
+            .collect_if_changed(&plan, t0 + Duration::from_secs(2))
+            .unwrap();
+        assert_eq!(got.targets.len(), 3);
+        assert!(
+            c.collect_if_changed(&plan, t0 + Duration::from_secs(3))
+                .is_none()
+        );
+        // The name is due again: collected again, with the new answer.
+        *answers.lock().unwrap() = vec!["10.1.0.9:11111".parse().unwrap()];
+        let got = c
+            .collect_if_changed(&plan, t0 + Duration::from_secs(61))
+            .unwrap();
+        assert!(got.targets.iter().any(|t| t.target == "10.1.0.9"));
+        // Another plan or self filter: collected again.
+        let one = Plan {
+            sources: plan.sources[..1].to_vec(),
+        };
+        assert_eq!(
+            c.collect_if_changed(&one, t0 + Duration::from_secs(62))
+                .unwrap()
+                .targets
+                .len(),
+            2
+        );
+        c.self_filter.local = vec!["10.0.0.3".parse().unwrap()];
+        assert!(
+            c.collect_if_changed(&one, t0 + Duration::from_secs(63))
+                .is_some()
+        );
     }
 
     #[test]

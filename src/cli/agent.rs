@@ -212,7 +212,12 @@ impl Watch {
                 }
             }
         }
-        let got = self.collector.collect(&self.plan, Instant::now());
+        let Some(got) = self
+            .collector
+            .collect_if_changed(&self.plan, Instant::now())
+        else {
+            return;
+        };
         for e in &got.errors {
             note(config::scrub(e));
         }
