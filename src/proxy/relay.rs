@@ -45,6 +45,9 @@ pub const BUF: usize = 128 * 1024;
 /// A read at least this large switches a direction to splice(2) for the next reads.
 pub const SPLICE_FROM: usize = 16 * 1024;
 
+/// A pass-through direction that splices keeps splicing while its reads are at least this large.
+const STAY_SPLICED: usize = 2048;
+
 /// How many reads one direction gets per turn before the loop serves the other connections.
 const READS_PER_TURN: usize = 16;
 
@@ -192,6 +195,8 @@ struct Dir {
     done: bool,
     /// The window is full until this time.
     window_wait: Option<Instant>,
+    /// The receiver could not take the chunk that is due: waiting for it to become writable.
+    blocked: bool,
 }
 
 impl Dir {
@@ -207,6 +212,7 @@ impl Dir {
             eof: false,
             done: false,
             window_wait: None,
+            blocked: false,
         }
     }
 
@@ -217,9 +223,14 @@ impl Dir {
         self.pipe.as_ref()
     }
 
-    /// When this direction next needs the loop by time.
+    /// When this direction next needs the loop by time: its next release, or the window opening (a chunk
+    /// that is due already waits for its receiver, which an event tells, not a timer).
     fn next_time(&self) -> Option<Instant> {
-        let front = self.queue.front().map(|c| c.release);
+        let front = self
+            .queue
+            .front()
+            .filter(|_| !self.blocked)
+            .map(|c| c.release);
         match (front, self.window_wait) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -327,9 +338,11 @@ impl Relay {
     fn flush(&mut self, conn: &Conn, way: Way) -> Result<bool, ()> {
         let d = &mut self.dirs[idx(way)];
         let dst = conn.dst(way);
+        d.blocked = true;
         let mut now = Instant::now();
         while let Some(c) = d.queue.front_mut() {
             if c.release > now {
+                d.blocked = false;
                 return Ok(true);
             }
             match &mut c.what {
@@ -371,6 +384,7 @@ impl Relay {
                 conn.window(way).ack_at(now + back, c.len as u64);
             }
         }
+        d.blocked = false;
         Ok(true)
     }
 
@@ -468,7 +482,9 @@ impl Relay {
             if use_splice {
                 d.piped += n;
             }
-            d.bulk = n >= SPLICE_FROM;
+            // Pass-through stays with splice until the reads get small (a stream under load arrives in
+            // pieces); a delayed direction copies reads below SPLICE_FROM, to keep their kernel arrival stamps.
+            d.bulk = n >= SPLICE_FROM || (use_splice && fast && n >= STAY_SPLICED);
             // The impairment may have changed since it was read: the data follows the new one.
             let now_imp = conn.shared.impairment();
             if !Arc::ptr_eq(&imp, &now_imp) {
