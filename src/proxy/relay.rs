@@ -197,6 +197,8 @@ struct Dir {
     window_wait: Option<Instant>,
     /// The receiver could not take the chunk that is due: waiting for it to become writable.
     blocked: bool,
+    /// The window was found full since the last read.
+    window_was_full: bool,
 }
 
 impl Dir {
@@ -213,6 +215,7 @@ impl Dir {
             done: false,
             window_wait: None,
             blocked: false,
+            window_was_full: false,
         }
     }
 
@@ -440,11 +443,14 @@ impl Relay {
                     Ok(n) => n,
                     Err(t) => {
                         d.window_wait = t;
+                        d.window_was_full = true;
                         return DirTurn::Wait;
                     }
                 }
             };
-            let window_open = Instant::now();
+            // Data that waited in the socket buffer for a full window entered the emulated path only when
+            // the window opened; otherwise its kernel arrival stamp counts.
+            let window_open = std::mem::take(&mut d.window_was_full).then(Instant::now);
             let read = if use_splice {
                 let p = d.pipe.as_ref().expect("pipe");
                 splice(src.as_raw_fd(), p.w.as_raw_fd(), reserved).map(|n| (n, Instant::now()))
@@ -459,7 +465,7 @@ impl Relay {
                 delay::read_stamped(src.as_raw_fd(), &mut buf[..reserved])
             };
             let (n, arrival) = match read {
-                Ok((n, stamp)) => (n, stamp.max(window_open)),
+                Ok((n, stamp)) => (n, window_open.map_or(stamp, |w| stamp.max(w))),
                 Err(e) => {
                     if !fast {
                         window.unreserve(reserved);
@@ -673,7 +679,12 @@ impl Loop {
                 None => Some(SWEEP),
             };
             // Delayed data pending: this thread must wake on time even on a loaded machine.
-            let want_rt = !self.heap.is_empty();
+            // Delayed data pending, or a delay in force (arrivals must be read on time too): this thread must
+            // wake on time even on a loaded machine.
+            let want_rt = !self.heap.is_empty() || {
+                let imp = self.shared.impairment();
+                !imp.is_pass_through(Way::Up) || !imp.is_pass_through(Way::Down)
+            };
             if want_rt != realtime {
                 if want_rt {
                     delay::realtime_for_this_thread();

@@ -297,7 +297,7 @@ impl Drop for ActiveGuard {
 }
 
 /// Connects one accepted client upstream (it was counted in `active` by the accept loop; the connection's
-/// guard releases it) and parks it in the lobby until it has something to relay.
+/// guard releases it) and hands it to an event loop.
 fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loops) {
     let t = shared.totals();
     let counters = shared.register(peer);
