@@ -7,6 +7,10 @@
 #   accuracy:   roundtrip ping through `roundtrip proxy --delay 20ms` (both directions): median and p99
 #
 #   idle CPUs:  the same with --cpu-wake (the wake-up of halted CPUs hidden; root)
+#   busy conns: CONNS connections (default 10,000, capped by the fd limit: the proxy holds 2 per connection),
+#               each a 64 B ping-pong once per second (bench/busy_conns.py), through `roundtrip proxy`
+#               pass-through and --delay 20ms: the proxy's threads and RSS (peak of 1 s samples), RTT p50/p99
+#               and the share answered; with BASELINE, the old build at BASE_CONNS (default 1,000) connections.
 #
 # Interleaved: every round runs every peer once, in turn; the figures are medians over the rounds.
 # Usage: bench/proxy.sh [ROUNDS (default 5)] [SECONDS per run (default 3)]
@@ -57,7 +61,7 @@ fi
 sleep 1
 
 ping_json() { "$RT" ping 127.0.0.1:"$1" -t "${2}s" --warmup 500ms --json > "$3"; }
-iperf_json() { iperf3 -c 127.0.0.1 -p "$1" -t "$SECS" -J > "$2"; }
+iperf_json() { iperf3 -c 127.0.0.1 -p "$1" -t "$SECS" -J > "$2" || true; }
 
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) (shared with other jobs), kernel $(uname -r)"
 for r in $(seq 1 "$ROUNDS"); do
@@ -73,9 +77,47 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r/$ROUNDS done" >&2
 done
 
-python3 - "$WORK" "$ROUNDS" "$PING_PEERS" "$IPERF_PEERS" "$DELAY_PEERS" <<'PY'
+# Many busy connections: one run per proxy (opening them takes a while), after the rounds.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+FDMAX=$(ulimit -n)
+CONNS=${CONNS:-10000}
+if [ $((CONNS * 2 + 100)) -gt "$FDMAX" ]; then
+    CONNS=$(( (FDMAX - 100) / 2 / 100 * 100 ))
+    echo "busy conns: the fd limit here is $FDMAX (hard), so $CONNS connections (2 fds each in the proxy)" >&2
+fi
+BUSY_SECS=${BUSY_SECS:-20}
+busy_run() { # NAME BINARY CONNS EXTRA...
+    local name=$1 bin=$2 n=$3; shift 3
+    local e p pp ep cp peak_t=0 peak_r=0
+    e=$(free_port); p=$(free_port)
+    python3 bench/busy_conns.py echo "$e" & ep=$!
+    "$bin" proxy --listen 127.0.0.1:"$p" --upstream 127.0.0.1:"$e" --max-clients 20000 "$@" >/dev/null 2>&1 & pp=$!
+    sleep 1
+    python3 bench/busy_conns.py client 127.0.0.1 "$p" "$n" "$BUSY_SECS" > "$WORK/busy.$name.json" & cp=$!
+    while kill -0 "$cp" 2>/dev/null; do
+        t=$(awk '/^Threads:/{print $2}' /proc/$pp/status 2>/dev/null || echo 0)
+        r=$(awk '/^VmRSS:/{print $2}' /proc/$pp/status 2>/dev/null || echo 0)
+        [ "${t:-0}" -gt "$peak_t" ] && peak_t=$t
+        [ "${r:-0}" -gt "$peak_r" ] && peak_r=$r
+        sleep 1
+    done
+    echo "{\"threads\": $peak_t, \"rss_kib\": $peak_r}" > "$WORK/busy.$name.proc.json"
+    kill "$pp" "$ep" 2>/dev/null || true
+    wait "$pp" "$ep" 2>/dev/null || true
+    echo "busy conns: $name done" >&2
+}
+BUSY_PEERS="roundtrip roundtrip-delay20"
+busy_run roundtrip "$RT" "$CONNS"
+busy_run roundtrip-delay20 "$RT" "$CONNS" --delay 20ms
+if [ -n "${BASELINE:-}" ]; then
+    busy_run baseline "$BASELINE" "${BASE_CONNS:-1000}"
+    BUSY_PEERS="$BUSY_PEERS baseline"
+fi
+
+python3 - "$WORK" "$ROUNDS" "$PING_PEERS" "$IPERF_PEERS" "$DELAY_PEERS" "$BUSY_PEERS" <<'PY'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
+busy_peers = sys.argv[6].split()
 names = lambda arg: [p.split(":")[0] for p in arg.split()]
 ping_peers, iperf_peers, delay_peers = names(sys.argv[3]), names(sys.argv[4]), names(sys.argv[5])
 def load(kind, peer):
@@ -87,7 +129,8 @@ def ping(peer):
             [d["summary"]["rtt"]["p50_ns"] for d in docs])
 def iperf(peer):
     docs = load("iperf", peer)
-    v = [d["end"]["sum_received"]["bits_per_second"] for d in docs]
+    # A round whose iperf3 run failed (its JSON has no total) is left out.
+    v = [d["end"]["sum_received"]["bits_per_second"] for d in docs if "sum_received" in d.get("end", {})]
     return statistics.median(v), v
 print(f"\n{rounds} interleaved rounds, medians over rounds\n")
 d50, d99, dl = ping("direct")
@@ -105,4 +148,11 @@ print(f"{'':28} {'p50':>10} {'p99':>10} {'p50 excess':>10}   per-round p50 (ms)"
 for peer in delay_peers:
     p50, p99, l = ping(peer)
     print(f"{peer:28} {p50/1e6:8.3f}ms {p99/1e6:8.3f}ms {(p50-40e6-d50)/1e3:8.1f}us   {[round(x/1e6,3) for x in l]}")
+print(f"\n{'busy conns (64 B/s each)':28} {'conns':>6} {'threads':>8} {'RSS MiB':>8} {'answered':>9} {'p50':>10} {'p99':>10}")
+for peer in busy_peers:
+    b = json.load(open(f"{work}/busy.{peer}.json")); pr = json.load(open(f"{work}/busy.{peer}.proc.json"))
+    share = b["answered"] / max(1, b["sent"])
+    p50 = "-" if b["p50_us"] is None else f"{b['p50_us']/1e3:.2f}ms"
+    p99 = "-" if b["p99_us"] is None else f"{b['p99_us']/1e3:.2f}ms"
+    print(f"{peer:28} {b['conns']:6} {pr['threads']:8} {pr['rss_kib']/1024:8.1f} {share:9.1%} {p50:>10} {p99:>10}")
 PY

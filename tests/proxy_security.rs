@@ -346,3 +346,46 @@ fn too_many_api_clients_at_once_are_closed_and_the_api_recovers() {
         r.starts_with("HTTP/1.1 200")
     });
 }
+
+/// Threads of a running process, from /proc/PID/status.
+fn threads_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn many_busy_connections_share_a_few_threads() {
+    // 300 connections open at once, all of them busy in turn, through a pass-through proxy and a delayed one:
+    // the proxy's threads stay a small fixed number (its event loops, accept, main), not two per connection.
+    const CONNS: usize = 300;
+    let upstream = echo_server();
+    let cores = thread::available_parallelism().map_or(2, |n| n.get());
+    for extra in [&[][..], &["--delay", "2ms"][..]] {
+        let mut kids = common::procs::Kids(Vec::new());
+        let port = kids.proxy(upstream.port(), extra);
+        let pid = kids.0.last().unwrap().id();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut conns: Vec<TcpStream> = (0..CONNS).map(|_| connect(addr)).collect();
+        for round in 0..3u8 {
+            for (i, c) in conns.iter_mut().enumerate() {
+                echo(c, &[round, (i % 251) as u8, 7, 7]).unwrap();
+            }
+        }
+        // Every connection is open and has relayed data both ways; the short-lived connect threads end.
+        let bound = cores.min(16) + 8;
+        eventually(
+            &format!("the proxy ({extra:?}) to run on at most {bound} threads"),
+            || threads_of(pid) <= bound,
+        );
+        for (i, c) in conns.iter_mut().enumerate() {
+            echo(c, &[9, (i % 251) as u8]).unwrap();
+        }
+        assert!(threads_of(pid) <= bound, "{} threads", threads_of(pid));
+    }
+}

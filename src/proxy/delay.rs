@@ -330,9 +330,8 @@ impl Drop for CpusAwake {
     }
 }
 
-/// Kernel sleep until `t` on CLOCK_MONOTONIC with an absolute deadline (no drift from a relative sleep that
-/// starts late); returns early on a signal, which the caller's loop handles.
-fn sleep_abs(t: Instant) {
+/// `t` as an absolute CLOCK_MONOTONIC time (the clock [`Instant`] uses), for kernel timers.
+fn abs_timespec(t: Instant) -> libc::timespec {
     let now = Instant::now();
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -347,10 +346,16 @@ fn sleep_abs(t: Instant) {
         sec += 1;
         nsec -= 1_000_000_000;
     }
-    let deadline = libc::timespec {
+    libc::timespec {
         tv_sec: sec,
         tv_nsec: nsec,
-    };
+    }
+}
+
+/// Kernel sleep until `t` on CLOCK_MONOTONIC with an absolute deadline (no drift from a relative sleep that
+/// starts late); returns early on a signal, which the caller's loop handles.
+fn sleep_abs(t: Instant) {
+    let deadline = abs_timespec(t);
     // SAFETY: a valid absolute timespec; no remainder is asked for with TIMER_ABSTIME.
     unsafe {
         libc::clock_nanosleep(
@@ -359,6 +364,78 @@ fn sleep_abs(t: Instant) {
             &deadline,
             std::ptr::null_mut(),
         );
+    }
+}
+
+/// A kernel timer an event loop polls (timerfd, absolute CLOCK_MONOTONIC deadline, nanosecond resolution):
+/// the event-loop form of the sleep in [`sleep_until`]. The loop arms it at the [`wake_margin`] before its
+/// next release, and spins (polling its other sockets without waiting) for the rest.
+#[derive(Debug)]
+pub struct LoopTimer {
+    fd: std::os::fd::OwnedFd,
+    armed: Option<Instant>,
+}
+
+impl LoopTimer {
+    /// A disarmed timer.
+    pub fn new() -> std::io::Result<LoopTimer> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: timerfd_create returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just created and is owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(LoopTimer { fd, armed: None })
+    }
+
+    /// The descriptor to poll (readable when the timer fired).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Makes the timer fire at `t` (unless it is armed for that time already).
+    pub fn arm(&mut self, t: Instant) {
+        if self.armed == Some(t) {
+            return;
+        }
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: abs_timespec(t.max(Instant::now() + Duration::from_nanos(1))),
+        };
+        // SAFETY: a valid itimerspec; the old value is not asked for.
+        unsafe {
+            libc::timerfd_settime(
+                self.raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            );
+        }
+        self.armed = Some(t);
+    }
+
+    /// After the descriptor was reported readable: consumes the expiry and learns how late it woke (the
+    /// oversleep moves the process-wide [`wake_margin`], as [`sleep_until`]'s sleeps do).
+    pub fn fired(&mut self) {
+        let mut n = 0u64;
+        // SAFETY: reads at most 8 bytes into a u64 owned by this frame.
+        let r = unsafe { libc::read(self.raw_fd(), (&raw mut n).cast(), 8) };
+        if r == 8
+            && let Some(t) = self.armed.take()
+        {
+            learn_oversleep(Instant::now().saturating_duration_since(t));
+        }
     }
 }
 

@@ -1,19 +1,21 @@
 //! The impairment proxy: puts a far-away network between a client and its server, without root and without
 //! netem.
 //!
-//! - TCP ([`tcp`]): a terminating relay. Each direction of each connection has its own delay line
-//!   ([`delay`]) released by a dedicated thread with precise timers, so data keeps its order and a 20 ms delay
-//!   comes out at 20 ms plus microseconds. Rate limits ([`rate`]) per connection and for all together, window
+//! - TCP ([`tcp`], [`relay`]): a terminating relay. Each direction of each connection has its own delay line
+//!   ([`delay`]) released by the proxy's event loops with precise timers, so data keeps its order and a 20 ms
+//!   delay comes out at 20 ms plus microseconds. Rate limits ([`rate`]) per connection and for all together, window
 //!   emulation ([`window`]) so bulk transfers feel the latency as real TCP does, and faults ([`faults`]).
 //! - UDP ([`udp`]): per-datagram delay, jitter, loss (random and Gilbert-Elliott), reordering, duplication.
 //! - Control ([`control`]): a small HTTP API to read and replace the [`Impairment`] while connections stay up
 //!   (open connections follow delay, jitter and rate from their next chunk, and faults from the change on),
 //!   and to read the counters.
 //!
-//! Concurrency model: plain threads. A direction with no impairment is relayed by its reader thread directly
-//! (no queue, no copies beyond read/write); as soon as it has delay, jitter or rate, a releasing thread is
-//! started for it that sleeps (absolute deadline) to each chunk's release time and spins the last
-//! [`delay::wake_margin`], keeping idle CPUs awake meanwhile so the receiver wakes at once.
+//! Concurrency model (TCP): a fixed number of event-loop threads ([`relay`], one per core) relay every
+//! connection with non-blocking sockets. A direction with no impairment is written straight on (bulk data
+//! spliced socket -> pipe -> socket, without copies to user space); a delayed one keeps its chunks (in its
+//! pipe when bulk) until their release time, which the loop's timer heap wakes it for: a timerfd until
+//! the [`delay::wake_margin`] before it, then a spin, keeping idle CPUs awake meanwhile when asked so the
+//! receiver wakes at once. UDP has one thread per proxy.
 
 pub mod bridge;
 pub mod control;
@@ -22,6 +24,7 @@ pub mod faults;
 pub mod impairment;
 pub mod packet;
 pub mod rate;
+pub mod relay;
 pub mod tcp;
 pub mod udp;
 pub mod window;
@@ -70,7 +73,8 @@ pub struct ProxyConfig {
     pub control_token: Option<ControlToken>,
 }
 
-/// Default of [`ProxyConfig::max_clients`]: each relayed TCP connection holds two threads and two sockets.
+/// Default of [`ProxyConfig::max_clients`]: each relayed TCP connection holds two sockets (and a pipe per
+/// direction once it carried bulk data).
 pub const DEFAULT_MAX_CLIENTS: usize = 4096;
 /// Default of [`ProxyConfig::idle_timeout`].
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);

@@ -61,6 +61,30 @@ impl Window {
         }
     }
 
+    /// Like [`Window::reserve`] without waiting: `Ok(n)` reserved (0: the window was closed), or `Err(when)`
+    /// while `limit` bytes are unacknowledged, with the time the next acknowledgement is due (`None`: none is
+    /// pending yet; one is recorded when data is released).
+    pub fn try_reserve(&self, want: usize, limit: u64) -> Result<usize, Option<Instant>> {
+        let mut s = self.state.lock().expect("window lock");
+        if s.closed {
+            return Ok(0);
+        }
+        let now = Instant::now();
+        while let Some(&(t, n)) = s.acks.front() {
+            if t > now {
+                break;
+            }
+            s.acks.pop_front();
+            s.in_flight = s.in_flight.saturating_sub(n);
+        }
+        if s.in_flight < limit {
+            let n = (want as u64).min(limit - s.in_flight);
+            s.in_flight += n;
+            return Ok(n as usize);
+        }
+        Err(s.acks.front().map(|&(t, _)| t))
+    }
+
     /// Counts `n` bytes as unacknowledged without waiting (data read before the window applied).
     pub fn charge(&self, n: usize) {
         self.state.lock().expect("window lock").in_flight += n as u64;
