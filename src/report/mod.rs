@@ -1,10 +1,9 @@
 //! Exporters: turn typed results into bytes (terminal text, JSON, CSV). Nothing here does network I/O.
 //!
 //! One file per format, as hyperfine does: [`text`], [`json`], [`csv`]. Pictures: [`svg`] (the chart library),
-//! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`), [`kinds`] (the
-//! builders of every kind but ping and sweep), [`load`] (reading
+//! [`html`] (the self-contained page), [`charts`] (which charts a result gets, by `kind`: one file per kind), [`load`] (reading
 //! saved results and full logs back), [`downsample`] (min/max per pixel column), [`ratelimit`] (log lines
-//! at most once per reason per second), [`tcpwatch`] (the `roundtrip tcp` report).
+//! at most once per reason per second).
 
 pub mod charts;
 pub mod csv;
@@ -12,11 +11,9 @@ pub mod downsample;
 pub mod heatmap;
 pub mod html;
 pub mod json;
-pub mod kinds;
 pub mod load;
 pub mod ratelimit;
 pub mod svg;
-pub mod tcpwatch;
 pub mod text;
 pub mod traffic;
 pub mod whatif;
