@@ -46,7 +46,7 @@ impl std::fmt::Display for Transport {
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// After this long (measured phase only).
-    Duration(#[serde(serialize_with = "crate::report::ser_duration_s")] Duration),
+    Duration(#[serde(serialize_with = "crate::doc::ser::secs::serialize")] Duration),
     /// After this many round trips.
     Count(u64),
 }

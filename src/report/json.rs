@@ -3,42 +3,13 @@
 //! Every document has `format` ([`FORMAT`]), `format_version`, `kind` (the command) and `environment`, so that
 //! readers such as a report renderer can tell what they were given.
 
+pub use crate::doc::{
+    Envelope, Environment, FORMAT, FORMAT_VERSION, Interrupted, envelope_bytes, to_bytes,
+};
 use crate::probe::ping::{IntervalRow, PeerKind, PingResult, Stop, Transport};
 use crate::stats::{Bucket, PercentilePoint, Summary};
 use serde::Serialize;
 use std::time::{Duration, UNIX_EPOCH};
-
-/// Value of the `format` field of every document.
-pub const FORMAT: &str = "roundtrip";
-/// Version of the document layout.
-pub const FORMAT_VERSION: u32 = 1;
-
-/// Where a result was measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Environment {
-    /// roundtrip's version.
-    pub roundtrip_version: &'static str,
-    /// Host name of the measuring machine.
-    pub hostname: String,
-    /// Kernel release (`uname -r`).
-    pub kernel: String,
-}
-
-impl Environment {
-    /// Reads the environment of this machine.
-    pub fn current() -> Self {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        Environment {
-            roundtrip_version: env!("CARGO_PKG_VERSION"),
-            hostname: read("/proc/sys/kernel/hostname"),
-            kernel: read("/proc/sys/kernel/osrelease"),
-        }
-    }
-}
 
 /// Settings of a ping run, as recorded in its document.
 #[derive(Debug, Clone, Serialize)]
@@ -118,75 +89,6 @@ pub struct PingDoc {
     pub interrupted: Option<Interrupted>,
 }
 
-/// How far a run that Ctrl-C cut short got, against what it was asked to do: the figures of its document
-/// cover that part only. Absent from a run that ended by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interrupted {
-    /// Measuring time done when it was cut, seconds.
-    pub after_s: f64,
-    /// Measuring time asked for, seconds (a run given a duration).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub planned_s: Option<f64>,
-    /// Units done (a run given a count): round trips, attempts, cells, ...
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub done: Option<u64>,
-    /// Units asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub planned: Option<u64>,
-    /// What the units are ("round trips", "attempts", "cells").
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unit: Option<&'static str>,
-}
-
-impl Interrupted {
-    /// A run given a duration, cut after `after` of `planned`.
-    pub fn duration(after: Duration, planned: Duration) -> Self {
-        Interrupted {
-            after_s: after.as_secs_f64(),
-            planned_s: Some(planned.as_secs_f64()),
-            done: None,
-            planned: None,
-            unit: None,
-        }
-    }
-
-    /// A run given a count, cut after `done` of `planned` `unit` (and `after` of measuring time).
-    pub fn count(after: Duration, done: u64, planned: u64, unit: &'static str) -> Self {
-        Interrupted {
-            after_s: after.as_secs_f64(),
-            planned_s: None,
-            done: Some(done),
-            planned: Some(planned),
-            unit: Some(unit),
-        }
-    }
-
-    /// A ping-pong run's stop rule, when it was cancelled.
-    pub fn of_stop(cancelled: bool, stop: Stop, elapsed: Duration, done: u64) -> Option<Self> {
-        cancelled.then(|| match stop {
-            Stop::Duration(d) => Interrupted::duration(elapsed, d),
-            Stop::Count(n) => Interrupted::count(elapsed, done, n, "round trips"),
-        })
-    }
-
-    /// The line printed under the results: `interrupted (Ctrl-C) after 2.00s of 10.0s: ...`.
-    pub fn line(&self) -> String {
-        let done = match (self.planned_s, self.done, self.planned, self.unit) {
-            (Some(p), _, _, _) => format!(
-                "{} of {}",
-                crate::units::fmt_nanos(self.after_s * 1e9),
-                crate::units::fmt_nanos(p * 1e9)
-            ),
-            (None, Some(d), Some(p), Some(u)) => format!(
-                "{d} of {p} {u} ({})",
-                crate::units::fmt_nanos(self.after_s * 1e9)
-            ),
-            _ => crate::units::fmt_nanos(self.after_s * 1e9),
-        };
-        format!("interrupted (Ctrl-C) after {done}: the figures above cover that part only\n")
-    }
-}
-
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -245,46 +147,4 @@ impl PingDoc {
             interrupted: Interrupted::of_stop(r.cancelled, stop, r.elapsed, r.sent),
         }
     }
-}
-
-/// The envelope of a document whose result type has no envelope fields of its own: `format`,
-/// `format_version`, `kind` and `environment`, then the result's fields flattened beside them.
-#[derive(Debug, Clone, Serialize)]
-pub struct Envelope<T: Serialize> {
-    /// Always [`FORMAT`].
-    pub format: &'static str,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// The command that made the document.
-    pub kind: &'static str,
-    /// Where it ran.
-    pub environment: Environment,
-    /// The result itself.
-    #[serde(flatten)]
-    pub result: T,
-}
-
-impl<T: Serialize> Envelope<T> {
-    /// Wraps `result` in the envelope of this machine.
-    pub fn new(kind: &'static str, result: T) -> Self {
-        Envelope {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind,
-            environment: Environment::current(),
-            result,
-        }
-    }
-}
-
-/// Wraps `result` in an [`Envelope`] of this machine and serialises it with [`to_bytes`].
-pub fn envelope_bytes<T: Serialize>(kind: &'static str, result: T) -> Vec<u8> {
-    to_bytes(&Envelope::new(kind, result))
-}
-
-/// Serialises any document as pretty JSON followed by a newline.
-pub fn to_bytes<T: Serialize>(doc: &T) -> Vec<u8> {
-    let mut out = serde_json::to_vec_pretty(doc).expect("documents always serialise");
-    out.push(b'\n');
-    out
 }

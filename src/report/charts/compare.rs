@@ -1,11 +1,11 @@
 //! The `compare` report: the same round trip measured several ways, side by side.
 
 use super::draw::{
-    Options, Run, SummaryIn, categories, heading, min_p50_p99_bars, summary_row, summary_table,
-    typed,
+    Options, Run, categories, heading, min_p50_p99_bars, summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
+use crate::stats::Summary;
 use serde::Deserialize;
 
 /// One row of a `compare` document.
@@ -16,7 +16,7 @@ pub struct CompareRowIn {
     /// Measurements attempted.
     pub attempts: u64,
     /// Statistics of the successful ones.
-    pub summary: SummaryIn,
+    pub summary: Summary,
     /// Why some failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -58,7 +58,7 @@ pub(super) fn compare(runs: &[Run], opts: &Options) -> Result<Section, LoadError
         docs.iter()
             .flat_map(|d| d.rows.iter().map(|r| r.label.as_str())),
     );
-    let rows: Vec<Vec<Option<SummaryIn>>> = docs
+    let rows: Vec<Vec<Option<Summary>>> = docs
         .iter()
         .map(|d| {
             cats.iter()

@@ -1,10 +1,11 @@
 //! The `connect` report: handshake times over time, distribution and percentiles; refusals and timeouts.
 
 use super::draw::{
-    Options, Run, SummaryIn, early, heading, sample_figures, summary_row, summary_table, typed,
+    Options, Run, early, heading, sample_figures, summary_row, summary_table, typed,
 };
 use crate::report::html::Section;
 use crate::report::load::LoadError;
+use crate::stats::Summary;
 use serde::Deserialize;
 
 /// One attempt of a `connect` document.
@@ -22,9 +23,9 @@ pub struct AttemptIn {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ConnectIn {
     /// SYN -> SYN-ACK statistics.
-    pub handshake: SummaryIn,
+    pub handshake: Summary,
     /// SYN -> RST statistics.
-    pub refused: SummaryIn,
+    pub refused: Summary,
     /// Every attempt.
     pub attempts: Vec<AttemptIn>,
     /// Why the run ended early.

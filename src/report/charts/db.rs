@@ -1,41 +1,41 @@
 //! The `db` report: connection phases, ping and query round trips, fetch, the database link.
 
 use super::draw::{
-    Options, PercentileIn, Run, SummaryIn, early, heading, latency_axis, min_p50_p99_bars,
-    summary_row, summary_table, typed,
+    Options, Run, early, heading, latency_axis, min_p50_p99_bars, summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
+use crate::stats::{PercentilePoint, Summary};
 use serde::Deserialize;
 
 /// The connection phases of a `db` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PhasesIn {
     /// Name lookup.
-    pub dns: SummaryIn,
+    pub dns: Summary,
     /// TCP handshake.
-    pub tcp_handshake: SummaryIn,
+    pub tcp_handshake: Summary,
     /// TLS handshake.
-    pub tls: SummaryIn,
+    pub tls: Summary,
     /// Protocol startup and authentication.
-    pub startup: SummaryIn,
+    pub startup: Summary,
     /// First query on a new connection.
-    pub first_query: SummaryIn,
+    pub first_query: Summary,
 }
 
 /// The fetch part of a `db` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct FetchIn {
     /// Statistics of the fetches.
-    pub summary: SummaryIn,
+    pub summary: Summary,
 }
 
 /// The multi-row part of a `db --link` document.
 #[derive(Debug, Clone, Deserialize)]
 pub struct LinkMultiIn {
     /// Statistics of the multi-row calls.
-    pub summary: SummaryIn,
+    pub summary: Summary,
 }
 
 /// What the db report reads from the `link` part of a `db --link` document.
@@ -45,11 +45,11 @@ pub struct LinkIn {
     #[serde(default)]
     pub target: String,
     /// Single-row round trips through the link.
-    pub round_trip: SummaryIn,
+    pub round_trip: Summary,
     /// Multi-row calls through the link.
     pub multi_row: LinkMultiIn,
     /// The call as the client saw it.
-    pub client_statement: SummaryIn,
+    pub client_statement: Summary,
 }
 
 /// What the db report reads from a `db --json` document.
@@ -61,9 +61,9 @@ pub struct DbIn {
     /// Connection phases.
     pub phases: PhasesIn,
     /// Protocol-level ping.
-    pub ping: SummaryIn,
+    pub ping: Summary,
     /// The query.
-    pub query: SummaryIn,
+    pub query: Summary,
     /// Fetching the rows.
     pub fetch: FetchIn,
     /// Remarks of the run.
@@ -76,7 +76,7 @@ pub struct DbIn {
 
 impl DbIn {
     /// (phase name, statistics) in the order a session goes through them.
-    pub fn phases(&self) -> Vec<(&'static str, SummaryIn)> {
+    pub fn phases(&self) -> Vec<(&'static str, Summary)> {
         let p = &self.phases;
         let mut v = vec![
             ("dns", p.dns),
@@ -132,7 +132,7 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         })
         .map(String::from)
         .collect();
-    let rows: Vec<Vec<Option<SummaryIn>>> = docs
+    let rows: Vec<Vec<Option<Summary>>> = docs
         .iter()
         .map(|d| {
             cats.iter()
@@ -196,11 +196,11 @@ fn phase_log_figures(sec: &mut Section, runs: &[Run], opts: &Options) {
                 color,
                 Mark::Columns(o.columns.ranges()),
             ));
-            let pts: Vec<PercentileIn> = o
+            let pts: Vec<PercentilePoint> = o
                 .histogram
                 .percentile_curve()
                 .iter()
-                .map(|p| PercentileIn {
+                .map(|p| PercentilePoint {
                     percentile: p.percentile,
                     value_ns: p.value_ns,
                 })

@@ -7,7 +7,7 @@ use crate::report::html::{Figure, RunInfo, Section, Table};
 use crate::report::load::{FULL_LOG_COLUMNS, FullLogSeries, LoadError, Loaded, PhaseLog};
 use crate::report::svg::{Axis, Chart, Mark, ScaleKind, Series, Unit};
 use crate::report::text::{SUMMARY_COLUMNS, summary_cells};
-use crate::stats::{LatencyHistogram, Summary};
+use crate::stats::{Bucket, LatencyHistogram, PercentilePoint, Summary};
 use serde::Deserialize;
 
 /// One result to draw.
@@ -64,66 +64,6 @@ impl Default for Options {
 
 // ---------------------------------------------------------------------------------------------------------
 // Typed inputs (only the fields the charts read; extra fields are ignored).
-
-/// A latency summary as written in documents.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SummaryIn {
-    /// Number of values.
-    pub count: u64,
-    /// Smallest.
-    pub min_ns: u64,
-    /// Mean.
-    pub mean_ns: f64,
-    /// Standard deviation.
-    pub stddev_ns: f64,
-    /// Median.
-    pub p50_ns: u64,
-    /// 90th percentile.
-    pub p90_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// 99.9th percentile.
-    pub p99_9_ns: u64,
-    /// 99.99th percentile.
-    pub p99_99_ns: u64,
-    /// Largest.
-    pub max_ns: u64,
-}
-
-impl From<SummaryIn> for Summary {
-    fn from(s: SummaryIn) -> Summary {
-        Summary {
-            count: s.count,
-            min_ns: s.min_ns,
-            mean_ns: s.mean_ns,
-            stddev_ns: s.stddev_ns,
-            p50_ns: s.p50_ns,
-            p90_ns: s.p90_ns,
-            p99_ns: s.p99_ns,
-            p99_9_ns: s.p99_9_ns,
-            p99_99_ns: s.p99_99_ns,
-            max_ns: s.max_ns,
-        }
-    }
-}
-
-/// One histogram bucket as written in documents (20 per decade).
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct BucketIn {
-    /// Upper bound, ns.
-    pub le_ns: u64,
-    /// Values in the bucket.
-    pub count: u64,
-}
-
-/// One percentile-curve point as written in documents.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct PercentileIn {
-    /// 0..=100.
-    pub percentile: f64,
-    /// Value, ns.
-    pub value_ns: u64,
-}
 
 /// One per-interval row as written in documents.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -303,7 +243,7 @@ pub(crate) fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -
 
 /// The RTT distribution from histogram buckets (20 per decade) on a log time axis. One result: counts;
 /// several: the share of each result's round trips per bucket, overlaid.
-pub fn distribution(title: &str, hists: &[(&str, &[BucketIn])], opts: &Options) -> Chart {
+pub fn distribution(title: &str, hists: &[(&str, &[Bucket])], opts: &Options) -> Chart {
     let factor = 10f64.powf(1.0 / 20.0);
     let share = hists.len() > 1;
     let y_label = if share {
@@ -349,7 +289,11 @@ pub fn distribution(title: &str, hists: &[(&str, &[BucketIn])], opts: &Options) 
 
 /// The percentile curve on a log 1/(1-p) axis, as HdrHistogram plots it; the last point of each curve is the
 /// maximum, drawn one halving of the tail beyond the last finite percentile.
-pub fn percentile_curve(title: &str, curves: &[(&str, &[PercentileIn])], opts: &Options) -> Chart {
+pub fn percentile_curve(
+    title: &str,
+    curves: &[(&str, &[PercentilePoint])],
+    opts: &Options,
+) -> Chart {
     let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
     for (_, c) in curves {
         for p in c.iter() {
@@ -377,7 +321,7 @@ pub fn percentile_curve(title: &str, curves: &[(&str, &[PercentileIn])], opts: &
 }
 
 /// (1/(1-p), value) for every finite percentile, then the maximum one halving of the tail further right.
-pub fn percentile_points(c: &[PercentileIn]) -> Vec<(f64, f64)> {
+pub fn percentile_points(c: &[PercentilePoint]) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = c
         .iter()
         .filter(|p| p.percentile >= 0.0 && p.percentile < 100.0)
@@ -452,9 +396,9 @@ pub(super) fn summary_table(caption: &str, first: &str) -> Table {
     }
 }
 
-pub(super) fn summary_row(label: &str, what: &str, s: SummaryIn) -> Vec<String> {
+pub(super) fn summary_row(label: &str, what: &str, s: Summary) -> Vec<String> {
     let mut row = vec![label.to_string(), what.to_string()];
-    row.extend(summary_cells(&Summary::from(s)));
+    row.extend(summary_cells(&s));
     row
 }
 
@@ -473,13 +417,13 @@ pub(super) fn min_p50_p99_bars(
     title: &str,
     categories: &[String],
     runs: &[Run],
-    rows: &[Vec<Option<SummaryIn>>],
+    rows: &[Vec<Option<Summary>>],
     opts: &Options,
 ) -> Chart {
     let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
     for (r, cats) in runs.iter().zip(rows) {
         for (stat, pick) in [
-            ("min", (|s: &SummaryIn| s.min_ns) as fn(&SummaryIn) -> u64),
+            ("min", (|s: &Summary| s.min_ns) as fn(&Summary) -> u64),
             ("p50", |s| s.p50_ns),
             ("p99", |s| s.p99_ns),
         ] {
@@ -527,7 +471,7 @@ pub(super) fn sample_series(what: &str, samples: &[(f64, u64)]) -> FullLogSeries
 }
 
 /// Histogram buckets and percentile curve of raw samples, as the documents write them.
-pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<BucketIn>, Vec<PercentileIn>) {
+pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<Bucket>, Vec<PercentilePoint>) {
     let mut h = LatencyHistogram::new();
     for &(_, v) in samples {
         h.record_ns(v);
@@ -535,7 +479,7 @@ pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<BucketIn>, Vec<PercentileI
     let b = h
         .buckets(20)
         .iter()
-        .map(|b| BucketIn {
+        .map(|b| Bucket {
             le_ns: b.le_ns,
             count: b.count,
         })
@@ -543,7 +487,7 @@ pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<BucketIn>, Vec<PercentileI
     let p = h
         .percentile_curve()
         .iter()
-        .map(|p| PercentileIn {
+        .map(|p| PercentilePoint {
             percentile: p.percentile,
             value_ns: p.value_ns,
         })
@@ -590,8 +534,8 @@ pub(super) fn sample_figures(
         id: "rtt-time".into(),
         chart: c,
     });
-    let hp: Vec<(Vec<BucketIn>, Vec<PercentileIn>)> = samples.iter().map(|s| hist_of(s)).collect();
-    let hists: Vec<(&str, &[BucketIn])> = runs
+    let hp: Vec<(Vec<Bucket>, Vec<PercentilePoint>)> = samples.iter().map(|s| hist_of(s)).collect();
+    let hists: Vec<(&str, &[Bucket])> = runs
         .iter()
         .zip(&hp)
         .map(|(r, (b, _))| (r.label.as_str(), b.as_slice()))
@@ -602,7 +546,7 @@ pub(super) fn sample_figures(
         id: "distribution".into(),
         chart: c,
     });
-    let curves: Vec<(&str, &[PercentileIn])> = runs
+    let curves: Vec<(&str, &[PercentilePoint])> = runs
         .iter()
         .zip(&hp)
         .map(|(r, (_, p))| (r.label.as_str(), p.as_slice()))

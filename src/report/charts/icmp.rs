@@ -1,10 +1,11 @@
 //! The `icmp` report: echo round trips over time, distribution and percentiles.
 
 use super::draw::{
-    Options, Run, SummaryIn, early, heading, sample_figures, summary_row, summary_table, typed,
+    Options, Run, early, heading, sample_figures, summary_row, summary_table, typed,
 };
 use crate::report::html::Section;
 use crate::report::load::LoadError;
+use crate::stats::Summary;
 use serde::Deserialize;
 
 /// One probe of an `icmp` document.
@@ -29,7 +30,7 @@ pub struct IcmpIn {
     /// Never answered.
     pub lost: u64,
     /// RTT statistics.
-    pub rtt: SummaryIn,
+    pub rtt: Summary,
     /// Every probe.
     pub probes: Vec<ProbeIn>,
     /// Why the run ended early.

@@ -1,11 +1,12 @@
 //! The `load` report: latency from the scheduled and the actual send, bars and curves.
 
 use super::draw::{
-    BucketIn, Options, PercentileIn, Run, SummaryIn, bar_axis, distribution, early, grouped_bars,
-    heading, percentile_curve, summary_row, summary_table, typed,
+    Options, Run, bar_axis, distribution, early, grouped_bars, heading, percentile_curve,
+    summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
+use crate::stats::{Bucket, PercentilePoint, Summary};
 use crate::units::fmt_bytes;
 use serde::Deserialize;
 
@@ -21,11 +22,11 @@ pub struct LoadSummaryIn {
     /// Whether the rate was held.
     pub rate_held: bool,
     /// Latency from the scheduled send time.
-    pub latency_from_scheduled: SummaryIn,
+    pub latency_from_scheduled: Summary,
     /// Latency from the actual send time.
-    pub latency_from_sent: SummaryIn,
+    pub latency_from_sent: Summary,
     /// Lateness of sends against the schedule.
-    pub schedule_lag: SummaryIn,
+    pub schedule_lag: Summary,
     /// Why the run ended early.
     #[serde(default)]
     pub error: Option<String>,
@@ -38,13 +39,13 @@ pub struct LoadIn {
     pub summary: LoadSummaryIn,
     /// Histogram of the latency from the scheduled send time (absent in documents of older versions).
     #[serde(default)]
-    pub histogram_from_scheduled: Vec<BucketIn>,
+    pub histogram_from_scheduled: Vec<Bucket>,
     /// Percentile curve from the scheduled send time.
     #[serde(default)]
-    pub percentiles_from_scheduled: Vec<PercentileIn>,
+    pub percentiles_from_scheduled: Vec<PercentilePoint>,
     /// Percentile curve from the actual send time.
     #[serde(default)]
-    pub percentiles_from_sent: Vec<PercentileIn>,
+    pub percentiles_from_sent: Vec<PercentilePoint>,
 }
 
 pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
@@ -116,7 +117,7 @@ pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         chart: bars,
     });
     if docs.iter().any(|d| !d.histogram_from_scheduled.is_empty()) {
-        let hists: Vec<(&str, &[BucketIn])> = runs
+        let hists: Vec<(&str, &[Bucket])> = runs
             .iter()
             .zip(&docs)
             .map(|(r, d)| (r.label.as_str(), d.histogram_from_scheduled.as_slice()))
@@ -144,7 +145,7 @@ pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
                 }
             })
             .collect();
-        let mut curves: Vec<(&str, &[PercentileIn])> = Vec::new();
+        let mut curves: Vec<(&str, &[PercentilePoint])> = Vec::new();
         for (n, d) in names.iter().zip(&docs) {
             curves.push((n.0.as_str(), d.percentiles_from_scheduled.as_slice()));
             curves.push((n.1.as_str(), d.percentiles_from_sent.as_slice()));

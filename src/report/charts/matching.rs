@@ -1,11 +1,11 @@
 //! The `capture match` report: both ends of the same requests, and the path between them.
 
 use super::draw::{
-    Options, Run, SummaryIn, bar_axis, categories, grouped_hbars, heading, summary_row,
-    summary_table, typed,
+    Options, Run, bar_axis, categories, grouped_hbars, heading, summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
+use crate::stats::Summary;
 use serde::Deserialize;
 
 /// One operation of a `capture match` document.
@@ -18,15 +18,15 @@ pub struct OpMatchIn {
     /// Requests found in both captures.
     pub matched: u64,
     /// Time to the last byte at the server.
-    pub server: SummaryIn,
+    pub server: Summary,
     /// Time to the last byte at the client.
-    pub client: SummaryIn,
+    pub client: Summary,
     /// Time to the first byte at the server (absent in documents of older versions).
     #[serde(default)]
-    pub server_first_byte: Option<SummaryIn>,
+    pub server_first_byte: Option<Summary>,
     /// Time to the first byte at the client (absent in documents of older versions).
     #[serde(default)]
-    pub client_first_byte: Option<SummaryIn>,
+    pub client_first_byte: Option<Summary>,
 }
 
 /// Pairs found by each method (absent in documents of older versions).

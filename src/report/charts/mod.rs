@@ -34,8 +34,8 @@ pub mod throughput;
 pub mod timeline;
 
 pub use draw::{
-    BucketIn, IntervalIn, Options, PercentileIn, Run, SummaryIn, TimeSource, distribution,
-    grouped_bars, grouped_hbars, latency_over_time, percentile_curve, percentile_points,
+    IntervalIn, Options, Run, TimeSource, distribution, grouped_bars, grouped_hbars,
+    latency_over_time, percentile_curve, percentile_points,
 };
 
 use crate::report::html::{Page, Section};
@@ -164,6 +164,7 @@ pub fn page(title: &str, runs: &[Run], opts: &Options) -> Result<Page, LoadError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::PercentilePoint;
 
     #[test]
     fn unknown_kinds_are_named() {
@@ -182,19 +183,19 @@ mod tests {
     #[test]
     fn percentile_points_put_max_last() {
         let c = [
-            PercentileIn {
+            PercentilePoint {
                 percentile: 0.0,
                 value_ns: 10,
             },
-            PercentileIn {
+            PercentilePoint {
                 percentile: 50.0,
                 value_ns: 20,
             },
-            PercentileIn {
+            PercentilePoint {
                 percentile: 99.0,
                 value_ns: 90,
             },
-            PercentileIn {
+            PercentilePoint {
                 percentile: 100.0,
                 value_ns: 500,
             },

@@ -1,14 +1,14 @@
 //! The `ping` report: RTT over time, its distribution and percentile curve, server turnaround.
 
 use super::draw::{
-    BucketIn, IntervalIn, Options, PercentileIn, Run, SummaryIn, TimeSource, distribution,
-    grouped_bars, latency_over_time, percentile_curve,
+    IntervalIn, Options, Run, TimeSource, distribution, grouped_bars, latency_over_time,
+    percentile_curve,
 };
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Unit};
 use crate::report::text::{SUMMARY_COLUMNS, summary_cells};
-use crate::stats::Summary;
+use crate::stats::{Bucket, PercentilePoint, Summary};
 use serde::Deserialize;
 
 /// The counts of a ping document.
@@ -23,10 +23,10 @@ pub struct PingSummaryIn {
     /// Measured phase, seconds.
     pub elapsed_s: f64,
     /// RTT statistics.
-    pub rtt: SummaryIn,
+    pub rtt: Summary,
     /// Server turnaround statistics.
     #[serde(default)]
-    pub server_turnaround: Option<SummaryIn>,
+    pub server_turnaround: Option<Summary>,
 }
 
 /// What the ping report reads from a `ping --json` document.
@@ -37,9 +37,9 @@ pub struct PingIn {
     /// Per-interval rows.
     pub intervals: Vec<IntervalIn>,
     /// RTT histogram.
-    pub histogram: Vec<BucketIn>,
+    pub histogram: Vec<Bucket>,
     /// RTT percentile curve.
-    pub percentiles: Vec<PercentileIn>,
+    pub percentiles: Vec<PercentilePoint>,
     /// Why the run ended early.
     #[serde(default)]
     pub error: Option<String>,
@@ -72,7 +72,7 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
     };
     for (r, d) in runs.iter().zip(&docs) {
         let mut row = vec![r.label.clone()];
-        row.extend(summary_cells(&Summary::from(d.summary.rtt)));
+        row.extend(summary_cells(&d.summary.rtt));
         row.push(d.summary.sent.to_string());
         row.push(d.summary.lost.to_string());
         rtt.rows.push(row);
@@ -90,7 +90,7 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         for (r, d) in runs.iter().zip(&docs) {
             if let Some(s) = d.summary.server_turnaround {
                 let mut row = vec![r.label.clone()];
-                row.extend(summary_cells(&Summary::from(s)));
+                row.extend(summary_cells(&s));
                 t.rows.push(row);
             }
         }
@@ -116,7 +116,7 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         id: "rtt-time".into(),
         chart: latency_over_time("RTT over time", &time, opts),
     });
-    let hists: Vec<(&str, &[BucketIn])> = runs
+    let hists: Vec<(&str, &[Bucket])> = runs
         .iter()
         .zip(&docs)
         .map(|(r, d)| (r.label.as_str(), d.histogram.as_slice()))
@@ -125,7 +125,7 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         id: "distribution".into(),
         chart: distribution("RTT distribution", &hists, opts),
     });
-    let curves: Vec<(&str, &[PercentileIn])> = runs
+    let curves: Vec<(&str, &[PercentilePoint])> = runs
         .iter()
         .zip(&docs)
         .map(|(r, d)| (r.label.as_str(), d.percentiles.as_slice()))

@@ -1,12 +1,13 @@
 //! The `capture rpc` report: per-operation latency to the first and last byte, over time.
 
 use super::draw::{
-    IntervalIn, Options, Run, SummaryIn, TimeSource, categories, grouped_hbars, heading,
-    latency_over_time, summary_row, summary_table, typed,
+    IntervalIn, Options, Run, TimeSource, categories, grouped_hbars, heading, latency_over_time,
+    summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Unit};
+use crate::stats::Summary;
 use serde::Deserialize;
 
 /// One operation of a `capture rpc` document.
@@ -20,10 +21,10 @@ pub struct OpIn {
     pub errors: u64,
     /// Time to the response's last byte (`latency` in documents of older versions).
     #[serde(alias = "latency")]
-    pub last_byte: SummaryIn,
+    pub last_byte: Summary,
     /// Time to the response's first byte (absent in documents of older versions).
     #[serde(default)]
-    pub first_byte: Option<SummaryIn>,
+    pub first_byte: Option<Summary>,
 }
 
 /// One interval row of a `capture rpc -i` document.

@@ -1,6 +1,6 @@
 //! The `sweep` report: latency against offered rate (or message size), one line per size (or rate).
 
-use super::draw::{Options, Run, SummaryIn, latency_axis};
+use super::draw::{Options, Run, latency_axis};
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
@@ -20,7 +20,7 @@ pub struct SweepCellIn {
     /// Whether the offered rate was held.
     pub rate_held: bool,
     /// Latency measured from the scheduled send time (no coordinated omission).
-    pub latency_from_scheduled: SummaryIn,
+    pub latency_from_scheduled: Summary,
 }
 
 /// What the sweep report reads from a `sweep --json` document.
@@ -69,7 +69,7 @@ pub(super) fn sweep(runs: &[Run], opts: &Options) -> Result<Section, LoadError> 
                     if c.rate_held { "" } else { " (not held)" }
                 ),
             ];
-            row.extend(summary_cells(&Summary::from(c.latency_from_scheduled)));
+            row.extend(summary_cells(&c.latency_from_scheduled));
             t.rows.push(row);
         }
     }
