@@ -75,3 +75,95 @@ fn the_reader_loads_every_golden_document_field_for_field() {
         assert_eq!(doc.value, want, "{}", p.display());
     }
 }
+
+/// Reads `p` into `T` and writes it back the way the commands do: the same bytes.
+fn round_trips_byte_for_byte<T: serde::de::DeserializeOwned + serde::Serialize>(p: &Path) {
+    let text = read(p);
+    let doc: T = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let back = String::from_utf8(roundtrip::doc::to_bytes(&doc)).unwrap();
+    assert!(
+        back == text,
+        "{} does not read back byte for byte",
+        p.display()
+    );
+}
+
+#[test]
+fn typed_documents_read_back_byte_for_byte() {
+    let mut typed = 0;
+    for p in golden(false) {
+        let v: serde_json::Value = serde_json::from_str(&read(&p)).unwrap();
+        let env: roundtrip::doc::Environment =
+            serde_json::from_value(v["environment"].clone()).unwrap();
+        assert!(!env.roundtrip_version.is_empty(), "{}", p.display());
+        if v["kind"] == roundtrip::doc::kind::PING {
+            round_trips_byte_for_byte::<roundtrip::doc::ping::PingDoc>(&p);
+            typed += 1;
+        }
+    }
+    assert!(
+        typed >= 2,
+        "the ping documents were read through their type"
+    );
+}
+
+/// docs/json-format.md lists, per kind, the fields after the envelope: they are the golden documents' fields,
+/// in order.
+#[test]
+fn the_format_page_lists_the_fields_of_every_kind() {
+    let md =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json-format.md"))
+            .unwrap();
+    for p in golden(false) {
+        let v: serde_json::Value = serde_json::from_str(&read(&p)).unwrap();
+        let kind = v["kind"].as_str().unwrap();
+        let row = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{kind}` |")))
+            .unwrap_or_else(|| panic!("docs/json-format.md has no row for kind {kind}"));
+        let fields = row.rsplit(" | ").next().unwrap().trim_end_matches(" |");
+        // Top-level names only: drop the parenthesised sub-fields, then the backquotes.
+        let mut top = String::new();
+        let mut depth = 0;
+        for c in fields.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                '`' => {}
+                c if depth == 0 => top.push(c),
+                _ => {}
+            }
+        }
+        let listed: Vec<&str> = top
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let keys: Keys = serde_json::from_str(&read(&p)).unwrap();
+        let have: Vec<&str> = keys.0.iter().skip(4).map(String::as_str).collect();
+        assert_eq!(listed, have, "{} (kind {kind})", p.display());
+    }
+}
+
+/// The top-level field names of a document, in the order written.
+struct Keys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Keys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Keys, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, _)) = m.next_entry::<String, serde::de::IgnoredAny>()? {
+                    out.push(k);
+                }
+                Ok(Keys(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}

@@ -228,7 +228,7 @@ fn percentile_curve_points_read_back_to_the_input() {
         .into_iter()
         .map(|(_, v)| (v[0], v[1]))
         .collect();
-    let doc: charts::ping::PingIn = serde_json::from_value(known_doc()).unwrap();
+    let doc: roundtrip::doc::ping::PingDoc = serde_json::from_value(known_doc()).unwrap();
     let want = percentile_points(&doc.percentiles);
     assert_eq!(pts.len(), want.len(), "{}", d[0]);
     for ((px, py), (wx, wy)) in pts.iter().zip(&want) {
@@ -262,7 +262,7 @@ fn histogram_bars_read_back_to_the_counts() {
                 bars.push((y.value(top[0]), x.value(right[0]), top[0], right[0]));
             }
         }
-        let doc: charts::ping::PingIn = serde_json::from_value(known_doc()).unwrap();
+        let doc: roundtrip::doc::ping::PingDoc = serde_json::from_value(known_doc()).unwrap();
         assert_eq!(bars.len(), doc.histogram.len());
         for ((count, le, py, px), b) in bars.iter().zip(&doc.histogram) {
             assert!(
@@ -408,7 +408,7 @@ fn saved_document_round_trips_through_the_reader() {
     let bytes = roundtrip::report::json::to_bytes(&doc);
     let l = load::parse("saved.json", &bytes).unwrap();
     assert_eq!(l.kind, "ping");
-    let p: charts::ping::PingIn = l.typed().unwrap();
+    let p: roundtrip::doc::ping::PingDoc = l.typed().unwrap();
     assert_eq!(p.summary.rtt.count, 300);
     assert_eq!(p.summary.rtt.max_ns, doc.summary.rtt.max_ns);
     assert_eq!(p.percentiles.len(), doc.percentiles.len());

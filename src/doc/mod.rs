@@ -4,6 +4,7 @@
 //! cannot drift.
 
 pub mod kind;
+pub mod ping;
 pub mod ser;
 
 use crate::probe::ping::Stop;
@@ -45,7 +46,7 @@ impl Environment {
 
 /// How far a run that Ctrl-C cut short got, against what it was asked to do: the figures of its document
 /// cover that part only. Absent from a run that ended by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interrupted {
     /// Measuring time done when it was cut, seconds.
     pub after_s: f64,
@@ -60,7 +61,7 @@ pub struct Interrupted {
     pub planned: Option<u64>,
     /// What the units are ("round trips", "attempts", "cells").
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unit: Option<&'static str>,
+    pub unit: Option<String>,
 }
 
 impl Interrupted {
@@ -82,7 +83,7 @@ impl Interrupted {
             planned_s: None,
             done: Some(done),
             planned: Some(planned),
-            unit: Some(unit),
+            unit: Some(unit.to_string()),
         }
     }
 
@@ -96,7 +97,7 @@ impl Interrupted {
 
     /// The line printed under the results: `interrupted (Ctrl-C) after 2.00s of 10.0s: ...`.
     pub fn line(&self) -> String {
-        let done = match (self.planned_s, self.done, self.planned, self.unit) {
+        let done = match (self.planned_s, self.done, self.planned, &self.unit) {
             (Some(p), _, _, _) => format!(
                 "{} of {}",
                 crate::units::fmt_nanos(self.after_s * 1e9),

@@ -63,11 +63,9 @@ impl Default for Options {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Typed inputs (only the fields the charts read; extra fields are ignored).
-
-/// One per-interval row as written in documents.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct IntervalIn {
+/// One interval of a latency-over-time chart (a ping interval row, a `capture rpc -i` row, ...).
+#[derive(Debug, Clone, Copy)]
+pub struct TimeRow {
     /// End of the interval, seconds since the start of the measured phase.
     pub end_s: f64,
     /// Length, seconds.
@@ -82,6 +80,19 @@ pub struct IntervalIn {
     pub max_ns: u64,
 }
 
+impl From<&crate::probe::ping::IntervalRow> for TimeRow {
+    fn from(r: &crate::probe::ping::IntervalRow) -> Self {
+        TimeRow {
+            end_s: r.end_s,
+            length_s: r.length_s,
+            round_trips: r.round_trips,
+            p50_ns: r.p50_ns,
+            p99_ns: r.p99_ns,
+            max_ns: r.max_ns,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Shared builders.
 
@@ -93,7 +104,7 @@ pub struct TimeSource<'a> {
     /// Every sample, when a full log exists.
     pub full_log: Option<&'a FullLogSeries>,
     /// Per-interval percentiles (drawn when there is no full log, and as the median line over it).
-    pub intervals: &'a [IntervalIn],
+    pub intervals: &'a [TimeRow],
 }
 
 /// A log latency axis when the values span more than a factor of `ratio`, else linear from zero.
@@ -206,8 +217,8 @@ pub fn latency_over_time(title: &str, sources: &[TimeSource], opts: &Options) ->
 
 /// Stretches of consecutive interval rows that have round trips (a row without any, or a gap in time, ends
 /// a stretch).
-fn segments(rows: &[IntervalIn]) -> Vec<Vec<IntervalIn>> {
-    let mut out: Vec<Vec<IntervalIn>> = Vec::new();
+fn segments(rows: &[TimeRow]) -> Vec<Vec<TimeRow>> {
+    let mut out: Vec<Vec<TimeRow>> = Vec::new();
     let mut prev_end: Option<f64> = None;
     for r in rows {
         if r.round_trips == 0 {
@@ -225,7 +236,7 @@ fn segments(rows: &[IntervalIn]) -> Vec<Vec<IntervalIn>> {
 }
 
 /// Staircase points for interval rows: each value holds from the interval's start to its end.
-pub(crate) fn step_points(rows: &[IntervalIn], v: impl Fn(&IntervalIn) -> u64) -> Vec<(f64, f64)> {
+pub(crate) fn step_points(rows: &[TimeRow], v: impl Fn(&TimeRow) -> u64) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = Vec::new();
     for r in rows.iter().filter(|r| r.round_trips > 0) {
         let start = (r.end_s - r.length_s).max(0.0);

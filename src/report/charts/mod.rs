@@ -34,7 +34,7 @@ pub mod throughput;
 pub mod timeline;
 
 pub use draw::{
-    IntervalIn, Options, Run, TimeSource, distribution, grouped_bars, grouped_hbars,
+    Options, Run, TimeRow, TimeSource, distribution, grouped_bars, grouped_hbars,
     latency_over_time, percentile_curve, percentile_points,
 };
 

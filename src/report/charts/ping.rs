@@ -1,57 +1,23 @@
 //! The `ping` report: RTT over time, its distribution and percentile curve, server turnaround.
 
 use super::draw::{
-    IntervalIn, Options, Run, TimeSource, distribution, grouped_bars, latency_over_time,
+    Options, Run, TimeRow, TimeSource, distribution, grouped_bars, latency_over_time,
     percentile_curve,
 };
+use crate::doc::ping::PingDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Unit};
 use crate::report::text::{SUMMARY_COLUMNS, summary_cells};
-use crate::stats::{Bucket, PercentilePoint, Summary};
-use serde::Deserialize;
-
-/// The counts of a ping document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PingSummaryIn {
-    /// Sent.
-    pub sent: u64,
-    /// Answered.
-    pub received: u64,
-    /// Never answered.
-    pub lost: u64,
-    /// Measured phase, seconds.
-    pub elapsed_s: f64,
-    /// RTT statistics.
-    pub rtt: Summary,
-    /// Server turnaround statistics.
-    #[serde(default)]
-    pub server_turnaround: Option<Summary>,
-}
-
-/// What the ping report reads from a `ping --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PingIn {
-    /// Counts and statistics.
-    pub summary: PingSummaryIn,
-    /// Per-interval rows.
-    pub intervals: Vec<IntervalIn>,
-    /// RTT histogram.
-    pub histogram: Vec<Bucket>,
-    /// RTT percentile curve.
-    pub percentiles: Vec<PercentilePoint>,
-    /// Why the run ended early.
-    #[serde(default)]
-    pub error: Option<String>,
-}
+use crate::stats::{Bucket, PercentilePoint};
 
 // ---------------------------------------------------------------------------------------------------------
 // The ping report.
 
 pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<PingIn> = runs
+    let docs: Vec<PingDoc> = runs
         .iter()
-        .map(|r| r.doc.typed::<PingIn>())
+        .map(|r| r.doc.typed::<PingDoc>())
         .collect::<Result<_, _>>()?;
     let mut sec = Section {
         heading: if runs.len() == 1 {
@@ -103,13 +69,17 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         }
     }
 
+    let rows: Vec<Vec<TimeRow>> = docs
+        .iter()
+        .map(|d| d.intervals.iter().map(TimeRow::from).collect())
+        .collect();
     let time: Vec<TimeSource> = runs
         .iter()
-        .zip(&docs)
-        .map(|(r, d)| TimeSource {
+        .zip(&rows)
+        .map(|(r, rows)| TimeSource {
             label: &r.label,
             full_log: r.full_log.as_ref(),
-            intervals: &d.intervals,
+            intervals: rows,
         })
         .collect();
     sec.figures.push(Figure {

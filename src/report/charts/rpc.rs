@@ -1,7 +1,7 @@
 //! The `capture rpc` report: per-operation latency to the first and last byte, over time.
 
 use super::draw::{
-    IntervalIn, Options, Run, TimeSource, categories, grouped_hbars, heading, latency_over_time,
+    Options, Run, TimeRow, TimeSource, categories, grouped_hbars, heading, latency_over_time,
     summary_row, summary_table, typed,
 };
 use crate::report::html::{Figure, Section};
@@ -195,14 +195,14 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         id: "ops".into(),
         chart: c,
     });
-    let rows: Vec<Vec<IntervalIn>> = docs
+    let rows: Vec<Vec<TimeRow>> = docs
         .iter()
         .map(|d| match d.report.interval_s {
             Some(len) if len > 0.0 => d
                 .report
                 .intervals
                 .iter()
-                .map(|i| IntervalIn {
+                .map(|i| TimeRow {
                     end_s: i.start_s + len,
                     length_s: len,
                     round_trips: i.count,
