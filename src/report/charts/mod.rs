@@ -38,6 +38,7 @@ pub use draw::{
     latency_over_time, percentile_curve, percentile_points,
 };
 
+use crate::doc::kind;
 use crate::report::html::{Page, Section};
 use crate::report::load::{LoadError, Loaded};
 
@@ -56,59 +57,59 @@ pub struct KindReport {
 /// Every kind that can be drawn: the extension point (see the module documentation).
 pub const KINDS: &[KindReport] = &[
     KindReport {
-        kind: "ping",
+        kind: kind::PING,
         build: ping::ping,
     },
     KindReport {
-        kind: "sweep",
+        kind: kind::SWEEP,
         build: sweep::sweep,
     },
     KindReport {
-        kind: "connect",
+        kind: kind::CONNECT,
         build: connect::connect,
     },
     KindReport {
-        kind: "icmp",
+        kind: kind::ICMP,
         build: icmp::icmp,
     },
     KindReport {
-        kind: "load",
+        kind: kind::LOAD,
         build: load::load,
     },
     KindReport {
-        kind: "throughput",
+        kind: kind::THROUGHPUT,
         build: throughput::throughput,
     },
     KindReport {
-        kind: "compare",
+        kind: kind::COMPARE,
         build: compare::compare,
     },
     KindReport {
-        kind: "db",
+        kind: kind::DB,
         build: db::db,
     },
     KindReport {
-        kind: "capture-stats",
+        kind: kind::CAPTURE_STATS,
         build: stats::capture_stats,
     },
     KindReport {
-        kind: "capture-flows",
+        kind: kind::CAPTURE_FLOWS,
         build: flows::capture_flows,
     },
     KindReport {
-        kind: "capture-timeline",
+        kind: kind::CAPTURE_TIMELINE,
         build: timeline::capture_timeline,
     },
     KindReport {
-        kind: "capture-rpc",
+        kind: kind::CAPTURE_RPC,
         build: rpc::capture_rpc,
     },
     KindReport {
-        kind: "capture-match",
+        kind: kind::CAPTURE_MATCH,
         build: matching::capture_match,
     },
     KindReport {
-        kind: "tcp",
+        kind: kind::TCP,
         build: tcp::tcp,
     },
 ];
