@@ -10,6 +10,7 @@
 //! - [`server`]: the sockperf-compatible responder.
 //! - [`wire`]: message formats.
 //! - [`stats`]: HDR histograms and summaries.
+//! - [`doc`]: the result documents (`--json`) every command writes and `roundtrip report` reads.
 //! - [`report`]: exporters (text, JSON, CSV).
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod capture;
 pub mod db;
+pub mod doc;
 pub mod mesh;
 pub mod model;
 pub mod probe;

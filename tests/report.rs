@@ -228,7 +228,7 @@ fn percentile_curve_points_read_back_to_the_input() {
         .into_iter()
         .map(|(_, v)| (v[0], v[1]))
         .collect();
-    let doc: charts::PingIn = serde_json::from_value(known_doc()).unwrap();
+    let doc: roundtrip::doc::ping::PingDoc = serde_json::from_value(known_doc()).unwrap();
     let want = percentile_points(&doc.percentiles);
     assert_eq!(pts.len(), want.len(), "{}", d[0]);
     for ((px, py), (wx, wy)) in pts.iter().zip(&want) {
@@ -262,7 +262,7 @@ fn histogram_bars_read_back_to_the_counts() {
                 bars.push((y.value(top[0]), x.value(right[0]), top[0], right[0]));
             }
         }
-        let doc: charts::PingIn = serde_json::from_value(known_doc()).unwrap();
+        let doc: roundtrip::doc::ping::PingDoc = serde_json::from_value(known_doc()).unwrap();
         assert_eq!(bars.len(), doc.histogram.len());
         for ((count, le, py, px), b) in bars.iter().zip(&doc.histogram) {
             assert!(
@@ -408,7 +408,7 @@ fn saved_document_round_trips_through_the_reader() {
     let bytes = roundtrip::report::json::to_bytes(&doc);
     let l = load::parse("saved.json", &bytes).unwrap();
     assert_eq!(l.kind, "ping");
-    let p: charts::PingIn = l.typed().unwrap();
+    let p: roundtrip::doc::ping::PingDoc = l.typed().unwrap();
     assert_eq!(p.summary.rtt.count, 300);
     assert_eq!(p.summary.rtt.max_ns, doc.summary.rtt.max_ns);
     assert_eq!(p.percentiles.len(), doc.percentiles.len());
@@ -876,7 +876,7 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc = load::parse("sweep.json", &out.stdout).unwrap();
-    let cells: charts::SweepIn = doc.typed().unwrap();
+    let cells: charts::sweep::SweepIn = doc.typed().unwrap();
     let run = Run {
         label: "sweep".into(),
         doc,
@@ -1589,10 +1589,10 @@ fn capture_rpc_writes_a_report_of_operations() {
     // The bars are the JSON document's numbers.
     let out = rt().args(["capture", "rpc", f, "--json"]).output().unwrap();
     let doc = load::parse("rpc.json", &out.stdout).unwrap();
-    let ops: roundtrip::report::kinds::RpcIn = doc.typed().unwrap();
-    let chosen = roundtrip::report::kinds::chart_ops(std::slice::from_ref(&ops));
+    let ops: roundtrip::report::charts::rpc::RpcIn = doc.typed().unwrap();
+    let chosen = roundtrip::report::charts::rpc::chart_ops(std::slice::from_ref(&ops));
     let cats: Vec<&str> = chosen.iter().map(|(_, _, n)| n.as_str()).collect();
-    let pick = |f: fn(&roundtrip::report::kinds::OpIn) -> f64| -> Vec<Option<f64>> {
+    let pick = |f: fn(&roundtrip::report::charts::rpc::OpIn) -> f64| -> Vec<Option<f64>> {
         chosen
             .iter()
             .map(|(p, o, _)| {
@@ -1630,7 +1630,7 @@ fn capture_flows_writes_in_flight_against_the_window() {
         .output()
         .unwrap();
     let doc = load::parse("flows.json", &out.stdout).unwrap();
-    let flows: roundtrip::report::kinds::FlowsIn = doc.typed().unwrap();
+    let flows: roundtrip::report::charts::flows::FlowsIn = doc.typed().unwrap();
     let s = flows.window_series.expect("a series");
     assert!(s.buckets.len() <= roundtrip::capture::FLOW_SERIES_BUCKETS);
     // The largest connection is drawn.
@@ -2079,7 +2079,7 @@ fn capture_timeline_writes_the_time_sequence_graph_of_its_json() {
         .output()
         .unwrap();
     let doc = load::parse("timeline.json", &out.stdout).unwrap();
-    let tl: roundtrip::report::kinds::TimelineIn = doc.typed().unwrap();
+    let tl: roundtrip::report::charts::timeline::TimelineIn = doc.typed().unwrap();
     let g = tl.seq_graph.expect("a graph");
     let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
     let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);

@@ -207,6 +207,36 @@ impl CaptureInfo {
     pub fn is_live(&self) -> bool {
         self.source.is_some()
     }
+
+    /// Where the packets came from: a file (its name, the bytes read, why reading stopped early) or an
+    /// interface (its name, snap length, kernel drops, why the capture stopped). The document keeps the file
+    /// fields at the top of `capture` and the interface under `capture.source`, as format version 1 has them.
+    pub fn origin(&self) -> Origin<'_> {
+        match &self.source {
+            Some(live) => Origin::Interface(live),
+            None => Origin::File {
+                file: &self.file,
+                bytes: self.file_bytes,
+                warning: self.warning.as_deref(),
+            },
+        }
+    }
+}
+
+/// The source part of a capture document, as one type: a file or an interface ([`CaptureInfo::origin`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    /// A pcap or pcapng file.
+    File {
+        /// The file as given.
+        file: &'a str,
+        /// Uncompressed bytes read.
+        bytes: u64,
+        /// Why reading stopped before the end of the file.
+        warning: Option<&'a str>,
+    },
+    /// A live capture on an interface: name, snap length, kernel drops and the stop reason.
+    Interface(&'a live::LiveInfo),
 }
 
 /// An error that prevents any analysis.

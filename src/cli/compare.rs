@@ -162,7 +162,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         tcp_info: result.tcp_info,
         conclusion: result.conclusion(),
         cancelled: result.cancelled,
-        interrupted,
+        interrupted: interrupted.clone(),
     };
     let first_error = || {
         result
@@ -224,7 +224,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         if let Some(c) = result.conclusion() {
             out(format!("\nIn short: {c}.\n"))?;
         }
-        if let Some(i) = interrupted {
+        if let Some(i) = &interrupted {
             out(format!("\n{}", i.line()))?;
         }
     }

@@ -206,7 +206,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         attempts: result.attempts.clone(),
         error: result.error.as_ref().map(|e| e.to_string()),
         cancelled: result.cancelled,
-        interrupted,
+        interrupted: interrupted.clone(),
     };
     if a.json {
         out(json::to_bytes(&doc()))?;
@@ -244,7 +244,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
                  (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
             )?;
         }
-        if let Some(i) = interrupted {
+        if let Some(i) = &interrupted {
             out(i.line())?;
         }
     }

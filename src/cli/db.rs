@@ -4,10 +4,11 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
-use roundtrip::db::doc::link_heading;
-use roundtrip::db::doc::{DbDoc, text_heading, text_summary};
+use roundtrip::db::doc::DbDoc;
 use roundtrip::db::link::{self, LinkTarget};
 use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, LinkConfig, Observer, Secret};
+use roundtrip::report::db::link_heading;
+use roundtrip::report::db::{text_heading, text_summary};
 use roundtrip::report::json;
 use roundtrip::report::load;
 use std::fs::File;
@@ -133,7 +134,7 @@ impl Observer for Both<'_> {
             l.sample(s);
         }
         if self.print_link
-            && let Some(line) = roundtrip::db::doc::link_call_line(s)
+            && let Some(line) = roundtrip::report::db::link_call_line(s)
         {
             let _ = out(format!("{line}\n"));
         }

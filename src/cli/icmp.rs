@@ -193,7 +193,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         probes: printer.probes.clone(),
         error: result.error.as_ref().map(|e| e.to_string()),
         cancelled: result.cancelled,
-        interrupted,
+        interrupted: interrupted.clone(),
     };
     if a.json {
         out(json::to_bytes(&doc()))?;
@@ -223,7 +223,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             t.row(row);
             out(t.render(0))?;
         }
-        if let Some(i) = interrupted {
+        if let Some(i) = &interrupted {
             out(i.line())?;
         }
     }

@@ -22,6 +22,7 @@ mod model;
 mod output;
 mod ping;
 mod proxy;
+mod ratelimit;
 mod replay;
 mod report;
 mod server;

@@ -2,9 +2,9 @@
 
 use super::args;
 use super::output::{Exit, note};
+use super::ratelimit::RateLimiter;
 use anyhow::Context;
 use clap::Args;
-use roundtrip::report::ratelimit::RateLimiter;
 use roundtrip::server::{self, Limits, ServerConfig, ServerEvent, ServerHandle};
 use roundtrip::units;
 use roundtrip::wire::auth::Psk;

@@ -4,8 +4,8 @@
 #![forbid(unsafe_code)]
 
 use super::http::{self, Url};
+use super::matrix::{Cell, Matrix};
 use super::{Filter, Mesh, MeshError, order_names};
-use crate::report::heatmap::{Cell, Matrix};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -222,7 +222,7 @@ pub fn assemble(docs: &[(String, Results)], filter: &Filter) -> (Matrix, Vec<Str
             .map(|(w, who)| {
                 format!(
                     "{} ({})",
-                    crate::report::heatmap::fmt_window(Duration::from_millis(*w)),
+                    super::matrix::fmt_window(Duration::from_millis(*w)),
                     who.join(", ")
                 )
             })

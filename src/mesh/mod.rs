@@ -6,9 +6,10 @@
 
 pub mod agents;
 pub mod http;
+pub mod matrix;
 pub mod prometheus;
 
-use crate::report::heatmap::Matrix;
+use matrix::Matrix;
 use std::net::IpAddr;
 use thiserror::Error;
 

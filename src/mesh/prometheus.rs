@@ -10,8 +10,8 @@
 #![forbid(unsafe_code)]
 
 use super::http::{self, Response, Url};
+use super::matrix::{Cell, Matrix};
 use super::{Filter, Mesh, MeshError, order_names};
-use crate::report::heatmap::{Cell, Matrix};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -56,7 +56,7 @@ pub fn promql_range(window: Duration) -> Option<String> {
     if window.is_zero() || !window.subsec_nanos().is_multiple_of(1_000_000) {
         return None;
     }
-    Some(crate::report::heatmap::fmt_window(window))
+    Some(super::matrix::fmt_window(window))
 }
 
 /// The label matchers of `filter`: `{probe="tcp"}` or `{probe="tcp",size="64"}`.

@@ -233,7 +233,7 @@ pub fn rtt_from_result(path: &str, text: &[u8]) -> Result<Duration, ModelError> 
     };
     let v: serde_json::Value = serde_json::from_slice(text)
         .map_err(|e| err(format!("not JSON ({e}); give a file written by --json")))?;
-    if v.get("format").and_then(|f| f.as_str()) != Some(crate::report::json::FORMAT) {
+    if v.get("format").and_then(|f| f.as_str()) != Some(crate::doc::FORMAT) {
         return Err(err(
             "not a roundtrip result (no \"format\": \"roundtrip\")".into()
         ));

@@ -161,24 +161,16 @@ pub struct Attempt {
     /// What the answer said.
     pub state: PortState,
     /// From sending the SYN to the answer (SYN-ACK, RST or ICMP error); `None` when nothing came back.
-    #[serde(rename = "time_ns", serialize_with = "ser_opt_ns")]
+    #[serde(
+        rename = "time_ns",
+        serialize_with = "crate::doc::ser::opt_ns::serialize"
+    )]
     pub time: Option<Duration>,
     /// Start of the attempt since the start of the run.
-    #[serde(rename = "at_ns", serialize_with = "ser_ns")]
+    #[serde(rename = "at_ns", serialize_with = "crate::doc::ser::ns::serialize")]
     pub at: Duration,
     /// The system's or the network's own words, when the answer was not a SYN-ACK.
     pub detail: Option<String>,
-}
-
-fn ser_ns<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn ser_opt_ns<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => ser_ns(d, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// Receives each attempt as it ends.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 /// TCP or UDP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// One TCP connection, messages framed by their length field.
@@ -42,11 +42,11 @@ impl std::fmt::Display for Transport {
 }
 
 /// When a run ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// After this long (measured phase only).
-    Duration(#[serde(serialize_with = "crate::report::ser_duration_s")] Duration),
+    Duration(#[serde(with = "crate::doc::ser::secs")] Duration),
     /// After this many round trips.
     Count(u64),
 }
@@ -141,7 +141,7 @@ impl PingConfig {
 }
 
 /// What kind of server answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PeerKind {
     /// A roundtrip server that acknowledged the hello.
@@ -245,7 +245,7 @@ impl Sample {
 }
 
 /// One row per report interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct IntervalRow {
     /// End of the interval since the start of the measured phase, seconds.
     pub end_s: f64,

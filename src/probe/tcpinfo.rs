@@ -14,25 +14,20 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct TcpRtt {
     /// Smoothed RTT (`tcpi_rtt`), microsecond resolution.
-    #[serde(rename = "srtt_ns", serialize_with = "ser_ns")]
+    #[serde(rename = "srtt_ns", serialize_with = "crate::doc::ser::ns::serialize")]
     pub srtt: Duration,
     /// RTT mean deviation (`tcpi_rttvar`).
-    #[serde(rename = "rttvar_ns", serialize_with = "ser_ns")]
+    #[serde(
+        rename = "rttvar_ns",
+        serialize_with = "crate::doc::ser::ns::serialize"
+    )]
     pub rttvar: Duration,
     /// Smallest RTT the kernel measured on the connection (`tcpi_min_rtt`), on kernels that report it.
-    #[serde(rename = "min_rtt_ns", serialize_with = "ser_opt_ns")]
+    #[serde(
+        rename = "min_rtt_ns",
+        serialize_with = "crate::doc::ser::opt_ns::serialize"
+    )]
     pub min_rtt: Option<Duration>,
-}
-
-fn ser_ns<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn ser_opt_ns<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => ser_ns(d, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// Offsets of the fields in `struct tcp_info`.

@@ -313,7 +313,7 @@ impl control::Api for BridgeShared {
         }
         let ok = |v: Vec<u8>| (200, v);
         match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/impairment") => ok(crate::report::json::to_bytes(&*self.impairment())),
+            ("GET", "/impairment") => ok(crate::doc::to_bytes(&*self.impairment())),
             ("PUT", "/impairment") | ("PATCH", "/impairment") => {
                 let how = if req.method == "PUT" {
                     Change::Replace
@@ -330,11 +330,11 @@ impl control::Api for BridgeShared {
                     &req.body,
                     how,
                 ) {
-                    Ok(i) => ok(crate::report::json::to_bytes(&*i)),
+                    Ok(i) => ok(crate::doc::to_bytes(&*i)),
                     Err(e) => (400, error_json(&e)),
                 }
             }
-            ("GET", "/counters") => ok(crate::report::json::to_bytes(&self.counters())),
+            ("GET", "/counters") => ok(crate::doc::to_bytes(&self.counters())),
             (_, "/impairment") | (_, "/counters") => {
                 (405, error_json("use GET (or PUT / PATCH for /impairment)"))
             }

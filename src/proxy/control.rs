@@ -350,7 +350,7 @@ mod erased {
     }
     impl<T: serde::Serialize> Ser for T {
         fn bytes(&self) -> Vec<u8> {
-            crate::report::json::to_bytes(self)
+            crate::doc::to_bytes(self)
         }
     }
 }

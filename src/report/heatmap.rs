@@ -4,38 +4,10 @@
 
 use super::html;
 use super::svg::esc;
+pub use crate::mesh::matrix::{Cell, Matrix, fmt_window};
 use crate::units::fmt_duration;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// One source -> target cell.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Cell {
-    /// Median RTT over the window (None: no answered probe).
-    pub p50: Option<Duration>,
-    /// 99th percentile RTT.
-    pub p99: Option<Duration>,
-    /// Fraction of probes that failed, 0..=1 (None: no probe in the window).
-    pub loss: Option<f64>,
-    /// Probes in the window.
-    pub probes: u64,
-}
-
-/// A source x target matrix.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Matrix {
-    /// Row names, in display order.
-    pub sources: Vec<String>,
-    /// Column names, in display order.
-    pub targets: Vec<String>,
-    /// Cells by (source, target); a missing pair is shown empty.
-    pub cells: BTreeMap<(String, String), Cell>,
-    /// The window the cells cover.
-    pub window: Duration,
-    /// Where the numbers come from (e.g. "Prometheus http://...", "agent 10.0.0.1").
-    pub origin: String,
-}
 
 /// Renders `matrix` as one self-contained HTML page titled `title`.
 ///
@@ -97,24 +69,6 @@ loss (failed probes / probes) in the window.</p>",
 
 /// With one source and more targets than this, [`render`] draws one row per target.
 pub const TRANSPOSE_OVER: usize = 12;
-
-/// Formats a window the way Prometheus and users write it: `5m`, `1h`, `90s`, `1500ms` (else as
-/// [`fmt_duration`]).
-pub fn fmt_window(d: Duration) -> String {
-    let ms = d.as_millis();
-    if !d.subsec_nanos().is_multiple_of(1_000_000) || ms == 0 {
-        return fmt_duration(d);
-    }
-    if ms.is_multiple_of(3_600_000) {
-        format!("{}h", ms / 3_600_000)
-    } else if ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
 
 /// Formats a loss fraction as a percentage: `0%`, `0.25%`, `2.5%`, `100%`.
 pub fn fmt_loss(loss: f64) -> String {
@@ -269,6 +223,7 @@ fn cell(o: &mut String, matrix: &Matrix, scale: &Scale, source: &str, target: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn us(n: u64) -> Option<Duration> {
         Some(Duration::from_micros(n))

@@ -6,6 +6,7 @@
 use super::csv::FULL_LOG_HEADER;
 use super::downsample::MinMaxColumns;
 use super::json::{FORMAT, FORMAT_VERSION};
+use crate::doc::Environment;
 use crate::units::{fmt_bytes, fmt_nanos};
 use serde::Deserialize;
 use serde_json::Value;
@@ -104,20 +105,6 @@ pub enum LoadError {
     },
 }
 
-/// The environment part of a document; absent fields read as empty.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct EnvironmentIn {
-    /// roundtrip's version.
-    #[serde(default)]
-    pub roundtrip_version: String,
-    /// Host name.
-    #[serde(default)]
-    pub hostname: String,
-    /// Kernel release.
-    #[serde(default)]
-    pub kernel: String,
-}
-
 /// One checked `--json` document.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -128,7 +115,7 @@ pub struct Loaded {
     /// Its `format_version`.
     pub format_version: u64,
     /// Where it was measured.
-    pub environment: EnvironmentIn,
+    pub environment: Environment,
     /// Start of the measurement, Unix seconds, when recorded.
     pub started_unix_s: Option<f64>,
     /// The whole document, for the kind's chart builder to read its own fields.
@@ -284,7 +271,7 @@ pub fn from_value(name: &str, value: Value) -> Result<Loaded, LoadError> {
     };
     let environment = obj
         .get("environment")
-        .and_then(|e| EnvironmentIn::deserialize(e).ok())
+        .and_then(|e| Environment::deserialize(e).ok())
         .unwrap_or_default();
     let started_unix_s = obj.get("started_unix_s").and_then(Value::as_f64);
     Ok(Loaded {

@@ -141,7 +141,7 @@ impl ThroughputDoc {
         ThroughputDoc {
             format: FORMAT,
             format_version: FORMAT_VERSION,
-            kind: "throughput",
+            kind: crate::doc::kind::THROUGHPUT,
             environment: Environment::current(),
             started_unix_s: unix_s(r.started),
             settings: ThroughputSettings {
@@ -429,7 +429,7 @@ impl LoadDoc {
         LoadDoc {
             format: FORMAT,
             format_version: FORMAT_VERSION,
-            kind: "load",
+            kind: crate::doc::kind::LOAD,
             environment: Environment::current(),
             started_unix_s: unix_s(r.started),
             settings: LoadSettings {
@@ -589,7 +589,7 @@ impl SweepDoc {
         SweepDoc {
             format: FORMAT,
             format_version: FORMAT_VERSION,
-            kind: "sweep",
+            kind: crate::doc::kind::SWEEP,
             environment: Environment::current(),
             settings,
             sizes_bytes: sizes.to_vec(),

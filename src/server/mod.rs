@@ -19,7 +19,7 @@
 //!
 //! Beyond sockperf it serves roundtrip's negotiated extensions: server timestamps, receive counts, reverse
 //! streams and, with [`ServerConfig::allow_replay`], replay requests. The server never prints: it reports
-//! [`ServerEvent`]s, one per occurrence; [`crate::report::ratelimit`] turns them into rate-limited log lines.
+//! [`ServerEvent`]s, one per occurrence; the command line turns them into rate-limited log lines.
 
 mod pktinfo;
 pub mod session;

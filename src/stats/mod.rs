@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Largest duration a histogram records (one hour); longer values are clamped to it.
@@ -193,7 +193,7 @@ impl LatencyHistogram {
 }
 
 /// The statistics every command reports for a set of durations; all values in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of values.
     pub count: u64,
@@ -218,7 +218,7 @@ pub struct Summary {
 }
 
 /// One histogram bucket: how many values were at most `le_ns` (and above the previous bucket's bound).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {
     /// Upper bound of the bucket in nanoseconds.
     pub le_ns: u64,
@@ -227,7 +227,7 @@ pub struct Bucket {
 }
 
 /// One point of a percentile curve.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PercentilePoint {
     /// Percentile, 0..=100.
     pub percentile: f64,

@@ -12,16 +12,28 @@ pub struct TcpInfo {
     /// How many bytes of `struct tcp_info` the kernel sent.
     pub len: usize,
     /// Smoothed round-trip time (`tcpi_rtt`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "rtt_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rtt_ns"
+    )]
     pub rtt: Option<Duration>,
     /// Round-trip time variation (`tcpi_rttvar`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "rttvar_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rttvar_ns"
+    )]
     pub rttvar: Option<Duration>,
     /// Lowest round-trip time seen (`tcpi_min_rtt`, 4.6+).
-    #[serde(serialize_with = "ser_opt_ns", rename = "min_rtt_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "min_rtt_ns"
+    )]
     pub min_rtt: Option<Duration>,
     /// Retransmission timeout (`tcpi_rto`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "rto_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rto_ns"
+    )]
     pub rto: Option<Duration>,
     /// Congestion window in segments (`tcpi_snd_cwnd`).
     pub cwnd: Option<u32>,
@@ -56,13 +68,22 @@ pub struct TcpInfo {
     /// The delivery rate was measured while the application had nothing to send (4.9+).
     pub delivery_rate_app_limited: Option<bool>,
     /// Time with data outstanding, all limits included (`tcpi_busy_time`, 4.10+).
-    #[serde(serialize_with = "ser_opt_ns", rename = "busy_time_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "busy_time_ns"
+    )]
     pub busy_time: Option<Duration>,
     /// Part of the busy time the peer's receive window stopped sending (`tcpi_rwnd_limited`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "rwnd_limited_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rwnd_limited_ns"
+    )]
     pub rwnd_limited: Option<Duration>,
     /// Part of the busy time a full send buffer stopped sending (`tcpi_sndbuf_limited`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "sndbuf_limited_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "sndbuf_limited_ns"
+    )]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged (`tcpi_bytes_acked`, 4.1+).
     pub bytes_acked: Option<u64>,
@@ -76,13 +97,6 @@ pub struct TcpInfo {
     pub notsent_bytes: Option<u32>,
     /// Pacing rate in bytes/s (`tcpi_pacing_rate`).
     pub pacing_rate: Option<u64>,
-}
-
-fn ser_opt_ns<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-        None => s.serialize_none(),
-    }
 }
 
 /// Byte offsets of the fields in `struct tcp_info` (linux/tcp.h).

@@ -184,16 +184,28 @@ impl Sampler {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Delta {
     /// Time between the two samples.
-    #[serde(serialize_with = "ser_ns", rename = "elapsed_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::ns::serialize",
+        rename = "elapsed_ns"
+    )]
     pub elapsed: Duration,
     /// Busy time added (None: the kernel lacks `tcpi_busy_time`).
-    #[serde(serialize_with = "ser_opt_ns", rename = "busy_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "busy_ns"
+    )]
     pub busy: Option<Duration>,
     /// Receive-window-limited time added.
-    #[serde(serialize_with = "ser_opt_ns", rename = "rwnd_limited_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rwnd_limited_ns"
+    )]
     pub rwnd_limited: Option<Duration>,
     /// Send-buffer-limited time added.
-    #[serde(serialize_with = "ser_opt_ns", rename = "sndbuf_limited_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "sndbuf_limited_ns"
+    )]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged.
     pub bytes_acked: Option<u64>,
@@ -201,17 +213,6 @@ pub struct Delta {
     pub bytes_received: Option<u64>,
     /// Segments retransmitted.
     pub retransmitted: Option<u64>,
-}
-
-fn ser_ns<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn ser_opt_ns<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => ser_ns(d, s),
-        None => s.serialize_none(),
-    }
 }
 
 fn sub_d(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
@@ -516,7 +517,7 @@ pub struct Sample {
     /// Which connection.
     pub conn: ConnId,
     /// Time since the watch started.
-    #[serde(serialize_with = "ser_ns", rename = "at_ns")]
+    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
     pub at: Duration,
     /// What the kernel said.
     pub socket: DiagSocket,
@@ -532,7 +533,7 @@ pub struct Closed {
     /// Which connection.
     pub conn: ConnId,
     /// When it was first missing.
-    #[serde(serialize_with = "ser_ns", rename = "at_ns")]
+    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
     pub at: Duration,
     /// Its last sample.
     pub last: Sample,
@@ -542,7 +543,7 @@ pub struct Closed {
 #[derive(Debug, Clone, Serialize)]
 pub struct Tick {
     /// Time since the watch started.
-    #[serde(serialize_with = "ser_ns", rename = "at_ns")]
+    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
     pub at: Duration,
     /// Every matching connection.
     pub samples: Vec<Sample>,
@@ -560,13 +561,22 @@ pub struct ConnSummary {
     /// True when it went away before the end.
     pub closed: bool,
     /// Lowest smoothed RTT seen.
-    #[serde(serialize_with = "ser_opt_ns", rename = "rtt_min_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rtt_min_ns"
+    )]
     pub rtt_min: Option<Duration>,
     /// Mean smoothed RTT over the samples.
-    #[serde(serialize_with = "ser_opt_ns", rename = "rtt_mean_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rtt_mean_ns"
+    )]
     pub rtt_mean: Option<Duration>,
     /// Highest smoothed RTT seen.
-    #[serde(serialize_with = "ser_opt_ns", rename = "rtt_max_ns")]
+    #[serde(
+        serialize_with = "crate::doc::ser::opt_ns::serialize",
+        rename = "rtt_max_ns"
+    )]
     pub rtt_max: Option<Duration>,
     /// Highest congestion window seen (segments).
     pub cwnd_max: Option<u32>,

@@ -1,11 +1,10 @@
 //! The `roundtrip tcp` report: per connection, the kernel's RTT over time, and cwnd, bytes in flight and
 //! the two windows over time with the receive-window-limited and send-buffer-limited intervals shaded.
-#![forbid(unsafe_code)]
 
-use super::charts::{Options, Run};
-use super::html::{Figure, Section, Table};
-use super::load::LoadError;
-use super::svg::{Axis, Chart, Mark, Series, Unit};
+use super::draw::{Options, Run};
+use crate::report::html::{Figure, Section, Table};
+use crate::report::load::LoadError;
+use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::units::{fmt_bytes, fmt_nanos};
 use serde::Deserialize;
 

@@ -1,0 +1,155 @@
+//! The `capture match` report: both ends of the same requests, and the path between them.
+
+use super::draw::{
+    Options, Run, bar_axis, categories, grouped_hbars, heading, summary_row, summary_table, typed,
+};
+use crate::report::html::{Figure, Section};
+use crate::report::load::LoadError;
+use crate::stats::Summary;
+use serde::Deserialize;
+
+/// One operation of a `capture match` document.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OpMatchIn {
+    /// Protocol.
+    pub proto: String,
+    /// Operation.
+    pub op: String,
+    /// Requests found in both captures.
+    pub matched: u64,
+    /// Time to the last byte at the server.
+    pub server: Summary,
+    /// Time to the last byte at the client.
+    pub client: Summary,
+    /// Time to the first byte at the server (absent in documents of older versions).
+    #[serde(default)]
+    pub server_first_byte: Option<Summary>,
+    /// Time to the first byte at the client (absent in documents of older versions).
+    #[serde(default)]
+    pub client_first_byte: Option<Summary>,
+}
+
+/// Pairs found by each method (absent in documents of older versions).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct PairedByIn {
+    /// By ONC-RPC XID / DNS ID.
+    pub xid: u64,
+    /// By TCP sequence number.
+    pub tcp_seq: u64,
+    /// By the request's leading bytes.
+    pub content: u64,
+    /// By order within a connection pair.
+    pub order: u64,
+}
+
+/// What the match report reads from a `capture match --json` document.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MatchIn {
+    /// Per operation.
+    pub ops: Vec<OpMatchIn>,
+    /// Pairs found by each method.
+    #[serde(default)]
+    pub paired_by: Option<PairedByIn>,
+    /// The verdict.
+    pub verdict: String,
+}
+
+pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
+    let docs: Vec<MatchIn> = typed(runs)?;
+    let mut sec = Section {
+        heading: heading("Client and server captures matched", runs),
+        ..Default::default()
+    };
+    let mut t = summary_table(
+        "Latency of the matched requests at each end",
+        "operation, end",
+    );
+    for (r, d) in runs.iter().zip(&docs) {
+        for o in d.ops.iter().filter(|o| o.matched > 0) {
+            t.rows.push(summary_row(
+                &r.label,
+                &format!("{} at server", o.op),
+                o.server,
+            ));
+            t.rows.push(summary_row(
+                &r.label,
+                &format!("{} at client", o.op),
+                o.client,
+            ));
+        }
+        sec.notes.push(format!("{}: {}", r.label, d.verdict));
+        if let Some(p) = d.paired_by {
+            sec.notes.push(format!(
+                "{}: paired by XID {}, by TCP sequence number {}, by content (leading request bytes) {}, by \
+                 order {}",
+                r.label, p.xid, p.tcp_seq, p.content, p.order
+            ));
+        }
+    }
+    sec.tables.push(t);
+    let cats = categories(docs.iter().flat_map(|d| {
+        d.ops
+            .iter()
+            .filter(|o| o.matched > 0)
+            .map(|o| o.op.as_str())
+    }));
+    let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
+    for (r, d) in runs.iter().zip(&docs) {
+        type Pick = fn(&OpMatchIn) -> Option<u64>;
+        let stats: [(&str, Pick); 6] = [
+            ("server first p50", |o| {
+                o.server_first_byte.map(|s| s.p50_ns)
+            }),
+            ("client first p50", |o| {
+                o.client_first_byte.map(|s| s.p50_ns)
+            }),
+            ("server p50", |o| Some(o.server.p50_ns)),
+            ("client p50", |o| Some(o.client.p50_ns)),
+            ("server p99", |o| Some(o.server.p99_ns)),
+            ("client p99", |o| Some(o.client.p99_ns)),
+        ];
+        for (what, pick) in stats {
+            let v: Vec<f64> = cats
+                .iter()
+                .map(|c| {
+                    d.ops
+                        .iter()
+                        .find(|o| &o.op == c && o.matched > 0)
+                        .and_then(pick)
+                        .map_or(f64::NAN, |v| v as f64)
+                })
+                .collect();
+            if v.iter().all(|x| x.is_nan()) {
+                continue;
+            }
+            let name = if runs.len() == 1 {
+                what.to_string()
+            } else {
+                format!("{} {what}", r.label)
+            };
+            groups.push((name, v));
+        }
+    }
+    let y = bar_axis("latency", &groups);
+    let refs: Vec<(&str, Vec<f64>)> = groups
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
+    let mut c = grouped_hbars(
+        "Latency at the server and at the client",
+        &cats.iter().map(String::as_str).collect::<Vec<_>>(),
+        &refs,
+        y,
+        opts,
+    );
+    c.note = Some(
+        "Time to the first response byte (first) and to the last (p50, p99), at each end; the difference \
+         between the two ends is the path between the capture points."
+            .into(),
+    );
+    sec.figures.push(Figure {
+        id: "bars".into(),
+        chart: c,
+    });
+    Ok(sec)
+}
