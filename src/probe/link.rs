@@ -317,20 +317,13 @@ pub(crate) fn io_error(
     addr: SocketAddr,
     source: io::Error,
 ) -> LinkError {
-    let hint = match source.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            " (the server is gone: nothing listens on that port any more)"
-        }
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => " (the server went away)",
-        _ => "",
-    };
-    LinkError::Io {
+    io_error_with(
         op,
         proto,
         addr,
         source,
-        hint,
-    }
+        " (the server is gone: nothing listens on that port any more)",
+    )
 }
 
 /// A send or receive failed where the server may never have answered (the hello, a UDP ping-pong): a
@@ -341,8 +334,24 @@ pub(crate) fn io_error_unanswered(
     addr: SocketAddr,
     source: io::Error,
 ) -> LinkError {
+    io_error_with(
+        op,
+        proto,
+        addr,
+        source,
+        " (no server on that port: start `roundtrip server`)",
+    )
+}
+
+fn io_error_with(
+    op: &'static str,
+    proto: Transport,
+    addr: SocketAddr,
+    source: io::Error,
+    refused: &'static str,
+) -> LinkError {
     let hint = match source.kind() {
-        io::ErrorKind::ConnectionRefused => " (no server on that port: start `roundtrip server`)",
+        io::ErrorKind::ConnectionRefused => refused,
         io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => " (the server went away)",
         _ => "",
     };
