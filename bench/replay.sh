@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 # start_bg LOGFILE CMD...: runs CMD in the background, remembers its pid
 start_bg() {
     local log=$1
@@ -76,32 +76,7 @@ replayed() { # replayed FILE PORT [--generic]: the replayed duration in seconds
 
 # --- Samba ---
 SMB_PORT=$(free_port)
-mkdir -p "$WORK"/{share,private,lock,state,cache,pid,log}
-cat >"$WORK/smb.conf" <<EOF
-[global]
-  smb ports = $SMB_PORT
-  interfaces = 127.0.0.1
-  bind interfaces only = yes
-  private dir = $WORK/private
-  lock directory = $WORK/lock
-  state directory = $WORK/state
-  cache directory = $WORK/cache
-  pid directory = $WORK/pid
-  ncalogin dir = $WORK/lock
-  log file = $WORK/log/log.%m
-  map to guest = Bad User
-  disable netbios = yes
-  server role = standalone server
-  load printers = no
-  printing = bsd
-  printcap name = /dev/null
-  disable spoolss = yes
-[share]
-  path = $WORK/share
-  guest ok = yes
-  read only = no
-  force user = root
-EOF
+samba_conf "$WORK" "$SMB_PORT"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$WORK/share/big"
 start_bg "$WORK/smbd.out" setsid smbd --foreground --no-process-group --debug-stdout -s "$WORK/smb.conf"
 wait_port "$SMB_PORT"

@@ -37,33 +37,9 @@ secs() { # run a command, print its wall time in seconds (nanosecond clock: /usr
     echo "($t1 - $t0) / 1000000000" | bc -l
 }
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$WORK"/{share,private,lock,state,cache,pid,log}
-cat >"$WORK/smb.conf" <<EOF
-[global]
-  smb ports = $PORT
-  interfaces = 127.0.0.1
-  bind interfaces only = yes
-  private dir = $WORK/private
-  lock directory = $WORK/lock
-  state directory = $WORK/state
-  cache directory = $WORK/cache
-  pid directory = $WORK/pid
-  ncalogin dir = $WORK/lock
-  log file = $WORK/log/log.%m
-  map to guest = Bad User
-  disable netbios = yes
-  server role = standalone server
-  load printers = no
-  printing = bsd
-  printcap name = /dev/null
-  disable spoolss = yes
-[share]
-  path = $WORK/share
-  guest ok = yes
-  read only = no
-  force user = root
-EOF
+. "$(dirname "$0")/lib.sh"
+PORT=$(free_port)
+samba_conf "$WORK" "$PORT"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$WORK/share/big"
 # setsid: smbd signals its process group when it stops
 setsid smbd --foreground --no-process-group --debug-stdout -s "$WORK/smb.conf" >"$WORK/smbd.out" 2>&1 &

@@ -24,36 +24,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 
 # --- smbd ---
 SMB_PORT=$(free_port)
-mkdir -p "$W"/{share,private,lock,state,cache,pid,log}
-cat > "$W/smb.conf" <<CONF
-[global]
-  smb ports = $SMB_PORT
-  interfaces = 127.0.0.1
-  bind interfaces only = yes
-  private dir = $W/private
-  lock directory = $W/lock
-  state directory = $W/state
-  cache directory = $W/cache
-  pid directory = $W/pid
-  ncalogin dir = $W/lock
-  log file = $W/log/log.%m
-  map to guest = Bad User
-  disable netbios = yes
-  server role = standalone server
-  load printers = no
-  printing = bsd
-  printcap name = /dev/null
-  disable spoolss = yes
-[share]
-  path = $W/share
-  guest ok = yes
-  read only = no
-  force user = root
-CONF
+samba_conf "$W" "$SMB_PORT"
 setsid smbd --foreground --no-process-group --debug-stdout -s "$W/smb.conf" >"$W/smbd.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$SMB_PORT) 2>/dev/null && break; sleep 0.2; done

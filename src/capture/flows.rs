@@ -17,8 +17,17 @@
 //! sequence order (retransmitted bytes removed, out-of-order segments held back, bounded, holes reported as gaps).
 #![forbid(unsafe_code)]
 
+mod diagnose;
+mod rtt;
+mod sequence;
+mod window;
+
+pub use diagnose::diagnose;
+use rtt::{Pending, Samples};
+use sequence::Marks;
+
 use super::decode::{Decoded, Tcp, flags};
-use crate::stats::{LatencyHistogram, Summary};
+use crate::stats::Summary;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -240,90 +249,6 @@ pub fn reborrow<'b>(s: &'b mut Option<&mut dyn StreamSink>) -> Option<&'b mut dy
         Some(x) => Some(&mut **x),
         None => None,
     }
-}
-
-#[inline]
-fn seq_lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
-#[inline]
-fn seq_gt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
-}
-#[inline]
-fn seq_le(a: u32, b: u32) -> bool {
-    !seq_gt(a, b)
-}
-
-/// Values kept exactly while few (most connections are short), in a [`LatencyHistogram`] beyond that, so
-/// that a capture of a million short connections does not allocate a histogram for each.
-#[derive(Debug, Default)]
-enum Samples {
-    #[default]
-    Empty,
-    Few(Vec<u64>),
-    Many(Box<LatencyHistogram>),
-}
-
-const FEW: usize = 256;
-
-impl Samples {
-    #[inline]
-    fn record(&mut self, v: u64) {
-        match self {
-            Samples::Empty => *self = Samples::Few(vec![v]),
-            Samples::Few(xs) if xs.len() < FEW => xs.push(v),
-            Samples::Few(xs) => {
-                let mut h = Box::new(LatencyHistogram::new());
-                for &x in xs.iter() {
-                    h.record_ns(x);
-                }
-                h.record_ns(v);
-                *self = Samples::Many(h);
-            }
-            Samples::Many(h) => h.record_ns(v),
-        }
-    }
-
-    /// The same summary a [`LatencyHistogram`] gives (nearest-rank percentiles), exact while few.
-    fn summary(&self) -> Summary {
-        match self {
-            Samples::Empty => Summary::default(),
-            Samples::Many(h) => h.summary(),
-            Samples::Few(xs) => {
-                let mut v = xs.clone();
-                v.sort_unstable();
-                let n = v.len();
-                let pct =
-                    |p: f64| v[(((p / 100.0) * n as f64).ceil().max(1.0) as usize).min(n) - 1];
-                let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
-                let var = if n > 1 {
-                    v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1) as f64
-                } else {
-                    0.0
-                };
-                Summary {
-                    count: n as u64,
-                    min_ns: v[0],
-                    mean_ns: mean,
-                    stddev_ns: var.sqrt(),
-                    p50_ns: pct(50.0),
-                    p90_ns: pct(90.0),
-                    p99_ns: pct(99.0),
-                    p99_9_ns: pct(99.9),
-                    p99_99_ns: pct(99.99),
-                    max_ns: v[n - 1],
-                }
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    end: u32,
-    ts_ns: i64,
-    retransmitted: bool,
 }
 
 #[derive(Debug, Default)]
@@ -939,163 +864,34 @@ impl Flow {
             h.max_payload = h.max_payload.max(plen);
         }
 
-        // Keep-alive, retransmission, out-of-order (Wireshark's rules).
-        let keep_alive = h.has_next
-            && seglen <= 1
-            && !syn
-            && !fin
-            && !rst
-            && t.seq == h.next_seq.wrapping_sub(1);
-        let mut retransmission = false;
-        let mut out_of_order = false;
-        if seglen > 0 && !keep_alive {
-            // Wireshark's order: spurious (data the receiver already ACKed), fast retransmission,
-            // out-of-order, then any other segment below the highest sequence sent. A segment starting one
-            // below it that carries more than one byte is new data after a zero-window probe.
-            let not_advanced = h.has_next
-                && seq_lt(t.seq, h.next_seq)
-                && !(plen > 1 && t.seq == h.next_seq.wrapping_sub(1));
-            let spurious = plen > 0 && oh.acked && seq_le(t.seq.wrapping_add(plen), oh.last_ack);
-            let irtt = match (self.syn_ts, self.hs_ack_ts) {
-                (Some(a), Some(b)) if b > a => b - a,
-                _ => 3_000_000,
-            };
-            let since = ts.saturating_sub(h.last_data_ts);
-            let fast = not_advanced
-                && oh.dup_ack_run >= 2
-                && oh.last_ack == t.seq
-                && ts.saturating_sub(oh.last_ack_ts) < 20_000_000;
-            if !spurious && !fast && not_advanced && since < irtt && h.next_seq != end {
-                out_of_order = true;
-                h.out_of_order += 1;
-            } else if spurious || not_advanced {
-                retransmission = true;
-                h.retransmissions += 1;
-                h.retransmitted_bytes += plen as u64;
-                for p in h.pending.iter_mut() {
-                    if seq_gt(p.end, t.seq) {
-                        p.retransmitted = true;
-                    }
-                }
-            }
-        }
-
-        // Duplicate ACK / zero window (Wireshark's rules: same ack, same window, no data).
-        let dup_ack = seglen == 0
-            && !rst
-            && ackf
-            && h.acked
-            && t.window != 0
-            && h.has_win
-            && t.window == h.last_win
-            && h.has_next
-            && t.seq == h.next_seq
-            && t.ack == h.last_ack;
-        if dup_ack {
-            h.dup_acks += 1;
-            h.dup_ack_run += 1;
-        } else if ackf && (!h.acked || t.ack != h.last_ack) {
-            h.dup_ack_run = 0;
-        }
-        let zero_window = t.window == 0 && fl & (flags::RST | flags::FIN | flags::SYN) == 0;
-        if zero_window {
-            h.zero_windows += 1;
-        }
-
-        // Advertised window.
-        let shift = if self.scale_ok && !syn {
-            h.wscale_opt.unwrap_or(0).min(14)
-        } else {
-            0
+        // Keep-alive, retransmission, out-of-order, duplicate ACK, zero window (Wireshark's rules).
+        let irtt = match (self.syn_ts, self.hs_ack_ts) {
+            (Some(a), Some(b)) if b > a => b - a,
+            _ => 3_000_000,
         };
-        let window = (t.window as u64) << shift;
-        h.window = window;
-        if !rst {
-            if h.has_win {
-                h.window_min = h.window_min.min(window);
-            } else {
-                h.window_min = window;
-            }
-            h.window_max = h.window_max.max(window);
-        }
-        h.last_win = t.window;
-        h.has_win = true;
-
+        let marks = sequence::classify(h, oh, t, plen, seglen, end, ts, irtt);
+        let Marks {
+            keep_alive,
+            retransmission,
+            out_of_order,
+            dup_ack,
+            zero_window,
+        } = marks;
+        let window = h.advertise(t.window, self.scale_ok && !syn, rst);
         // Sequence space and RTT bookkeeping for this side's data.
-        if seglen > 0 {
-            if !h.has_next || seq_gt(end, h.next_seq) {
-                if !h.has_next {
-                    h.first_seq = t.seq;
-                }
-                h.next_seq = end;
-                h.has_next = true;
-                h.last_data_ts = ts;
-                if !retransmission && !out_of_order && h.pending.len() < cfg.max_pending_segments {
-                    h.pending.push_back(Pending {
-                        end,
-                        ts_ns: ts,
-                        retransmitted: false,
-                    });
-                }
-            }
-        } else if !h.has_next {
-            h.next_seq = t.seq;
-            h.has_next = true;
-        }
-
+        h.advance(
+            t.seq,
+            seglen,
+            end,
+            ts,
+            retransmission || out_of_order,
+            cfg.max_pending_segments,
+        );
         // This packet's ACK covers the other side's data.
         if ackf && !rst {
-            if !h.acked || seq_gt(t.ack, h.last_ack) {
-                h.advancing_acks += 1;
-                let mut newest: Option<Pending> = None;
-                while let Some(p) = oh.pending.front() {
-                    if seq_le(p.end, t.ack) {
-                        newest = oh.pending.pop_front();
-                    } else {
-                        break;
-                    }
-                }
-                if let Some(p) = newest
-                    && !p.retransmitted
-                    && ts >= p.ts_ns
-                {
-                    oh.rtt.record((ts - p.ts_ns) as u64);
-                }
-            }
-            h.acked = true;
-            h.last_ack = t.ack;
-            h.last_ack_ts = ts;
+            h.on_ack(oh, t.ack, ts);
         }
-
-        // Bytes in flight from this side: highest sequence sent minus the receiver's last ACK, or minus the
-        // first sequence sent while the receiver has not ACKed anything (as Wireshark).
-        let mut in_flight = None;
-        if plen > 0 {
-            let low = if oh.acked { oh.last_ack } else { h.first_seq };
-            // Wireshark leaves out the virtual byte of a SYN or FIN on the packet itself.
-            let f = h.next_seq.wrapping_sub(low) as i32 - (syn || fin) as i32;
-            if f > 0 {
-                let f = f as u64;
-                in_flight = Some(f);
-                h.in_flight_max = h.in_flight_max.max(f);
-                h.in_flight.record(f);
-                // What held this side back: the receiver's window, or not. The window held it back when
-                // in flight left less room than one more segment, and in flight is near the window: the
-                // segment counted is at most a quarter of the window, so a window of one or two MSS
-                // (loopback's 64 KiB MSS against a 64 KiB window) does not make every segment "limited".
-                if plen > 0 && !retransmission && oh.has_win && window_known {
-                    let mss = oh.mss_opt.map(u32::from).unwrap_or(h.max_payload).max(1) as u64;
-                    let rwnd = oh.window;
-                    if rwnd.saturating_sub(f) < mss.min(rwnd / 4) {
-                        h.receiver_limited += 1;
-                    } else if plen as u64 >= mss {
-                        h.sender_limited += 1;
-                    } else {
-                        h.app_limited += 1;
-                    }
-                }
-            }
-        }
+        let in_flight = h.in_flight(oh, plen, syn || fin, retransmission, window_known);
         if fin {
             h.fin = true;
         }
@@ -1199,113 +995,6 @@ impl Flow {
     }
 }
 
-fn fmt_ns(ns: u64) -> String {
-    crate::units::fmt_nanos(ns as f64)
-}
-
-/// One line saying what held a connection back, from its summary.
-pub fn diagnose(s: &FlowSummary) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let (bulk_dir, bulk) = s.bulk();
-    let (recv, who_recv) = match bulk_dir {
-        Dir::ClientToServer => (&s.server_to_client, "server"),
-        Dir::ServerToClient => (&s.client_to_server, "client"),
-    };
-    let sender = match bulk_dir {
-        Dir::ClientToServer => "client",
-        Dir::ServerToClient => "server",
-    };
-    match s.state {
-        "reset_by_client" => parts.push("reset by the client".into()),
-        "reset_by_server" => parts.push("reset by the server".into()),
-        _ => {}
-    }
-    if bulk.payload_bytes == 0 {
-        if s.packets() <= 3 && !s.handshake_seen {
-            parts.push("no data seen".into());
-        } else if s.handshake.is_none() && s.handshake_seen {
-            parts.push("handshake not answered".into());
-        } else {
-            parts.push("no data exchanged".into());
-        }
-        return parts.join("; ");
-    }
-    let zero = recv.zero_windows;
-    if zero > 0 {
-        parts.push(format!(
-            "{who_recv} advertised a zero window {zero} time{} (its application did not read fast enough)",
-            if zero == 1 { "" } else { "s" }
-        ));
-    }
-    let classified =
-        bulk.receiver_limited_segments + bulk.sender_limited_segments + bulk.app_limited_segments;
-    if classified > 0 {
-        let pct = |n: u64| 100.0 * n as f64 / classified as f64;
-        let (r, c, a) = (
-            pct(bulk.receiver_limited_segments),
-            pct(bulk.sender_limited_segments),
-            pct(bulk.app_limited_segments),
-        );
-        if r >= 50.0 {
-            parts.push(format!(
-                "receiver-limited: in flight reached the {who_recv}'s window (in flight max {}, window max {}) in {r:.0}% of segments",
-                crate::units::fmt_bytes(bulk.in_flight_max_bytes),
-                crate::units::fmt_bytes(recv.window_max_bytes)
-            ));
-        } else if c >= a {
-            parts.push(format!(
-                "sender/congestion-limited: {sender} sent full segments with in flight below the window ({c:.0}% of segments)"
-            ));
-        } else {
-            parts.push(format!(
-                "application-limited: {sender} sent short writes with in flight below the window ({a:.0}% of segments)"
-            ));
-        }
-    }
-    if bulk.data_segments > 0 && bulk.retransmissions > 0 {
-        parts.push(format!(
-            "{} retransmission{} ({:.1}% of data segments)",
-            bulk.retransmissions,
-            if bulk.retransmissions == 1 { "" } else { "s" },
-            100.0 * bulk.retransmissions as f64 / bulk.data_segments as f64
-        ));
-    }
-    if recv.dup_acks > 0 {
-        parts.push(format!(
-            "{} duplicate ACKs from the {who_recv}",
-            recv.dup_acks
-        ));
-    }
-    if let Some(spa) = bulk.segments_per_ack
-        && bulk.data_segments >= 20
-    {
-        if spa >= 8.0 {
-            parts.push(format!(
-                "{who_recv} ACKs every {spa:.1} segments (stretch ACKs)"
-            ));
-        } else if spa <= 1.2 {
-            parts.push(format!("{who_recv} ACKs every segment"));
-        }
-    }
-    if let Some(hs) = s.handshake
-        && bulk.rtt.count >= 3
-        && hs.rtt_ns > 0
-        && bulk.rtt.p50_ns > 4 * hs.rtt_ns
-        && bulk.rtt.p50_ns > 1_000_000
-    {
-        parts.push(format!(
-            "data RTT p50 {} is {:.0}x the handshake RTT {} (queueing or delayed ACKs)",
-            fmt_ns(bulk.rtt.p50_ns),
-            bulk.rtt.p50_ns as f64 / hs.rtt_ns as f64,
-            fmt_ns(hs.rtt_ns)
-        ));
-    }
-    if parts.is_empty() {
-        parts.push("no trouble seen".into());
-    }
-    parts.join("; ")
-}
-
 impl fmt::Display for Dir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -1349,6 +1038,8 @@ mod tests {
     use super::*;
     use crate::capture::decode::{decode, tests::ipv4_tcp};
     use crate::capture::read::LinkType;
+    use crate::stats::LatencyHistogram;
+    use rtt::FEW;
 
     const C: [u8; 4] = [10, 0, 0, 1];
     const S: [u8; 4] = [10, 0, 0, 2];

@@ -251,98 +251,9 @@ impl Watch {
 /// Runs the agent until SIGTERM or Ctrl-C.
 pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     // Arguments first: nothing is read or opened before they are all checked.
-    let limits = a.guard.limits()?;
-    if a.workers == 0 {
-        return Err(super::output::refused("--workers must be at least 1"));
-    }
-    if a.max_series == 0 {
-        return Err(super::output::refused("--max-series must be at least 1"));
-    }
-    let psk = a.guard.psk()?;
-    let cfg = match &a.config {
-        Some(p) => match config::load(p) {
-            Ok(c) => Some(c),
-            Err(e) => refuse(e),
-        },
-        None => None,
-    };
-    let cli = CliTargets {
-        peers: a.peers.clone(),
-        peers_file: a.peers_file.clone(),
-        peers_dns: a.peers_dns.clone(),
-        probe: a.probe,
-        size: a.size,
-        interval: a.interval,
-        timeout: a.timeout,
-        labels: a.labels.clone(),
-    };
-    // A peers file given at start must be readable and correct (later changes that are not keep the
-    // previous list).
-    for path in cli
-        .peers_file
-        .iter()
-        .chain(cfg.as_ref().and_then(|c| c.peers_file.as_ref()))
-    {
-        match std::fs::read_to_string(path) {
-            Err(e) => refuse(format!(
-                "peers file {}: cannot read it: {e} (check the path)",
-                path.display()
-            )),
-            Ok(text) => {
-                if let Err((line, what)) = targets::parse_peers(&text) {
-                    refuse(config::scrub(&format!(
-                        "peers file {}:{line}: {what}",
-                        path.display()
-                    )));
-                }
-            }
-        }
-    }
-    let plan = Plan::build(&cli, cfg.as_ref(), &|k| std::env::var(k).ok());
-    let mut filter = SelfFilter {
-        local: targets::local_addresses(),
-        bind: a.bind,
-        port: (!a.no_responder && a.port != 0).then_some(a.port),
-    };
-    let mut collector = Collector::new(
-        Box::new(targets::system_lookup),
-        a.dns_interval,
-        filter.clone(),
-    );
-    let first = collector.collect(&plan, Instant::now());
-    for e in &first.errors {
-        note(config::scrub(e));
-    }
-    let n = first.targets.len();
-    if n * SERIES_PER_TARGET > a.max_series {
-        refuse(format!(
-            "{n} targets x {SERIES_PER_TARGET} series = {} series, over --max-series {}: probe fewer targets, \
-             or raise --max-series if your Prometheus can hold them",
-            n * SERIES_PER_TARGET,
-            a.max_series
-        ));
-    }
-
-    // The responder.
+    let start = Start::check(&a)?;
     let log = EventLog::new();
-    let responder = if a.no_responder {
-        None
-    } else {
-        let config = ServerConfig {
-            bind: a.bind,
-            port: a.port,
-            tcp: true,
-            udp: true,
-            psk: psk.clone(),
-            allow_replay: false,
-            limits,
-        };
-        raise_fd_limit(config.limits.max_clients);
-        let sink = log.clone();
-        let handle =
-            server::start(&config, move |ev| sink.event(&ev)).context("starting the responder")?;
-        Some(handle)
-    };
+    let responder = start_responder(&a, &start, &log)?;
     // The pages' port, before the engine starts (a port in use stops everything at once).
     let listener = std::net::TcpListener::bind(a.metrics).map_err(|e| {
         anyhow::anyhow!(
@@ -351,58 +262,239 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             roundtrip::probe::target::bind_hint(a.metrics, &e)
         )
     })?;
-    let mut targets_now = first.targets;
-    if let Some(h) = &responder {
-        filter.port = h.tcp_addr().map(|a| a.port());
-        collector.self_filter = filter.clone();
-        targets_now.retain(|t| !filter.is_self(t));
-    }
-    let first_addr = targets_now.first().map(|t| t.addr);
-    let source = a
-        .source
-        .clone()
-        .or_else(|| cfg.as_ref().and_then(|c| c.source.clone()))
-        .unwrap_or_else(|| {
-            // Two agents on one host (different ports) must not share a source: with a responder on another
-            // port than the default, the default source is ADDRESS:PORT, as other agents name it as a target.
-            let s = targets::default_source(first_addr);
-            match responder.as_ref().and_then(|h| h.tcp_addr()) {
-                Some(addr) if addr.port() != DEFAULT_PORT => match s.parse::<IpAddr>() {
-                    Ok(ip) => SocketAddr::new(ip, addr.port()).to_string(),
-                    Err(_) => format!("{s}:{}", addr.port()),
-                },
-                _ => s,
-            }
-        });
-    let address = match responder.as_ref().and_then(|h| h.tcp_addr()) {
-        Some(addr) if addr.ip().is_unspecified() => {
-            let ip = source
-                .parse::<IpAddr>()
-                .ok()
-                .or_else(|| source.parse::<SocketAddr>().ok().map(|a| a.ip()))
-                .or_else(|| first_addr.and_then(targets::local_address_toward));
-            ip.map_or(addr, |ip| SocketAddr::new(ip, addr.port()))
-                .to_string()
-        }
-        Some(addr) => addr.to_string(),
-        None => String::new(),
-    };
-
-    // The engine.
+    let placed = Placed::new(&a, start, responder.as_ref());
     let engine = Arc::new(
         Engine::start(EngineConfig {
-            psk: psk.clone(),
+            psk: placed.start.psk.clone(),
             window: a.window,
             workers: a.workers,
         })
         .context("starting the probe engine")?,
     );
-    engine.set_targets(targets_now.clone());
+    engine.set_targets(placed.targets.clone());
+    let http = serve_pages(&a, &placed, &engine, listener)?;
+    let (tx, rx) = mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })
+    .context("installing the SIGTERM/Ctrl-C handler")?;
+    catch_hup();
+    announce(&a, &placed, responder.as_ref(), http.local_addr());
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = spawn_watcher(&a, placed, &engine, &stop)?;
+    while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
+        log.flush();
+    }
+    // Stop: pages, targets thread, engine, responder.
+    stop.store(true, Ordering::SeqCst);
+    http.shutdown();
+    stop_engine(engine, &watcher);
+    if let Some(h) = responder {
+        h.shutdown();
+    }
+    log.flush();
+    note("roundtrip agent: stopped");
+    Ok(Exit::Ok)
+}
 
-    // The pages.
+/// What the arguments, the configuration and the first collection of targets give, all checked.
+struct Start {
+    limits: roundtrip::server::Limits,
+    psk: Option<roundtrip::wire::auth::Psk>,
+    cfg: Option<config::Config>,
+    cli: CliTargets,
+    plan: Plan,
+    filter: SelfFilter,
+    collector: Collector,
+    first: targets::Collected,
+}
+
+impl Start {
+    /// Checks the arguments, the configuration and the peers files, and collects the first targets; a
+    /// problem refuses to start (exit 2).
+    fn check(a: &AgentArgs) -> anyhow::Result<Start> {
+        let limits = a.guard.limits()?;
+        if a.workers == 0 {
+            return Err(super::output::refused("--workers must be at least 1"));
+        }
+        if a.max_series == 0 {
+            return Err(super::output::refused("--max-series must be at least 1"));
+        }
+        let psk = a.guard.psk()?;
+        let cfg = match &a.config {
+            Some(p) => match config::load(p) {
+                Ok(c) => Some(c),
+                Err(e) => refuse(e),
+            },
+            None => None,
+        };
+        let cli = CliTargets {
+            peers: a.peers.clone(),
+            peers_file: a.peers_file.clone(),
+            peers_dns: a.peers_dns.clone(),
+            probe: a.probe,
+            size: a.size,
+            interval: a.interval,
+            timeout: a.timeout,
+            labels: a.labels.clone(),
+        };
+        // A peers file given at start must be readable and correct (later changes that are not keep the
+        // previous list).
+        for path in cli
+            .peers_file
+            .iter()
+            .chain(cfg.as_ref().and_then(|c| c.peers_file.as_ref()))
+        {
+            check_peers_file(path);
+        }
+        let plan = Plan::build(&cli, cfg.as_ref(), &|k| std::env::var(k).ok());
+        let filter = SelfFilter {
+            local: targets::local_addresses(),
+            bind: a.bind,
+            port: (!a.no_responder && a.port != 0).then_some(a.port),
+        };
+        let mut collector = Collector::new(
+            Box::new(targets::system_lookup),
+            a.dns_interval,
+            filter.clone(),
+        );
+        let first = collector.collect(&plan, Instant::now());
+        for e in &first.errors {
+            note(config::scrub(e));
+        }
+        let n = first.targets.len();
+        if n * SERIES_PER_TARGET > a.max_series {
+            refuse(format!(
+                "{n} targets x {SERIES_PER_TARGET} series = {} series, over --max-series {}: probe fewer targets, \
+                 or raise --max-series if your Prometheus can hold them",
+                n * SERIES_PER_TARGET,
+                a.max_series
+            ));
+        }
+        Ok(Start {
+            limits,
+            psk,
+            cfg,
+            cli,
+            plan,
+            filter,
+            collector,
+            first,
+        })
+    }
+}
+
+/// Refuses to start when a peers file cannot be read or has a bad line.
+fn check_peers_file(path: &Path) {
+    match std::fs::read_to_string(path) {
+        Err(e) => refuse(format!(
+            "peers file {}: cannot read it: {e} (check the path)",
+            path.display()
+        )),
+        Ok(text) => {
+            if let Err((line, what)) = targets::parse_peers(&text) {
+                refuse(config::scrub(&format!(
+                    "peers file {}:{line}: {what}",
+                    path.display()
+                )));
+            }
+        }
+    }
+}
+
+/// Starts the responder, unless `--no-responder`.
+fn start_responder(
+    a: &AgentArgs,
+    start: &Start,
+    log: &Arc<EventLog>,
+) -> anyhow::Result<Option<server::ServerHandle>> {
+    if a.no_responder {
+        return Ok(None);
+    }
+    let config = ServerConfig {
+        bind: a.bind,
+        port: a.port,
+        tcp: true,
+        udp: true,
+        psk: start.psk.clone(),
+        allow_replay: false,
+        limits: start.limits.clone(),
+    };
+    raise_fd_limit(config.limits.max_clients);
+    let sink = log.clone();
+    let handle =
+        server::start(&config, move |ev| sink.event(&ev)).context("starting the responder")?;
+    Ok(Some(handle))
+}
+
+/// The checked start, with the responder's port known: the first targets (without this agent), this
+/// agent's source name and the address it is reached at.
+struct Placed {
+    start: Start,
+    targets: Vec<TargetSpec>,
+    source: String,
+    address: String,
+}
+
+impl Placed {
+    fn new(a: &AgentArgs, mut start: Start, responder: Option<&server::ServerHandle>) -> Placed {
+        let mut targets_now = std::mem::take(&mut start.first.targets);
+        if let Some(h) = responder {
+            start.filter.port = h.tcp_addr().map(|a| a.port());
+            start.collector.self_filter = start.filter.clone();
+            targets_now.retain(|t| !start.filter.is_self(t));
+        }
+        let first_addr = targets_now.first().map(|t| t.addr);
+        let responder_addr = responder.and_then(|h| h.tcp_addr());
+        let source = a
+            .source
+            .clone()
+            .or_else(|| start.cfg.as_ref().and_then(|c| c.source.clone()))
+            .unwrap_or_else(|| {
+                // Two agents on one host (different ports) must not share a source: with a responder on
+                // another port than the default, the default source is ADDRESS:PORT, as other agents name it
+                // as a target.
+                let s = targets::default_source(first_addr);
+                match responder_addr {
+                    Some(addr) if addr.port() != DEFAULT_PORT => match s.parse::<IpAddr>() {
+                        Ok(ip) => SocketAddr::new(ip, addr.port()).to_string(),
+                        Err(_) => format!("{s}:{}", addr.port()),
+                    },
+                    _ => s,
+                }
+            });
+        let address = match responder_addr {
+            Some(addr) if addr.ip().is_unspecified() => {
+                let ip = source
+                    .parse::<IpAddr>()
+                    .ok()
+                    .or_else(|| source.parse::<SocketAddr>().ok().map(|a| a.ip()))
+                    .or_else(|| first_addr.and_then(targets::local_address_toward));
+                ip.map_or(addr, |ip| SocketAddr::new(ip, addr.port()))
+                    .to_string()
+            }
+            Some(addr) => addr.to_string(),
+            None => String::new(),
+        };
+        Placed {
+            start,
+            targets: targets_now,
+            source,
+            address,
+        }
+    }
+}
+
+/// Serves `/metrics`, `/api/results` and `/` on `listener`.
+fn serve_pages(
+    a: &AgentArgs,
+    placed: &Placed,
+    engine: &Arc<Engine>,
+    listener: std::net::TcpListener,
+) -> anyhow::Result<HttpServer> {
     let info = AgentInfo {
-        source: source.clone(),
-        address,
+        source: placed.source.clone(),
+        address: placed.address.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
     let site = {
@@ -417,17 +509,17 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         let site = site.clone();
         Arc::new(move |r: &Request| site.handle(r))
     };
-    let http = HttpServer::serve(listener, 4, handler).context("starting the pages' threads")?;
-    drop(site);
+    HttpServer::serve(listener, 4, handler).context("starting the pages' threads")
+}
 
-    let (tx, rx) = mpsc::channel();
-    ctrlc::set_handler(move || {
-        let _ = tx.send(());
-    })
-    .context("installing the SIGTERM/Ctrl-C handler")?;
-    catch_hup();
-
-    match &responder {
+/// Says what runs where: the responder, the pages, the source and the number of series.
+fn announce(
+    a: &AgentArgs,
+    placed: &Placed,
+    responder: Option<&server::ServerHandle>,
+    maddr: SocketAddr,
+) {
+    match responder {
         Some(h) => {
             let addr = h.tcp_addr().map_or("?".into(), |a| a.to_string());
             say(format!(
@@ -437,7 +529,6 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         }
         None => say("roundtrip agent: no responder".into()),
     }
-    let maddr = http.local_addr();
     if server::is_loopback(maddr.ip()) {
         say(format!(
             "roundtrip agent: metrics on http://{maddr}/metrics (loopback only: give --metrics 0.0.0.0:{} for a \
@@ -458,57 +549,59 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         format!("; probes prove the key in {}", p.display())
     });
     say(format!(
-        "roundtrip agent: source {source}, {}{psk_note}",
-        series_line(targets_now.len(), a.max_series)
+        "roundtrip agent: source {}, {}{psk_note}",
+        placed.source,
+        series_line(placed.targets.len(), a.max_series)
     ));
-    if first.left_out_self > 0 {
+    if placed.start.first.left_out_self > 0 {
         note(format!(
             "roundtrip agent: {} target(s) left out: they are this agent",
-            first.left_out_self
+            placed.start.first.left_out_self
         ));
     }
     note(format!(
         "roundtrip agent: probing every target on its own schedule (window {}); SIGTERM or Ctrl-C to stop",
         units::fmt_duration(a.window)
     ));
+}
 
-    // The targets thread: reloads and re-resolves every second.
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let mut w = Watch {
-            cli,
-            config_stamp: a.config.as_deref().and_then(stamp),
-            config_path: a.config.clone(),
-            plan,
-            collector,
-            current: targets_now,
-            refused: None,
-            max_series: a.max_series,
-            source,
-        };
-        let engine = engine.clone();
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("agent-targets".into())
-            .spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(500));
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    w.tick(&engine);
-                }
-            })
-            .context("starting the targets thread")?
+/// Starts the targets thread: it reloads and re-resolves every second until `stop`.
+fn spawn_watcher(
+    a: &AgentArgs,
+    placed: Placed,
+    engine: &Arc<Engine>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let mut w = Watch {
+        cli: placed.start.cli,
+        config_stamp: a.config.as_deref().and_then(stamp),
+        config_path: a.config.clone(),
+        plan: placed.start.plan,
+        collector: placed.start.collector,
+        current: placed.targets,
+        refused: None,
+        max_series: a.max_series,
+        source: placed.source,
     };
+    let engine = engine.clone();
+    let stop = stop.clone();
+    std::thread::Builder::new()
+        .name("agent-targets".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(500));
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                w.tick(&engine);
+            }
+        })
+        .context("starting the targets thread")
+}
 
-    while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
-        log.flush();
-    }
-
-    // Stop: pages, targets thread, engine, responder.
-    stop.store(true, Ordering::SeqCst);
-    http.shutdown();
+/// Shuts the engine down once the targets thread and the pages let go of it (at most 1.5 s; past that the
+/// process exit ends it).
+fn stop_engine(engine: Arc<Engine>, watcher: &std::thread::JoinHandle<()>) {
     let deadline = Instant::now() + Duration::from_millis(1500);
     while !watcher.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -525,10 +618,4 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             Err(_) => {}
         }
     }
-    if let Some(h) = responder {
-        h.shutdown();
-    }
-    log.flush();
-    note("roundtrip agent: stopped");
-    Ok(Exit::Ok)
 }

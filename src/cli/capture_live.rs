@@ -130,7 +130,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         }
         None => None,
     };
-    let stop = super::ping::cancel_on_ctrl_c();
+    let stop = super::common::cancel_on_ctrl_c();
     let cfg = LiveConfig {
         interface: iface.clone(),
         snaplen: a.snaplen,

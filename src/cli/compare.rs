@@ -1,7 +1,6 @@
 //! `roundtrip compare`: ICMP, TCP handshake, application ping and the kernel's RTT, side by side.
 
 use super::args;
-use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
 use clap::Args;
@@ -19,6 +18,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 /// Arguments of `roundtrip compare`.
 #[derive(Debug, Args)]
+#[command(mut_arg("ipv6", |a| a.help("IPv6 only (with no HOST: the embedded server listens on ::1)")))]
 pub struct CompareArgs {
     /// A host running `roundtrip server` (or sockperf server): HOST, HOST:PORT or [IPv6]:PORT (default port
     /// 11111). Without it, an embedded server on loopback answers.
@@ -49,12 +49,8 @@ pub struct CompareArgs {
     json: bool,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only (with no HOST: the embedded server listens on ::1).
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 /// The document `roundtrip compare --json` prints.
@@ -103,20 +99,20 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         _ => None,
     };
     config.icmp_mode = IcmpMode::Auto;
-    config.loopback_v6 = a.ipv6;
+    config.loopback_v6 = a.family.ipv6;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
     let mut dns_ns = None;
     let mut dns_line = String::new();
     if let Some(t) = &target {
-        let (addr, dns) = t.resolve(family(a.ipv4, a.ipv6))?;
+        let (addr, dns) = t.resolve(a.family.family())?;
         if t.host.parse::<std::net::IpAddr>().is_err() {
             dns_ns = Some(ns(dns));
         }
         dns_line = dns_words(&t.host, dns);
         config.target = Some(addr);
     }
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
         note(format!(
             "measuring: ICMP echo, TCP handshake, roundtrip ping {} B and {} B, {} each, {} apart ...",

@@ -37,12 +37,8 @@ pub struct ConnectArgs {
     json: bool,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 /// DNS time for humans: "(literal address)" when no lookup was done.
@@ -141,7 +137,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             }
         )));
     }
-    let fam = super::args::family(a.ipv4, a.ipv6);
+    let fam = a.family.family();
     let mut config = ConnectConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
     config.count = a.count;
     config.interval = a.interval;
@@ -156,7 +152,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
 
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr;
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     let literal = target.host.parse::<std::net::IpAddr>().is_ok();
     if !a.json {
         out(format!(

@@ -66,12 +66,8 @@ pub struct DbArgs {
     /// Write one CSV row per timed operation to FILE (op, seq, start, duration, rows, bytes).
     #[arg(long, value_name = "FILE.csv")]
     full_log: Option<PathBuf>,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 fn rows(s: &str) -> Result<u64, String> {
@@ -189,7 +185,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     };
     let mut config = DbConfig::new(url);
     config.link = link;
-    config.family = super::args::family(a.ipv4, a.ipv6);
+    config.family = a.family.family();
     config.connects = u32::try_from(a.connects).unwrap_or(u32::MAX);
     config.count = a.count;
     config.interval = a.interval;
@@ -239,7 +235,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
             config.url.scheme.name(),
         )?);
     }
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
         out(match &config.link {
             Some(l) => link_heading(

@@ -73,7 +73,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
          Times are round trips (RTT) seen by the application, through both TCP/IP stacks of this machine.\n\n",
         a.duration.as_secs_f64()
     ))?;
-    let cancel = super::ping::cancel_on_ctrl_c();
+    let cancel = super::common::cancel_on_ctrl_c();
     let mut table = Table::new(&[
         "probe",
         "size",

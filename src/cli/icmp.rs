@@ -1,7 +1,6 @@
 //! `roundtrip icmp`: ICMP echo round trips, as ping and fping measure them.
 
 use super::args;
-use super::args::family;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, out};
 use clap::Args;
@@ -46,12 +45,8 @@ pub struct IcmpArgs {
     json: bool,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 struct Printer {
@@ -129,7 +124,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             a.host, target.host
         )));
     }
-    let fam = family(a.ipv4, a.ipv6);
+    let fam = a.family.family();
     let mut config = IcmpConfig::new(IpAddr::from([127, 0, 0, 1]));
     config.count = a.count;
     config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
@@ -151,7 +146,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     a.pictures.validate().map_err(super::output::refused)?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     let literal = target.host.parse::<IpAddr>().is_ok();
     let mut printer = Printer {
         enabled: !a.json,

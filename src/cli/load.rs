@@ -2,7 +2,6 @@
 //! coordinated omission).
 
 use super::args;
-use super::args::family;
 use super::output::{Exit, error_line, note, out};
 use super::throughput::message_size;
 use clap::Args;
@@ -11,7 +10,6 @@ use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::wire::sockperf::DEFAULT_PORT;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip load`.
@@ -44,25 +42,16 @@ pub struct LoadArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
-    /// Behave exactly as a sockperf client: no hello.
-    #[arg(long)]
-    no_extensions: bool,
-    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
-    /// proof back.
-    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
-    psk_file: Option<PathBuf>,
+    #[command(flatten)]
+    client: super::common::ClientArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
     /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
     #[arg(long)]
     realtime: bool,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 /// Runs `roundtrip load`.
@@ -81,14 +70,14 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     config.duration = a.duration;
     config.warmup = a.warmup;
     config.timeout = a.timeout;
-    config.extensions = !a.no_extensions;
-    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
+    config.extensions = a.client.extensions();
+    config.psk = a.client.psk()?;
     config.realtime = a.realtime;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
+    let (addr, _) = target.resolve(a.family.family())?;
     config.addr = addr;
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
         out(traffic::load_heading(
             &target.to_string(),

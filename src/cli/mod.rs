@@ -9,6 +9,7 @@ mod capture;
 mod capture_live;
 mod capture_rpc;
 mod capture_whatif;
+mod common;
 mod compare;
 mod connect;
 mod db;

@@ -12,12 +12,11 @@ use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Arguments of `roundtrip ping`.
 #[derive(Debug, Args)]
+#[command(mut_arg("no_extensions", |a| a.help("Behave exactly as a sockperf client: no hello, no server timestamps")))]
 pub struct PingArgs {
     /// Server as HOST, HOST:PORT or [IPv6]:PORT (default port 11111, as sockperf).
     #[arg(value_name = "HOST[:PORT]")]
@@ -58,22 +57,13 @@ pub struct PingArgs {
     /// Draw the RTT distribution in the terminal.
     #[arg(long)]
     histogram: bool,
-    /// Behave exactly as a sockperf client: no hello, no server timestamps.
-    #[arg(long)]
-    no_extensions: bool,
-    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
-    /// proof back.
-    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
-    psk_file: Option<PathBuf>,
+    #[command(flatten)]
+    client: super::common::ClientArgs,
     /// No per-interval rows, only the summary.
     #[arg(long, short = 'q')]
     quiet: bool,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
 }
@@ -116,18 +106,6 @@ impl Observer for CliObserver {
     }
 }
 
-/// Installs a Ctrl-C handler that sets `cancel`; a second Ctrl-C exits at once.
-pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    let c = cancel.clone();
-    let _ = ctrlc::set_handler(move || {
-        if c.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
-    cancel
-}
-
 /// Runs `roundtrip ping`.
 pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     // Everything the user typed is checked before any I/O.
@@ -137,7 +115,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         Transport::Tcp
     };
     let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let family = args::family(a.ipv4, a.ipv6);
+    let family = a.family.family();
     let interval = match (a.interval, a.rate) {
         (Some(i), _) => Some(i),
         (None, Some(r)) => Some(Duration::from_secs_f64(1.0 / r)),
@@ -157,8 +135,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.warmup = a.warmup;
     config.report_interval = a.report_interval;
     config.timeout = a.timeout;
-    config.extensions = !a.no_extensions;
-    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
+    config.extensions = a.client.extensions();
+    config.psk = a.client.psk()?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
     if let Some(path) = &a.full_log {
@@ -176,7 +154,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     };
     let (addr, _dns) = target.resolve(family)?;
     config.addr = addr;
-    config.cancel = cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
 
     if !a.json {
         out(text::ping_heading(

@@ -344,7 +344,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             None => None,
         },
     };
-    let cancel = super::ping::cancel_on_ctrl_c();
+    let cancel = super::common::cancel_on_ctrl_c();
     let handle = proxy::start(&config).map_err(|e| match e {
         // The upstream is the proxy itself: a refusal of the arguments (exit 2), nothing was relayed.
         proxy::ProxyError::Loop { .. } => super::output::refused(e),

@@ -273,7 +273,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         },
     };
     roundtrip::proxy::delay::set_cpu_wake(a.cpu_wake);
-    let cancel = super::super::ping::cancel_on_ctrl_c();
+    let cancel = super::super::common::cancel_on_ctrl_c();
     let handle = match bridge::start(&config) {
         Ok(h) => h,
         Err(e) => return Err(anyhow::anyhow!("roundtrip proxy --bridge: {e}")),

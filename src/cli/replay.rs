@@ -69,7 +69,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     // Everything that can be checked without the network first: the filter, the key, the target, the capture.
     let expr = a.expr.expr();
     let filter_text = expr.as_ref().map(|e| e.text().to_string());
-    let psk = super::server::client_psk(a.psk_file.as_deref())?;
+    let psk = super::common::client_psk(a.psk_file.as_deref())?;
     let target = Target::parse(&a.to, DEFAULT_PORT).map_err(super::output::refused)?;
     let filter = Filter {
         flow: a.flow,
@@ -104,7 +104,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     config.psk = psk;
     config.timeout = a.timeout;
     config.max_connections = a.max_connections as usize;
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     // The decoders' turns may leave out messages they do not match (start-up, authentication): say how much.
     let bytes = |p: &AppProfile| -> u64 {
         p.connections

@@ -112,12 +112,6 @@ impl GuardArgs {
     }
 }
 
-/// Reads `--psk-file` for a client command.
-pub fn client_psk(path: Option<&std::path::Path>) -> anyhow::Result<Option<Psk>> {
-    path.map(|p| Psk::from_file(p).map_err(anyhow::Error::from))
-        .transpose()
-}
-
 /// Turns server events into log lines on stderr, at most one per reason per second, with the count of the
 /// ones held back.
 pub struct EventLog {

@@ -1,7 +1,6 @@
 //! `roundtrip sweep`: latency percentiles over message size x offered rate.
 
 use super::args;
-use super::args::family;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
@@ -12,7 +11,6 @@ use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::units::fmt_bytes;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip sweep`.
@@ -45,25 +43,16 @@ pub struct SweepArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
-    /// Behave exactly as a sockperf client: no hello.
-    #[arg(long)]
-    no_extensions: bool,
-    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
-    /// proof back.
-    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
-    psk_file: Option<PathBuf>,
+    #[command(flatten)]
+    client: super::common::ClientArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
     /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
     #[arg(long)]
     realtime: bool,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 /// A list of rates in messages per second.
@@ -119,8 +108,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     base.duration = a.duration;
     base.warmup = a.warmup;
     base.timeout = a.timeout;
-    base.extensions = !a.no_extensions;
-    base.psk = super::server::client_psk(a.psk_file.as_deref())?;
+    base.extensions = a.client.extensions();
+    base.psk = a.client.psk()?;
     base.realtime = a.realtime;
     let mut config = SweepConfig {
         base,
@@ -129,9 +118,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     };
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(family(a.ipv4, a.ipv6))?;
+    let (addr, _) = target.resolve(a.family.family())?;
     config.base.addr = addr;
-    config.base.cancel = super::ping::cancel_on_ctrl_c();
+    config.base.cancel = super::common::cancel_on_ctrl_c();
     let total = config.sizes.len() * config.rates.len();
     if !a.json {
         out(format!(

@@ -462,7 +462,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
         ),
     };
     let mut sampler = Sampler::open()?;
-    let cancel = super::ping::cancel_on_ctrl_c();
+    let cancel = super::common::cancel_on_ctrl_c();
     let started = SystemTime::now();
     let start = Instant::now();
     if !a.json {
@@ -719,7 +719,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         }
         None => None,
     };
-    let cancel = super::ping::cancel_on_ctrl_c();
+    let cancel = super::common::cancel_on_ctrl_c();
     let started = SystemTime::now();
     let start = Instant::now();
     if !a.json {

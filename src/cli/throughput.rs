@@ -9,11 +9,11 @@ use roundtrip::probe::throughput::{self, Observer, RateRow, ThroughputConfig};
 use roundtrip::report::{json, traffic};
 use roundtrip::units;
 use roundtrip::wire::sockperf::{DEFAULT_PORT, HEADER_LEN};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `roundtrip throughput`.
 #[derive(Debug, Args)]
+#[command(mut_arg("no_extensions", |a| a.help("Behave exactly as a sockperf client: no hello, so no receiver counts and no --reverse")))]
 pub struct ThroughputArgs {
     /// Server as HOST, HOST:PORT or [IPv6]:PORT (default port 11111, as sockperf).
     #[arg(value_name = "HOST[:PORT]")]
@@ -49,21 +49,12 @@ pub struct ThroughputArgs {
     /// No per-interval rows, only the totals.
     #[arg(long, short = 'q')]
     quiet: bool,
-    /// Behave exactly as a sockperf client: no hello, so no receiver counts and no --reverse.
-    #[arg(long)]
-    no_extensions: bool,
-    /// Prove the pre-shared key in FILE to the server (one started with the same --psk-file), and require its
-    /// proof back.
-    #[arg(long, value_parser = args::input_file, value_name = "FILE")]
-    psk_file: Option<PathBuf>,
+    #[command(flatten)]
+    client: super::common::ClientArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    ipv6: bool,
+    #[command(flatten)]
+    family: super::common::FamilyArgs,
 }
 
 /// A list of message sizes in bytes.
@@ -123,13 +114,13 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.sync = a.sync;
     config.report_interval = a.report_interval;
     config.timeout = a.timeout;
-    config.extensions = !a.no_extensions;
-    config.psk = super::server::client_psk(a.psk_file.as_deref())?;
+    config.extensions = a.client.extensions();
+    config.psk = a.client.psk()?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(super::args::family(a.ipv4, a.ipv6))?;
+    let (addr, _) = target.resolve(a.family.family())?;
     config.addr = addr;
-    config.cancel = super::ping::cancel_on_ctrl_c();
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
         out(traffic::throughput_heading(
             &target.to_string(),

@@ -6,15 +6,27 @@
 //! With a key: hello, challenge, proof, and an ack whose server proof the client checks, so it never measures a
 //! peer that does not hold the key either.
 
-use super::ping::PeerKind;
 use crate::wire::auth::{self, Psk};
 use crate::wire::sockperf::{
     self, Control, Feature, Flags, HEADER_LEN, Header, Hello, HelloKind, MAX_CONTROL_LEN, Refusal,
 };
+use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 use thiserror::Error;
+
+/// What kind of server answered the hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerKind {
+    /// A roundtrip server that acknowledged the hello.
+    Roundtrip,
+    /// A server that echoed the hello unchanged: sockperf or compatible.
+    Sockperf,
+    /// Extensions were not tried, or the hello got no answer.
+    Unknown,
+}
 
 /// The handshake failed.
 #[derive(Debug, Error)]

@@ -13,8 +13,8 @@
 //! whether the rate was held, with the rate achieved. When the sender falls behind it sends the late messages
 //! back to back to catch up, and stops at the end of the measuring time whatever is still due.
 
-use super::ping::{PeerKind, Transport};
-use super::stream::{self, Conn, Framer, Sent, StreamError, io_error, is_timeout};
+use super::link::{self, Conn, LinkConfig, PeerKind, Transport, io_error, is_timeout};
+use super::stream::{self, Framer, Sent, StreamError};
 use crate::stats::LatencyHistogram;
 use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
@@ -81,6 +81,17 @@ impl LoadConfig {
         }
     }
 
+    /// The link settings: where to connect and how to greet the server.
+    pub fn link(&self) -> LinkConfig {
+        LinkConfig {
+            addr: self.addr,
+            transport: self.transport,
+            psk: self.psk.clone(),
+            extensions: self.extensions,
+            timeout: self.timeout,
+        }
+    }
+
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), StreamError> {
         stream::check_size(self.size, self.transport)?;
@@ -89,11 +100,6 @@ impl LoadConfig {
                 "rate {} must be more than 0 and at most {MAX_RATE} messages per second",
                 self.rate
             )));
-        }
-        if self.psk.is_some() && !self.extensions {
-            return Err(StreamError::Invalid(
-                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
-            ));
         }
         if self.reply_every == 0 {
             return Err(StreamError::Invalid(
@@ -105,6 +111,7 @@ impl LoadConfig {
                 "duration and timeout must be more than 0".into(),
             ));
         }
+        self.link().validate()?;
         if self.duration.as_secs_f64() * self.rate < 1.0 {
             return Err(StreamError::Invalid(format!(
                 "at {}/s a run of {:?} sends no message: lengthen --duration",
@@ -255,19 +262,9 @@ struct Received {
 pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     config.validate()?;
     let addr = config.addr;
-    let mut conn = stream::connect(addr, config.transport, true, config.timeout, POLL)?;
-    let peer = if config.extensions {
-        stream::negotiate(
-            &mut conn,
-            addr,
-            Feature::default(),
-            config.psk.as_ref(),
-            config.timeout,
-        )?
-        .0
-    } else {
-        PeerKind::Unknown
-    };
+    let (mut conn, peer, _) = config
+        .link()
+        .open(stream::socket_setup(true, POLL), Feature::default())?;
     let rx_conn = match &conn {
         Conn::Tcp(s) => Conn::Tcp(
             s.try_clone()
@@ -335,7 +332,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
                     busy_since = Instant::now();
                 }
             }
-            stream::wait_until(due);
+            link::wait_until(due);
             if config.cancel.load(Ordering::Relaxed) {
                 break;
             }

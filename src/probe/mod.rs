@@ -4,6 +4,7 @@ pub mod compare;
 pub mod connect;
 pub mod hello;
 pub mod icmp;
+pub mod link;
 pub mod load;
 pub mod ping;
 pub mod rxtime;

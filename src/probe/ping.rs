@@ -5,8 +5,8 @@
 //! gets the server's turnaround time per message (the negotiated timestamp extension), so the round trip can
 //! be split into "server" and "network + both stacks".
 
-use crate::probe::hello::{self, HandshakeError, Link};
-use crate::probe::stream::{connect_hint, is_timeout, wait_until};
+use crate::probe::link::{self, Conn, LinkConfig, LinkError, SocketSetup, is_timeout, wait_until};
+pub use crate::probe::link::{PeerKind, Transport};
 use crate::probe::tcpinfo::TcpRtt;
 use crate::stats::LatencyHistogram;
 use crate::wire::auth::Psk;
@@ -14,32 +14,11 @@ use crate::wire::sockperf::{
     self, Feature, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
 };
 use serde::Serialize;
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
-use thiserror::Error;
-
-/// TCP or UDP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// One TCP connection, messages framed by their length field.
-    Tcp,
-    /// One UDP socket, one datagram per message.
-    Udp,
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Transport::Tcp => "tcp",
-            Transport::Udp => "udp",
-        })
-    }
-}
 
 /// When a run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -101,6 +80,17 @@ impl PingConfig {
         }
     }
 
+    /// The link settings: where to connect and how to greet the server.
+    pub fn link(&self) -> LinkConfig {
+        LinkConfig {
+            addr: self.addr,
+            transport: self.transport,
+            psk: self.psk.clone(),
+            extensions: self.extensions,
+            timeout: self.timeout,
+        }
+    }
+
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), PingError> {
         let max = match self.transport {
@@ -123,14 +113,7 @@ impl PingConfig {
             }
             _ => {}
         }
-        if self.timeout.is_zero() {
-            return Err(PingError::Invalid("timeout must be more than 0".into()));
-        }
-        if self.psk.is_some() && !self.extensions {
-            return Err(PingError::Invalid(
-                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
-            ));
-        }
+        self.link().validate()?;
         if self.report_interval.is_zero() {
             return Err(PingError::Invalid(
                 "report interval must be more than 0".into(),
@@ -140,89 +123,8 @@ impl PingConfig {
     }
 }
 
-/// What kind of server answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PeerKind {
-    /// A roundtrip server that acknowledged the hello.
-    Roundtrip,
-    /// A server that echoed the hello unchanged: sockperf or compatible.
-    Sockperf,
-    /// Extensions were not tried, or the hello got no answer.
-    Unknown,
-}
-
-/// A ping-pong run failed.
-#[derive(Debug, Error)]
-pub enum PingError {
-    /// Settings are out of range.
-    #[error("{0}")]
-    Invalid(String),
-    /// The connection could not be made.
-    #[error("cannot connect to {proto} {addr}: {source}{hint}")]
-    Connect {
-        /// "tcp" or "udp".
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// The system's error.
-        source: io::Error,
-        /// What to try.
-        hint: &'static str,
-    },
-    /// Reading or writing failed mid-run.
-    #[error("{op} {proto} {addr} failed: {source}{hint}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// "tcp" or "udp".
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// The system's error.
-        source: io::Error,
-        /// What to try.
-        hint: &'static str,
-    },
-    /// The server closed the connection.
-    #[error(
-        "server {addr} closed the connection after {answered} answers (did it stop or restart?)"
-    )]
-    Closed {
-        /// The server address.
-        addr: SocketAddr,
-        /// Answers received before.
-        answered: u64,
-    },
-    /// A TCP server stopped answering.
-    #[error(
-        "no answer from tcp {addr} within {timeout:?} (server stalled? try a longer --timeout)"
-    )]
-    Timeout {
-        /// The server address.
-        addr: SocketAddr,
-        /// The timeout.
-        timeout: Duration,
-    },
-    /// The hello or the key exchange failed.
-    #[error("server {proto} {addr} {source}")]
-    Handshake {
-        /// "tcp" or "udp".
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// What went wrong.
-        source: HandshakeError,
-    },
-    /// The server answered with something that is not the echo of the message.
-    #[error("server {addr} sent an invalid answer: {detail} (is it a sockperf-compatible server?)")]
-    Protocol {
-        /// The server address.
-        addr: SocketAddr,
-        /// What was wrong.
-        detail: String,
-    },
-}
+/// A ping-pong run failed: the client link layer's error.
+pub type PingError = LinkError;
 
 /// One measured round trip, as passed to the observer and written to the full log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,81 +228,8 @@ impl PingResult {
     }
 }
 
-enum Conn {
-    Tcp(TcpStream),
-    Udp(UdpSocket),
-}
-
-fn connect(config: &PingConfig) -> Result<Conn, PingError> {
-    let addr = config.addr;
-    let fail = |source: io::Error| PingError::Connect {
-        proto: config.transport,
-        hint: connect_hint(&source),
-        addr,
-        source,
-    };
-    match config.transport {
-        Transport::Tcp => {
-            let s = TcpStream::connect_timeout(&addr, config.timeout.max(Duration::from_secs(3)))
-                .map_err(fail)?;
-            s.set_nodelay(true).map_err(fail)?;
-            s.set_read_timeout(Some(config.timeout)).map_err(fail)?;
-            Ok(Conn::Tcp(s))
-        }
-        Transport::Udp => {
-            let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
-                .map_err(fail)?;
-            let _ = sock.set_recv_buffer_size(1 << 20);
-            let any: SocketAddr = if addr.is_ipv4() {
-                "0.0.0.0:0".parse().expect("literal")
-            } else {
-                "[::]:0".parse().expect("literal")
-            };
-            sock.bind(&any.into()).map_err(fail)?;
-            sock.connect(&addr.into()).map_err(fail)?;
-            let s: UdpSocket = sock.into();
-            s.set_read_timeout(Some(config.timeout)).map_err(fail)?;
-            Ok(Conn::Udp(s))
-        }
-    }
-}
-
-/// Sends the hello (and proves the key) and classifies the server. Over UDP a missing answer is not an error
-/// without a key.
-fn negotiate(conn: &mut Conn, config: &PingConfig) -> Result<(PeerKind, Feature), PingError> {
-    let mut link = match conn {
-        Conn::Tcp(s) => Link::Tcp(s),
-        Conn::Udp(s) => Link::Udp(s),
-    };
-    match hello::handshake(
-        &mut link,
-        Feature::MEASURE,
-        config.psk.as_ref(),
-        config.timeout,
-    ) {
-        Ok(n) => Ok((n.peer, n.features)),
-        Err(HandshakeError::Io { op, source }) => Err(io_error(op, config, source)),
-        Err(source) => Err(PingError::Handshake {
-            proto: config.transport,
-            addr: config.addr,
-            source,
-        }),
-    }
-}
-
 fn io_error(op: &'static str, config: &PingConfig, source: io::Error) -> PingError {
-    let hint = match source.kind() {
-        io::ErrorKind::ConnectionRefused => " (no server on that port: start `roundtrip server`)",
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => " (the server went away)",
-        _ => "",
-    };
-    PingError::Io {
-        op,
-        proto: config.transport,
-        addr: config.addr,
-        source,
-        hint,
-    }
+    link::io_error_unanswered(op, config.transport, config.addr, source)
 }
 
 /// Reads exactly `buf.len()` bytes of a TCP answer.
@@ -414,7 +243,7 @@ fn read_full(
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
             Ok(0) => {
-                return Err(PingError::Closed {
+                return Err(PingError::ClosedAfter {
                     addr: config.addr,
                     answered,
                 });
@@ -572,12 +401,13 @@ impl Run<'_> {
 /// failure mid-run returns the results so far with [`PingResult::error`] set.
 pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResult, PingError> {
     config.validate()?;
-    let mut conn = connect(config)?;
-    let (peer, features) = if config.extensions {
-        negotiate(&mut conn, config)?
-    } else {
-        (PeerKind::Unknown, Feature::default())
+    let setup = SocketSetup {
+        nodelay: true,
+        read_timeout: config.timeout,
+        write_timeout: None,
+        udp_recv_buffer: 1 << 20,
     };
+    let (mut conn, peer, features) = config.link().open(setup, Feature::MEASURE)?;
     let timestamps = features.contains(Feature::SERVER_TIMESTAMPS)
         && config.size >= sockperf::TIMESTAMPED_MIN_LEN;
     let base_flags = Flags::CLIENT.with(Flags::PONG_REQUEST);
@@ -693,12 +523,12 @@ fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
         read_full(s, &mut run.inbuf[..size], config, run.result.received)?;
         let received = run.t0.elapsed();
         let answer = &run.inbuf[..size];
-        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::Protocol {
+        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::InvalidAnswer {
             addr: config.addr,
             detail: e.to_string(),
         })?;
         if h.seq != seq || h.len as usize != size {
-            return Err(PingError::Protocol {
+            return Err(PingError::InvalidAnswer {
                 addr: config.addr,
                 detail: format!(
                     "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",

@@ -1,233 +1,27 @@
-//! What the streaming engines ([`throughput`](super::throughput), [`load`](super::load)) share: connecting,
-//! the extension hello, message framing on a TCP byte stream, sends that never block past a deadline, and
-//! the typed errors.
+//! What the streaming engines ([`throughput`](super::throughput), [`load`](super::load)) share on top of the
+//! link ([`super::link`]: connecting, the hello, the error type): message framing on a TCP byte stream, sends
+//! that never block past a deadline, message sizes and payloads, and the server's receive counts.
 
-use super::hello::{self, HandshakeError, Link};
-use super::ping::{PeerKind, Transport};
-use crate::wire::auth::Psk;
+use super::link::{Conn, LinkError, SocketSetup, Transport, io_error, is_timeout};
 use crate::wire::sockperf::{
-    self, Control, Feature, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
+    self, Control, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
 };
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use thiserror::Error;
 
-/// A streaming run failed or was cut short.
-#[derive(Debug, Error)]
-pub enum StreamError {
-    /// Settings are out of range.
-    #[error("{0}")]
-    Invalid(String),
-    /// The connection could not be made.
-    #[error("cannot connect to {proto} {addr}: {source}{hint}")]
-    Connect {
-        /// TCP or UDP.
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// The system's error.
-        source: io::Error,
-        /// What to try.
-        hint: &'static str,
-    },
-    /// Reading or writing failed mid-run.
-    #[error("{op} {proto} {addr} failed: {source}{hint}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// TCP or UDP.
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// The system's error.
-        source: io::Error,
-        /// What to try.
-        hint: &'static str,
-    },
-    /// The server closed the connection.
-    #[error("server tcp {addr} closed the connection mid-run (did it stop or restart?)")]
-    Closed {
-        /// The server address.
-        addr: SocketAddr,
-    },
-    /// The server stopped reading: TCP flow control blocked every send.
-    #[error(
-        "server tcp {addr} stopped reading: sends made no progress for the last {:.1}s of the run (TCP flow control; the results cover the time before)",
-        stalled.as_secs_f64()
-    )]
-    Stalled {
-        /// The server address.
-        addr: SocketAddr,
-        /// How long sends were blocked when the run ended.
-        stalled: Duration,
-    },
-    /// The hello or the key exchange failed.
-    #[error("server {proto} {addr} {source}")]
-    Handshake {
-        /// TCP or UDP.
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// What went wrong.
-        source: HandshakeError,
-    },
-    /// The server answered with something that does not fit the protocol.
-    #[error(
-        "server {addr} sent an invalid message: {detail} (is it a sockperf-compatible server?)"
-    )]
-    Protocol {
-        /// The server address.
-        addr: SocketAddr,
-        /// What was wrong.
-        detail: String,
-    },
-    /// A feature of roundtrip's extension is needed and the server does not offer it.
-    #[error("server {addr} {what} (a sockperf server cannot; run `roundtrip server` there)")]
-    Unsupported {
-        /// The server address.
-        addr: SocketAddr,
-        /// What is missing.
-        what: &'static str,
-    },
-    /// The server refused what was asked.
-    #[error("server {addr} {what}")]
-    Refused {
-        /// The server address.
-        addr: SocketAddr,
-        /// What it refused and what to do.
-        what: String,
-    },
-    /// The server stopped sending or answering.
-    #[error("no data from {proto} {addr} for {:.1}s (server stalled or gone? try a longer --timeout)", waited.as_secs_f64())]
-    Silent {
-        /// TCP or UDP.
-        proto: Transport,
-        /// The server address.
-        addr: SocketAddr,
-        /// How long it was silent.
-        waited: Duration,
-    },
-}
+/// A streaming run failed or was cut short: the client link layer's error.
+pub type StreamError = LinkError;
 
-pub(crate) fn connect_hint(e: &io::Error) -> &'static str {
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            " (nothing listens there: start `roundtrip server` or `sockperf server`, or check the port)"
-        }
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            " (no answer: host down or a firewall drops the traffic)"
-        }
-        _ if e.raw_os_error() == Some(libc::ENETUNREACH)
-            || e.raw_os_error() == Some(libc::EHOSTUNREACH) =>
-        {
-            " (no route to the host: check the address and your routes)"
-        }
-        _ => "",
-    }
-}
-
-pub(crate) fn io_error(
-    op: &'static str,
-    proto: Transport,
-    addr: SocketAddr,
-    source: io::Error,
-) -> StreamError {
-    let hint = match source.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            " (the server is gone: nothing listens on that port any more)"
-        }
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => " (the server went away)",
-        _ => "",
-    };
-    StreamError::Io {
-        op,
-        proto,
-        addr,
-        source,
-        hint,
-    }
-}
-
-pub(crate) fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-/// A connected socket.
-pub(crate) enum Conn {
-    Tcp(TcpStream),
-    Udp(UdpSocket),
-}
-
-/// Connects; TCP with Nagle off when `nodelay`. Reads and writes time out after `poll` so loops can check
-/// their deadlines.
-pub(crate) fn connect(
-    addr: SocketAddr,
-    transport: Transport,
-    nodelay: bool,
-    timeout: Duration,
-    poll: Duration,
-) -> Result<Conn, StreamError> {
-    let fail = |source: io::Error| StreamError::Connect {
-        proto: transport,
-        hint: connect_hint(&source),
-        addr,
-        source,
-    };
-    match transport {
-        Transport::Tcp => {
-            let s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_secs(3)))
-                .map_err(fail)?;
-            s.set_nodelay(nodelay).map_err(fail)?;
-            s.set_read_timeout(Some(poll)).map_err(fail)?;
-            s.set_write_timeout(Some(poll)).map_err(fail)?;
-            Ok(Conn::Tcp(s))
-        }
-        Transport::Udp => {
-            let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
-                .map_err(fail)?;
-            let _ = sock.set_recv_buffer_size(4 << 20);
-            let any: SocketAddr = if addr.is_ipv4() {
-                "0.0.0.0:0".parse().expect("literal")
-            } else {
-                "[::]:0".parse().expect("literal")
-            };
-            sock.bind(&any.into()).map_err(fail)?;
-            sock.connect(&addr.into()).map_err(fail)?;
-            let s: UdpSocket = sock.into();
-            s.set_read_timeout(Some(poll)).map_err(fail)?;
-            s.set_write_timeout(Some(poll)).map_err(fail)?;
-            Ok(Conn::Udp(s))
-        }
-    }
-}
-
-/// Sends the hello asking for `wanted` (proving `psk` when given) and classifies the server. A missing answer
-/// over UDP is not an error without a key.
-pub(crate) fn negotiate(
-    conn: &mut Conn,
-    addr: SocketAddr,
-    wanted: Feature,
-    psk: Option<&Psk>,
-    timeout: Duration,
-) -> Result<(PeerKind, Feature), StreamError> {
-    let (mut link, proto) = match conn {
-        Conn::Tcp(s) => (Link::Tcp(s), Transport::Tcp),
-        Conn::Udp(s) => (Link::Udp(s), Transport::Udp),
-    };
-    match hello::handshake(&mut link, wanted, psk, timeout) {
-        Ok(n) => Ok((n.peer, n.features)),
-        Err(HandshakeError::Io { op, source }) => Err(io_error(op, proto, addr, source)),
-        Err(source) => Err(StreamError::Handshake {
-            proto,
-            addr,
-            source,
-        }),
+/// How a streaming engine sets up its sockets: reads and writes time out after `poll` so loops can check
+/// their deadlines; TCP with Nagle off when `nodelay`.
+pub(crate) fn socket_setup(nodelay: bool, poll: Duration) -> SocketSetup {
+    SocketSetup {
+        nodelay,
+        read_timeout: poll,
+        write_timeout: Some(poll),
+        udp_recv_buffer: 4 << 20,
     }
 }
 
@@ -461,22 +255,6 @@ pub(crate) fn request_counts(
                 }
             }
             Ok(None)
-        }
-    }
-}
-
-/// Waits until `deadline`: sleeps while more than 200 us remain, then spins.
-pub(crate) fn wait_until(deadline: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        let left = deadline - now;
-        if left > Duration::from_micros(200) {
-            std::thread::sleep(left - Duration::from_micros(100));
-        } else {
-            std::hint::spin_loop();
         }
     }
 }

@@ -11,8 +11,8 @@
 //! protocol has no such report (sockperf throughput prints sender rates only), so against a sockperf server
 //! the UDP loss is reported as not measured.
 
-use super::ping::{PeerKind, Transport};
-use super::stream::{self, Conn, Counter, Framer, Sent, StreamError, io_error, is_timeout};
+use super::link::{Conn, LinkConfig, PeerKind, Transport, io_error, is_timeout};
+use super::stream::{self, Counter, Framer, Sent, StreamError};
 use crate::stats::LatencyHistogram;
 use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Control, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
@@ -79,6 +79,17 @@ impl ThroughputConfig {
         }
     }
 
+    /// The link settings: where to connect and how to greet the server.
+    pub fn link(&self) -> LinkConfig {
+        LinkConfig {
+            addr: self.addr,
+            transport: self.transport,
+            psk: self.psk.clone(),
+            extensions: self.extensions,
+            timeout: self.timeout,
+        }
+    }
+
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), StreamError> {
         if self.sizes.is_empty() {
@@ -118,11 +129,7 @@ impl ThroughputConfig {
                     .into(),
             ));
         }
-        if self.psk.is_some() && !self.extensions {
-            return Err(StreamError::Invalid(
-                "a key (--psk-file) needs roundtrip's extension; drop --no-extensions".into(),
-            ));
-        }
+        self.link().validate()?;
         if self.reverse && !self.extensions {
             return Err(StreamError::Invalid(
                 "--reverse needs roundtrip's extension; drop --no-extensions".into(),
@@ -373,12 +380,10 @@ fn run_size(
     let mut conns = Vec::with_capacity(config.streams);
     let mut peer = PeerKind::Unknown;
     let mut features = Feature::default();
+    let link = config.link();
     for _ in 0..config.streams {
-        let mut c = stream::connect(addr, config.transport, nodelay, config.timeout, POLL)?;
-        if config.extensions {
-            (peer, features) =
-                stream::negotiate(&mut c, addr, wanted, config.psk.as_ref(), config.timeout)?;
-        }
+        let c;
+        (c, peer, features) = link.open(stream::socket_setup(nodelay, POLL), wanted)?;
         conns.push(c);
     }
     if config.reverse && !features.contains(Feature::REVERSE) {

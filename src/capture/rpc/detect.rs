@@ -52,7 +52,7 @@ pub fn by_content(dir: Dir, b: &[u8], carrier: Carrier) -> Option<Proto> {
             if super::smb2::looks_like_start(b) {
                 return Some(Proto::Smb2);
             }
-            if super::tls::is_client_hello(b) || super::tls::is_server_hello(b) {
+            if super::tlsrecord::is_client_hello(b) || super::tlsrecord::is_server_hello(b) {
                 return Some(Proto::Tls);
             }
             match dir {

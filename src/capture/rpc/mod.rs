@@ -28,6 +28,7 @@ pub mod sockperf;
 pub mod stats;
 pub mod tls;
 pub mod tlskeys;
+mod tlsrecord;
 pub mod tns;
 
 pub use driver::Driver;

@@ -11,19 +11,15 @@
 #![forbid(unsafe_code)]
 
 use super::tlskeys::{KeyLog, Negotiated, RecordKey, supported, tls12_keys, tls13_key};
+use super::tlsrecord::{ALERT, APP_DATA, CCS, HANDSHAKE};
+pub use super::tlsrecord::{MAX_RECORD, is_client_hello, is_server_hello, record_header};
 use super::{AnomalyKind, Carrier, ConnMatcher, Dir, Out, Proto, Status, Transaction, be16};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest record body accepted: 2^14 plus the expansion TLS allows (larger is taken for garbage).
-pub const MAX_RECORD: usize = 16384 + 2048;
-const CCS: u8 = 20;
-const ALERT: u8 = 21;
-const HANDSHAKE: u8 = 22;
 /// Length of a TLS 1.3 record holding an alert (2 bytes, the inner type, a 16-byte AEAD tag).
 const TLS13_ALERT_LEN: usize = 19;
-const APP_DATA: u8 = 23;
 /// Records tried ahead of the expected sequence number after bytes were lost.
 const RESYNC_TRIES: u64 = 32;
 /// ServerHello.random of a HelloRetryRequest (RFC 8446 4.1.3).
@@ -31,37 +27,6 @@ const HRR_RANDOM: [u8; 32] = [
     0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91,
     0xC2, 0xA2, 0x11, 0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
 ];
-
-/// A TLS record header: type, version 3.x, length within bounds.
-pub fn record_header(b: &[u8]) -> Option<(u8, usize)> {
-    let h = b.get(..5)?;
-    let len = be16(h, 3)? as usize;
-    ((CCS..=24).contains(&h[0]) && h[1] == 3 && h[2] <= 4 && len <= MAX_RECORD)
-        .then_some((h[0], len))
-}
-
-/// A handshake record that starts with a handshake message of type `hs` whose length fits the record.
-fn hello(b: &[u8], hs: u8) -> bool {
-    match record_header(b) {
-        Some((HANDSHAKE, len)) if len >= 38 => {
-            b.get(5) == Some(&hs)
-                && b.get(6..9)
-                    .is_some_and(|l| u32::from_be_bytes([0, l[0], l[1], l[2]]) as usize >= 34)
-                && b.get(9) == Some(&3)
-        }
-        _ => false,
-    }
-}
-
-/// A segment that starts with a TLS ClientHello record.
-pub fn is_client_hello(b: &[u8]) -> bool {
-    hello(b, 1)
-}
-
-/// A segment that starts with a TLS ServerHello record.
-pub fn is_server_hello(b: &[u8]) -> bool {
-    hello(b, 2)
-}
 
 /// What a TLS matcher saw on its connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
