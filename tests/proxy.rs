@@ -912,3 +912,86 @@ fn a_proxy_whose_upstream_is_itself_is_refused_at_start() {
         Err(proxy::ProxyError::Loop { .. })
     ));
 }
+
+/// Deletes the namespace when the test ends, however it ends.
+struct Netns(String);
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+        common::procs::forget_netns(&self.0);
+    }
+}
+
+/// A loop the start-time check cannot see: the upstream port is forwarded back to the listener (an nftables
+/// redirect in a namespace of the test's own). The connection that comes back is the proxy's own upstream end:
+/// it is closed at once and counted, the client's connection ends, and the proxy holds nothing afterwards
+/// (before, one client made connections until --max-clients).
+#[test]
+fn a_relay_loop_made_by_port_forwarding_is_closed_at_run_time() {
+    if !common::require_root("a namespace with an nftables redirect") || !common::have("nft") {
+        return;
+    }
+    let ns = Netns(format!("rtloop{}", std::process::id()));
+    let ip = |args: &[&str]| {
+        let o = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ip(&["netns", "add", &ns.0]);
+    common::procs::register_netns(&ns.0);
+    ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+    let rules = "table ip rtloop { chain out { type nat hook output priority -100; \
+                 tcp dport 6001 redirect to :6000; }; }";
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nft", rules])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let totals = common::netns::in_netns(Some(&ns.0), || {
+        let c = ProxyConfig::new(
+            "127.0.0.1:6000".parse().unwrap(),
+            "127.0.0.1:6001".parse().unwrap(),
+        );
+        let p = proxy::start(&c).expect("proxy");
+        let mut client = TcpStream::connect("127.0.0.1:6000").expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let _ = client.write_all(b"anyone there?");
+        let mut buf = [0u8; 64];
+        // The client's connection ends (EOF or reset) instead of waiting for an answer that cannot come.
+        let got = client.read(&mut buf);
+        assert!(
+            matches!(got, Ok(0))
+                || got
+                    .as_ref()
+                    .is_err_and(|e| e.kind() != ErrorKind::WouldBlock),
+            "{got:?}"
+        );
+        let t = p.shared().totals();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while t.active.load(std::sync::atomic::Ordering::Relaxed) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let doc = p.shared().counters().total;
+        p.shutdown();
+        doc
+    })
+    .unwrap();
+    assert!(totals.relay_loops >= 1, "{totals:?}");
+    assert_eq!(totals.active, 0, "{totals:?}");
+    // The client and the one connection that came back; a chain of more would mean the loop ran on.
+    assert!(totals.accepted <= 3, "{totals:?}");
+}

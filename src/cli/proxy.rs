@@ -376,7 +376,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         }
     ))?;
     // Turned-away clients: one line per reason per second at most, with the count since the last line.
-    let mut logged = [0u64; 3];
+    let mut logged = [0u64; 4];
     let mut last_log = std::time::Instant::now();
     while !cancel.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -387,13 +387,17 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
                 t.refused.load(Ordering::Relaxed),
                 t.idle_closed.load(Ordering::Relaxed),
                 t.control_refused.load(Ordering::Relaxed),
+                t.relay_loops.load(Ordering::Relaxed),
             ];
             let what = [
                 format!("clients refused over --max-clients {}", a.max_clients),
                 "idle connections closed".to_string(),
                 "control api requests refused (token, or too many at once)".to_string(),
+                "connections closed: they came back to this proxy through --upstream (a relay loop: check \
+                 --upstream and any port forwarding to it)"
+                    .to_string(),
             ];
-            for i in 0..3 {
+            for i in 0..4 {
                 if now[i] > logged[i] {
                     note(format!(
                         "roundtrip proxy: {} {} in the last second",
@@ -429,6 +433,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
                 ("fault closes", t.fault_closes),
                 ("refused over the limit", t.refused),
                 ("closed idle", t.idle_closed),
+                ("relay loops closed", t.relay_loops),
             ]
         };
         for (k, v) in rows {

@@ -235,6 +235,8 @@ pub struct Totals {
     pub idle_closed: AtomicU64,
     /// Control API requests refused: bad or missing token, or too many at once.
     pub control_refused: AtomicU64,
+    /// Connections closed because they came back to this proxy through its own upstream (a relay loop).
+    pub relay_loops: AtomicU64,
 }
 
 /// Counters of one TCP connection (or UDP client).
@@ -289,6 +291,9 @@ pub struct TotalsDoc {
     pub idle_closed: u64,
     /// Control API requests refused (token, or too many at once).
     pub control_refused: u64,
+    /// Connections closed because they came back through this proxy's own upstream (a relay loop).
+    #[serde(default)]
+    pub relay_loops: u64,
 }
 
 /// Snapshot of one connection.
@@ -333,6 +338,26 @@ pub struct Shared {
     max_clients: usize,
     idle_timeout: Option<Duration>,
     control_token: Option<ControlToken>,
+    /// The proxy's own ends of its upstream connections and the peers of the clients it accepted: a client
+    /// whose address is one of our own upstream ends is this proxy talking to itself.
+    loop_guard: Mutex<LoopGuard>,
+}
+
+/// Addresses that reveal a relay loop at run time (an upstream name that now resolves here, a DNAT or
+/// port-forward rule that sends the upstream port back to the listener). Each side is checked against the other
+/// under one lock, so the loop is found whichever of the two ends is seen first: the accept (the client's
+/// peer address) or the upstream connect's return (its local address). A loop through another relay process
+/// (whose own address is the peer we see) is not visible here; its cost stays bounded by `--max-clients`.
+#[derive(Debug, Default)]
+struct LoopGuard {
+    outbound: std::collections::HashSet<SocketAddr>,
+    accepted: std::collections::HashSet<SocketAddr>,
+}
+
+/// `a` with an IPv4-mapped IPv6 address written as IPv4, so a dual-stack listener's peers compare with
+/// IPv4 upstream ends.
+fn canonical_addr(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(canonical(a.ip()), a.port())
 }
 
 impl Shared {
@@ -350,6 +375,33 @@ impl Shared {
             max_clients: config.max_clients.max(1),
             idle_timeout: config.idle_timeout,
             control_token: config.control_token.clone(),
+            loop_guard: Mutex::new(LoopGuard::default()),
+        }
+    }
+
+    /// Notes an accepted client's address; true when it is one of this proxy's own upstream ends (a loop).
+    fn note_accepted(&self, peer: SocketAddr) -> bool {
+        let mut g = self.loop_guard.lock().expect("loop guard");
+        let peer = canonical_addr(peer);
+        g.accepted.insert(peer);
+        g.outbound.contains(&peer)
+    }
+
+    /// Notes the local end of an upstream connection; true when a client from that address was already
+    /// accepted (a loop).
+    fn note_outbound(&self, local: SocketAddr) -> bool {
+        let mut g = self.loop_guard.lock().expect("loop guard");
+        let local = canonical_addr(local);
+        g.outbound.insert(local);
+        g.accepted.contains(&local)
+    }
+
+    /// Forgets a connection's addresses when it ends.
+    fn forget_loop_ends(&self, peer: SocketAddr, local: Option<SocketAddr>) {
+        let mut g = self.loop_guard.lock().expect("loop guard");
+        g.accepted.remove(&canonical_addr(peer));
+        if let Some(l) = local {
+            g.outbound.remove(&canonical_addr(l));
         }
     }
 
@@ -438,6 +490,7 @@ impl Shared {
                 refused: l(&t.refused),
                 idle_closed: l(&t.idle_closed),
                 control_refused: l(&t.control_refused),
+                relay_loops: l(&t.relay_loops),
             },
             connections: self
                 .conns

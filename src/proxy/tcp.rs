@@ -288,12 +288,25 @@ fn clean_close(client: TcpStream) {
     }
 }
 
-struct ActiveGuard(Arc<Shared>, u64);
+/// Counts a connection as active, and keeps its addresses in the loop guard, until it is dropped.
+struct ActiveGuard {
+    shared: Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    /// The proxy's end of the upstream connection, once connected.
+    local: Option<SocketAddr>,
+}
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.totals().active.fetch_sub(1, Ordering::Relaxed);
-        self.0.unregister(self.1);
+        self.shared.totals().active.fetch_sub(1, Ordering::Relaxed);
+        self.shared.unregister(self.id);
+        self.shared.forget_loop_ends(self.peer, self.local);
     }
+}
+
+/// Closes a socket with a reset: a connection of a relay loop has nothing to deliver.
+fn reset_close(s: &TcpStream) {
+    let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
 }
 
 /// Connects one accepted client upstream (it was counted in `active` by the accept loop; the connection's
@@ -301,7 +314,18 @@ impl Drop for ActiveGuard {
 fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loops) {
     let t = shared.totals();
     let counters = shared.register(peer);
-    let guard = ActiveGuard(shared.clone(), counters.id);
+    let mut guard = ActiveGuard {
+        shared: shared.clone(),
+        id: counters.id,
+        peer,
+        local: None,
+    };
+    // A client that is this proxy's own upstream connection: the upstream leads back here.
+    if shared.note_accepted(peer) {
+        t.relay_loops.fetch_add(1, Ordering::Relaxed);
+        reset_close(&client);
+        return;
+    }
     let started = counters.started;
     let imp = shared.impairment();
     let (server, upstream) = match connect_upstream(&shared) {
@@ -312,6 +336,16 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loop
             return;
         }
     };
+    if let Ok(local) = server.local_addr() {
+        guard.local = Some(local);
+        // The other order: the looping client was accepted before this connect returned.
+        if shared.note_outbound(local) {
+            t.relay_loops.fetch_add(1, Ordering::Relaxed);
+            reset_close(&server);
+            reset_close(&client);
+            return;
+        }
+    }
     *counters.upstream.lock().expect("upstream") = Some(upstream);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
