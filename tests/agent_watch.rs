@@ -511,3 +511,129 @@ fn an_unknown_interface_is_refused_before_any_io() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// The verdict of the server row for `server` in `/api/results`, once it has at least `n` requests.
+fn verdict(ns: Option<&str>, addr: SocketAddr, server: &str, n: u64) -> Value {
+    wait_for(&format!("a row for {server}"), WAIT, |last| {
+        let api = http_get(ns, addr, "/api/results", WAIT).ok()?.1;
+        let v: Value = serde_json::from_str(&api).ok()?;
+        let row = v["watch"]["servers"]
+            .as_array()?
+            .iter()
+            .find(|r| r["server"] == server)?
+            .clone();
+        *last = row.to_string();
+        (row["requests"].as_u64()? >= n).then_some(row)
+    })
+    .unwrap()
+}
+
+#[test]
+fn pg_sleep_without_delay_is_the_server() {
+    if !ready() || !common::have("pgbench") || !common::service_up(5432, "postgresql") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch pg_sleep");
+    let mut kids = Kids::default();
+    let port = kids.proxy(5432, &[]);
+    let (mut a, addr) = agent(port, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sleep.sql");
+    std::fs::write(&script, "SELECT pg_sleep(0.02);\n").unwrap();
+    run_ok({
+        let mut c = pg(port);
+        c.args(["-n", "-c", "1", "-t", "30", "-f"])
+            .arg(&script)
+            .arg("test");
+        c
+    });
+    let row = verdict(None, addr, &format!("127.0.0.1:{port}"), 30);
+    assert_eq!(row["verdict"], "server", "{row}");
+    assert!(row["server_share"].as_f64().unwrap() > 0.5, "{row}");
+    a.signal(libc::SIGTERM);
+    assert!(a.finish(WAIT).ok());
+}
+
+#[test]
+fn ten_ms_of_network_through_the_packet_bridge_is_the_network() {
+    use common::bridge_ns::{BridgeNet, Side};
+    if !ready() || !common::have("redis-server") || !common::have("redis-benchmark") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch bridge");
+    let mut net = BridgeNet::new();
+    net.start_bridge(&["--rtt", "10ms"]);
+    let sip = net.server_ip.to_string();
+    let mut redis = net.spawn(
+        Side::Server,
+        "redis-server",
+        "redis-server",
+        &[
+            "--port",
+            "6390",
+            "--bind",
+            &sip,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ],
+    );
+    redis
+        .wait_line("Ready to accept connections", WAIT)
+        .unwrap();
+    // The agent at the client, watching its interface.
+    let mut agent = net.spawn(
+        Side::Client,
+        "agent",
+        &bin(),
+        &[
+            "agent",
+            "--no-responder",
+            "--metrics",
+            "127.0.0.1:0",
+            "--watch",
+            "eth0",
+            "--watch-filter",
+            "tcp port 6390",
+        ],
+    );
+    let line = agent.wait_line("metrics on http://", WAIT).unwrap();
+    let addr: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap();
+    agent.wait_line("watching eth0", WAIT).unwrap();
+    let ns = net.netns(Side::Client).to_string();
+    wait_for("the watcher is up", WAIT, |_| {
+        let m = http_get(Some(&ns), addr, "/metrics", WAIT).ok()?.1;
+        m.lines()
+            .any(|l| l.starts_with("roundtrip_watch_up{") && l.ends_with(" 1"))
+            .then_some(())
+    })
+    .unwrap();
+    let f = net.run(
+        Side::Client,
+        "redis-benchmark",
+        "redis-benchmark",
+        &[
+            "-h", &sip, "-p", "6390", "-n", "200", "-c", "2", "-t", "get", "-q",
+        ],
+        WAIT,
+    );
+    assert!(f.ok(), "{}", f.output);
+    let row = verdict(Some(&ns), addr, &format!("{sip}:6390"), 200);
+    assert_eq!(row["verdict"], "network", "{row}");
+    let rtt = row["network_rtt_s"].as_f64().unwrap();
+    assert!(
+        rtt > 0.005,
+        "the bridge's 10 ms is in the handshake RTT: {row}"
+    );
+    agent.signal(libc::SIGTERM);
+    assert!(agent.finish(WAIT).ok());
+    drop(redis);
+}
