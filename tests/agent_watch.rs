@@ -205,7 +205,7 @@ fn pgbench_counts_latency_and_no_query_text() {
     let _w = common::procs::watchdog(Duration::from_secs(400), "agent_watch pgbench");
     let mut kids = Kids::default();
     let port = kids.proxy(5432, &[]);
-    let (mut a, addr) = agent(port, &[]);
+    let (a, addr) = agent(port, &[]);
     // Tables of our own, in a database of our own.
     let db = format!("watch_pgb_{}", std::process::id());
     let _ = Command::new("dropdb")
@@ -364,7 +364,7 @@ fn redis_benchmark_counts_and_the_cap_folds() {
     let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch redis");
     let mut kids = Kids::default();
     let port = kids.proxy(6379, &[]);
-    let (mut a, addr) = agent(port, &[]);
+    let (a, addr) = agent(port, &[]);
     run_ok({
         let mut c = Command::new("redis-benchmark");
         c.args([
@@ -397,7 +397,7 @@ fn redis_benchmark_counts_and_the_cap_folds() {
     // Room for one (server, proto, op) only: the first op seen (CONFIG, redis-benchmark's first question) keeps
     // it, every later one is folded into server="other", op="other".
     // Budget = --max-series less 11 health series; one op (26) + its server (24).
-    let (mut a, addr) = agent(port, &["--max-series", "61"]);
+    let (a, addr) = agent(port, &["--max-series", "61"]);
     run_ok({
         let mut c = Command::new("redis-benchmark");
         c.args([
@@ -451,7 +451,7 @@ fn mariadb_client_queries_are_counted() {
     let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch mariadb");
     let mut kids = Kids::default();
     let port = kids.proxy(3306, &[]);
-    let (mut a, addr) = agent(port, &[]);
+    let (a, addr) = agent(port, &[]);
     let sql: String = (0..100).map(|i| format!("SELECT {i};\nDO 1;\n")).collect();
     let mut c = Command::new("mariadb");
     c.args([
@@ -536,7 +536,7 @@ fn pg_sleep_without_delay_is_the_server() {
     let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch pg_sleep");
     let mut kids = Kids::default();
     let port = kids.proxy(5432, &[]);
-    let (mut a, addr) = agent(port, &[]);
+    let (a, addr) = agent(port, &[]);
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("sleep.sql");
     std::fs::write(&script, "SELECT pg_sleep(0.02);\n").unwrap();
