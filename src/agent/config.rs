@@ -168,6 +168,8 @@ pub struct Config {
     pub labels: Vec<(String, String)>,
     /// `[[target]]` entries in file order.
     pub targets: Vec<TargetEntry>,
+    /// `[[watch]]` entries in file order (interfaces whose traffic is turned into request metrics).
+    pub watch: Vec<super::watch::WatchSpec>,
 }
 
 /// Checks a user label name: a Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`, not starting with `__`) and
@@ -315,13 +317,25 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                     c.targets.push(cx.target(item)?);
                 }
             }
+            "watch" => {
+                let DeValue::Array(items) = v.get_ref() else {
+                    return Err(cx.err(
+                        key,
+                        v,
+                        "must be a list of tables: write each as [[watch]]",
+                    ));
+                };
+                for item in items.iter() {
+                    c.watch.push(cx.watch(item)?);
+                }
+            }
             _ => {
                 return Err(ConfigError {
                     file: file.clone(),
                     line: line_of(text, k.span().start),
                     key: key.to_string(),
                     what: "unknown key (known: source, interval, timeout, probe, size, peers, peers_file, \
-                           peers_dns, [labels], [[target]])"
+                           peers_dns, [labels], [[target]], [[watch]])"
                         .into(),
                 });
             }
@@ -520,6 +534,107 @@ impl Cx<'_> {
         Ok(out)
     }
 
+    fn watch(&self, v: &Val<'_>) -> Result<super::watch::WatchSpec, ConfigError> {
+        use super::watch::{Protocols, WatchSpec};
+        use crate::capture::rpc::Proto;
+        let DeValue::Table(t) = v.get_ref() else {
+            return Err(self.err("watch", v, "must be a table: write each as [[watch]]"));
+        };
+        let mut w = WatchSpec::new("");
+        for (k, tv) in t.iter() {
+            let name = k.get_ref().as_ref();
+            let full = format!("watch.{name}");
+            match name {
+                "interface" => {
+                    let s = self.string(&full, tv)?;
+                    if s.trim().is_empty() {
+                        return Err(self.err(&full, tv, "is empty: give an interface name or any"));
+                    }
+                    w.interface = s.trim().to_string();
+                }
+                "filter" => {
+                    let s = self.string(&full, tv)?;
+                    let e = crate::capture::bpf::Expr::parse(s)
+                        .map_err(|e| self.err(&full, tv, &e.to_string()))?;
+                    w.filter = (!e.is_empty()).then_some(e);
+                }
+                "protocols" => {
+                    let known = "known: auto, pgsql, mysql, redis, tns, nfs, dns, http, smb2, sockperf, tls";
+                    w.protocols = match tv.get_ref() {
+                        DeValue::String(s) if s.as_ref() == "auto" => Protocols::Auto,
+                        DeValue::Array(items) => {
+                            let mut v = Vec::new();
+                            for item in items.iter() {
+                                let s = self.string(&full, item)?;
+                                v.push(Proto::parse(s).ok_or_else(|| {
+                                    self.err(
+                                        &full,
+                                        item,
+                                        &format!("unknown protocol '{s}' ({known})"),
+                                    )
+                                })?);
+                            }
+                            if v.is_empty() {
+                                return Err(self.err(
+                                    &full,
+                                    tv,
+                                    "is empty: give \"auto\" or a list",
+                                ));
+                            }
+                            Protocols::Only(v)
+                        }
+                        _ => {
+                            return Err(self.err(
+                                &full,
+                                tv,
+                                "must be \"auto\" or a list such as [\"pgsql\", \"redis\"]",
+                            ));
+                        }
+                    };
+                }
+                "labels" => w.labels = self.labels(&full, tv)?,
+                "client_label" => match tv.get_ref() {
+                    DeValue::Boolean(b) => w.client_label = *b,
+                    _ => return Err(self.err(&full, tv, "must be true or false")),
+                },
+                "max_connections" => {
+                    let n = match tv.get_ref() {
+                        DeValue::Integer(i) => u64::from_str_radix(i.as_str(), i.radix()).ok(),
+                        _ => None,
+                    };
+                    match n {
+                        Some(n) if (1..=10_000_000).contains(&n) => w.max_connections = n as usize,
+                        _ => {
+                            return Err(self.err(
+                                &full,
+                                tv,
+                                "must be a number of connections from 1 to 10000000",
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(ConfigError {
+                        file: self.file.to_string(),
+                        line: line_of(self.text, k.span().start),
+                        key: full,
+                        what: "unknown key (known in [[watch]]: interface, filter, protocols, labels, \
+                               client_label, max_connections)"
+                            .into(),
+                    });
+                }
+            }
+        }
+        if w.interface.is_empty() {
+            return Err(self.err(
+                "watch",
+                v,
+                "has no interface: add interface = \"eth0\" (or \"any\")",
+            ));
+        }
+        Ok(w)
+    }
+
     fn target(&self, v: &Val<'_>) -> Result<TargetEntry, ConfigError> {
         let DeValue::Table(t) = v.get_ref() else {
             return Err(self.err(
@@ -683,6 +798,28 @@ url = "postgres://app:hunter2@db1:5432/app"
         assert_eq!(c.targets[0].labels, vec![("role".into(), "db".into())]);
         assert_eq!(c.targets[1].probe, Some(ProbeName::Db));
         assert_eq!(c.targets[1].url.as_ref().unwrap().host, "db1");
+    }
+
+    #[test]
+    fn watch_tables() {
+        let c = p(
+            "[[watch]]\ninterface = \"lo\"\nfilter = \"tcp port 5432\"\nprotocols = [\"pgsql\"]\n\
+             labels = { app = \"shop\" }\nclient_label = true\n[[watch]]\ninterface = \"any\"\nprotocols = \"auto\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.watch.len(), 2);
+        assert_eq!(c.watch[0].interface, "lo");
+        assert_eq!(c.watch[0].filter.as_ref().unwrap().text(), "tcp port 5432");
+        assert!(c.watch[0].client_label);
+        assert_eq!(c.watch[0].labels, vec![("app".into(), "shop".into())]);
+        assert_eq!(c.watch[1].protocols, super::super::watch::Protocols::Auto);
+        let e = p("[[watch]]\ninterface = \"lo\"\nprotocols = [\"smtp\"]\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.to_string().contains("unknown protocol 'smtp'"), "{e}");
+        let e = p("[[watch]]\nfilter = \"tcp port\"\n").unwrap_err();
+        assert!(e.to_string().contains("watch.filter"), "{e}");
+        let e = p("[[watch]]\nprotocols = \"auto\"\n").unwrap_err();
+        assert!(e.to_string().contains("has no interface"), "{e}");
     }
 
     #[test]

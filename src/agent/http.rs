@@ -589,6 +589,8 @@ pub struct Site {
     pub window: Duration,
     /// Takes a snapshot of the engine.
     pub snapshot: Box<dyn Fn() -> Snapshot + Send + Sync>,
+    /// What `--watch` found (None without it).
+    pub watch: Option<Arc<super::watch::Shared>>,
 }
 
 impl Site {
@@ -609,20 +611,38 @@ impl Site {
                 Response {
                     status: 200,
                     content_type: format.content_type(),
-                    body: metrics::render(&snap, &self.info, format).into_bytes(),
+                    body: {
+                        let mut b = metrics::render(&snap, &self.info, format);
+                        if let Some(w) = &self.watch {
+                            super::watch::expose::append_metrics(
+                                &mut b,
+                                w,
+                                &self.info.source,
+                                format,
+                            );
+                        }
+                        b.into_bytes()
+                    },
                 }
             }
             "/api/results" => Response {
                 status: 200,
                 content_type: "application/json",
-                body: results_json(&snap, &self.info, self.window).into_bytes(),
+                body: super::watch::expose::with_json(
+                    results_json(&snap, &self.info, self.window),
+                    self.watch.as_deref(),
+                )
+                .into_bytes(),
             },
             _ => Response {
                 status: 200,
                 content_type: "text/html; charset=utf-8",
-                body: heatmap::render(
-                    &format!("roundtrip agent {}", self.info.source),
-                    &matrix(&snap, &self.info, self.window),
+                body: super::watch::expose::with_html(
+                    heatmap::render(
+                        &format!("roundtrip agent {}", self.info.source),
+                        &matrix(&snap, &self.info, self.window),
+                    ),
+                    self.watch.as_deref(),
                 )
                 .into_bytes(),
             },
@@ -782,6 +802,7 @@ mod tests {
             },
             window: Duration::from_secs(60),
             snapshot: Box::new(snap),
+            watch: None,
         })
     }
 

@@ -18,6 +18,7 @@ pub mod http;
 pub mod metrics;
 pub mod stats;
 pub mod targets;
+pub mod watch;
 
 use crate::db::DbUrl;
 use std::net::SocketAddr;

@@ -11,6 +11,7 @@ use roundtrip::agent::engine::{Engine, EngineConfig};
 use roundtrip::agent::http::{Handler, HttpServer, Request, Site};
 use roundtrip::agent::metrics::AgentInfo;
 use roundtrip::agent::targets::{self, CliTargets, Collector, Plan, SelfFilter};
+use roundtrip::agent::watch;
 use roundtrip::agent::{DEFAULT_PORT, SERIES_PER_TARGET, TargetSpec};
 use roundtrip::probe::target::Target;
 use roundtrip::server::{self, ServerConfig};
@@ -82,6 +83,20 @@ pub struct AgentArgs {
     /// Threads for connect, ICMP and database probes.
     #[arg(long, value_name = "N", default_value_t = 4)]
     workers: usize,
+    /// Also turn the live traffic of this interface (or `any`) into request-latency metrics: every request
+    /// the rpc decoders recognise (PostgreSQL, MySQL, Redis, NFS, HTTP/1, ...), split into network and server
+    /// time. Needs CAP_NET_RAW.
+    #[arg(long, value_name = "IFACE")]
+    watch: Option<String>,
+    /// A tcpdump filter expression for --watch, run in the kernel (e.g. 'tcp port 5432').
+    #[arg(long, value_name = "EXPR", requires = "watch")]
+    watch_filter: Option<String>,
+    /// Add a `client` label (the client's address) to the watch series: one series per client.
+    #[arg(long, requires = "watch")]
+    watch_client_label: bool,
+    /// Connections tracked at once by --watch; past it the longest silent are dropped (counted).
+    #[arg(long, value_name = "N", default_value_t = roundtrip::agent::watch::DEFAULT_MAX_CONNECTIONS, requires = "watch")]
+    watch_max_connections: usize,
     #[command(flatten)]
     guard: GuardArgs,
 }
@@ -249,9 +264,90 @@ impl Watch {
 }
 
 /// Runs the agent until SIGTERM or Ctrl-C.
+/// Label names the watch series set themselves.
+const WATCH_LABELS: [&str; 7] = [
+    "server",
+    "proto",
+    "op",
+    "client",
+    "outcome",
+    "interface",
+    "oriented_by",
+];
+
+/// The watched interfaces of `--watch` and the config's `[[watch]]` tables, checked (interface exists,
+/// filter compiles, no label named like a watch label); refused (exit 2) otherwise.
+fn watch_specs(
+    a: &AgentArgs,
+    cfg: Option<&config::Config>,
+) -> anyhow::Result<Vec<watch::WatchSpec>> {
+    let mut specs = Vec::new();
+    if let Some(i) = &a.watch {
+        let mut w = watch::WatchSpec::new(i);
+        if let Some(f) = &a.watch_filter {
+            let e = roundtrip::capture::bpf::Expr::parse(f)
+                .map_err(|e| super::output::refused(format!("--watch-filter '{f}': {e}")))?;
+            w.filter = (!e.is_empty()).then_some(e);
+        }
+        w.client_label = a.watch_client_label;
+        if a.watch_max_connections == 0 {
+            return Err(super::output::refused(
+                "--watch-max-connections must be at least 1",
+            ));
+        }
+        w.max_connections = a.watch_max_connections;
+        let mut labels = cfg.map(|c| c.labels.clone()).unwrap_or_default();
+        for (k, v) in &a.labels {
+            labels.retain(|(n, _)| n != k);
+            labels.push((k.clone(), v.clone()));
+        }
+        labels.sort();
+        w.labels = labels;
+        specs.push(w);
+    }
+    if let Some(c) = cfg {
+        for w in &c.watch {
+            let mut w = w.clone();
+            let mut labels = c.labels.clone();
+            labels.retain(|(n, _)| !w.labels.iter().any(|(m, _)| m == n));
+            labels.extend(w.labels.iter().cloned());
+            labels.sort();
+            w.labels = labels;
+            specs.push(w);
+        }
+    }
+    for w in &specs {
+        if let Some((k, _)) = w
+            .labels
+            .iter()
+            .find(|(k, _)| WATCH_LABELS.contains(&k.as_str()))
+        {
+            return Err(super::output::refused(format!(
+                "label '{k}' is set by --watch itself (its labels: {}): rename it",
+                WATCH_LABELS.join(", ")
+            )));
+        }
+        watch::check(w).map_err(|e| super::output::refused(e.to_string()))?;
+    }
+    Ok(specs)
+}
+
 pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     // Arguments first: nothing is read or opened before they are all checked.
     let start = Start::check(&a)?;
+    // The watchers: interfaces and filters checked before any I/O.
+    let watch_specs = watch_specs(&a, start.cfg.as_ref())?;
+    let n = start.first.targets.len();
+    let watch_shared = (!watch_specs.is_empty()).then(|| {
+        let fixed = watch::expose::HEALTH_SERIES_ONCE
+            + watch_specs.len() * watch::expose::HEALTH_SERIES_PER_WATCHER;
+        watch::Shared::new(
+            a.max_series
+                .saturating_sub(n * SERIES_PER_TARGET)
+                .saturating_sub(fixed),
+            a.window,
+        )
+    });
     let log = EventLog::new();
     let responder = start_responder(&a, &start, &log)?;
     // The pages' port, before the engine starts (a port in use stops everything at once).
@@ -272,7 +368,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         .context("starting the probe engine")?,
     );
     engine.set_targets(placed.targets.clone());
-    let http = serve_pages(&a, &placed, &engine, listener)?;
+    let http = serve_pages(&a, &placed, &engine, listener, watch_shared.clone())?;
     let (tx, rx) = mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -282,8 +378,17 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     announce(&a, &placed, responder.as_ref(), http.local_addr());
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = spawn_watcher(&a, placed, &engine, &stop)?;
+    let watchers = start_watchers(watch_specs, watch_shared.as_ref())?;
     while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
         log.flush();
+        if let Some(w) = &watch_shared {
+            for line in w.take_log() {
+                note(line);
+            }
+        }
+    }
+    if let Some(w) = watchers {
+        w.shutdown();
     }
     // Stop: pages, targets thread, engine, responder.
     stop.store(true, Ordering::SeqCst);
@@ -491,6 +596,7 @@ fn serve_pages(
     placed: &Placed,
     engine: &Arc<Engine>,
     listener: std::net::TcpListener,
+    watch_shared: Option<Arc<watch::Shared>>,
 ) -> anyhow::Result<HttpServer> {
     let info = AgentInfo {
         source: placed.source.clone(),
@@ -503,6 +609,7 @@ fn serve_pages(
             info,
             window: a.window,
             snapshot: Box::new(move || engine.snapshot()),
+            watch: watch_shared.clone(),
         })
     };
     let handler: Arc<Handler> = {
@@ -597,6 +704,35 @@ fn spawn_watcher(
             }
         })
         .context("starting the targets thread")
+}
+
+/// Starts a thread per watched interface, saying what each watches.
+fn start_watchers(
+    specs: Vec<watch::WatchSpec>,
+    shared: Option<&Arc<watch::Shared>>,
+) -> anyhow::Result<Option<watch::Watchers>> {
+    let Some(shared) = shared else {
+        return Ok(None);
+    };
+    for w in &specs {
+        say(format!(
+            "roundtrip agent: watching {}{} for requests ({}), series budget {}",
+            w.interface,
+            w.filter
+                .as_ref()
+                .map(|e| format!(", filter '{}' in the kernel", e.text()))
+                .unwrap_or_default(),
+            match &w.protocols {
+                watch::Protocols::Auto => "protocols by port, then by content".to_string(),
+                watch::Protocols::Only(v) =>
+                    v.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            },
+            shared.lock().budget
+        ));
+    }
+    Ok(Some(
+        watch::Watchers::start(specs, shared.clone()).context("starting the watch threads")?,
+    ))
 }
 
 /// Shuts the engine down once the targets thread and the pages let go of it (at most 1.5 s; past that the

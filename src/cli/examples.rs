@@ -421,6 +421,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "roundtrip agent --config agent.toml",
                 "targets, labels and probes from a file",
             ),
+            (
+                "roundtrip agent --no-responder --watch eth0 --watch-filter 'tcp port 5432'",
+                "the database's real requests as latency metrics, network vs server",
+            ),
         ],
     ),
     (
