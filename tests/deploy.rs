@@ -241,7 +241,7 @@ fn every_dashboard_expression_is_accepted_by_prometheus() {
         "roundtrip_response_bytes_total",
         "roundtrip_network_rtt_seconds_sum",
         "roundtrip_watch_packets_total",
-        "roundtrip_watch_drops_total",
+        "roundtrip_watch_kernel_drops_total",
         "roundtrip_watch_connections",
         "roundtrip_watch_evictions_total",
         "roundtrip_watch_folded_requests_total",
