@@ -567,17 +567,39 @@ mod tests {
         );
     }
 
+    /// `line` split as a shell would: blanks separate words, single or double quotes keep a word whole.
+    fn shell_words(line: &str) -> Vec<String> {
+        let (mut words, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    any = true;
+                }
+                (None, c) if c.is_whitespace() => {
+                    if any || !cur.is_empty() {
+                        words.push(std::mem::take(&mut cur));
+                    }
+                    any = false;
+                }
+                (None, c) => cur.push(c),
+            }
+        }
+        if any || !cur.is_empty() {
+            words.push(cur);
+        }
+        words
+    }
+
     #[test]
     fn examples_parse() {
         let cmd = attach(super::super::Cli::command());
         for (path, examples) in EXAMPLES {
             for (line, _) in *examples {
-                let words: Vec<&str> = line
-                    .split(" > ")
-                    .next()
-                    .unwrap()
-                    .split_whitespace()
-                    .collect();
+                let owned = shell_words(line.split(" > ").next().unwrap());
+                let words: Vec<&str> = owned.iter().map(String::as_str).collect();
                 assert_eq!(words.first(), Some(&"roundtrip"), "{line}");
                 let depth = path.split(' ').filter(|n| !n.is_empty()).count();
                 if depth > 0 {
@@ -587,6 +609,7 @@ mod tests {
                         "{line} is not an example of {path}"
                     );
                 }
+                super::super::args::SYNTAX_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
                 if let Err(e) = cmd.clone().try_get_matches_from(&words) {
                     panic!("example of {path} does not parse: {line}\n{e}");
                 }
