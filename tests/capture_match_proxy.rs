@@ -6,58 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use common::procs::{bin, port_in, wait_line, Kids};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
 const RTT_MS: f64 = 20.0;
-
-fn bin() -> String {
-    env!("CARGO_BIN_EXE_roundtrip").to_string()
-}
-
-/// Children killed (by their own id) when the test ends, however it ends.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Waits (generously) for a line of `r` containing `needle`; returns it. The rest of the stream is drained.
-fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut sent = false;
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { break };
-            if !sent && l.contains(needle) {
-                let _ = tx.send(l);
-                sent = true;
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("no line with '{needle}' within 60 s"))
-}
-
-/// The port after the first "127.0.0.1:" in `line`.
-fn port_in(line: &str) -> u16 {
-    let i = line.find("127.0.0.1:").expect("an address") + "127.0.0.1:".len();
-    line[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
 
 fn tcpdump(kids: &mut Kids, file: &Path, port: u16) -> usize {
     let mut c = Command::new("tcpdump")

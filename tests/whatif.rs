@@ -11,54 +11,10 @@ mod common;
 use common::samba::Samba;
 use roundtrip::whatif::predict::{self, Network, PathKind};
 use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use common::procs::{bin, port_in, wait_line, Kids};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_roundtrip"))
-}
-
-/// Children killed (by their own id) when the test ends, however it ends.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut sent = false;
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { break };
-            if !sent && l.contains(needle) {
-                let _ = tx.send(l);
-                sent = true;
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("no line with '{needle}' within 60 s"))
-}
-
-fn port_in(line: &str) -> u16 {
-    let i = line.find("127.0.0.1:").expect("an address") + "127.0.0.1:".len();
-    line[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
 
 /// tcpdump on lo for one port; stopped with SIGINT (so it writes what it has) by `stop` or on drop.
 struct Tcpdump(Child);
