@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::procs::{bin, port_in, wait_line, Kids};
+use common::procs::{Kids, bin, port_in, wait_line};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;

@@ -8,10 +8,10 @@
 
 mod common;
 
+use common::procs::{Kids, bin, port_in, wait_line};
 use common::samba::Samba;
 use roundtrip::whatif::predict::{self, Network, PathKind};
 use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
-use common::procs::{bin, port_in, wait_line, Kids};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
