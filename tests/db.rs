@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::procs::Kill;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -1167,15 +1169,6 @@ fn random_bytes_from_a_peer_never_panic() {
 
 // ---------------------------------------------------------------- TLS against a real Redis started here
 
-/// A child process killed when dropped.
-struct KillOnDrop(std::process::Child);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A self-signed certificate for "localhost" made with openssl: (cert, key).
 fn self_signed(dir: &std::path::Path) -> (String, String) {
     let cert = dir.join("cert.pem").to_str().unwrap().to_string();
@@ -1244,7 +1237,7 @@ fn rediss_against_a_redis_with_tls() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _kill = KillOnDrop(child);
+    let _kill = Kill(child);
     wait_for_port(port);
     let o = run(rt().args([
         "db",
@@ -1320,7 +1313,7 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _kill = KillOnDrop(child);
+    let _kill = Kill(child);
     wait_for_port(port);
     // root over the socket (no password there): a password user, and one whose plugin roundtrip lacks.
     let admin = |sql: &str| {

@@ -27,6 +27,16 @@ impl Drop for Kids {
     }
 }
 
+/// One child killed and reaped when dropped (by its own id), however the test ends.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits (generously) for a line of `r` containing `needle`; returns it. The rest of the stream is drained.
 pub fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
     let (tx, rx) = mpsc::channel();
