@@ -8,59 +8,15 @@
 
 mod common;
 
+use common::tcpdump::Tcpdump;
+
 use common::procs::{Kids, bin, port_in, wait_line};
 use common::samba::Samba;
 use roundtrip::whatif::predict::{self, Network, PathKind};
 use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// tcpdump on lo for one port; stopped with SIGINT (so it writes what it has) by `stop` or on drop.
-struct Tcpdump(Child);
-
-impl Tcpdump {
-    fn start(file: &Path, port: u16) -> Tcpdump {
-        let mut c = Command::new("tcpdump")
-            .args([
-                "--immediate-mode",
-                "-i",
-                "lo",
-                "-U",
-                "-n",
-                "-B",
-                "16384",
-                "-w",
-            ])
-            .arg(file)
-            .args(["tcp", "port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let err = c.stderr.take().unwrap();
-        let t = Tcpdump(c);
-        wait_line(err, "listening on");
-        t
-    }
-    fn stop(mut self) {
-        self.interrupt();
-    }
-    fn interrupt(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.interrupt();
-        }
-    }
-}
 
 /// `roundtrip proxy --rtt RTT` in front of `port`; returns the proxy's port.
 fn proxy(kids: &mut Kids, port: u16, rtt_ms: u32) -> u16 {
@@ -112,7 +68,7 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
     smb.put_file("f", 20 << 20);
     let dir = tempfile::tempdir().unwrap();
     let direct = dir.path().join("direct.pcap");
-    let t = Tcpdump::start(&direct, smb.addr.port());
+    let t = Tcpdump::port(&direct, smb.addr.port());
     let (ok, text, _) = Samba::client(smb.addr, "get f /dev/null");
     t.stop();
     assert!(ok, "smbclient: {text}");
@@ -137,7 +93,7 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
     for rtt in [5, 20] {
         let pp = proxy(&mut kids, smb.addr.port(), rtt);
         let via = dir.path().join(format!("via{rtt}.pcap"));
-        let t = Tcpdump::start(&via, pp);
+        let t = Tcpdump::port(&via, pp);
         let (ok, text, _) = Samba::client(
             format!("127.0.0.1:{pp}").parse().unwrap(),
             "get f /dev/null",
@@ -244,7 +200,7 @@ fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
     let mut kids = Kids(Vec::new());
     for (name, extra) in [("select-only", vec!["-S"]), ("tpc-b", vec![])] {
         let direct = dir.path().join(format!("{name}.pcap"));
-        let t = Tcpdump::start(&direct, 5432);
+        let t = Tcpdump::port(&direct, 5432);
         let today = tps(&pgbench(5432, &db.0, &extra));
         t.stop();
         let prof = AppProfile::from_capture(&direct, &ProfileOptions::default()).unwrap();
@@ -312,7 +268,7 @@ fn bad_captures_say_what_is_missing() {
     smb.put_file("f", 2 << 20);
     let dir = tempfile::tempdir().unwrap();
     let full = dir.path().join("full.pcap");
-    let t = Tcpdump::start(&full, smb.addr.port());
+    let t = Tcpdump::port(&full, smb.addr.port());
     let (ok, text, _) = Samba::client(smb.addr, "get f /dev/null");
     t.stop();
     assert!(ok, "smbclient: {text}");

@@ -6,6 +6,7 @@ pub mod netns;
 pub mod procs;
 pub mod prometheus;
 pub mod samba;
+pub mod tcpdump;
 
 use std::path::PathBuf;
 
