@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod bridge_ns;
+pub mod db;
 pub mod netns;
 pub mod procs;
 pub mod prometheus;
