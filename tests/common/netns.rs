@@ -24,7 +24,8 @@ pub fn available() -> bool {
     super::have("ip")
 }
 
-fn sh(args: &[&str]) -> Result<(), String> {
+/// Runs `args[0] args[1..]`; Err names the command and its stderr when it fails.
+pub fn sh(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
