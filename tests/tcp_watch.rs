@@ -8,10 +8,17 @@
 
 mod common;
 
+use common::lab::{Lab, ns_exec, sh};
+
+/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
+fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
+    let _ = common::lab::spawn_role(lab, ns, role, &[], true);
+}
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -86,65 +93,6 @@ fn netns_role() {
 
 // ---------- the orchestration ----------
 
-/// Namespaces and processes, removed on drop.
-struct Lab {
-    ns: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-fn ns_exec(ns: &str, args: &[&str]) {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    sh(&v);
-}
-
-/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
-fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "netns_role",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("RT_NETNS_ROLE", role)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    lab.children.push(child);
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        let l = lines.next().expect("role exited before ready").unwrap();
-        if l.trim_end().ends_with("ready") {
-            break;
-        }
-    }
-    thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-}
-
 /// Sender and receiver namespaces, 10.78.1.1 - 10.78.1.2, the sender's egress limited to 20 Mbit/s by tbf.
 fn lab_up() -> Option<(Lab, String)> {
     if env("RT_NETNS_ROLE").is_some() {
@@ -158,10 +106,7 @@ fn lab_up() -> Option<(Lab, String)> {
     }
     let id = std::process::id() % 100_000;
     let (nsnd, nrcv) = (format!("rtws{id}"), format!("rtwr{id}"));
-    let mut lab = Lab {
-        ns: Vec::new(),
-        children: Vec::new(),
-    };
+    let mut lab = Lab::default();
     for n in [&nsnd, &nrcv] {
         sh(&["ip", "netns", "add", n]);
         lab.ns.push(n.clone());

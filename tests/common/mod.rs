@@ -3,6 +3,7 @@
 
 pub mod bridge_ns;
 pub mod db;
+pub mod lab;
 pub mod netns;
 pub mod procs;
 pub mod prometheus;
