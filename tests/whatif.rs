@@ -10,6 +10,7 @@ mod common;
 
 use common::tcpdump::Tcpdump;
 
+use common::db::PgbenchDb;
 use common::procs::{Kids, bin, port_in, wait_line};
 use common::samba::Samba;
 use roundtrip::whatif::predict::{self, Network, PathKind};
@@ -112,26 +113,6 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
     }
 }
 
-fn psql(sql: &str) -> bool {
-    Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-q",
-            "-c",
-            sql,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// TPS from pgbench's output ("tps = 1234.5 (without initial connection time)").
 fn tps(out: &str) -> f64 {
     out.lines()
@@ -169,15 +150,6 @@ fn pgbench(port: u16, db: &str, extra: &[&str]) -> String {
     s
 }
 
-/// Drops the scratch database however the test ends.
-struct Db(String);
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        psql(&format!("DROP DATABASE IF EXISTS {}", self.0));
-    }
-}
-
 #[test]
 fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
     if !common::have("pgbench")
@@ -186,16 +158,7 @@ fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
     {
         return;
     }
-    let db = Db(format!("whatif_{}", std::process::id()));
-    assert!(
-        psql(&format!("CREATE DATABASE {}", db.0)),
-        "create scratch database"
-    );
-    let init = Command::new("pgbench")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "pgbench -i");
+    let db = PgbenchDb::create("whatif");
     let dir = tempfile::tempdir().unwrap();
     let mut kids = Kids(Vec::new());
     for (name, extra) in [("select-only", vec!["-S"]), ("tpc-b", vec![])] {

@@ -80,3 +80,60 @@ pub fn mariadb(sql: &str) -> String {
     );
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
+
+/// `psql -h 127.0.0.1 -U postgres -d test -q -c SQL` succeeded (its output is discarded).
+pub fn psql_ok(sql: &str) -> bool {
+    std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-q",
+            "-c",
+            sql,
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A scratch PostgreSQL database filled by `pgbench -i`, dropped when the test ends however it ends.
+pub struct PgbenchDb(pub String);
+
+impl PgbenchDb {
+    /// Creates `PREFIX_PID_NANOS` and runs `pgbench -i -q` on it (panics when either fails).
+    pub fn create(prefix: &str) -> PgbenchDb {
+        let name = format!(
+            "{prefix}_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        let db = PgbenchDb(name);
+        assert!(
+            psql_ok(&format!("create database {}", db.0)),
+            "create scratch database {}",
+            db.0
+        );
+        let st = std::process::Command::new("pgbench")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
+            .output()
+            .expect("pgbench -i runs");
+        assert!(
+            st.status.success(),
+            "pgbench -i: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        db
+    }
+}
+
+impl Drop for PgbenchDb {
+    fn drop(&mut self) {
+        psql_ok(&format!("drop database if exists {}", self.0));
+    }
+}
