@@ -9,6 +9,7 @@
 mod common;
 
 use common::lab::{Lab, ns_exec, sh};
+use common::procs::BIN;
 
 /// Starts the test binary in `ns` as `role` and waits for its "ready" line.
 fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
@@ -29,10 +30,6 @@ const RCV_ADDR: &str = "10.78.1.2";
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_roundtrip")
 }
 
 // ---------- roles, run inside the namespaces ----------
@@ -185,7 +182,7 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
         }
     }
     let o = Command::new("ip")
-        .args(["netns", "exec", nsnd, bin(), "tcp", "--trace", "--port"])
+        .args(["netns", "exec", nsnd, BIN, "tcp", "--trace", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "1s", "--json"])
         .output()
@@ -242,7 +239,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     // Let both streams settle, then watch for a few intervals.
     thread::sleep(Duration::from_secs(2));
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--host", RCV_ADDR])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--host", RCV_ADDR])
         .args(["-i", "1s", "-t", "4s", "--json"])
         .output()
         .unwrap();
@@ -257,7 +254,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
 
     // The text mode says it in words.
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--port"])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-i", "1s", "-t", "2s"])
         .output()
@@ -272,7 +269,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     // --trace (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
     // the peer's small window, never beyond it; the kernel's lost-event count is reported.
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--trace", "--port"])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--trace", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "2s", "--json"])
         .output()
@@ -300,7 +297,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     let ss = format!("ss -tinH dst {RCV_ADDR}:{FAST_PORT}");
     let script = format!(
         "{ss}; echo '---ours---'; {} tcp --port {FAST_PORT} -i 1s -t 1ms --json; echo '---ss---'; {ss}",
-        bin()
+        BIN
     );
     let mut agreed = false;
     let mut last = String::new();
@@ -342,7 +339,7 @@ fn nonexistent_pid_is_a_one_line_error() {
     if env("RT_NETNS_ROLE").is_some() {
         return;
     }
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args(["tcp", "--pid", "4294967290", "-t", "1s"])
         .output()
         .unwrap();
@@ -363,7 +360,7 @@ fn no_matching_connection_keeps_watching() {
         .local_addr()
         .unwrap()
         .port();
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -399,7 +396,7 @@ fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
     let stay_name = format!("127.0.0.1:{} -> ", stay.local_addr().unwrap().port());
     let leave_name = format!("127.0.0.1:{leave_port} -> ");
 
-    let mut child = Command::new(bin())
+    let mut child = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -460,7 +457,7 @@ fn report_draws_rtt_and_windows_per_connection() {
     peer.read_exact(&mut buf).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("tcp.html");
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -495,7 +492,7 @@ fn trace_without_root_says_why_in_one_line() {
     }
     let o = Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .args([bin(), "tcp", "--trace", "-t", "1s"])
+        .args([BIN, "tcp", "--trace", "-t", "1s"])
         .output()
         .unwrap();
     assert!(!o.status.success());
