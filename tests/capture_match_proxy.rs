@@ -14,31 +14,6 @@ use std::time::Duration;
 
 const RTT_MS: f64 = 20.0;
 
-fn tcpdump(kids: &mut Kids, file: &Path, port: u16) -> usize {
-    let mut c = Command::new("tcpdump")
-        .args(["--immediate-mode", "-i", "lo", "-U", "-n", "-w"])
-        .arg(file)
-        .args(["tcp", "port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts");
-    let err = c.stderr.take().unwrap();
-    kids.0.push(c);
-    wait_line(err, "listening on");
-    kids.0.len() - 1
-}
-
-fn stop(kids: &mut Kids, idx: usize) {
-    let c = &mut kids.0[idx];
-    let st = Command::new("kill")
-        .args(["-INT", &c.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let _ = c.wait();
-}
-
 #[test]
 fn match_pairs_every_request_through_a_proxy_by_content() {
     if !common::require_root("tcpdump on loopback") {
@@ -71,8 +46,8 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
     let pp = port_in(&wait_line(out, "listening on"));
     let client_pcap = dir.path().join("client.pcap");
     let server_pcap = dir.path().join("server.pcap");
-    let tc = tcpdump(&mut kids, &client_pcap, pp);
-    let ts = tcpdump(&mut kids, &server_pcap, sp);
+    let tc = kids.tcpdump(&client_pcap, pp);
+    let ts = kids.tcpdump(&server_pcap, sp);
     let ping = Command::new(bin())
         .args(["ping", &format!("127.0.0.1:{pp}"), "-n", "100"])
         .args(["--warmup", "300ms", "--timeout", "30s"])
@@ -85,8 +60,8 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
     );
     // let tcpdump write out what it has before it is stopped
     thread::sleep(Duration::from_millis(500));
-    stop(&mut kids, tc);
-    stop(&mut kids, ts);
+    kids.stop(tc);
+    kids.stop(ts);
 
     // Both captures hold the same ping-pong requests, as sockperf transactions.
     let rpc = |f: &Path| -> serde_json::Value {
