@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::netns::Ns;
 use common::tcpdump::Tcpdump;
 
 use assert_cmd::Command;
@@ -1342,39 +1343,6 @@ fn flow_that_is_not_in_the_file_lists_the_connections() {
     }
 }
 
-/// A network namespace for one test, deleted on drop.
-struct Netns(String);
-impl Netns {
-    fn new(prefix: &str) -> Netns {
-        let name = format!("{prefix}{}", std::process::id());
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &name])
-            .status();
-        assert!(
-            std::process::Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        Netns(name)
-    }
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .status();
-    }
-}
-
 #[test]
 fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
     // A transfer through a loopback (in a namespace of its own) that loses 1% of its full-sized data
@@ -1383,7 +1351,7 @@ fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
     {
         return;
     }
-    let ns = Netns::new("rtsack");
+    let ns = Ns::new(&format!("rtsack{}", std::process::id()));
     assert!(
         ns.run(&["ip", "link", "set", "lo", "mtu", "1500", "up"])
             .status

@@ -40,6 +40,36 @@ pub fn sh(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// One network namespace (a stale one of the same name is deleted first), known to the watchdog, deleted
+/// on drop.
+pub struct Ns(pub String);
+
+impl Ns {
+    /// Adds namespace `name`; panics with ip's message when it cannot.
+    pub fn new(name: &str) -> Ns {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        sh(&["ip", "netns", "add", name]).unwrap_or_else(|e| panic!("{e}"));
+        procs::register_netns(name);
+        Ns(name.to_string())
+    }
+
+    /// Runs `args` inside the namespace.
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        procs::forget_netns(&self.0);
+    }
+}
+
 /// A bridge namespace and N member namespaces on it.
 pub struct Lan {
     /// The namespace holding the bridge.
