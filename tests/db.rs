@@ -586,18 +586,7 @@ fn postgres_session_terminated_mid_run() {
     psql("test", &format!("CREATE ROLE {role} LOGIN"));
     let r2 = role.clone();
     let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-tAc",
-                &format!("DROP ROLE IF EXISTS {r2}"),
-            ])
-            .status();
+        common::db::psql_ok(&format!("DROP ROLE IF EXISTS {r2}"));
     }));
     let child = spawn_rt(&[
         "db",

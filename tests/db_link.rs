@@ -51,18 +51,7 @@ impl ScratchDb {
 
 impl Drop for ScratchDb {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-tAc",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
-            ])
-            .output();
+        common::db::psql_ok(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0));
     }
 }
 
