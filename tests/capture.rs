@@ -8,13 +8,16 @@
 
 mod common;
 
+use common::netns::Ns;
+use common::tcpdump::Tcpdump;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn roundtrip() -> Command {
@@ -451,101 +454,6 @@ fn timeline_of_a_shared_capture() {
 
 // ---------------------------------------------------------------------------------------------------------
 // Captures recorded here.
-
-/// A running tcpdump; stopped (SIGINT, so it flushes) on drop.
-struct Tcpdump {
-    child: Option<Child>,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Tcpdump {
-    fn start(args: &[&str]) -> Tcpdump {
-        Self::start_in(None, args)
-    }
-
-    /// tcpdump inside network namespace `ns` (`ip netns exec` execs it, so the pid is tcpdump's).
-    fn start_in(ns: Option<&str>, args: &[&str]) -> Tcpdump {
-        let mut cmd = match ns {
-            Some(ns) => {
-                let mut c = std::process::Command::new("ip");
-                c.args(["netns", "exec", ns, "tcpdump"]);
-                c
-            }
-            None => std::process::Command::new("tcpdump"),
-        };
-        let mut child = cmd
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let log2 = log.clone();
-        let reader = std::thread::spawn(move || {
-            let mut r = BufReader::new(stderr);
-            let mut line = String::new();
-            let mut sent = false;
-            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-                if !sent && line.contains("listening on") {
-                    let _ = tx.send(());
-                    sent = true;
-                }
-                log2.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("tcpdump says it is listening");
-        Tcpdump {
-            child: Some(child),
-            log,
-            reader: Some(reader),
-        }
-    }
-
-    /// Stops the capture; returns how many packets the kernel dropped (tcpdump's own count).
-    fn stop(mut self) -> u64 {
-        self.stop_inner();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-        let log = self.log.lock().unwrap().clone();
-        log.lines()
-            .find(|l| l.contains("dropped by kernel"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(u64::MAX)
-    }
-
-    fn stop_inner(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // libpcap hands packets over in blocks retired after its 1 s timeout; a block still in the
-            // kernel when tcpdump stops is lost, so wait for the last one first.
-            std::thread::sleep(Duration::from_millis(2500));
-            let _ = std::process::Command::new("kill")
-                .args(["-INT", &c.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        self.stop_inner();
-    }
-}
 
 /// A bulk transfer of `bytes` to a receiver with a small buffer that stops reading for a while: the sender
 /// fills the receiver's window (receiver-limited, zero windows). Returns the client and server addresses.
@@ -1435,39 +1343,6 @@ fn flow_that_is_not_in_the_file_lists_the_connections() {
     }
 }
 
-/// A network namespace for one test, deleted on drop.
-struct Netns(String);
-impl Netns {
-    fn new(prefix: &str) -> Netns {
-        let name = format!("{prefix}{}", std::process::id());
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &name])
-            .status();
-        assert!(
-            std::process::Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        Netns(name)
-    }
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .status();
-    }
-}
-
 #[test]
 fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
     // A transfer through a loopback (in a namespace of its own) that loses 1% of its full-sized data
@@ -1476,7 +1351,7 @@ fn time_sequence_graph_of_a_lossy_transfer_with_sack() {
     {
         return;
     }
-    let ns = Netns::new("rtsack");
+    let ns = Ns::new(&format!("rtsack{}", std::process::id()));
     assert!(
         ns.run(&["ip", "link", "set", "lo", "mtu", "1500", "up"])
             .status

@@ -12,10 +12,12 @@
 
 mod common;
 
+use common::lab::{Lab, ns_exec, sh, spawn_role};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -250,81 +252,6 @@ fn netns_role() {
 
 // ---------- the orchestration ----------
 
-/// Namespaces, veths and processes, removed on drop.
-struct Lab {
-    ns: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-fn ns_exec(ns: &str, args: &[&str]) {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    sh(&v);
-}
-
-/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
-fn spawn_role(
-    lab: &mut Lab,
-    ns: &str,
-    role: &str,
-    envs: &[(&str, &str)],
-    wait_ready: bool,
-) -> (usize, mpsc::Receiver<String>) {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "netns_role",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("RT_NETNS_ROLE", role)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    if wait_ready {
-        loop {
-            let l = lines.next().expect("role exited before ready").unwrap();
-            if l.trim_end().ends_with("ready") {
-                break;
-            }
-        }
-    }
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    lab.children.push(child);
-    (lab.children.len() - 1, rx)
-}
-
 /// The ground truth a role printed ("truth NAME NANOS"), waiting for the role to finish.
 fn truths(lab: &mut Lab, idx: usize, rx: &mpsc::Receiver<String>) -> Vec<(String, f64)> {
     let _ = lab.children[idx].wait();
@@ -411,10 +338,7 @@ fn lab_up(tag: &str) -> Option<(Lab, Names)> {
     }
     let id = format!("{}{tag}", std::process::id() % 100_000);
     let (nc, nm, ns) = (format!("rtc{id}"), format!("rtm{id}"), format!("rts{id}"));
-    let mut lab = Lab {
-        ns: Vec::new(),
-        children: Vec::new(),
-    };
+    let mut lab = Lab::default();
     for n in [&nc, &nm, &ns] {
         sh(&["ip", "netns", "add", n]);
         lab.ns.push(n.clone());

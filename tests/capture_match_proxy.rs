@@ -6,83 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use common::procs::{Kids, bin, port_in, wait_line};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
 const RTT_MS: f64 = 20.0;
-
-fn bin() -> String {
-    env!("CARGO_BIN_EXE_roundtrip").to_string()
-}
-
-/// Children killed (by their own id) when the test ends, however it ends.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Waits (generously) for a line of `r` containing `needle`; returns it. The rest of the stream is drained.
-fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut sent = false;
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { break };
-            if !sent && l.contains(needle) {
-                let _ = tx.send(l);
-                sent = true;
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("no line with '{needle}' within 60 s"))
-}
-
-/// The port after the first "127.0.0.1:" in `line`.
-fn port_in(line: &str) -> u16 {
-    let i = line.find("127.0.0.1:").expect("an address") + "127.0.0.1:".len();
-    line[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
-
-fn tcpdump(kids: &mut Kids, file: &Path, port: u16) -> usize {
-    let mut c = Command::new("tcpdump")
-        .args(["--immediate-mode", "-i", "lo", "-U", "-n", "-w"])
-        .arg(file)
-        .args(["tcp", "port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts");
-    let err = c.stderr.take().unwrap();
-    kids.0.push(c);
-    wait_line(err, "listening on");
-    kids.0.len() - 1
-}
-
-fn stop(kids: &mut Kids, idx: usize) {
-    let c = &mut kids.0[idx];
-    let st = Command::new("kill")
-        .args(["-INT", &c.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let _ = c.wait();
-}
 
 #[test]
 fn match_pairs_every_request_through_a_proxy_by_content() {
@@ -116,8 +46,8 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
     let pp = port_in(&wait_line(out, "listening on"));
     let client_pcap = dir.path().join("client.pcap");
     let server_pcap = dir.path().join("server.pcap");
-    let tc = tcpdump(&mut kids, &client_pcap, pp);
-    let ts = tcpdump(&mut kids, &server_pcap, sp);
+    let tc = kids.tcpdump(&client_pcap, pp);
+    let ts = kids.tcpdump(&server_pcap, sp);
     let ping = Command::new(bin())
         .args(["ping", &format!("127.0.0.1:{pp}"), "-n", "100"])
         .args(["--warmup", "300ms", "--timeout", "30s"])
@@ -130,8 +60,8 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
     );
     // let tcpdump write out what it has before it is stopped
     thread::sleep(Duration::from_millis(500));
-    stop(&mut kids, tc);
-    stop(&mut kids, ts);
+    kids.stop(tc);
+    kids.stop(ts);
 
     // Both captures hold the same ping-pong requests, as sockperf transactions.
     let rpc = |f: &Path| -> serde_json::Value {

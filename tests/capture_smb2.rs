@@ -9,70 +9,13 @@
 
 mod common;
 
+use common::tcpdump::Tcpdump;
+
 use common::samba::Samba;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
-
-/// tcpdump on loopback, stopped (SIGINT, so it writes out what it has) when dropped.
-struct Tcpdump(Child);
-
-impl Tcpdump {
-    fn start(file: &Path, port: u16) -> Tcpdump {
-        let mut c = Command::new("tcpdump")
-            .args([
-                "--immediate-mode",
-                "-i",
-                "lo",
-                "-U",
-                "-n",
-                "-B",
-                "16384",
-                "-w",
-            ])
-            .arg(file)
-            .args(["tcp", "port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let err = c.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines() {
-                let Ok(l) = l else { break };
-                if l.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let t = Tcpdump(c);
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("tcpdump says 'listening on' within 60 s");
-        t
-    }
-
-    fn stop(mut self) {
-        self.interrupt();
-    }
-
-    fn interrupt(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.interrupt();
-        }
-    }
-}
 
 /// One row of `tshark -z smb2,srt`: command code, name, calls, average SRT in seconds as printed.
 #[derive(Debug)]
@@ -162,7 +105,7 @@ fn smbclient_session_agrees_with_tshark_smb2_srt() {
     let mut attempt = 0;
     let (doc, ops, theirs) = loop {
         attempt += 1;
-        let td = Tcpdump::start(&pcap, port);
+        let td = Tcpdump::port(&pcap, port);
         let commands = format!(
             "ls; put {} up.txt; get big /dev/null; mkdir d1; rmdir d1; get missing /dev/null; allinfo big",
             local.display()

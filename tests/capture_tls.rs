@@ -4,66 +4,15 @@
 
 mod common;
 
+use common::tcpdump::Tcpdump;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
 
 const PG: u16 = 5432;
-
-/// A running tcpdump; stopped with SIGINT (so it flushes) by `stop` or on drop.
-struct Tcpdump(Option<Child>);
-
-impl Tcpdump {
-    fn start(file: &Path, filter: &str) -> Tcpdump {
-        let mut child = std::process::Command::new("tcpdump")
-            .args(["-i", "lo", "-U", "-w", file.to_str().unwrap(), filter])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("listening on") {
-            line.clear();
-            assert!(
-                err.read_line(&mut line).unwrap() > 0,
-                "tcpdump ended before listening"
-            );
-        }
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut err, &mut std::io::sink());
-        });
-        Tcpdump(Some(child))
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            // libpcap hands packets over in blocks retired after its 1 s timeout: wait for the last one.
-            std::thread::sleep(Duration::from_millis(2500));
-            let _ = std::process::Command::new("kill")
-                .args(["-INT", &c.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn ready() -> bool {
     common::require_root("tcpdump on loopback")
@@ -96,7 +45,7 @@ fn pg_tls_session(
     out.read_line(&mut port).unwrap();
     let port: u16 = port.trim().parse().expect("the client prints its port");
     let file = dir.join(format!("{name}.pcap"));
-    let mut dump = Tcpdump::start(&file, &format!("tcp port {port}"));
+    let dump = Tcpdump::on_lo(&file, &format!("tcp port {port}"));
     client.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
@@ -355,7 +304,7 @@ fn https_decrypted_with_curls_key_log_agrees_with_tshark() {
         let (mut server, port) = s_server(dir.path(), 2, suite);
         let file = dir.path().join(format!("{name}.pcap"));
         let keylog = dir.path().join(format!("{name}.keys"));
-        let mut dump = Tcpdump::start(&file, &format!("tcp port {port}"));
+        let dump = Tcpdump::on_lo(&file, &format!("tcp port {port}"));
         let url = format!("https://127.0.0.1:{port}/");
         let ok = std::process::Command::new("curl")
             .env("SSLKEYLOGFILE", &keylog)
@@ -438,7 +387,7 @@ fn psql_session_is_timed_as_turns() {
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("psql.pcap");
-    let mut dump = Tcpdump::start(&file, &format!("tcp port {PG}"));
+    let dump = Tcpdump::on_lo(&file, &format!("tcp port {PG}"));
     let mut cmd = std::process::Command::new("psql");
     cmd.args([
         "-X",

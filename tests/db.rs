@@ -3,8 +3,15 @@
 
 mod common;
 
+use common::db::{Out, json_of, mariadb, psql, run};
+use common::procs::Kill;
+
+/// The command with no database variables inherited from the caller.
+fn rt() -> Command {
+    common::db::rt(Duration::from_secs(120))
+}
+
 use assert_cmd::Command;
-use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
@@ -13,47 +20,6 @@ use std::time::{Duration, Instant};
 const PG: u16 = 5432;
 const MY: u16 = 3306;
 const REDIS: u16 = 6379;
-
-/// The command with no database variables inherited from the caller.
-fn rt() -> Command {
-    let mut c = Command::cargo_bin("roundtrip").unwrap();
-    for v in [
-        "PGHOST",
-        "PGPORT",
-        "PGUSER",
-        "PGPASSWORD",
-        "PGDATABASE",
-        "PGSSLMODE",
-        "MYSQL_PWD",
-        "MYSQL_HOST",
-        "MYSQL_TCP_PORT",
-        "REDISCLI_AUTH",
-    ] {
-        c.env_remove(v);
-    }
-    c.timeout(Duration::from_secs(120));
-    c
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(c: &mut Command) -> Out {
-    let o = c.output().unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn json_of(o: &Out) -> Value {
-    serde_json::from_str(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", o.stdout, o.stderr))
-}
 
 fn sh(program: &str, args: &[&str]) -> String {
     let o = std::process::Command::new(program)
@@ -68,24 +34,6 @@ fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn psql(sql: &str) -> String {
-    sh(
-        "psql",
-        &[
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-tAc",
-            sql,
-        ],
-    )
-}
-fn mariadb(sql: &str) -> String {
-    sh("mariadb", &["-h127.0.0.1", "-uroot", "-N", "-e", sql])
-}
 fn redis_cli(args: &[&str]) -> String {
     let mut a = vec!["-h", "127.0.0.1", "-p", "6379"];
     a.extend_from_slice(args);
@@ -635,21 +583,10 @@ fn postgres_session_terminated_mid_run() {
         return;
     }
     let role = format!("rt_kill_{}", tag());
-    psql(&format!("CREATE ROLE {role} LOGIN"));
+    psql("test", &format!("CREATE ROLE {role} LOGIN"));
     let r2 = role.clone();
     let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-tAc",
-                &format!("DROP ROLE IF EXISTS {r2}"),
-            ])
-            .status();
+        common::db::psql_ok(&format!("DROP ROLE IF EXISTS {r2}"));
     }));
     let child = spawn_rt(&[
         "db",
@@ -666,11 +603,14 @@ fn postgres_session_terminated_mid_run() {
     let q = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'");
     let o = kill_mid_run(
         child,
-        || psql(&q).trim() == "1",
+        || psql("test", &q).trim() == "1",
         || {
-            psql(&format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
-            ));
+            psql(
+                "test",
+                &format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+                ),
+            );
         },
     );
     assert_eq!(o.code, 1, "{}", o.stderr);
@@ -1167,15 +1107,6 @@ fn random_bytes_from_a_peer_never_panic() {
 
 // ---------------------------------------------------------------- TLS against a real Redis started here
 
-/// A child process killed when dropped.
-struct KillOnDrop(std::process::Child);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A self-signed certificate for "localhost" made with openssl: (cert, key).
 fn self_signed(dir: &std::path::Path) -> (String, String) {
     let cert = dir.join("cert.pem").to_str().unwrap().to_string();
@@ -1244,7 +1175,7 @@ fn rediss_against_a_redis_with_tls() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _kill = KillOnDrop(child);
+    let _kill = Kill(child);
     wait_for_port(port);
     let o = run(rt().args([
         "db",
@@ -1320,7 +1251,7 @@ fn mysql_tls_against_a_mariadb_started_with_tls() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _kill = KillOnDrop(child);
+    let _kill = Kill(child);
     wait_for_port(port);
     // root over the socket (no password there): a password user, and one whose plugin roundtrip lacks.
     let admin = |sql: &str| {

@@ -5,6 +5,7 @@
 mod common;
 
 use assert_cmd::Command;
+use common::db::{json_of, mariadb, psql, run};
 use common::procs::{Kids, Proc};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -20,68 +21,7 @@ const MARKER: &str = "MarkerPw7731x";
 
 /// The command with no database variables inherited from the caller.
 fn rt() -> Command {
-    let mut c = Command::cargo_bin("roundtrip").unwrap();
-    for v in [
-        "PGHOST",
-        "PGPORT",
-        "PGUSER",
-        "PGPASSWORD",
-        "PGDATABASE",
-        "PGSSLMODE",
-        "MYSQL_PWD",
-        "MYSQL_HOST",
-        "MYSQL_TCP_PORT",
-    ] {
-        c.env_remove(v);
-    }
-    c.timeout(Duration::from_secs(180));
-    c
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(c: &mut Command) -> Out {
-    let o = c.output().unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn json_of(o: &Out) -> Value {
-    serde_json::from_str(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", o.stdout, o.stderr))
-}
-
-fn psql(db: &str, sql: &str) -> String {
-    let o = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-tAc", sql])
-        .output()
-        .expect("psql");
-    assert!(
-        o.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-fn mariadb(sql: &str) -> String {
-    let o = std::process::Command::new("mysql")
-        .args(["-h", "127.0.0.1", "-uroot", "-N", "-B", "test", "-e", sql])
-        .output()
-        .expect("mysql");
-    assert!(
-        o.status.success(),
-        "mysql {sql}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
+    common::db::rt(Duration::from_secs(180))
 }
 
 /// A scratch PostgreSQL database, dropped (with its sessions) when the test ends however it ends.
@@ -111,18 +51,7 @@ impl ScratchDb {
 
 impl Drop for ScratchDb {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-tAc",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
-            ])
-            .output();
+        common::db::psql_ok(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0));
     }
 }
 

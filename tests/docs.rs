@@ -7,16 +7,13 @@
 
 mod common;
 
+use common::procs::bin;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_roundtrip"))
 }
 
 /// Every Markdown file of the project (not target/, .git/, fuzz corpora, or other checkouts).
@@ -491,7 +488,7 @@ fn offline_examples_run_and_print_what_the_docs_show() {
             continue;
         }
         // As the page shows it, pipes (| head) included; both streams, as a terminal shows them.
-        let script = format!("{} {} 2>&1", bin().display(), s.line);
+        let script = format!("{} {} 2>&1", common::procs::BIN, s.line);
         let o = Command::new("sh")
             .arg("-c")
             .arg(&script)

@@ -2,12 +2,14 @@
 
 mod common;
 
+use common::procs::Kill;
+
 use assert_cmd::Command;
 use roundtrip::probe::ping::{self, NoObserver, PeerKind, PingConfig, Stop, Transport};
 use roundtrip::server::{self, ServerConfig, ServerEvent};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,15 +38,6 @@ fn config(addr: SocketAddr, transport: Transport, count: u64) -> PingConfig {
 
 fn rt() -> Command {
     Command::cargo_bin("roundtrip").unwrap()
-}
-
-/// A child process killed when dropped.
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn free_port() -> u16 {

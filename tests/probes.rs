@@ -18,10 +18,6 @@ fn bin() -> Command {
     c
 }
 
-fn bin_path() -> std::path::PathBuf {
-    assert_cmd::cargo::cargo_bin("roundtrip")
-}
-
 fn sh(args: &[&str]) {
     let out = std::process::Command::new(args[0])
         .args(&args[1..])
@@ -127,7 +123,7 @@ impl NetPair {
         for host in [SERVER_V4, SERVER_V6] {
             while !std::process::Command::new("ip")
                 .args(["netns", "exec", &pair.client])
-                .arg(bin_path())
+                .arg(common::procs::BIN)
                 .args(["icmp", host, "-n", "1", "--timeout", "200ms"])
                 .output()
                 .is_ok_and(|o| o.status.success())
@@ -145,7 +141,9 @@ impl NetPair {
     /// `ip netns exec NS roundtrip ARGS`.
     fn run_in(&self, ns: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).arg(bin_path()).args(args);
+        c.args(["netns", "exec", ns])
+            .arg(common::procs::BIN)
+            .args(args);
         c.timeout(Duration::from_secs(120));
         c
     }
@@ -158,7 +156,7 @@ impl NetPair {
     fn spawn_server(&mut self, port: u16) {
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &self.server])
-            .arg(bin_path())
+            .arg(common::procs::BIN)
             .args(["server", "--port", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -169,7 +167,7 @@ impl NetPair {
         loop {
             let ok = std::process::Command::new("ip")
                 .args(["netns", "exec", &self.client])
-                .arg(bin_path())
+                .arg(common::procs::BIN)
                 .args([
                     "connect",
                     &format!("{SERVER_V4}:{port}"),
@@ -599,7 +597,7 @@ impl LoneNs {
             "--regid=nogroup",
             "--clear-groups",
         ])
-        .arg(bin_path())
+        .arg(common::procs::BIN)
         .args(args)
         .timeout(Duration::from_secs(60));
         c.output().unwrap()
@@ -648,7 +646,7 @@ fn icmp_not_permitted_says_how_to_allow_it() {
     // be tried.
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0])
-        .arg(bin_path())
+        .arg(common::procs::BIN)
         .args(["icmp", "::1", "-n", "1", "--datagram"])
         .output()
         .unwrap();

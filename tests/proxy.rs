@@ -913,17 +913,6 @@ fn a_proxy_whose_upstream_is_itself_is_refused_at_start() {
     ));
 }
 
-/// Deletes the namespace when the test ends, however it ends.
-struct Netns(String);
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .output();
-        common::procs::forget_netns(&self.0);
-    }
-}
-
 /// A loop the start-time check cannot see: the upstream port is forwarded back to the listener (an nftables
 /// redirect in a namespace of the test's own). The connection that comes back is the proxy's own upstream end:
 /// it is closed at once and counted, the client's connection ends, and the proxy holds nothing afterwards
@@ -933,7 +922,7 @@ fn a_relay_loop_made_by_port_forwarding_is_closed_at_run_time() {
     if !common::require_root("a namespace with an nftables redirect") || !common::have("nft") {
         return;
     }
-    let ns = Netns(format!("rtloop{}", std::process::id()));
+    let ns = common::netns::Ns::new(&format!("rtloop{}", std::process::id()));
     let ip = |args: &[&str]| {
         let o = std::process::Command::new("ip")
             .args(args)
@@ -945,8 +934,6 @@ fn a_relay_loop_made_by_port_forwarding_is_closed_at_run_time() {
             String::from_utf8_lossy(&o.stderr)
         );
     };
-    ip(&["netns", "add", &ns.0]);
-    common::procs::register_netns(&ns.0);
     ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
     let rules = "table ip rtloop { chain out { type nat hook output priority -100; \
                  tcp dport 6001 redirect to :6000; }; }";

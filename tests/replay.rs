@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::db::PgbenchDb;
 use common::procs::Kids;
 use roundtrip::replay::{self, ReplayConfig, ReplayError};
 use roundtrip::whatif::profile::{AppProfile, ConnProfile, RttSource, Turn};
@@ -277,78 +278,30 @@ fn sum(v: &serde_json::Value, field: &str) -> u64 {
         .sum()
 }
 
-/// A scratch PostgreSQL database, dropped when the test ends however it ends.
-struct ScratchDb(String);
-
-impl ScratchDb {
-    fn create() -> Option<ScratchDb> {
-        if !common::service_up(5432, "postgresql")
-            || !common::have("pgbench")
-            || !common::have("psql")
-        {
-            return None;
-        }
-        let name = format!(
-            "rt_replay_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        );
-        let db = ScratchDb(name);
-        assert!(db.psql(&format!("create database {}", db.0)));
-        let st = std::process::Command::new("pgbench")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
-            .output()
-            .expect("pgbench -i runs");
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
-        Some(db)
+/// A pgbench scratch database, or None when PostgreSQL, pgbench or psql is missing.
+fn scratch_db() -> Option<PgbenchDb> {
+    if !common::service_up(5432, "postgresql") || !common::have("pgbench") || !common::have("psql")
+    {
+        return None;
     }
-
-    fn psql(&self, sql: &str) -> bool {
-        std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-q",
-                "-c",
-                sql,
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-
-    /// `pgbench -c 1 -t N -S` against `port`; returns its wall time (process start included).
-    fn select_only(&self, port: u16, transactions: u32) -> Duration {
-        let t = std::time::Instant::now();
-        let out = std::process::Command::new("pgbench")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-            .args(["-c", "1", "-t", &transactions.to_string(), "-S", &self.0])
-            .output()
-            .expect("pgbench runs");
-        let took = t.elapsed();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        took
-    }
+    Some(PgbenchDb::create("rt_replay"))
 }
 
-impl Drop for ScratchDb {
-    fn drop(&mut self) {
-        self.psql(&format!("drop database if exists {}", self.0));
-    }
+/// `pgbench -c 1 -t N -S` against `port`; returns its wall time (process start included).
+fn select_only(db: &PgbenchDb, port: u16, transactions: u32) -> Duration {
+    let t = std::time::Instant::now();
+    let out = std::process::Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(["-c", "1", "-t", &transactions.to_string(), "-S", &db.0])
+        .output()
+        .expect("pgbench runs");
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
 }
 
 #[test]
@@ -356,7 +309,7 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
     if !common::require_root("tcpdump on loopback") || !common::have("tcpdump") {
         return;
     }
-    let Some(db) = ScratchDb::create() else {
+    let Some(db) = scratch_db() else {
         eprintln!("SKIPPED: PostgreSQL on 5432 or pgbench missing");
         return;
     };
@@ -367,7 +320,7 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
     // clients of PostgreSQL on this machine stay out of it.
     let direct = kids.proxy(5432, &[]);
     let td = kids.tcpdump(&file, direct);
-    db.select_only(direct, 30);
+    select_only(&db, direct, 30);
     std::thread::sleep(ms(300));
     kids.stop(td);
 
@@ -394,7 +347,7 @@ fn a_real_pgbench_capture_replayed_through_a_20ms_proxy_takes_what_pgbench_takes
     // The same run through a 20 ms proxy, measured, and the replay through the same kind of proxy.
     let app_proxy = kids.proxy(5432, &["--rtt", "20ms"]);
     let replay_proxy = kids.proxy(server, &["--rtt", "20ms"]);
-    let measured = db.select_only(app_proxy, 30);
+    let measured = select_only(&db, app_proxy, 30);
     let to = format!("127.0.0.1:{replay_proxy}");
     let (code, out, err) = replay_cli(&[f, "--to", &to, "--json"]);
     assert_eq!(code, 0, "{err}");

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::procs::Kill;
+
 use assert_cmd::Command;
 use roundtrip::probe::ping::{self, NoObserver, PeerKind, PingConfig, Stop, Transport};
 use roundtrip::probe::stream::StreamError;
@@ -450,14 +452,6 @@ fn rss_threads(pid: u32) -> (u64, u64) {
             .unwrap()
     };
     (field("VmRSS:") * 1024, field("Threads:"))
-}
-
-struct Kill(std::process::Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn server_process(

@@ -8,10 +8,18 @@
 
 mod common;
 
+use common::lab::{Lab, ns_exec, sh};
+use common::procs::BIN;
+
+/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
+fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
+    let _ = common::lab::spawn_role(lab, ns, role, &[], true);
+}
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -22,10 +30,6 @@ const RCV_ADDR: &str = "10.78.1.2";
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_roundtrip")
 }
 
 // ---------- roles, run inside the namespaces ----------
@@ -86,65 +90,6 @@ fn netns_role() {
 
 // ---------- the orchestration ----------
 
-/// Namespaces and processes, removed on drop.
-struct Lab {
-    ns: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-fn ns_exec(ns: &str, args: &[&str]) {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    sh(&v);
-}
-
-/// Starts the test binary in `ns` as `role` and waits for its "ready" line.
-fn spawn_role(lab: &mut Lab, ns: &str, role: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "netns_role",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("RT_NETNS_ROLE", role)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    lab.children.push(child);
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        let l = lines.next().expect("role exited before ready").unwrap();
-        if l.trim_end().ends_with("ready") {
-            break;
-        }
-    }
-    thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-}
-
 /// Sender and receiver namespaces, 10.78.1.1 - 10.78.1.2, the sender's egress limited to 20 Mbit/s by tbf.
 fn lab_up() -> Option<(Lab, String)> {
     if env("RT_NETNS_ROLE").is_some() {
@@ -158,10 +103,7 @@ fn lab_up() -> Option<(Lab, String)> {
     }
     let id = std::process::id() % 100_000;
     let (nsnd, nrcv) = (format!("rtws{id}"), format!("rtwr{id}"));
-    let mut lab = Lab {
-        ns: Vec::new(),
-        children: Vec::new(),
-    };
+    let mut lab = Lab::default();
     for n in [&nsnd, &nrcv] {
         sh(&["ip", "netns", "add", n]);
         lab.ns.push(n.clone());
@@ -240,7 +182,7 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
         }
     }
     let o = Command::new("ip")
-        .args(["netns", "exec", nsnd, bin(), "tcp", "--trace", "--port"])
+        .args(["netns", "exec", nsnd, BIN, "tcp", "--trace", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "1s", "--json"])
         .output()
@@ -297,7 +239,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     // Let both streams settle, then watch for a few intervals.
     thread::sleep(Duration::from_secs(2));
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--host", RCV_ADDR])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--host", RCV_ADDR])
         .args(["-i", "1s", "-t", "4s", "--json"])
         .output()
         .unwrap();
@@ -312,7 +254,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
 
     // The text mode says it in words.
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--port"])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-i", "1s", "-t", "2s"])
         .output()
@@ -327,7 +269,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     // --trace (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
     // the peer's small window, never beyond it; the kernel's lost-event count is reported.
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, bin(), "tcp", "--trace", "--port"])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--trace", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "2s", "--json"])
         .output()
@@ -355,7 +297,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     let ss = format!("ss -tinH dst {RCV_ADDR}:{FAST_PORT}");
     let script = format!(
         "{ss}; echo '---ours---'; {} tcp --port {FAST_PORT} -i 1s -t 1ms --json; echo '---ss---'; {ss}",
-        bin()
+        BIN
     );
     let mut agreed = false;
     let mut last = String::new();
@@ -397,7 +339,7 @@ fn nonexistent_pid_is_a_one_line_error() {
     if env("RT_NETNS_ROLE").is_some() {
         return;
     }
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args(["tcp", "--pid", "4294967290", "-t", "1s"])
         .output()
         .unwrap();
@@ -418,7 +360,7 @@ fn no_matching_connection_keeps_watching() {
         .local_addr()
         .unwrap()
         .port();
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -454,7 +396,7 @@ fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
     let stay_name = format!("127.0.0.1:{} -> ", stay.local_addr().unwrap().port());
     let leave_name = format!("127.0.0.1:{leave_port} -> ");
 
-    let mut child = Command::new(bin())
+    let mut child = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -515,7 +457,7 @@ fn report_draws_rtt_and_windows_per_connection() {
     peer.read_exact(&mut buf).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("tcp.html");
-    let o = Command::new(bin())
+    let o = Command::new(BIN)
         .args([
             "tcp",
             "--port",
@@ -550,7 +492,7 @@ fn trace_without_root_says_why_in_one_line() {
     }
     let o = Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .args([bin(), "tcp", "--trace", "-t", "1s"])
+        .args([BIN, "tcp", "--trace", "-t", "1s"])
         .output()
         .unwrap();
     assert!(!o.status.success());

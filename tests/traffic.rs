@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::procs::Kill;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use roundtrip::probe::load::{self, LoadConfig};
@@ -12,7 +14,7 @@ use roundtrip::probe::sweep::{self, SweepConfig};
 use roundtrip::probe::throughput::{self, NoObserver, ThroughputConfig};
 use roundtrip::server::{self, ServerConfig, ServerEvent, ServerHandle};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,17 +62,8 @@ fn free_port() -> u16 {
         .unwrap_or_else(|_| free_port())
 }
 
-/// A child process killed and reaped on drop.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `sockperf server` (TCP with `tcp`, else UDP) on 127.0.0.1 and waits until it serves.
-fn sockperf_server(tcp: bool) -> Option<(Proc, SocketAddr)> {
+fn sockperf_server(tcp: bool) -> Option<(Kill, SocketAddr)> {
     if !common::have("sockperf") {
         return None;
     }
@@ -85,7 +78,7 @@ fn sockperf_server(tcp: bool) -> Option<(Proc, SocketAddr)> {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn sockperf");
-    let p = Proc(child);
+    let p = Kill(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(20);
     if tcp {

@@ -8,103 +8,16 @@
 
 mod common;
 
+use common::tcpdump::Tcpdump;
+
+use common::db::PgbenchDb;
+use common::procs::{Kids, bin, port_in, wait_line};
 use common::samba::Samba;
 use roundtrip::whatif::predict::{self, Network, PathKind};
 use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_roundtrip"))
-}
-
-/// Children killed (by their own id) when the test ends, however it ends.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_line(r: impl Read + Send + 'static, needle: &'static str) -> String {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut sent = false;
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { break };
-            if !sent && l.contains(needle) {
-                let _ = tx.send(l);
-                sent = true;
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("no line with '{needle}' within 60 s"))
-}
-
-fn port_in(line: &str) -> u16 {
-    let i = line.find("127.0.0.1:").expect("an address") + "127.0.0.1:".len();
-    line[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
-
-/// tcpdump on lo for one port; stopped with SIGINT (so it writes what it has) by `stop` or on drop.
-struct Tcpdump(Child);
-
-impl Tcpdump {
-    fn start(file: &Path, port: u16) -> Tcpdump {
-        let mut c = Command::new("tcpdump")
-            .args([
-                "--immediate-mode",
-                "-i",
-                "lo",
-                "-U",
-                "-n",
-                "-B",
-                "16384",
-                "-w",
-            ])
-            .arg(file)
-            .args(["tcp", "port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let err = c.stderr.take().unwrap();
-        let t = Tcpdump(c);
-        wait_line(err, "listening on");
-        t
-    }
-    fn stop(mut self) {
-        self.interrupt();
-    }
-    fn interrupt(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.interrupt();
-        }
-    }
-}
 
 /// `roundtrip proxy --rtt RTT` in front of `port`; returns the proxy's port.
 fn proxy(kids: &mut Kids, port: u16, rtt_ms: u32) -> u16 {
@@ -156,7 +69,7 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
     smb.put_file("f", 20 << 20);
     let dir = tempfile::tempdir().unwrap();
     let direct = dir.path().join("direct.pcap");
-    let t = Tcpdump::start(&direct, smb.addr.port());
+    let t = Tcpdump::port(&direct, smb.addr.port());
     let (ok, text, _) = Samba::client(smb.addr, "get f /dev/null");
     t.stop();
     assert!(ok, "smbclient: {text}");
@@ -181,7 +94,7 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
     for rtt in [5, 20] {
         let pp = proxy(&mut kids, smb.addr.port(), rtt);
         let via = dir.path().join(format!("via{rtt}.pcap"));
-        let t = Tcpdump::start(&via, pp);
+        let t = Tcpdump::port(&via, pp);
         let (ok, text, _) = Samba::client(
             format!("127.0.0.1:{pp}").parse().unwrap(),
             "get f /dev/null",
@@ -198,26 +111,6 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
             "at {rtt} ms predicted {p:.3} s, measured {m:.3} s"
         );
     }
-}
-
-fn psql(sql: &str) -> bool {
-    Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-q",
-            "-c",
-            sql,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 /// TPS from pgbench's output ("tps = 1234.5 (without initial connection time)").
@@ -257,15 +150,6 @@ fn pgbench(port: u16, db: &str, extra: &[&str]) -> String {
     s
 }
 
-/// Drops the scratch database however the test ends.
-struct Db(String);
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        psql(&format!("DROP DATABASE IF EXISTS {}", self.0));
-    }
-}
-
 #[test]
 fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
     if !common::have("pgbench")
@@ -274,21 +158,12 @@ fn pgbench_tps_predicted_vs_measured_through_the_proxy() {
     {
         return;
     }
-    let db = Db(format!("whatif_{}", std::process::id()));
-    assert!(
-        psql(&format!("CREATE DATABASE {}", db.0)),
-        "create scratch database"
-    );
-    let init = Command::new("pgbench")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", &db.0])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "pgbench -i");
+    let db = PgbenchDb::create("whatif");
     let dir = tempfile::tempdir().unwrap();
     let mut kids = Kids(Vec::new());
     for (name, extra) in [("select-only", vec!["-S"]), ("tpc-b", vec![])] {
         let direct = dir.path().join(format!("{name}.pcap"));
-        let t = Tcpdump::start(&direct, 5432);
+        let t = Tcpdump::port(&direct, 5432);
         let today = tps(&pgbench(5432, &db.0, &extra));
         t.stop();
         let prof = AppProfile::from_capture(&direct, &ProfileOptions::default()).unwrap();
@@ -356,7 +231,7 @@ fn bad_captures_say_what_is_missing() {
     smb.put_file("f", 2 << 20);
     let dir = tempfile::tempdir().unwrap();
     let full = dir.path().join("full.pcap");
-    let t = Tcpdump::start(&full, smb.addr.port());
+    let t = Tcpdump::port(&full, smb.addr.port());
     let (ok, text, _) = Samba::client(smb.addr, "get f /dev/null");
     t.stop();
     assert!(ok, "smbclient: {text}");

@@ -19,6 +19,7 @@
 //! duplication per packet, as on a wire).
 #![allow(dead_code)]
 
+use super::netns::sh;
 use super::procs::{self, Finished, Proc};
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -53,21 +54,6 @@ pub struct BridgeNet {
     pub server_ip: Ipv4Addr,
     made: Vec<String>,
     bridge: Option<Proc>,
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 impl BridgeNet {

@@ -2,10 +2,13 @@
 #![allow(dead_code)]
 
 pub mod bridge_ns;
+pub mod db;
+pub mod lab;
 pub mod netns;
 pub mod procs;
 pub mod prometheus;
 pub mod samba;
+pub mod tcpdump;
 
 use std::path::PathBuf;
 

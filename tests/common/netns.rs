@@ -24,7 +24,8 @@ pub fn available() -> bool {
     super::have("ip")
 }
 
-fn sh(args: &[&str]) -> Result<(), String> {
+/// Runs `args[0] args[1..]`; Err names the command and its stderr when it fails.
+pub fn sh(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -36,6 +37,36 @@ fn sh(args: &[&str]) -> Result<(), String> {
             "{args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
+    }
+}
+
+/// One network namespace (a stale one of the same name is deleted first), known to the watchdog, deleted
+/// on drop.
+pub struct Ns(pub String);
+
+impl Ns {
+    /// Adds namespace `name`; panics with ip's message when it cannot.
+    pub fn new(name: &str) -> Ns {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        sh(&["ip", "netns", "add", name]).unwrap_or_else(|e| panic!("{e}"));
+        procs::register_netns(name);
+        Ns(name.to_string())
+    }
+
+    /// Runs `args` inside the namespace.
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        procs::forget_netns(&self.0);
     }
 }
 

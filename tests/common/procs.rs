@@ -9,9 +9,12 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+/// The path of the roundtrip binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_roundtrip");
+
 /// The roundtrip binary under test.
 pub fn bin() -> String {
-    env!("CARGO_BIN_EXE_roundtrip").to_string()
+    BIN.to_string()
 }
 
 /// Children killed (by their own id) when the test ends, however it ends.
@@ -24,6 +27,16 @@ impl Drop for Kids {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// One child killed and reaped when dropped (by its own id), however the test ends.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
