@@ -971,3 +971,108 @@ fn any_counts_as_tcpdump_any() {
     );
     assert_eq!(v["counts"]["retransmitted_segments"], 0);
 }
+
+#[test]
+fn threads_two_count_what_one_thread_counts() {
+    if !ready() || !common::have("pgbench") || !common::service_up(5432, "postgresql") {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(600), "threads");
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, port) = relay(5432);
+    let p = port.to_string();
+    let dump = dir.path().join("tcpdump.pcap");
+    let td = tcpdump(&dump, port);
+    let one = live(&[
+        "capture",
+        "stats",
+        "--live",
+        "lo",
+        "--json",
+        "--threads",
+        "1",
+        "tcp",
+        "port",
+        &p,
+    ]);
+    let two = live(&[
+        "capture",
+        "stats",
+        "--live",
+        "lo",
+        "--json",
+        "--threads",
+        "2",
+        "tcp",
+        "port",
+        &p,
+    ]);
+    // A new connection per transaction: a hundred flow hashes, spread over both rings.
+    let script = dir.path().join("q.sql");
+    std::fs::write(&script, "SELECT 1;\n").unwrap();
+    let out = Command::new("pgbench")
+        .env("PGSSLMODE", "disable")
+        .args(["-h", "127.0.0.1", "-p", &p, "-U", "postgres"])
+        .args(["-n", "-C", "-c", "2", "-t", "50", "-f"])
+        .arg(&script)
+        .arg("test")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pgbench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    td.signal(libc::SIGINT);
+    let tdf = td.finish(LONG);
+    assert!(tdf.ok(), "tcpdump: {}", tdf.output);
+    let one = stop_json(one);
+    let two = stop_json(two);
+    let fs = run_json(&["capture", "stats", dump.to_str().unwrap(), "--json"]);
+    assert!(fs["total"]["packets"].as_u64().unwrap() > 1000, "{fs}");
+    for v in [&one, &two] {
+        assert_eq!(v["total"]["packets"], fs["total"]["packets"], "{v}");
+        assert_eq!(v["total"]["bytes"], fs["total"]["bytes"], "{v}");
+        assert_eq!(v["capture"]["source"]["kernel_drops"], 0, "{v}");
+        assert_eq!(v["capture"]["source"]["stop_reason"], "interrupted");
+    }
+    assert_eq!(
+        one["capture"]["packets_matched"],
+        two["capture"]["packets_matched"]
+    );
+    // Two rings, one per thread.
+    assert_eq!(
+        two["capture"]["source"]["ring_blocks"].as_u64().unwrap(),
+        2 * one["capture"]["source"]["ring_blocks"].as_u64().unwrap()
+    );
+    let rows = |v: &Value| -> u64 {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["packets"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(rows(&two), rows(&one));
+}
+
+#[test]
+fn threads_out_of_range_is_refused() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for n in ["0".to_string(), (cpus * 4 + 1).to_string()] {
+        let out = Command::new(bin())
+            .args(["capture", "stats", "--live", "lo", "--threads", &n])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--threads {n}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--threads"), "{err}");
+    }
+    let out = Command::new(bin())
+        .args(["capture", "rpc", "--live", "lo", "--threads", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

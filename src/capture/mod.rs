@@ -759,6 +759,170 @@ pub fn run_stats_on(
     })
 }
 
+/// [`run_stats_on`] on the captures of one `PACKET_FANOUT` group (`--threads N`, see [`live`]): one thread
+/// per capture, each with its own [`StatsEngine`]; every [`live::TICK`] each moves its counts into a shared
+/// engine, and the intervals every thread has passed are handed to `on_rows`. Counters add, so the rows and
+/// totals are those of one thread reading every packet.
+pub fn run_stats_fanout(
+    group: Vec<Packets>,
+    filter: &Filter,
+    interval: Duration,
+    by_direction: bool,
+    on_rows: &mut (dyn FnMut(&[StatsRow], i64) + Send),
+) -> Result<StatsResult, CaptureError> {
+    use std::sync::Mutex;
+    let n = group.len();
+    let origin = group
+        .first()
+        .and_then(|p| p.info.source.as_ref())
+        .map(|s| s.started_unix_ns);
+    let mut master = StatsEngine::new(interval, by_direction);
+    if let Some(o) = origin {
+        master.set_origin(o);
+    }
+    struct Shared<'a> {
+        master: StatsEngine,
+        marks: Vec<i64>,
+        on_rows: &'a mut (dyn FnMut(&[StatsRow], i64) + Send),
+    }
+    impl Shared<'_> {
+        fn emit(&mut self, before: i64) {
+            let rows = self.master.completed(before);
+            if !rows.is_empty() {
+                let start =
+                    self.master.origin_ns().unwrap_or(0) + (rows[0].start_s * 1e9).round() as i64;
+                (self.on_rows)(&rows, start);
+            }
+        }
+    }
+    let shared = Mutex::new(Shared {
+        master,
+        marks: vec![i64::MIN; n],
+        on_rows,
+    });
+    let per: u128 = if by_direction { 3 } else { 1 };
+    let limit_ns = (interval.as_nanos().max(1) * (MAX_STATS_ROWS as u128 / per - 2))
+        .min(i64::MAX as u128) as i64;
+    let decode_it = !filter.fields_empty() || by_direction;
+    let results: Vec<(CaptureInfo, Option<(i64, i64)>)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut pk)| {
+                let shared = &shared;
+                sc.spawn(move || {
+                    let mut eng = StatsEngine::new(interval, by_direction);
+                    if let Some(o) = origin {
+                        eng.set_origin(o);
+                    }
+                    let mut over: Option<(i64, i64)> = None;
+                    let mut matched = 0u64;
+                    let sync = |eng: &mut StatsEngine, mark: i64| {
+                        let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        eng.drain_into(&mut s.master);
+                        s.marks[i] = mark;
+                        let low = s.marks.iter().copied().min().unwrap_or(mark);
+                        if low != i64::MIN && low != i64::MAX {
+                            s.emit(low - LIVE_GRACE_NS);
+                        }
+                    };
+                    while let Some(ev) = pk.next_event(decode_it) {
+                        match ev {
+                            Next::Tick(now) => sync(&mut eng, now),
+                            Next::Packet(p, d) => {
+                                if !filter.matches(d.as_ref()) {
+                                    continue;
+                                }
+                                let dir = if by_direction {
+                                    StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
+                                } else {
+                                    StatsDir::All
+                                };
+                                matched += 1;
+                                if let Some((_, latest)) = over.as_mut() {
+                                    *latest = (*latest).max(p.ts_ns);
+                                    continue;
+                                }
+                                if let Some(first) = eng.first_ts_ns()
+                                    && p.ts_ns.saturating_sub(first) > limit_ns
+                                {
+                                    over = Some((first, p.ts_ns));
+                                    continue;
+                                }
+                                eng.add(p.ts_ns, p.orig_len, dir);
+                            }
+                        }
+                    }
+                    sync(&mut eng, i64::MAX);
+                    let mut info = pk.finish();
+                    info.packets_matched = matched;
+                    (info, over)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    let end = shared
+        .master
+        .last_ts_ns()
+        .unwrap_or(i64::MIN)
+        .max(live::now_unix_ns());
+    shared.emit(end.saturating_add(interval.as_nanos() as i64));
+    let eng = shared.master;
+    let over = results
+        .iter()
+        .filter_map(|r| r.1)
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+    let first = eng.first_ts_ns();
+    let last = eng.last_ts_ns();
+    let span = match (over, first, last) {
+        (Some((a, b)), _, _) | (None, Some(a), Some(b)) => Some(b.saturating_sub(a).max(0) as u64),
+        _ => None,
+    };
+    if let Some(e) = span.and_then(|s| stats_rows_check(s, interval, by_direction)) {
+        return Err(e);
+    }
+    let (rows, total) = eng.finish();
+    Ok(StatsResult {
+        capture: merge_infos(results.into_iter().map(|r| r.0).collect()),
+        interval_s: interval.as_secs_f64(),
+        first_ts_ns: first,
+        last_ts_ns: last,
+        rows,
+        total,
+    })
+}
+
+/// One [`CaptureInfo`] of a fanout group's captures: counts add, the kernel counters of every ring add.
+pub fn merge_infos(infos: Vec<CaptureInfo>) -> CaptureInfo {
+    let sources: Vec<live::LiveInfo> = infos.iter().filter_map(|i| i.source.clone()).collect();
+    let mut it = infos.into_iter();
+    let mut m = it.next().unwrap_or_default();
+    for i in it {
+        m.file_bytes += i.file_bytes;
+        m.packets_read += i.packets_read;
+        m.packets_matched += i.packets_matched;
+        m.packets_not_ip += i.packets_not_ip;
+        if m.not_ip_example.is_none() {
+            m.not_ip_example = i.not_ip_example;
+        }
+        for l in i.link_types {
+            if !m.link_types.contains(&l) {
+                m.link_types.push(l);
+            }
+        }
+        if m.warning.is_none() {
+            m.warning = i.warning;
+        }
+    }
+    m.source = live::LiveCapture::merge_info(&sources);
+    m
+}
+
 /// Result of `capture flows`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowsResult {

@@ -207,6 +207,20 @@ impl StatsEngine {
         }
     }
 
+    /// Fanout: moves the packets counted so far into `master` (counters add; `self` keeps counting from zero,
+    /// its first and last times stay), so several threads' engines make one set of rows.
+    pub fn drain_into(&mut self, master: &mut StatsEngine) {
+        self.flush();
+        for (k, a) in std::mem::take(&mut self.done) {
+            master.done.entry(k).or_default().merge(&a);
+        }
+        master.first_ts = master.first_ts.min(self.first_ts);
+        master.last_ts = master.last_ts.max(self.last_ts);
+        if master.origin.is_none() {
+            master.origin = self.origin;
+        }
+    }
+
     /// Whether rows are split by direction (the caller then has to pass a direction).
     pub fn by_direction(&self) -> bool {
         self.by_direction

@@ -207,6 +207,20 @@ impl Common {
         if let Err(e) = self.live.validate(self.file()) {
             refuse(e);
         }
+        if self.live.threads > 1 {
+            refuse(anyhow::anyhow!(
+                "--threads {}: only capture stats --live reads with several threads; use --threads 1",
+                self.live.threads
+            ));
+        }
+        live_cli::open(self.file(), &self.live, filter)
+    }
+
+    /// [`open`](Self::open) allowing `--threads N` (a fanout group: [`live_cli::Opened::more`]).
+    fn open_group(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
+        if let Err(e) = self.live.validate(self.file()) {
+            refuse(e);
+        }
         live_cli::open(self.file(), &self.live, filter)
     }
 
@@ -392,42 +406,49 @@ fn fmt_bits(bps: f64) -> String {
 fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     let filter = a.common.filter();
     a.pictures.validate().map_err(super::output::refused)?;
-    let src = a.common.open(&filter)?;
+    let src = a.common.open_group(&filter)?;
     let counters = src.counters.clone();
     let json = a.common.json;
     let by_dir = a.by_direction;
-    let r = capture::run_stats_on(
-        src.packets,
-        &filter,
-        a.interval,
-        a.by_direction,
-        &mut |rows, start| {
-            let base = (rows[0].start_s * 1e9).round() as i64;
-            for row in rows {
-                let at = start + (row.start_s * 1e9).round() as i64 - base;
-                live_out(
-                    json,
-                    &format!(
-                        "{}{}  {} packets  {} bytes  {:.1} pkt/s  {}  size min/mean/max {}/{:.1}/{}  kernel drops {}",
-                        live_cli::clock(at),
-                        if by_dir {
-                            format!("  {}", row.direction.label())
-                        } else {
-                            String::new()
-                        },
-                        row.packets,
-                        row.bytes,
-                        row.packets_per_s,
-                        fmt_bits(row.bits_per_s),
-                        row.size_min,
-                        row.size_mean,
-                        row.size_max,
-                        live_cli::drops_now(&counters)
-                    ),
-                );
-            }
-        },
-    )
+    let mut on_rows = |rows: &[capture::stats::StatsRow], start: i64| {
+        let base = (rows[0].start_s * 1e9).round() as i64;
+        for row in rows {
+            let at = start + (row.start_s * 1e9).round() as i64 - base;
+            live_out(
+                json,
+                &format!(
+                    "{}{}  {} packets  {} bytes  {:.1} pkt/s  {}  size min/mean/max {}/{:.1}/{}  kernel drops {}",
+                    live_cli::clock(at),
+                    if by_dir {
+                        format!("  {}", row.direction.label())
+                    } else {
+                        String::new()
+                    },
+                    row.packets,
+                    row.bytes,
+                    row.packets_per_s,
+                    fmt_bits(row.bits_per_s),
+                    row.size_min,
+                    row.size_mean,
+                    row.size_max,
+                    live_cli::drops_now(&counters)
+                ),
+            );
+        }
+    };
+    let r = if src.more.is_empty() {
+        capture::run_stats_on(
+            src.packets,
+            &filter,
+            a.interval,
+            a.by_direction,
+            &mut on_rows,
+        )
+    } else {
+        let mut group = vec![src.packets];
+        group.extend(src.more);
+        capture::run_stats_fanout(group, &filter, a.interval, a.by_direction, &mut on_rows)
+    }
     .map_err(|e| match e {
         // The interval asked for makes too many rows: a refusal of the argument (exit 2).
         capture::CaptureError::TooManyRows { .. } => super::output::refused(e),

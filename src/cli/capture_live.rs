@@ -39,6 +39,10 @@ pub struct LiveArgs {
     /// Live: connections tracked at once; past it the longest silent are finished early (counted).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
     pub max_connections: u64,
+    /// Live, capture stats: reader threads, each with its own ring, sharing the packets by connection
+    /// (PACKET_FANOUT); for when one core cannot keep up. At most 4 per CPU.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
 }
 
 impl LiveArgs {
@@ -70,6 +74,23 @@ impl LiveArgs {
                 }
             }
         }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.threads == 0 || self.threads > cpus * 4 {
+            anyhow::bail!(
+                "--threads {}: give 1 to {} (4 per CPU, {cpus} CPUs here)",
+                self.threads,
+                cpus * 4
+            );
+        }
+        if self.threads > 1 && !self.is_live() {
+            anyhow::bail!("--threads is for live capture: add --live IFACE (or drop --threads)");
+        }
+        if self.threads > 1 && (self.count.is_some() || self.write.is_some()) {
+            anyhow::bail!(
+                "--threads {} with --count or --write: these need one reader; use --threads 1",
+                self.threads
+            );
+        }
         if let Some(b) = self.buffer
             && b < live::MIN_BUFFER
         {
@@ -86,8 +107,10 @@ impl LiveArgs {
 pub struct Opened {
     /// The source.
     pub packets: Packets,
-    /// Live counters (kernel drops) for interval lines.
+    /// Live counters (kernel drops) for interval lines (every ring's, summed).
     pub counters: Option<Arc<LiveCounters>>,
+    /// `--threads N`: the other N-1 captures of the fanout group.
+    pub more: Vec<Packets>,
 }
 
 /// Opens `file` or the live interface (Ctrl-C/SIGTERM end a live capture).
@@ -98,6 +121,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         return Ok(Opened {
             packets: Packets::open_filtered(f, filter)?,
             counters: None,
+            more: Vec::new(),
         });
     };
     // --host/--port/--flow join the expression in the kernel, so `--count` counts the packets that pass every
@@ -140,13 +164,25 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         count: a.count,
         filter: program,
     };
-    let cap = live::LiveCapture::open(cfg, stop)?;
+    let mut group = live::LiveCapture::open_fanout(cfg, a.threads, stop)?.into_iter();
+    let cap = group.next().context("no capture opened")?;
+    let more: Vec<Packets> = group
+        .map(|c| Packets::live(c, filter.expr_text()))
+        .collect();
     {
         let i = cap.info();
         super::output::note(format!(
-            "capturing on {} ({}), ring {} blocks x {} KiB, snaplen {}{}; Ctrl-C ends and prints the summary",
+            "capturing on {} ({}), {}ring {} blocks x {} KiB, snaplen {}{}; Ctrl-C ends and prints the summary",
             i.interface,
             cap.link(),
+            if a.threads > 1 {
+                format!(
+                    "{} threads (PACKET_FANOUT by flow hash), each a ",
+                    a.threads
+                )
+            } else {
+                String::new()
+            },
             i.ring_blocks,
             i.block_bytes / 1024,
             i.snaplen,
@@ -165,6 +201,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
     Ok(Opened {
         packets: pk,
         counters: Some(counters),
+        more,
     })
 }
 

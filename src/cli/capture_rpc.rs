@@ -490,6 +490,12 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     if let Err(e) = a.live.validate(file.as_deref()) {
         super::capture::refuse(e);
     }
+    if a.live.threads > 1 {
+        super::capture::refuse(format!(
+            "--threads {}: only capture stats --live reads with several threads; use --threads 1",
+            a.live.threads
+        ));
+    }
     if a.keep_slow.is_some() && !a.live.is_live() {
         super::capture::refuse(
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",

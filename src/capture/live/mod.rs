@@ -28,9 +28,14 @@
 //! interfaces of a forwarding host is two packets of two interfaces, not a retransmission.
 //!
 //! # Threads
-//! One thread reads the ring and runs the analysis. `PACKET_FANOUT` is not used: the analyses keep one state
-//! per connection and fanout would need a merge of every result; on this project's 2-core machines one thread
-//! kept up with every rate measured (bench/live.sh).
+//! By default one thread reads the ring and runs the analysis. With `--threads N` ([`LiveCapture::open_fanout`])
+//! N sockets, each with its own ring, join one `PACKET_FANOUT` group in `PACKET_FANOUT_HASH` mode with
+//! `PACKET_FANOUT_FLAG_DEFRAG`: the kernel hands each packet to one of them by its flow hash, which is
+//! symmetric (`__skb_get_hash_symmetric`, both directions of a connection give the same hash), and
+//! fragments are reassembled before hashing, so every packet of a connection reaches the same thread. Each
+//! thread runs its own analysis state; results are merged per interval and at the end. The group id is picked
+//! by the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`), so another capture on the host is never joined by mistake.
+//! Kernel counters (packets, drops) of every ring are summed in one [`LiveCounters`].
 //!
 //! The unsafe code (socket options, the mapping, the block ownership word) is in [`ring`] alone; reading
 //! bytes out of a block is safe code in [`block`].
@@ -467,13 +472,71 @@ impl LiveCapture {
         if let Ok((p, d)) = self.sock.stats() {
             self.info.kernel_packets += p;
             self.info.kernel_drops += d;
-            self.counters
-                .packets
-                .store(self.info.kernel_packets, Ordering::Relaxed);
-            self.counters
-                .drops
-                .store(self.info.kernel_drops, Ordering::Relaxed);
+            // Shared by every ring of a fanout group: deltas add up.
+            self.counters.packets.fetch_add(p, Ordering::Relaxed);
+            self.counters.drops.fetch_add(d, Ordering::Relaxed);
         }
+    }
+
+    /// `n` captures of one interface joined in a `PACKET_FANOUT` group (see the module's "Threads"): each has
+    /// its own ring of `config.buffer` bytes, one start time (so intervals line up) and the same counters. `n`
+    /// 1 is [`open`](Self::open). `--count` is per capture: callers stop the others themselves.
+    pub fn open_fanout(
+        config: LiveConfig,
+        n: usize,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Self>, LiveError> {
+        let first = Self::open(config.clone(), stop.clone())?;
+        if n <= 1 {
+            return Ok(vec![first]);
+        }
+        let mode = ring::PACKET_FANOUT_HASH | ring::PACKET_FANOUT_FLAG_DEFRAG;
+        let join = |c: &LiveCapture, id: u16, mode: u32| {
+            c.sock
+                .join_fanout(id, mode)
+                .map_err(|source| LiveError::Io {
+                    interface: config.interface.clone(),
+                    what: "joining the PACKET_FANOUT group",
+                    source,
+                })
+        };
+        let id = join(&first, 0, mode | ring::PACKET_FANOUT_FLAG_UNIQUEID)?;
+        let mut all = vec![first];
+        for _ in 1..n {
+            let mut c = Self::open(config.clone(), stop.clone())?;
+            join(&c, id, mode)?;
+            c.counters = all[0].counters.clone();
+            c.info.started_unix_ns = all[0].info.started_unix_ns;
+            c.started = all[0].started;
+            all.push(c);
+        }
+        Ok(all)
+    }
+
+    /// Sums the kernel counters and ends of a fanout group's captures into one [`LiveInfo`].
+    pub fn merge_info(infos: &[LiveInfo]) -> Option<LiveInfo> {
+        let mut it = infos.iter();
+        let mut m = it.next()?.clone();
+        for i in it {
+            m.kernel_packets += i.kernel_packets;
+            m.kernel_drops += i.kernel_drops;
+            m.packets_cut += i.packets_cut;
+            m.buffer_bytes += i.buffer_bytes;
+            m.ring_blocks += i.ring_blocks;
+            m.ended_unix_ns = m.ended_unix_ns.max(i.ended_unix_ns);
+            if matches!(
+                m.stop_reason,
+                None | Some(StopReason::Interrupted) | Some(StopReason::Duration)
+            ) && matches!(
+                i.stop_reason,
+                Some(StopReason::InterfaceDown(_))
+                    | Some(StopReason::Error(_))
+                    | Some(StopReason::Count)
+            ) {
+                m.stop_reason = i.stop_reason.clone();
+            }
+        }
+        Some(m)
     }
 
     fn end(&mut self, why: StopReason) {

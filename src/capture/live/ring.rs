@@ -17,6 +17,13 @@ const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
+const PACKET_FANOUT: libc::c_int = 18;
+/// Fanout by the flow hash (symmetric since Linux 4.x: both directions of a connection land on one socket).
+pub const PACKET_FANOUT_HASH: u32 = 0;
+/// Reassemble IP fragments before hashing, so every fragment of a datagram lands on one socket.
+pub const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
+/// The kernel picks an unused group id (first socket of a group only).
+pub const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
 const SO_ATTACH_FILTER: libc::c_int = 26;
@@ -156,6 +163,26 @@ impl PacketSocket {
                 std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })
+    }
+
+    /// Joins fanout group `id` with `mode` (type and flags; `id` 0 with [`PACKET_FANOUT_FLAG_UNIQUEID`] makes
+    /// a new group) and returns the group's id. The socket must be bound.
+    pub fn join_fanout(&self, id: u16, mode: u32) -> io::Result<u16> {
+        let v: libc::c_int = (u32::from(id) | (mode << 16)) as libc::c_int;
+        setsockopt(self.raw(), SOL_PACKET, PACKET_FANOUT, &v)?;
+        let mut out: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `out` is writable for `len` bytes.
+        check(unsafe {
+            libc::getsockopt(
+                self.raw(),
+                SOL_PACKET,
+                PACKET_FANOUT,
+                (&mut out as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        })?;
+        Ok((out as u32 & 0xffff) as u16)
     }
 
     /// Puts the interface in promiscuous mode for as long as the socket is open.
