@@ -719,3 +719,56 @@ fn a_connection_open_before_watching_gets_network_rtt() {
         .unwrap();
     let _ = s.read(&mut buf).unwrap();
 }
+
+/// A real Prometheus scrapes the watching agent, and `histogram_quantile` over the request durations of one
+/// server answers: a finite, positive median for that server. Nothing asserts its size.
+#[test]
+fn prometheus_scrapes_the_watcher_and_histogram_quantile_works() {
+    use std::io::{Read, Write};
+    if !ready() || !common::service_up(6379, "redis") || !common::prometheus::available() {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(400), "agent_watch prometheus");
+    let mut kids = Kids::default();
+    let port = kids.proxy(6379, &[]);
+    let (_agent, addr) = agent(port, &[]);
+    let prom = common::prometheus::Prometheus::start(
+        None,
+        std::net::Ipv4Addr::LOCALHOST,
+        "watch",
+        &[addr.to_string()],
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let server = format!("127.0.0.1:{port}");
+    let q = format!(
+        "histogram_quantile(0.5, sum by (le, server) \
+         (rate(roundtrip_request_duration_seconds_bucket{{server=\"{server}\"}}[30s])))"
+    );
+    let mut gets = 0u64;
+    let got = wait_for(
+        "histogram_quantile of the watched server",
+        Duration::from_secs(180),
+        |last| {
+            // Requests between the polls, so that the rate over the window is not zero.
+            for _ in 0..50 {
+                s.write_all(b"*2\r\n$3\r\nGET\r\n$20\r\nroundtrip_watch2_nil\r\n")
+                    .unwrap();
+                let n = s.read(&mut buf).unwrap();
+                assert_eq!(&buf[..n], b"$-1\r\n");
+                gets += 1;
+            }
+            let v = prom.vector(&q);
+            *last = format!("{gets} GETs, {v:?}");
+            let v = v.ok()?;
+            let x = v.iter().find(|x| x.labels.get("server") == Some(&server))?;
+            (x.value.is_finite() && x.value > 0.0).then_some(x.value)
+        },
+    )
+    .unwrap();
+    assert!(got.is_finite() && got > 0.0);
+    // The samples came from the agent's scrape of this test's server.
+    let up = prom.scalar(&format!("up{{instance=\"{addr}\"}}")).unwrap();
+    assert_eq!(up, Some(1.0), "{}", prom.output());
+}
