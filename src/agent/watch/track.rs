@@ -9,7 +9,9 @@
 //! Network RTT samples come from the handshake (SYN to the client's ACK) and, for every connection, from ACK
 //! timing the way `capture flows` takes it (the newest first-sent segment an advancing ACK covers, none after
 //! a retransmission): the time from the client's data segment to the server's ACK that covers it, when that
-//! ACK is a pure ACK (no payload, no FIN). That is the round trip from the capture point to the server's
+//! ACK is a pure ACK (no payload, no FIN) and came after more than one full client segment's worth of bytes
+//! (more than the largest client segment seen, at least 536), which a receiver acknowledges at once: a pure ACK
+//! after less may be a delayed ACK whose timer ran out before a slow response. That is the round trip from the capture point to the server's
 //! kernel, which acknowledges before the application answers; an ACK that rides on the response waited for
 //! the application and gives no sample, and the client's ACKs of responses (delayed ACKs, or riding on the
 //! next request) give none either. One segment waits per connection (the newest), so the memory per
@@ -28,6 +30,9 @@ use std::time::{Duration, Instant};
 /// A gap longer than this between a response and the next request of a connection is idle time, not the
 /// client's work.
 pub const MAX_CLIENT_GAP: Duration = Duration::from_secs(1);
+
+/// The smallest receive MSS a receiver assumes (Linux's default): data below it never forces an immediate ACK.
+pub const MIN_RCV_MSS: u32 = 536;
 
 /// Bytes of the watcher's own state per tracked connection (the table entry, key included).
 pub const CONN_BYTES: usize = std::mem::size_of::<(Key, Conn)>() + 8;
@@ -55,6 +60,10 @@ struct Conn {
     resp_bytes: u64,
     /// The client's newest first-sent data segment waiting for the server's ACK: (end, time seen).
     pending: Option<(u32, Duration)>,
+    /// Client payload bytes since the server's last ACK, and the largest client segment seen (at least
+    /// [`MIN_RCV_MSS`]): the receiver acknowledges at once only past one full segment.
+    unacked: u32,
+    max_seg: u32,
     /// Retransmissions not yet counted to a server series.
     last_response: Option<Duration>,
 }
@@ -311,6 +320,8 @@ impl Sink for Tracker {
                     last_ts: seg.ts,
                     resp_bytes: 0,
                     pending: None,
+                    unacked: 0,
+                    max_seg: MIN_RCV_MSS,
                     last_response: None,
                 },
             );
@@ -337,10 +348,19 @@ impl Sink for Tracker {
             && let Some((end, t0)) = c.pending
             && seq_le(end, ackno)
         {
-            if seg.wire_len == 0 && f & (flags::FIN | flags::SYN | flags::RST) == 0 {
+            if seg.wire_len == 0
+                && f & (flags::FIN | flags::SYN | flags::RST) == 0
+                && c.unacked > c.max_seg
+            {
                 self.rtts.push((c.server, seg.ts.saturating_sub(t0)));
             }
             c.pending = None;
+        }
+        if from_server && ack {
+            c.unacked = 0;
+        } else if !from_server {
+            c.unacked = c.unacked.saturating_add(seg.wire_len);
+            c.max_seg = c.max_seg.max(seg.wire_len);
         }
         let len = seg.wire_len + u32::from(syn) + u32::from(f & flags::FIN != 0);
         if len > 0 {
