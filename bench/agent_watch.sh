@@ -14,7 +14,8 @@
 # Part 3, a /metrics scrape with 50 servers x 10 ops (HTTP methods to 50 local listeners): curl time, median of 5.
 # Figures: medians over the rounds.
 #
-# Usage: bench/agent_watch.sh [ROUNDS] [SECONDS]   (default 3 rounds of 10 s; RT_BIN=path to skip the build).
+# Usage: bench/agent_watch.sh [ROUNDS] [SECONDS]   (default 3 rounds of 10 s; RT_BIN=path to skip the build;
+# PARTS="2 3" runs only those parts).
 # Needs root (packet socket), pgbench, psql, tcpdump, python3, curl.
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -89,6 +90,9 @@ run_pgbench() { # $1 mode, $2 extra args...; prints "TPS P99_MS [CPU_US_PER_REQ 
     echo "$tps $p99$extra"
 }
 
+part() { [[ " ${PARTS:-1 2 3} " == *" $1 "* ]]; }
+
+if part 1; then
 echo "# part 1: pgbench -n -S -c 4 -j 2, ${SECS} s per run, $ROUNDS rounds"
 modes=(none agent tcpdump)
 RATE=""
@@ -116,23 +120,35 @@ for m in "${modes[@]}"; do
         "$( [[ $m == agent ]] && cat "$WORK/sat.$m" "$WORK/rate.$m" | cut -d' ' -f3 | median || echo -)" \
         "$( [[ $m == agent ]] && cat "$WORK/sat.$m" "$WORK/rate.$m" | cut -d' ' -f4 | median | sed 's/$/ MB/' || echo -)"
 done
+fi
 
+if part 2; then
 echo
 echo "# part 2: RSS with 10,000 tracked connections"
 LPORT=$(free_port)
 start_agent "tcp port $LPORT"
 rss0=$(rss_kb "$APID")
+# The listener and the clients in two processes: each holds 10,000 descriptors (the hard limit may be 20,000).
 python3 - "$LPORT" 10000 <<'EOF' &
 import socket, sys, time
 port, n = int(sys.argv[1]), int(sys.argv[2])
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", port)); l.listen(4096)
-cs, ss = [], []
+ss = [l.accept()[0] for _ in range(n)]
+time.sleep(90)
+EOF
+LPID=$!
+PIDS+=("$LPID")
+sleep 0.5
+python3 - "$LPORT" 10000 <<'EOF' &
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+cs = []
 for i in range(n):
-    c = socket.create_connection(("127.0.0.1", port)); cs.append(c); ss.append(l.accept()[0])
+    c = socket.create_connection(("127.0.0.1", port)); cs.append(c)
     c.send(b"x")  # one byte so each connection is seen carrying data
 print("held", len(cs), flush=True)
-time.sleep(30)
+time.sleep(90)
 EOF
 HPID=$!
 PIDS+=("$HPID")
@@ -144,8 +160,11 @@ done
 rss1=$(rss_kb "$APID")
 echo "tracked connections $conns: RSS $((rss0 / 1024)) MB before, $((rss1 / 1024)) MB with them ($(( (rss1 - rss0) * 1024 / (conns > 0 ? conns : 1) )) bytes each)"
 stop_pid "$HPID"
+stop_pid "$LPID"
 stop_pid "$APID"
+fi
 
+if part 3; then
 echo
 echo "# part 3: a scrape with 50 servers x 10 ops"
 BASE=$(free_port)
@@ -194,3 +213,4 @@ for _ in 1 2 3 4 5; do
 done | awk '{print $1 * 1000}' >"$WORK/scrape"
 echo "request series (server x op): $series; /metrics scrape median $(median <"$WORK/scrape") ms ($(curl -s "http://127.0.0.1:$APORT/metrics" | wc -c) bytes)"
 stop_pid "$APID"
+fi

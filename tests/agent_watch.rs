@@ -22,7 +22,12 @@ fn ready() -> bool {
 
 /// The agent watching `lo` for TCP port `port`, with `extra` arguments; its pages' address.
 fn agent(port: u16, extra: &[&str]) -> (Proc, SocketAddr) {
-    let filter = format!("tcp port {port}");
+    agent_filtered(&format!("tcp port {port}"), extra)
+}
+
+/// The agent watching `lo` with the kernel filter `filter`, with `extra` arguments; its pages' address.
+fn agent_filtered(filter: &str, extra: &[&str]) -> (Proc, SocketAddr) {
+    let filter = filter.to_string();
     let mut args = vec![
         "agent",
         "--no-responder",
@@ -636,4 +641,134 @@ fn ten_ms_of_network_through_the_packet_bridge_is_the_network() {
     agent.signal(libc::SIGTERM);
     assert!(agent.finish(WAIT).ok());
     drop(redis);
+}
+
+/// A Redis connection opened before the agent watches (a pooled connection: no handshake seen) still gives
+/// network RTT samples: the server's pure ACKs of its large requests. Only counts are asserted.
+#[test]
+fn a_connection_open_before_watching_gets_network_rtt() {
+    use std::io::{Read, Write};
+    if !ready() || !common::service_up(6379, "redis") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch pooled");
+    let mut s = std::net::TcpStream::connect("127.0.0.1:6379").unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mine = s.local_addr().unwrap().port();
+    // One exchange before watching: the connection is open and used, as a pool's would be.
+    let mut buf = vec![0u8; 4096];
+    s.write_all(b"PING\r\n").unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+    // Only this connection: other tests' handshakes to the shared Redis must not give samples here.
+    let (_agent, addr) = agent_filtered(&format!("tcp port 6379 and tcp port {mine}"), &[]);
+    let key = format!("roundtrip_watch2_pooled_{mine}");
+    // A request spanning many segments: the receiving kernel acknowledges every second full segment at once,
+    // before Redis has read the request.
+    let val = vec![b'x'; 1 << 20];
+    let mut req = format!(
+        "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+        key.len(),
+        val.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&val);
+    req.extend_from_slice(b"\r\n");
+    let mut sets = 0;
+    let m = wait_for(
+        "network RTT samples of the pooled connection",
+        WAIT,
+        |last| {
+            s.write_all(&req).unwrap();
+            let n = s.read(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"+OK\r\n");
+            sets += 1;
+            let m = metrics(addr);
+            let rtt = value(
+                &m,
+                "roundtrip_network_rtt_seconds_count",
+                &[("server", "127.0.0.1:6379")],
+            )
+            .unwrap_or(0.0);
+            *last = format!("{sets} SETs, {rtt} RTT samples");
+            (rtt > 0.0 && requests(&m, "redis", "SET") >= 1).then_some(m)
+        },
+    )
+    .unwrap();
+    // Seen without its handshake: oriented by port, none by handshake.
+    assert_eq!(
+        value(
+            &m,
+            "roundtrip_watch_connections_total",
+            &[("oriented_by", "port")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "roundtrip_watch_connections_total",
+            &[("oriented_by", "handshake")]
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "{m}"
+    );
+    s.write_all(format!("*2\r\n$3\r\nDEL\r\n${}\r\n{key}\r\n", key.len()).as_bytes())
+        .unwrap();
+    let _ = s.read(&mut buf).unwrap();
+}
+
+/// A real Prometheus scrapes the watching agent, and `histogram_quantile` over the request durations of one
+/// server answers: a finite, positive median for that server. Nothing asserts its size.
+#[test]
+fn prometheus_scrapes_the_watcher_and_histogram_quantile_works() {
+    use std::io::{Read, Write};
+    if !ready() || !common::service_up(6379, "redis") || !common::prometheus::available() {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(400), "agent_watch prometheus");
+    let mut kids = Kids::default();
+    let port = kids.proxy(6379, &[]);
+    let (_agent, addr) = agent(port, &[]);
+    let prom = common::prometheus::Prometheus::start(
+        None,
+        std::net::Ipv4Addr::LOCALHOST,
+        "watch",
+        &[addr.to_string()],
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let server = format!("127.0.0.1:{port}");
+    let q = format!(
+        "histogram_quantile(0.5, sum by (le, server) \
+         (rate(roundtrip_request_duration_seconds_bucket{{server=\"{server}\"}}[30s])))"
+    );
+    let mut gets = 0u64;
+    let got = wait_for(
+        "histogram_quantile of the watched server",
+        Duration::from_secs(180),
+        |last| {
+            // Requests between the polls, so that the rate over the window is not zero.
+            for _ in 0..50 {
+                s.write_all(b"*2\r\n$3\r\nGET\r\n$20\r\nroundtrip_watch2_nil\r\n")
+                    .unwrap();
+                let n = s.read(&mut buf).unwrap();
+                assert_eq!(&buf[..n], b"$-1\r\n");
+                gets += 1;
+            }
+            let v = prom.vector(&q);
+            *last = format!("{gets} GETs, {v:?}");
+            let v = v.ok()?;
+            let x = v.iter().find(|x| x.labels.get("server") == Some(&server))?;
+            (x.value.is_finite() && x.value > 0.0).then_some(x.value)
+        },
+    )
+    .unwrap();
+    assert!(got.is_finite() && got > 0.0);
+    // The samples came from the agent's scrape of this test's server.
+    let up = prom.scalar(&format!("up{{instance=\"{addr}\"}}")).unwrap();
+    assert_eq!(up, Some(1.0), "{}", prom.output());
 }

@@ -19,7 +19,7 @@
 
 mod diagnose;
 mod rtt;
-mod sequence;
+pub(crate) mod sequence;
 mod window;
 
 pub use diagnose::diagnose;

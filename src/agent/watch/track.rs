@@ -4,10 +4,21 @@
 //! Orientation: a connection whose SYN is seen has the SYN's sender as its client. A connection already open
 //! when watching started is oriented by port, as the decoders do: the side on a service port the decoders
 //! know (5432, 3306, 6379, 2049, 80, ...) is the server, else the lower port; `roundtrip_watch_connections_total
-//! {oriented_by="port"}` counts them. Request durations use the decoders' roles; the RTT of a connection
-//! comes only from its handshake, so a connection without one adds no RTT sample.
+//! {oriented_by="port"}` counts them. Request durations use the decoders' roles.
+//!
+//! Network RTT samples come from the handshake (SYN to the client's ACK) and, for every connection, from ACK
+//! timing the way `capture flows` takes it (the newest first-sent segment an advancing ACK covers, none after
+//! a retransmission): the time from the client's data segment to the server's ACK that covers it, when that
+//! ACK is a pure ACK (no payload, no FIN) and came after more than one full client segment's worth of bytes
+//! (more than the largest client segment seen, at least 536), which a receiver acknowledges at once: a pure ACK
+//! after less may be a delayed ACK whose timer ran out before a slow response. That is the round trip from the capture point to the server's
+//! kernel, which acknowledges before the application answers; an ACK that rides on the response waited for
+//! the application and gives no sample, and the client's ACKs of responses (delayed ACKs, or riding on the
+//! next request) give none either. One segment waits per connection (the newest), so the memory per
+//! connection stays fixed.
 
 use super::{Health, OpKey, Orientation, Protocols, ServerKey, Shared, WatchSpec, ops};
+use crate::capture::flows::sequence::seq_le;
 use crate::capture::live::LiveCounters;
 use crate::capture::read::Packet;
 use crate::capture::rpc::driver::{ConnInfo, L4, Segment, Sink, flags};
@@ -19,6 +30,9 @@ use std::time::{Duration, Instant};
 /// A gap longer than this between a response and the next request of a connection is idle time, not the
 /// client's work.
 pub const MAX_CLIENT_GAP: Duration = Duration::from_secs(1);
+
+/// The smallest receive MSS a receiver assumes (Linux's default): data below it never forces an immediate ACK.
+pub const MIN_RCV_MSS: u32 = 536;
 
 /// Bytes of the watcher's own state per tracked connection (the table entry, key included).
 pub const CONN_BYTES: usize = std::mem::size_of::<(Key, Conn)>() + 8;
@@ -44,6 +58,12 @@ struct Conn {
     last_ts: Duration,
     /// Response bytes since the last answered request.
     resp_bytes: u64,
+    /// The client's newest first-sent data segment waiting for the server's ACK: (end, time seen).
+    pending: Option<(u32, Duration)>,
+    /// Client payload bytes since the server's last ACK, and the largest client segment seen (at least
+    /// [`MIN_RCV_MSS`]): the receiver acknowledges at once only past one full segment.
+    unacked: u32,
+    max_seg: u32,
     /// Retransmissions not yet counted to a server series.
     last_response: Option<Duration>,
 }
@@ -263,7 +283,12 @@ impl Sink for Tracker {
     fn packet(&mut self, p: &Packet<'_>, seg: &Segment<'_>) {
         self.packets += 1;
         self.ifindex = p.interface;
-        let L4::Tcp { seq, flags: f, .. } = seg.l4 else {
+        let L4::Tcp {
+            seq,
+            ack: ackno,
+            flags: f,
+        } = seg.l4
+        else {
             return;
         };
         let k = key(seg.src, seg.dst, p.interface);
@@ -294,6 +319,9 @@ impl Sink for Tracker {
                     fin: [false; 2],
                     last_ts: seg.ts,
                     resp_bytes: 0,
+                    pending: None,
+                    unacked: 0,
+                    max_seg: MIN_RCV_MSS,
                     last_response: None,
                 },
             );
@@ -314,14 +342,43 @@ impl Sink for Tracker {
             }
             c.rtt_done = true;
         }
+        // The server's ACK of the client's newest data segment: a sample when nothing rides on it.
+        if from_server
+            && ack
+            && let Some((end, t0)) = c.pending
+            && seq_le(end, ackno)
+        {
+            if seg.wire_len == 0
+                && f & (flags::FIN | flags::SYN | flags::RST) == 0
+                && c.unacked > c.max_seg
+            {
+                self.rtts.push((c.server, seg.ts.saturating_sub(t0)));
+            }
+            c.pending = None;
+        }
+        if from_server && ack {
+            c.unacked = 0;
+        } else if !from_server {
+            c.unacked = c.unacked.saturating_add(seg.wire_len);
+            c.max_seg = c.max_seg.max(seg.wire_len);
+        }
         let len = seg.wire_len + u32::from(syn) + u32::from(f & flags::FIN != 0);
         if len > 0 {
             let end = seq.wrapping_add(len);
             match c.high[dir] {
                 Some(h) if (end.wrapping_sub(h) as i32) <= 0 => {
                     self.retrans.push(c.server);
+                    // Karn: the ACK of a retransmitted segment times neither copy.
+                    if !from_server {
+                        c.pending = None;
+                    }
                 }
-                _ => c.high[dir] = Some(end),
+                _ => {
+                    c.high[dir] = Some(end);
+                    if !from_server && seg.wire_len > 0 {
+                        c.pending = Some((end, seg.ts));
+                    }
+                }
             }
         }
         if from_server {
@@ -345,5 +402,5 @@ impl Sink for Tracker {
     }
 }
 
-// docs/agent-watch.md says about 170 bytes per connection of the watcher's own state.
-const _: () = assert!(CONN_BYTES <= 176);
+// docs/agent-watch.md says at most 200 bytes per connection of the watcher's own state.
+const _: () = assert!(CONN_BYTES <= 200);

@@ -9,12 +9,14 @@ use crate::capture::decode::{Tcp, flags};
 pub(super) fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
+/// `a` is after `b` in sequence space (wrapping).
 #[inline]
-pub(super) fn seq_gt(a: u32, b: u32) -> bool {
+pub(crate) fn seq_gt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
+/// `a` is at or before `b` in sequence space (wrapping).
 #[inline]
-pub(super) fn seq_le(a: u32, b: u32) -> bool {
+pub(crate) fn seq_le(a: u32, b: u32) -> bool {
     !seq_gt(a, b)
 }
 
