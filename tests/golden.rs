@@ -122,11 +122,14 @@ fn typed_documents_read_back_byte_for_byte() {
         if v["kind"] == roundtrip::doc::kind::PING {
             round_trips_byte_for_byte::<roundtrip::doc::ping::PingDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CONNECT {
+            round_trips_byte_for_byte::<roundtrip::doc::connect::ConnectDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
-        typed >= 2,
-        "the ping documents were read through their type"
+        typed >= 4,
+        "the ping and connect documents were read through their types"
     );
 }
 
