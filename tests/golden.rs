@@ -125,11 +125,14 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::CONNECT {
             round_trips_byte_for_byte::<roundtrip::doc::connect::ConnectDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::ICMP {
+            round_trips_byte_for_byte::<roundtrip::doc::icmp::IcmpDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
-        typed >= 4,
-        "the ping and connect documents were read through their types"
+        typed >= 5,
+        "the ping, connect and icmp documents were read through their types"
     );
 }
 

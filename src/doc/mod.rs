@@ -4,6 +4,7 @@
 //! cannot drift.
 
 pub mod connect;
+pub mod icmp;
 pub mod kind;
 pub mod ping;
 pub mod ser;
