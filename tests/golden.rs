@@ -128,11 +128,14 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::ICMP {
             round_trips_byte_for_byte::<roundtrip::doc::icmp::IcmpDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::COMPARE {
+            round_trips_byte_for_byte::<roundtrip::doc::compare::CompareDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
-        typed >= 5,
-        "the ping, connect and icmp documents were read through their types"
+        typed >= 6,
+        "the ping, connect, icmp and compare documents were read through their types"
     );
 }
 
