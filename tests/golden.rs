@@ -122,11 +122,20 @@ fn typed_documents_read_back_byte_for_byte() {
         if v["kind"] == roundtrip::doc::kind::PING {
             round_trips_byte_for_byte::<roundtrip::doc::ping::PingDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CONNECT {
+            round_trips_byte_for_byte::<roundtrip::doc::connect::ConnectDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::ICMP {
+            round_trips_byte_for_byte::<roundtrip::doc::icmp::IcmpDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::COMPARE {
+            round_trips_byte_for_byte::<roundtrip::doc::compare::CompareDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
-        typed >= 2,
-        "the ping documents were read through their type"
+        typed >= 6,
+        "the ping, connect, icmp and compare documents were read through their types"
     );
 }
 

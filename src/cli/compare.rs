@@ -4,16 +4,15 @@ use super::args;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
 use clap::Args;
-use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, Row, RowKind};
+use roundtrip::doc::compare::CompareDoc;
+use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
-use roundtrip::probe::tcpinfo::TcpRtt;
-use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
 use roundtrip::report::text::Table;
 use roundtrip::units::fmt_nanos;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
-use serde::Serialize;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// Arguments of `roundtrip compare`.
@@ -51,31 +50,6 @@ pub struct CompareArgs {
     pictures: super::report::PictureArgs,
     #[command(flatten)]
     family: super::common::FamilyArgs,
-}
-
-/// The document `roundtrip compare --json` prints.
-#[derive(Debug, Clone, Serialize)]
-struct CompareDoc {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
-    started_unix_s: f64,
-    target: Option<String>,
-    address: String,
-    embedded_server: bool,
-    dns_ns: Option<u64>,
-    count: u64,
-    interval_ns: u64,
-    timeout_ns: u64,
-    size_bytes: usize,
-    rows: Vec<Row>,
-    tcp_info: Option<TcpRtt>,
-    conclusion: Option<String>,
-    cancelled: bool,
-    /// How far it got when interrupted (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    interrupted: Option<json::Interrupted>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -125,7 +99,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     let result = compare::run(&config)?;
     // Four probes of --count each (ICMP, handshake, two ping sizes; the kernel's RTT is read, not probed).
     let interrupted = result.cancelled.then(|| {
-        json::Interrupted::count(
+        Interrupted::count(
             result.started.elapsed().unwrap_or_default(),
             result
                 .rows
@@ -138,9 +112,9 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || CompareDoc {
-        format: FORMAT,
+        format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
-        kind: "compare",
+        kind: kind::COMPARE.to_string(),
         environment: Environment::current(),
         started_unix_s: result
             .started
@@ -177,7 +151,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     }
     if a.json {
-        out(json::to_bytes(&doc()))?;
+        out(doc::to_bytes(&doc()))?;
     } else {
         let whom = if result.embedded_server {
             format!("embedded roundtrip server on {} (loopback)", result.addr)

@@ -3,15 +3,14 @@
 use super::args;
 use super::output::{Exit, error_line, out};
 use clap::Args;
+use roundtrip::doc::connect::{ConnectCounts, ConnectDoc};
+use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
 use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
 };
 use roundtrip::probe::target::Target;
-use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
 use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
-use roundtrip::stats::Summary;
 use roundtrip::units::fmt_duration;
-use serde::Serialize;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// Arguments of `roundtrip connect`.
@@ -80,45 +79,6 @@ fn attempt_line(a: &Attempt) -> String {
     )
 }
 
-/// Per-state attempt counts.
-#[derive(Debug, Clone, Serialize)]
-struct Counts {
-    open: u64,
-    closed: u64,
-    filtered: u64,
-    unreachable: u64,
-}
-
-/// The document `roundtrip connect --json` prints.
-#[derive(Debug, Clone, Serialize)]
-struct ConnectDoc {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
-    started_unix_s: f64,
-    target: String,
-    address: String,
-    mode: ConnectMode,
-    count: u64,
-    interval_ns: u64,
-    timeout_ns: u64,
-    /// Time the name lookup took; null for a literal address.
-    dns_ns: Option<u64>,
-    verdict: Option<PortState>,
-    counts: Counts,
-    /// SYN -> SYN-ACK times of the open attempts.
-    handshake: Summary,
-    /// SYN -> RST times of the closed attempts.
-    refused: Summary,
-    attempts: Vec<Attempt>,
-    error: Option<String>,
-    cancelled: bool,
-    /// How far it got when interrupted (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    interrupted: Option<json::Interrupted>,
-}
-
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -164,7 +124,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         ))?;
     }
     let result = connect::run(&config, &mut Printer { enabled: !a.json })?;
-    let counts = Counts {
+    let counts = ConnectCounts {
         open: result.count(PortState::Open),
         closed: result.count(PortState::Closed),
         filtered: result.count(PortState::Filtered),
@@ -172,7 +132,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     };
     let verdict = result.verdict();
     let interrupted = result.cancelled.then(|| {
-        json::Interrupted::count(
+        Interrupted::count(
             result.started.elapsed().unwrap_or_default(),
             result.attempts.len() as u64,
             config.count,
@@ -180,9 +140,9 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || ConnectDoc {
-        format: FORMAT,
+        format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
-        kind: "connect",
+        kind: kind::CONNECT.to_string(),
         environment: Environment::current(),
         started_unix_s: result
             .started
@@ -205,7 +165,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         interrupted: interrupted.clone(),
     };
     if a.json {
-        out(json::to_bytes(&doc()))?;
+        out(doc::to_bytes(&doc()))?;
     } else {
         out(format!(
             "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",

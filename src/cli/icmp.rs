@@ -4,15 +4,12 @@ use super::args;
 use super::connect::dns_words;
 use super::output::{Exit, error_line, out};
 use clap::Args;
-use roundtrip::probe::icmp::{
-    self, IcmpConfig, IcmpMode, IcmpObserver, IcmpSocket, Probe, ProbeOutcome,
-};
+use roundtrip::doc::icmp::IcmpDoc;
+use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use roundtrip::probe::icmp::{self, IcmpConfig, IcmpMode, IcmpObserver, Probe, ProbeOutcome};
 use roundtrip::probe::target::Target;
-use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
 use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
-use roundtrip::stats::Summary;
 use roundtrip::units::{fmt_duration, fmt_nanos};
-use serde::Serialize;
 use std::net::IpAddr;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -82,35 +79,6 @@ impl IcmpObserver for Printer {
     }
 }
 
-/// The document `roundtrip icmp --json` prints.
-#[derive(Debug, Clone, Serialize)]
-struct IcmpDoc {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
-    started_unix_s: f64,
-    target: String,
-    address: String,
-    socket: IcmpSocket,
-    payload_bytes: usize,
-    count: u64,
-    interval_ns: u64,
-    timeout_ns: u64,
-    dns_ns: Option<u64>,
-    sent: u64,
-    received: u64,
-    lost: u64,
-    errors: u64,
-    rtt: Summary,
-    probes: Vec<Probe>,
-    error: Option<String>,
-    cancelled: bool,
-    /// How far it got when interrupted (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    interrupted: Option<json::Interrupted>,
-}
-
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -156,7 +124,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     };
     let result = icmp::run(&config, &mut printer)?;
     let interrupted = result.cancelled.then(|| {
-        json::Interrupted::count(
+        Interrupted::count(
             result.started.elapsed().unwrap_or_default(),
             result.sent,
             config.count,
@@ -164,9 +132,9 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || IcmpDoc {
-        format: FORMAT,
+        format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
-        kind: "icmp",
+        kind: kind::ICMP.to_string(),
         environment: Environment::current(),
         started_unix_s: result
             .started
@@ -191,7 +159,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         interrupted: interrupted.clone(),
     };
     if a.json {
-        out(json::to_bytes(&doc()))?;
+        out(doc::to_bytes(&doc()))?;
     } else {
         let pct = if result.sent > 0 {
             100.0 * result.lost() as f64 / result.sent as f64

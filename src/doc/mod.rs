@@ -3,6 +3,9 @@
 //! durations their unit in the field name. One type writes and reads each part, so the writer and the reader
 //! cannot drift.
 
+pub mod compare;
+pub mod connect;
+pub mod icmp;
 pub mod kind;
 pub mod ping;
 pub mod ser;

@@ -15,7 +15,7 @@ use crate::server::{self, ServerConfig, ServerError};
 use crate::stats::Summary;
 use crate::units::fmt_nanos;
 use crate::wire::sockperf::HEADER_LEN;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,7 +97,7 @@ pub enum CompareError {
 }
 
 /// Which measurement a row holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RowKind {
     /// ICMP echo.
@@ -113,21 +113,24 @@ pub enum RowKind {
 }
 
 /// One row of the comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// What was measured.
     pub kind: RowKind,
     /// A short label for tables.
     pub label: String,
     /// Bytes per message where it applies (ICMP payload, whole ping message).
+    #[serde(default)]
     pub size_bytes: Option<usize>,
     /// Measurements attempted.
     pub attempts: u64,
     /// Statistics of the measurements that succeeded (`count` of them).
     pub summary: Summary,
     /// Why the row has fewer measurements than attempts, or none.
+    #[serde(default)]
     pub error: Option<String>,
     /// One line saying what this row measures and how to read it.
+    #[serde(default)]
     pub interpretation: String,
 }
 

@@ -20,7 +20,7 @@
 //!   receive error and is reported as unreachable.
 
 use crate::stats::LatencyHistogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 /// How the SYN is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConnectMode {
     /// `connect()` through the kernel; works unprivileged.
@@ -49,7 +49,7 @@ impl std::fmt::Display for ConnectMode {
 }
 
 /// What one attempt found out about the port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PortState {
     /// The handshake completed (SYN-ACK).
@@ -154,22 +154,21 @@ pub enum ConnectError {
 }
 
 /// One attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     /// Attempt number, from 1.
+    #[serde(default)]
     pub seq: u64,
     /// What the answer said.
     pub state: PortState,
     /// From sending the SYN to the answer (SYN-ACK, RST or ICMP error); `None` when nothing came back.
-    #[serde(
-        rename = "time_ns",
-        serialize_with = "crate::doc::ser::opt_ns::serialize"
-    )]
+    #[serde(rename = "time_ns", with = "crate::doc::ser::opt_ns", default)]
     pub time: Option<Duration>,
     /// Start of the attempt since the start of the run.
-    #[serde(rename = "at_ns", serialize_with = "crate::doc::ser::ns::serialize")]
+    #[serde(rename = "at_ns", with = "crate::doc::ser::ns")]
     pub at: Duration,
     /// The system's or the network's own words, when the answer was not a SYN-ACK.
+    #[serde(default)]
     pub detail: Option<String>,
 }
 

@@ -12,7 +12,7 @@
 //! echo (host or network unreachable, ...) into a receive error, reported per probe.
 
 use crate::stats::LatencyHistogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -40,7 +40,7 @@ pub enum IcmpMode {
 }
 
 /// The socket that was used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IcmpSocket {
     /// `SOCK_RAW`.
@@ -156,14 +156,16 @@ pub enum IcmpError {
 }
 
 /// What became of one echo request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
 pub enum ProbeOutcome {
     /// The echo reply came back.
     Reply {
         /// Bytes of the ICMP message received (header and payload).
+        #[serde(default)]
         bytes: usize,
         /// The reply's IP TTL, when the socket shows it (raw IPv4).
+        #[serde(default)]
         ttl: Option<u8>,
         /// Round-trip time in nanoseconds.
         rtt_ns: u64,
@@ -178,9 +180,10 @@ pub enum ProbeOutcome {
 }
 
 /// One echo request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     /// ICMP sequence number.
+    #[serde(default)]
     pub seq: u16,
     /// Send time since the start of the run, nanoseconds.
     pub at_ns: u64,

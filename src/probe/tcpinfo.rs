@@ -11,22 +11,16 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// What `TCP_INFO` says about a connection's round trip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TcpRtt {
     /// Smoothed RTT (`tcpi_rtt`), microsecond resolution.
-    #[serde(rename = "srtt_ns", serialize_with = "crate::doc::ser::ns::serialize")]
+    #[serde(rename = "srtt_ns", with = "crate::doc::ser::ns")]
     pub srtt: Duration,
     /// RTT mean deviation (`tcpi_rttvar`).
-    #[serde(
-        rename = "rttvar_ns",
-        serialize_with = "crate::doc::ser::ns::serialize"
-    )]
+    #[serde(rename = "rttvar_ns", with = "crate::doc::ser::ns")]
     pub rttvar: Duration,
     /// Smallest RTT the kernel measured on the connection (`tcpi_min_rtt`), on kernels that report it.
-    #[serde(
-        rename = "min_rtt_ns",
-        serialize_with = "crate::doc::ser::opt_ns::serialize"
-    )]
+    #[serde(rename = "min_rtt_ns", with = "crate::doc::ser::opt_ns", default)]
     pub min_rtt: Option<Duration>,
 }
 

@@ -3,37 +3,13 @@
 use super::draw::{
     Options, Run, categories, heading, min_p50_p99_bars, summary_row, summary_table, typed,
 };
+use crate::doc::compare::CompareDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::stats::Summary;
-use serde::Deserialize;
-
-/// One row of a `compare` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct CompareRowIn {
-    /// Short label.
-    pub label: String,
-    /// Measurements attempted.
-    pub attempts: u64,
-    /// Statistics of the successful ones.
-    pub summary: Summary,
-    /// Why some failed.
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// What the compare report reads from a `compare --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct CompareIn {
-    /// One row per probe.
-    pub rows: Vec<CompareRowIn>,
-    /// The one-line conclusion.
-    #[serde(default)]
-    pub conclusion: Option<String>,
-}
 
 pub(super) fn compare(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<CompareIn> = typed(runs)?;
+    let docs: Vec<CompareDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Compare", runs),
         ..Default::default()

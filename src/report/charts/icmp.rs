@@ -3,52 +3,17 @@
 use super::draw::{
     Options, Run, early, heading, sample_figures, summary_row, summary_table, typed,
 };
+use crate::doc::icmp::IcmpDoc;
 use crate::report::html::Section;
 use crate::report::load::LoadError;
-use crate::stats::Summary;
-use serde::Deserialize;
-
-/// One probe of an `icmp` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ProbeIn {
-    /// Send time since the start of the run.
-    pub at_ns: u64,
-    /// "reply", "timeout" or "error".
-    pub outcome: String,
-    /// RTT of a reply.
-    #[serde(default)]
-    pub rtt_ns: Option<u64>,
-}
-
-/// What the ICMP report reads from an `icmp --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct IcmpIn {
-    /// Echo requests sent.
-    pub sent: u64,
-    /// Replies.
-    pub received: u64,
-    /// Never answered.
-    pub lost: u64,
-    /// RTT statistics.
-    pub rtt: Summary,
-    /// Every probe.
-    pub probes: Vec<ProbeIn>,
-    /// Why the run ended early.
-    #[serde(default)]
-    pub error: Option<String>,
-}
 
 /// The RTT samples of an ICMP document: (seconds since start, ns) of every reply.
-pub fn icmp_samples(d: &IcmpIn) -> Vec<(f64, u64)> {
-    d.probes
-        .iter()
-        .filter(|p| p.outcome == "reply")
-        .filter_map(|p| p.rtt_ns.map(|v| (p.at_ns as f64 / 1e9, v)))
-        .collect()
+pub fn icmp_samples(d: &IcmpDoc) -> Vec<(f64, u64)> {
+    d.samples()
 }
 
 pub(super) fn icmp(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<IcmpIn> = typed(runs)?;
+    let docs: Vec<IcmpDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("ICMP echo", runs),
         ..Default::default()
