@@ -979,6 +979,7 @@ fn a_relay_loop_made_by_port_forwarding_is_closed_at_run_time() {
     .unwrap();
     assert!(totals.relay_loops >= 1, "{totals:?}");
     assert_eq!(totals.active, 0, "{totals:?}");
-    // The client and the one connection that came back; a chain of more would mean the loop ran on.
-    assert!(totals.accepted <= 3, "{totals:?}");
+    // The client and the connections that came back before the loop was seen: each end of a link is checked
+    // against the other, so the chain is cut within a few links (it ran to --max-clients, 4,096, before).
+    assert!(totals.accepted <= 8, "{totals:?}");
 }

@@ -344,14 +344,23 @@ pub struct Shared {
 }
 
 /// Addresses that reveal a relay loop at run time (an upstream name that now resolves here, a DNAT or
-/// port-forward rule that sends the upstream port back to the listener). Each side is checked against the other
-/// under one lock, so the loop is found whichever of the two ends is seen first: the accept (the client's
-/// peer address) or the upstream connect's return (its local address). A loop through another relay process
-/// (whose own address is the peer we see) is not visible here; its cost stays bounded by `--max-clients`.
+/// port-forward rule that sends the upstream port back to the listener). A loop is an accepted connection whose
+/// peer is the local end of one of our upstream connections AND whose destination, as the client dialled it
+/// (the NAT's original destination, else the listener's address), is that upstream connection's remote end: the
+/// kernel may give a genuine client the same ephemeral port as one of our upstream connections (ports are unique
+/// per 4-tuple, not per host), but that client dialled the listener, not the upstream. Each side is checked
+/// against the other under one lock, so the loop is found whichever of the two ends is seen first. A loop
+/// through another relay process (whose own address is the peer we see) is not visible here; its cost stays
+/// bounded by `--max-clients`.
 #[derive(Debug, Default)]
 struct LoopGuard {
-    outbound: std::collections::HashSet<SocketAddr>,
-    accepted: std::collections::HashSet<SocketAddr>,
+    /// Our upstream connections: local end -> remote end.
+    outbound: std::collections::HashMap<SocketAddr, SocketAddr>,
+    /// Accepted clients: peer -> the destination the client dialled.
+    accepted: std::collections::HashMap<SocketAddr, SocketAddr>,
+    /// Accepted clients found to be our own upstream connections after they were accepted: their handler
+    /// stops at its next check.
+    looped: std::collections::HashSet<SocketAddr>,
 }
 
 /// `a` with an IPv4-mapped IPv6 address written as IPv4, so a dual-stack listener's peers compare with
@@ -379,27 +388,42 @@ impl Shared {
         }
     }
 
-    /// Notes an accepted client's address; true when it is one of this proxy's own upstream ends (a loop).
-    fn note_accepted(&self, peer: SocketAddr) -> bool {
+    /// Notes an accepted client (its peer address and the destination it dialled); true when it is one of
+    /// this proxy's own upstream connections (a loop).
+    fn note_accepted(&self, peer: SocketAddr, dialled: SocketAddr) -> bool {
         let mut g = self.loop_guard.lock().expect("loop guard");
-        let peer = canonical_addr(peer);
-        g.accepted.insert(peer);
-        g.outbound.contains(&peer)
+        let (peer, dialled) = (canonical_addr(peer), canonical_addr(dialled));
+        g.accepted.insert(peer, dialled);
+        g.outbound.get(&peer) == Some(&dialled)
     }
 
-    /// Notes the local end of an upstream connection; true when a client from that address was already
-    /// accepted (a loop).
-    fn note_outbound(&self, local: SocketAddr) -> bool {
+    /// Notes an upstream connection (its local and remote ends); true when a client from that local end that
+    /// dialled that remote end was already accepted (a loop).
+    fn note_outbound(&self, local: SocketAddr, remote: SocketAddr) -> bool {
         let mut g = self.loop_guard.lock().expect("loop guard");
-        let local = canonical_addr(local);
-        g.outbound.insert(local);
-        g.accepted.contains(&local)
+        let (local, remote) = (canonical_addr(local), canonical_addr(remote));
+        g.outbound.insert(local, remote);
+        let found = g.accepted.get(&local) == Some(&remote);
+        if found {
+            g.looped.insert(local);
+        }
+        found
+    }
+
+    /// True when the client accepted from `peer` was found to be one of our own upstream connections.
+    fn is_looped(&self, peer: SocketAddr) -> bool {
+        self.loop_guard
+            .lock()
+            .expect("loop guard")
+            .looped
+            .contains(&canonical_addr(peer))
     }
 
     /// Forgets a connection's addresses when it ends.
     fn forget_loop_ends(&self, peer: SocketAddr, local: Option<SocketAddr>) {
         let mut g = self.loop_guard.lock().expect("loop guard");
         g.accepted.remove(&canonical_addr(peer));
+        g.looped.remove(&canonical_addr(peer));
         if let Some(l) = local {
             g.outbound.remove(&canonical_addr(l));
         }

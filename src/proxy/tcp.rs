@@ -304,6 +304,52 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// The destination the client dialled before a NAT rule (REDIRECT/DNAT) sent it here: netfilter's
+/// SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6); None without such a rule or without conntrack.
+fn original_destination(s: &TcpStream) -> Option<SocketAddr> {
+    use std::os::fd::AsRawFd;
+    const SO_ORIGINAL_DST: libc::c_int = 80; // linux/netfilter_ipv4.h; IP6T_SO_ORIGINAL_DST has the same value
+    let v6 = s.local_addr().ok()?.is_ipv6();
+    // SAFETY: getsockopt(2) writes at most `len` bytes into the zeroed sockaddr_storage, which outlives the call.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let level = if v6 { libc::SOL_IPV6 } else { libc::SOL_IP };
+    // SAFETY: as above; the fd is the open socket `s`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            level,
+            SO_ORIGINAL_DST,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into the storage.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into the storage.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+            )))
+        }
+        _ => None,
+    }
+}
+
 /// Closes a socket with a reset: a connection of a relay loop has nothing to deliver.
 fn reset_close(s: &TcpStream) {
     let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
@@ -321,7 +367,10 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loop
         local: None,
     };
     // A client that is this proxy's own upstream connection: the upstream leads back here.
-    if shared.note_accepted(peer) {
+    let dialled = original_destination(&client)
+        .or_else(|| client.local_addr().ok())
+        .unwrap_or(peer);
+    if shared.note_accepted(peer, dialled) {
         t.relay_loops.fetch_add(1, Ordering::Relaxed);
         reset_close(&client);
         return;
@@ -339,7 +388,9 @@ fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loop
     if let Ok(local) = server.local_addr() {
         guard.local = Some(local);
         // The other order: the looping client was accepted before this connect returned.
-        if shared.note_outbound(local) {
+        // The other order: the looping client was accepted before this connect returned; or this client was
+        // itself found to be our own upstream connection while this connect ran.
+        if shared.note_outbound(local, upstream) || shared.is_looped(peer) {
             t.relay_loops.fetch_add(1, Ordering::Relaxed);
             reset_close(&server);
             reset_close(&client);
