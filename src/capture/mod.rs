@@ -739,24 +739,7 @@ pub fn run_stats_on(
             }
         }
     }
-    let first = eng.first_ts_ns();
-    let last = eng.last_ts_ns();
-    let span = match (over, first, last) {
-        (Some((a, b)), _, _) | (None, Some(a), Some(b)) => Some(b.saturating_sub(a).max(0) as u64),
-        _ => None,
-    };
-    if let Some(e) = span.and_then(|s| stats_rows_check(s, interval, by_direction)) {
-        return Err(e);
-    }
-    let (rows, total) = eng.finish();
-    Ok(StatsResult {
-        capture: pk.finish(),
-        interval_s: interval.as_secs_f64(),
-        first_ts_ns: first,
-        last_ts_ns: last,
-        rows,
-        total,
-    })
+    finish_stats(eng, over, interval, by_direction, || pk.finish())
 }
 
 /// [`run_stats_on`] on the captures of one `PACKET_FANOUT` group (`--threads N`, see [`live`]): one thread
@@ -877,6 +860,21 @@ pub fn run_stats_fanout(
         .iter()
         .filter_map(|r| r.1)
         .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+    finish_stats(eng, over, interval, by_direction, || {
+        merge_infos(results.into_iter().map(|r| r.0).collect())
+    })
+}
+
+/// The end of a stats run, one reader or a fanout group: the row bound checked over the time the capture
+/// covered (`over`, a file's own first and last packet times when known, else the engine's), then the rows,
+/// the totals and the capture's description (`capture`, taken only when the check passed).
+fn finish_stats(
+    eng: StatsEngine,
+    over: Option<(i64, i64)>,
+    interval: Duration,
+    by_direction: bool,
+    capture: impl FnOnce() -> CaptureInfo,
+) -> Result<StatsResult, CaptureError> {
     let first = eng.first_ts_ns();
     let last = eng.last_ts_ns();
     let span = match (over, first, last) {
@@ -888,7 +886,7 @@ pub fn run_stats_fanout(
     }
     let (rows, total) = eng.finish();
     Ok(StatsResult {
-        capture: merge_infos(results.into_iter().map(|r| r.0).collect()),
+        capture: capture(),
         interval_s: interval.as_secs_f64(),
         first_ts_ns: first,
         last_ts_ns: last,
