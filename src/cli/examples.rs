@@ -391,6 +391,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "roundtrip db redis://127.0.0.1:6379 -n 100 --json",
                 "Redis, as JSON",
             ),
+            (
+                "roundtrip db postgres://postgres@127.0.0.1/test --link 'host=db2 dbname=app user=app password=secret' -n 50 -i 1s",
+                "from this database to db2 through dblink, timed inside it (docs/db-link.md)",
+            ),
         ],
     ),
     (

@@ -165,7 +165,8 @@ struct TransferArgs {
     /// Application bytes to move, e.g. 8KiB.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
     bytes: u64,
-    /// Link rate, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G).
+    /// Link rate, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G); a network link's rate, not a database link (that is
+    /// `roundtrip db URL --link TARGET`).
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     link: u64,
     /// MTU(s) to compare, e.g. 1500 or 1500,9000.
