@@ -331,12 +331,12 @@ fn db_link_probe(
     let mut ls = match kept {
         Some(s) => s,
         None => {
-            let session = open_db(url, addr, spec.timeout).map_err(fail)?;
-            let version = None::<&str>;
+            // The server version tells MariaDB (FEDERATEDX, INSTALL SONAME) from MySQL in a refusal.
+            let (session, version) = open_db_versioned(url, addr, spec.timeout).map_err(fail)?;
             let mut ls = db::link::LinkSession::prepare(
                 session,
                 url.scheme,
-                version,
+                version.as_deref(),
                 url,
                 link,
                 addr,
@@ -366,6 +366,15 @@ fn db_link_probe(
 }
 
 fn open_db(url: &DbUrl, addr: SocketAddr, timeout: Duration) -> Result<DbSession, DbError> {
+    open_db_versioned(url, addr, timeout).map(|(s, _)| s)
+}
+
+/// [`open_db`] with the server version the protocol announced (None when it does not tell).
+fn open_db_versioned(
+    url: &DbUrl,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(DbSession, Option<String>), DbError> {
     let scheme = url.scheme;
     let ssl = url.ssl_mode.unwrap_or(match scheme {
         Scheme::Postgres | Scheme::Mysql => SslMode::Prefer,
@@ -373,9 +382,18 @@ fn open_db(url: &DbUrl, addr: SocketAddr, timeout: Duration) -> Result<DbSession
     });
     let (conn, _) = db::tcp_connect(addr, scheme.name(), timeout)?;
     Ok(match scheme {
-        Scheme::Postgres => Box::new(db::postgres::connect(conn, url, ssl)?.0),
-        Scheme::Mysql => Box::new(db::mysql::connect(conn, url, ssl)?.0),
-        Scheme::Redis => Box::new(db::redis::connect(conn, url, ssl)?.0),
+        Scheme::Postgres => {
+            let (s, setup) = db::postgres::connect(conn, url, ssl)?;
+            (Box::new(s), setup.server_version)
+        }
+        Scheme::Mysql => {
+            let (s, setup) = db::mysql::connect(conn, url, ssl)?;
+            (Box::new(s), setup.server_version)
+        }
+        Scheme::Redis => {
+            let (s, setup) = db::redis::connect(conn, url, ssl)?;
+            (Box::new(s), setup.server_version)
+        }
         Scheme::Oracle => {
             return Err(DbError::Config(
                 "an Oracle listener ping opens no database session".into(),
