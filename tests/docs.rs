@@ -846,14 +846,26 @@ fn help_examples_parse_and_the_offline_ones_run() {
             ));
             continue;
         };
+        // The help ENDS with them: after the heading only examples and the comment line above each.
+        if let Some(other) = examples
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("roundtrip ") && !l.starts_with("# "))
+        {
+            bad.push(format!(
+                "`roundtrip {} --help` goes on after its examples: {other:?}",
+                path.join(" ")
+            ));
+        }
         let lines: Vec<&str> = examples
             .lines()
             .filter_map(|l| l.trim().strip_prefix("roundtrip "))
             .collect();
-        if lines.len() < 2 {
+        if !(2..=3).contains(&lines.len()) {
             bad.push(format!(
-                "`roundtrip {} --help` has fewer than two examples",
-                path.join(" ")
+                "`roundtrip {} --help` has {} examples, not two or three",
+                path.join(" "),
+                lines.len()
             ));
         }
         for line in lines {
