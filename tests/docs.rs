@@ -973,3 +973,52 @@ fn json_format_page_lists_every_offline_kind_and_its_fields() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+#[test]
+fn bench_readme_names_every_script_with_its_latest_figures() {
+    let readme = std::fs::read_to_string(root().join("bench/README.md")).unwrap();
+    let (_, figures) = readme
+        .split_once("## Latest figures")
+        .expect("bench/README.md has a `## Latest figures` section");
+    let mut bad = Vec::new();
+    let mut scripts = 0;
+    for e in std::fs::read_dir(root().join("bench")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name == "README.md" || e.path().is_dir() {
+            continue;
+        }
+        if !readme.contains(&format!("`bench/{name}")) && !readme.contains(&format!("`{name}")) {
+            bad.push(format!("bench/{name} is not named in bench/README.md"));
+        }
+        // A script a person runs (not lib.sh, which the others source) has a row of figures: its name, the
+        // date they were recorded, what they were.
+        if name.ends_with(".sh") && name != "lib.sh" {
+            scripts += 1;
+            let dated = figures.lines().any(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                cells.len() >= 4
+                    && cells[1].contains(name.as_str())
+                    && cells[2].len() == 10
+                    && cells[2].chars().enumerate().all(|(i, c)| {
+                        if i == 4 || i == 7 {
+                            c == '-'
+                        } else {
+                            c.is_ascii_digit()
+                        }
+                    })
+                    && !cells[3].is_empty()
+            });
+            if !dated {
+                bad.push(format!(
+                    "bench/{name} has no row (script | YYYY-MM-DD | result) under `## Latest figures`"
+                ));
+            }
+        }
+    }
+    assert!(scripts >= 20, "only {scripts} scripts under bench/");
+    assert!(
+        figures.contains("2 shared") || figures.contains("machine"),
+        "the latest figures do not say which machine they were recorded on"
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
