@@ -1022,3 +1022,32 @@ fn bench_readme_names_every_script_with_its_latest_figures() {
     );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+#[test]
+fn json_format_page_has_a_row_for_every_kind_the_library_names() {
+    let page = std::fs::read_to_string(root().join("docs/json-format.md")).unwrap();
+    let kinds = std::fs::read_to_string(root().join("src/doc/kind.rs")).unwrap();
+    let mut names = Vec::new();
+    for l in kinds.lines() {
+        if let Some((_, v)) = l
+            .trim()
+            .strip_prefix("pub const ")
+            .and_then(|r| r.split_once("= \""))
+        {
+            names.push(v.trim_end_matches("\";").to_string());
+        }
+    }
+    assert!(names.len() >= 15, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|k| {
+            !page
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{k}`")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "kinds in src/doc/kind.rs without a row in docs/json-format.md: {missing:?}"
+    );
+}
