@@ -2,8 +2,10 @@
 //! docs/*.md and the other pages parses with the real argument definitions (or, for a usage synopsis, names only
 //! flags that exist); the shown examples that need no network and no root (model, capture on the captures the
 //! project ships, generate) run, and their output has the shape the page shows; every command has a page; every
-//! page is linked from another; README stays one screen's worth; relative links resolve. Also: the man pages
-//! render with `man -l` without a warning, and the bash completion completes a subcommand.
+//! page is linked from another; README stays one screen's worth; relative links resolve; every `--help` ends with
+//! two or three examples that parse (the offline ones run); docs/json-format.md has a row for every document kind;
+//! bench/README.md names every file under bench/ and has a dated row of figures for every script. Also: the man
+//! pages render with `man -l` without a warning, and the bash completion completes a subcommand.
 
 mod common;
 
