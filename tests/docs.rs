@@ -713,6 +713,21 @@ fn man_pages_render_without_warnings() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // docs/generate.md shows this run's first line (its output is not compared by the offline test: it
+    // writes files): the count of pages it shows is the count written.
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let count = said
+        .split_whitespace()
+        .skip_while(|w| *w != "wrote")
+        .nth(1)
+        .unwrap_or("?")
+        .to_string();
+    let page = std::fs::read_to_string(root().join("docs/generate.md")).unwrap();
+    assert!(
+        page.contains(&format!("wrote {count} man pages"))
+            && page.contains(&format!("{count} pages in this version")),
+        "roundtrip generate man wrote {count} pages; docs/generate.md says otherwise"
+    );
     let tree = command_tree();
     for (path, _) in tree.iter().filter(|(_, f)| !f.contains(ALIAS)) {
         let mut name = vec!["roundtrip".to_string()];
