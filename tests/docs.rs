@@ -2,8 +2,10 @@
 //! docs/*.md and the other pages parses with the real argument definitions (or, for a usage synopsis, names only
 //! flags that exist); the shown examples that need no network and no root (model, capture on the captures the
 //! project ships, generate) run, and their output has the shape the page shows; every command has a page; every
-//! page is linked from another; README stays one screen's worth; relative links resolve. Also: the man pages
-//! render with `man -l` without a warning, and the bash completion completes a subcommand.
+//! page is linked from another; README stays one screen's worth; relative links resolve; every `--help` ends with
+//! two or three examples that parse (the offline ones run); docs/json-format.md has a row for every document kind;
+//! bench/README.md names every file under bench/ and has a dated row of figures for every script. Also: the man
+//! pages render with `man -l` without a warning, and the bash completion completes a subcommand.
 
 mod common;
 
@@ -711,6 +713,21 @@ fn man_pages_render_without_warnings() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // docs/generate.md shows this run's first line (its output is not compared by the offline test: it
+    // writes files): the count of pages it shows is the count written.
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let count = said
+        .split_whitespace()
+        .skip_while(|w| *w != "wrote")
+        .nth(1)
+        .unwrap_or("?")
+        .to_string();
+    let page = std::fs::read_to_string(root().join("docs/generate.md")).unwrap();
+    assert!(
+        page.contains(&format!("wrote {count} man pages"))
+            && page.contains(&format!("{count} pages in this version")),
+        "roundtrip generate man wrote {count} pages; docs/generate.md says otherwise"
+    );
     let tree = command_tree();
     for (path, _) in tree.iter().filter(|(_, f)| !f.contains(ALIAS)) {
         let mut name = vec!["roundtrip".to_string()];
@@ -846,14 +863,26 @@ fn help_examples_parse_and_the_offline_ones_run() {
             ));
             continue;
         };
+        // The help ENDS with them: after the heading only examples and the comment line above each.
+        if let Some(other) = examples
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("roundtrip ") && !l.starts_with("# "))
+        {
+            bad.push(format!(
+                "`roundtrip {} --help` goes on after its examples: {other:?}",
+                path.join(" ")
+            ));
+        }
         let lines: Vec<&str> = examples
             .lines()
             .filter_map(|l| l.trim().strip_prefix("roundtrip "))
             .collect();
-        if lines.len() < 2 {
+        if !(2..=3).contains(&lines.len()) {
             bad.push(format!(
-                "`roundtrip {} --help` has fewer than two examples",
-                path.join(" ")
+                "`roundtrip {} --help` has {} examples, not two or three",
+                path.join(" "),
+                lines.len()
             ));
         }
         for line in lines {
@@ -960,4 +989,82 @@ fn json_format_page_lists_every_offline_kind_and_its_fields() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn bench_readme_names_every_script_with_its_latest_figures() {
+    let readme = std::fs::read_to_string(root().join("bench/README.md")).unwrap();
+    let (_, figures) = readme
+        .split_once("## Latest figures")
+        .expect("bench/README.md has a `## Latest figures` section");
+    let mut bad = Vec::new();
+    let mut scripts = 0;
+    for e in std::fs::read_dir(root().join("bench")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name == "README.md" || e.path().is_dir() {
+            continue;
+        }
+        if !readme.contains(&format!("`bench/{name}")) && !readme.contains(&format!("`{name}")) {
+            bad.push(format!("bench/{name} is not named in bench/README.md"));
+        }
+        // A script a person runs (not lib.sh, which the others source) has a row of figures: its name, the
+        // date they were recorded, what they were.
+        if name.ends_with(".sh") && name != "lib.sh" {
+            scripts += 1;
+            let dated = figures.lines().any(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                cells.len() >= 4
+                    && cells[1].contains(name.as_str())
+                    && cells[2].len() == 10
+                    && cells[2].chars().enumerate().all(|(i, c)| {
+                        if i == 4 || i == 7 {
+                            c == '-'
+                        } else {
+                            c.is_ascii_digit()
+                        }
+                    })
+                    && !cells[3].is_empty()
+            });
+            if !dated {
+                bad.push(format!(
+                    "bench/{name} has no row (script | YYYY-MM-DD | result) under `## Latest figures`"
+                ));
+            }
+        }
+    }
+    assert!(scripts >= 20, "only {scripts} scripts under bench/");
+    assert!(
+        figures.contains("2 shared") || figures.contains("machine"),
+        "the latest figures do not say which machine they were recorded on"
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn json_format_page_has_a_row_for_every_kind_the_library_names() {
+    let page = std::fs::read_to_string(root().join("docs/json-format.md")).unwrap();
+    let kinds = std::fs::read_to_string(root().join("src/doc/kind.rs")).unwrap();
+    let mut names = Vec::new();
+    for l in kinds.lines() {
+        if let Some((_, v)) = l
+            .trim()
+            .strip_prefix("pub const ")
+            .and_then(|r| r.split_once("= \""))
+        {
+            names.push(v.trim_end_matches("\";").to_string());
+        }
+    }
+    assert!(names.len() >= 15, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|k| {
+            !page
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{k}`")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "kinds in src/doc/kind.rs without a row in docs/json-format.md: {missing:?}"
+    );
 }

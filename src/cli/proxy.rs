@@ -35,17 +35,14 @@ enum Dir {
 /// Arguments of `roundtrip proxy`.
 #[derive(Debug, Args)]
 #[command(after_long_help = "\
-Examples:
-  roundtrip proxy --listen 127.0.0.1:15432 --upstream 127.0.0.1:5432 --rtt 40ms
-  roundtrip proxy --listen 127.0.0.1:8000 --upstream db:1521 --delay 20ms --jitter 2ms --window 4MiB
-  roundtrip proxy --udp --listen 127.0.0.1:11112 --upstream 127.0.0.1:11111 --delay 10ms --loss 1%
-  curl -X PUT -d '{\"delay_ns\": 30000000}' http://127.0.0.1:9000/impairment   (with --control 127.0.0.1:9000)
+Delay applies to both directions unless --direction says otherwise, so --delay 20ms adds 40 ms to every \
+round trip; --rtt 40ms says the same thing. Data keeps its order: a chunk is never released before the one \
+ahead of it. A terminating proxy acknowledges data at once, so bulk transfers would not feel the latency: \
+--window W emulates TCP's window (at most W bytes unacknowledged per direction; a chunk counts as acknowledged \
+one reverse delay after the far side got it), giving about W/RTT, as real TCP with that window.
 
-Delay applies to both directions unless --direction says otherwise, so --delay 20ms adds 40 ms to every
-round trip; --rtt 40ms says the same thing. Data keeps its order: a chunk is never released before the one
-ahead of it. A terminating proxy acknowledges data at once, so bulk transfers would not feel the latency:
---window W emulates TCP's window (at most W bytes unacknowledged per direction; a chunk counts as acknowledged
-one reverse delay after the far side got it), giving about W/RTT, as real TCP with that window.")]
+With --control 127.0.0.1:9000 the impairment changes while the proxy runs: \
+curl -X PATCH -d '{\"delay_ns\": 30000000}' http://127.0.0.1:9000/impairment")]
 pub struct ProxyArgs {
     /// Address clients connect to (IP:PORT; port 0 picks one, printed at start).
     #[arg(long, value_parser = args::listen_addr, value_name = "IP:PORT", required_unless_present = "bridge")]
