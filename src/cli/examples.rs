@@ -381,14 +381,10 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
             ),
             (
                 "roundtrip db mysql://root@127.0.0.1/test --connects 5 -n 20",
-                "MySQL/MariaDB, with 5 connects",
+                "MySQL/MariaDB, with 5 connects (redis://HOST:6379 for Redis)",
             ),
             (
-                "roundtrip db redis://127.0.0.1:6379 -n 100 --json",
-                "Redis, as JSON",
-            ),
-            (
-                "roundtrip db postgres://postgres@127.0.0.1/test --link 'host=db2 dbname=app user=app password=secret' -n 50 -i 1s",
+                "roundtrip db postgres://postgres@127.0.0.1/test --link 'host=db2 dbname=app' -n 50",
                 "from this database to db2 through dblink, timed inside it (docs/db-link.md)",
             ),
         ],
