@@ -545,7 +545,7 @@ fn interface_gone_ends_with_summary() {
 }
 
 /// Refusals before any I/O: an unknown interface names those that exist; without CAP_NET_RAW the one line
-/// names the capabilities.
+/// names the capabilities; a capture given to `--delay-from` is answered with the command that takes its RTTs.
 #[test]
 fn refusals_name_the_fix() {
     if !ready() || !common::have("setpriv") {
@@ -588,6 +588,26 @@ fn refusals_name_the_fix() {
         f.output
     );
     assert_eq!(f.output.lines().count(), 1, "{}", f.output);
+    assert!(!net.promiscuous());
+    // A capture given to --delay-from: the refusal says how to take its RTTs.
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("c.pcap");
+    std::fs::write(&pcap, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]).unwrap();
+    let f = net.run(
+        Side::Bridge,
+        "bridge",
+        &procs::bin(),
+        &[
+            "proxy",
+            "--bridge",
+            "ba,bb",
+            "--delay-from",
+            pcap.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!f.ok());
+    assert!(f.output.contains("capture flows"), "{}", f.output);
     assert!(!net.promiscuous());
 }
 
