@@ -143,6 +143,134 @@ fn ping_and_tcp_handshake_see_the_configured_rtt() {
     assert!(out.stdout.contains("frames out"), "{}", out.output);
 }
 
+/// Timestamps (seconds) of the UDP packets in `pcap` going to `to` and coming from it, in order.
+fn udp_times(pcap: &str, to: &str) -> (Vec<f64>, Vec<f64>) {
+    let f = procs::run(
+        "tcpdump -r",
+        {
+            let mut c = std::process::Command::new("tcpdump");
+            c.args(["-r", pcap, "-tt", "-n", "udp"]);
+            c
+        },
+        Duration::from_secs(30),
+    );
+    let (mut there, mut back) = (Vec::new(), Vec::new());
+    for l in f.stdout.lines() {
+        let Some(t) = l.split(' ').next().and_then(|t| t.parse::<f64>().ok()) else {
+            continue;
+        };
+        if l.contains(&format!("> {to}.")) {
+            there.push(t);
+        } else if l.contains(&format!(" {to}.")) {
+            back.push(t);
+        }
+    }
+    (there, back)
+}
+
+/// Per-direction delay: `--delay 10ms --delay-back 30ms`, seen from captures at both ends (one clock): each
+/// datagram takes 10 ms from the client to the server and 30 ms back (a swapped, doubled or halved setting
+/// falls outside). Only the two named interfaces are touched: a third interface (a veth pair) in the bridge's
+/// namespace is never made promiscuous, and the two are not promiscuous any more once the bridge has stopped.
+#[test]
+fn delay_is_per_direction_and_only_named_interfaces_are_touched() {
+    if !ready() {
+        return;
+    }
+    let _w = procs::watchdog(Duration::from_secs(300), "bridge per-direction test");
+    let mut net = BridgeNet::new();
+    let mid = net.netns(Side::Bridge).to_string();
+    let ip = |args: &[&str]| {
+        let st = std::process::Command::new("ip")
+            .args(["-n", &mid])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    ip(&["link", "add", "bx", "type", "veth", "peer", "name", "by"]);
+    ip(&["link", "set", "bx", "up"]);
+    ip(&["link", "set", "by", "up"]);
+    let promiscuity = |name: &str| {
+        let o = std::process::Command::new("ip")
+            .args(["-n", &mid, "-d", "link", "show", name])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout).into_owned();
+        s.split("promiscuity ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no promiscuity in {s}"))
+    };
+    let _srv = server(&net);
+    net.start_bridge(&["--delay", "10ms", "--delay-back", "30ms"]);
+    assert!(net.promiscuous());
+    assert_eq!(promiscuity("bx"), 0, "an interface not named was touched");
+    let dir = tempfile::tempdir().unwrap();
+    let cap = |side: Side, name: &str| {
+        let file = dir.path().join(name).to_str().unwrap().to_string();
+        let mut p = net.spawn(
+            side,
+            "tcpdump",
+            "tcpdump",
+            &[
+                "--immediate-mode",
+                "-U",
+                "-n",
+                "-i",
+                "eth0",
+                "-w",
+                &file,
+                "udp",
+            ],
+        );
+        p.wait_line("listening on", Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}"));
+        (p, file)
+    };
+    let (cd, cfile) = cap(Side::Client, "client.pcap");
+    let (sd, sfile) = cap(Side::Server, "server.pcap");
+    let doc = ping(&net, &["-u", "-n", "30", "--warmup", "0"]);
+    assert_eq!(u(&doc, &["summary", "lost"]), 0, "{doc}");
+    for d in [cd, sd] {
+        d.signal(libc::SIGINT);
+        let f = d.finish(Duration::from_secs(20));
+        assert!(f.ok(), "tcpdump: {}", f.output);
+    }
+    let sip = net.server_ip.to_string();
+    let (c_out, c_in) = udp_times(&cfile, &sip);
+    let (s_in, s_out) = udp_times(&sfile, &sip);
+    assert!(
+        c_out.len() >= 30 && c_out.len() == s_in.len(),
+        "{c_out:?} {s_in:?}"
+    );
+    assert!(
+        c_in.len() == s_out.len() && c_in.len() == c_out.len(),
+        "{c_in:?} {s_out:?}"
+    );
+    let median = |a: &[f64], b: &[f64]| {
+        let mut d: Vec<f64> = a.iter().zip(b).map(|(x, y)| (y - x) * 1e3).collect();
+        d.sort_by(f64::total_cmp);
+        d[d.len() / 2]
+    };
+    let there = median(&c_out, &s_in);
+    let back = median(&s_out, &c_in);
+    eprintln!("one way: client->server {there:.3} ms, server->client {back:.3} ms");
+    assert!(
+        (10.0..20.0).contains(&there),
+        "client->server {there:.3} ms for --delay 10ms"
+    );
+    assert!(
+        (30.0..45.0).contains(&back),
+        "server->client {back:.3} ms for --delay-back 30ms"
+    );
+    let out = net.stop_bridge();
+    assert!(out.ok(), "{}", out.output);
+    assert_eq!(promiscuity("bx"), 0);
+    assert_eq!(promiscuity("ba") + promiscuity("bb"), 0, "left promiscuous");
+}
+
 /// Independent loss in one direction over many UDP datagrams: the measured loss lies in the binomial 99.9%
 /// interval, and the bridge counted exactly the frames it dropped.
 #[test]
@@ -417,7 +545,7 @@ fn interface_gone_ends_with_summary() {
 }
 
 /// Refusals before any I/O: an unknown interface names those that exist; without CAP_NET_RAW the one line
-/// names the capabilities.
+/// names the capabilities; a capture given to `--delay-from` is answered with the command that takes its RTTs.
 #[test]
 fn refusals_name_the_fix() {
     if !ready() || !common::have("setpriv") {
@@ -454,8 +582,32 @@ fn refusals_name_the_fix() {
         Duration::from_secs(30),
     );
     assert!(!f.ok());
-    assert!(f.output.contains("CAP_NET_RAW"), "{}", f.output);
+    assert!(
+        f.output.contains("CAP_NET_RAW") && f.output.contains("CAP_NET_ADMIN"),
+        "{}",
+        f.output
+    );
     assert_eq!(f.output.lines().count(), 1, "{}", f.output);
+    assert!(!net.promiscuous());
+    // A capture given to --delay-from: the refusal says how to take its RTTs.
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("c.pcap");
+    std::fs::write(&pcap, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]).unwrap();
+    let f = net.run(
+        Side::Bridge,
+        "bridge",
+        &procs::bin(),
+        &[
+            "proxy",
+            "--bridge",
+            "ba,bb",
+            "--delay-from",
+            pcap.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!f.ok());
+    assert!(f.output.contains("capture flows"), "{}", f.output);
     assert!(!net.promiscuous());
 }
 

@@ -1,6 +1,8 @@
 //! `capture whatif` against real runs: a real smbd (tests/common/samba.rs) and PostgreSQL, captured directly
-//! on loopback with tcpdump, predicted at 5 and 20 ms, then measured through `roundtrip proxy --rtt`; and bad
-//! captures (no TCP, one direction only, no handshake, snaplen cut) built by filtering a real one.
+//! on loopback with tcpdump, predicted at 5 and 20 ms, then measured through `roundtrip proxy --rtt`; an HTTP
+//! download predicted with the default TCP path (window growth) and measured across `roundtrip proxy --bridge`
+//! (tests/common/bridge_ns.rs), where the endpoints' own TCP meets the RTT; and bad captures (no TCP, one
+//! direction only, no handshake, snaplen cut) built by filtering a real one.
 //!
 //! Measured and today's durations are both read from captures (first to last packet of the capture on the
 //! client's side), so process start-up is in neither. Tolerances are generous (30%) because the tests run on a
@@ -111,6 +113,93 @@ fn samba_get_20mb_predicted_vs_measured_through_the_proxy() {
             "at {rtt} ms predicted {p:.3} s, measured {m:.3} s"
         );
     }
+}
+
+/// The default path (`--path tcp`: slow start, receiver window per RTT) checked against a network whose RTT
+/// the endpoints' TCP really sees: a 4 MB HTTP download (python's http.server, urllib) captured at the client
+/// across an unimpaired `proxy --bridge`, predicted at 20 ms, then run across the bridge at `--rtt 20ms`.
+#[test]
+fn http_download_predicted_with_window_growth_vs_measured_across_the_bridge() {
+    use common::bridge_ns::{BridgeNet, Side};
+    if !common::netns::available() || !common::have("tcpdump") || !common::have("python3") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(300), "whatif bridge");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f4m"), vec![7u8; 4_000_000]).unwrap();
+    let mut bn = BridgeNet::new();
+    let sip = bn.server_ip.to_string();
+    let root = dir.path().to_str().unwrap().to_string();
+    let mut web = bn.spawn(
+        Side::Server,
+        "http.server",
+        "python3",
+        &[
+            "-u",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            &sip,
+            "--directory",
+            &root,
+        ],
+    );
+    web.wait_line("Serving HTTP", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("http://{sip}:8080/f4m");
+    let get = format!(
+        "import urllib.request; assert len(urllib.request.urlopen('{url}').read()) == 4000000"
+    );
+    let download = |net: &mut BridgeNet, bridge: &[&str], name: &str| {
+        net.start_bridge(bridge);
+        let pcap = dir.path().join(name);
+        let t = Tcpdump::start_in(
+            Some(net.netns(Side::Client)),
+            &[
+                "--immediate-mode",
+                "-U",
+                "-n",
+                "-i",
+                "eth0",
+                "-w",
+                pcap.to_str().unwrap(),
+                "tcp port 8080",
+            ],
+        );
+        let f = net.run(
+            Side::Client,
+            "download",
+            "python3",
+            &["-c", &get],
+            Duration::from_secs(120),
+        );
+        t.stop();
+        assert!(f.ok(), "download: {}", f.output);
+        let b = net.stop_bridge();
+        assert!(b.ok(), "bridge: {}", b.output);
+        pcap
+    };
+    let local = download(&mut bn, &[], "local.pcap");
+    let far = download(&mut bn, &["--rtt", "20ms"], "far.pcap");
+    let prof = AppProfile::from_capture(&local, &ProfileOptions::default()).unwrap();
+    let p = predict::predict(
+        &prof,
+        &Network {
+            path: PathKind::Tcp,
+            ..net(20)
+        },
+    )
+    .predicted_s;
+    let m = captured(&far);
+    eprintln!(
+        "http 4 MB at 20 ms across the bridge: predicted {p:.3} s, measured {m:.3} s, ratio {:.2}",
+        p / m
+    );
+    assert!(
+        (p / m - 1.0).abs() < TOLERANCE,
+        "at 20 ms predicted {p:.3} s, measured {m:.3} s"
+    );
 }
 
 /// TPS from pgbench's output ("tps = 1234.5 (without initial connection time)").

@@ -127,8 +127,29 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
     };
     let samples = match &b.delay_from {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| {
+            let bytes = std::fs::read(p).map_err(|e| {
                 anyhow::anyhow!("--delay-from {}: cannot read it: {e}", p.display())
+            })?;
+            // A capture itself (pcap either byte order or resolution, pcapng): its RTTs come out of
+            // `capture flows --json`, which this option reads.
+            const CAPTURE_MAGIC: [[u8; 4]; 5] = [
+                [0xd4, 0xc3, 0xb2, 0xa1],
+                [0xa1, 0xb2, 0xc3, 0xd4],
+                [0x4d, 0x3c, 0xb2, 0xa1],
+                [0xa1, 0xb2, 0x3c, 0x4d],
+                [0x0a, 0x0d, 0x0d, 0x0a],
+            ];
+            if bytes.len() >= 4 && CAPTURE_MAGIC.iter().any(|m| bytes[..4] == m[..]) {
+                anyhow::bail!(
+                    "--delay-from {0}: a capture; give its measured RTTs instead: roundtrip capture flows {0} --json > rtts.json, then --delay-from rtts.json",
+                    p.display()
+                );
+            }
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "--delay-from {}: not text (a --json result, a --full-log CSV or one RTT per line)",
+                    p.display()
+                )
             })?;
             bridge::delay_samples(&text)
                 .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?

@@ -717,66 +717,43 @@ fn release(w: usize, tx: &PacketSocket, q: &Queue, shared: &BridgeShared) {
     delay::realtime_for_this_thread();
     let c = &shared.ways[w];
     let mut due: Vec<Entry> = Vec::with_capacity(packet::BATCH);
-    // Held from the end of a wait to the send after it, with --cpu-wake (see delay::CpusAwake).
-    let mut awake: Option<delay::CpusAwake> = None;
-    let mut waited = false;
-    let mut h = q.heap.lock().expect("bridge queue");
-    loop {
-        if shared.stopping() {
-            return;
-        }
-        let now = Instant::now();
-        match h.0.peek().map(|e| e.at) {
-            None => h = q.cv.wait_timeout(h, POLL).expect("bridge queue").0,
-            Some(at) if at <= now => {
-                while due.len() < packet::BATCH && h.0.peek().is_some_and(|e| e.at <= now) {
-                    let e = h.0.pop().expect("peeked");
-                    h.1 -= (e.data.len() - packet::VNET_HDR) as u64;
-                    due.push(e);
-                }
-                drop(h);
-                let sending = Instant::now();
-                let (sent, failed, _) = tx.send(due.iter().map(|e| &e.data[..]));
-                drop(awake.take());
-                let mut bytes = 0;
-                let mut qbytes = 0;
-                for e in &due {
-                    bytes += wire_bytes(&e.data);
-                    qbytes += (e.data.len() - packet::VNET_HDR) as u64;
-                    let late = sending.saturating_duration_since(e.at);
-                    if late > LATE_AFTER {
-                        c.late.fetch_add(1, Ordering::Relaxed);
-                    }
-                    c.max_late_ns
-                        .fetch_max(late.as_nanos() as u64, Ordering::Relaxed);
-                }
-                c.frames_out.fetch_add(sent as u64, Ordering::Relaxed);
-                c.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-                c.send_errors.fetch_add(failed as u64, Ordering::Relaxed);
-                c.queued_frames
-                    .fetch_sub(due.len() as u64, Ordering::Relaxed);
-                c.queued_bytes.fetch_sub(qbytes, Ordering::Relaxed);
-                due.clear();
-                h = q.heap.lock().expect("bridge queue");
+    // With --cpu-wake, idle CPUs are kept awake from the end of a wait to the send after it.
+    delay::release_loop(
+        &q.heap,
+        &q.cv,
+        POLL,
+        || shared.stopping(),
+        |h| h.0.peek().map(|e| e.at),
+        |mut h, now| {
+            while due.len() < packet::BATCH && h.0.peek().is_some_and(|e| e.at <= now) {
+                let e = h.0.pop().expect("peeked");
+                h.1 -= (e.data.len() - packet::VNET_HDR) as u64;
+                due.push(e);
             }
-            Some(at) if at - now > delay::wake_margin() => {
-                h =
-                    q.cv.wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
-                        .expect("bridge queue")
-                        .0;
-                waited = true;
-            }
-            Some(_) => {
-                if waited && awake.is_none() {
-                    awake = Some(delay::CpusAwake::hold());
+            drop(h);
+            let sending = Instant::now();
+            let (sent, failed, _) = tx.send(due.iter().map(|e| &e.data[..]));
+            let mut bytes = 0;
+            let mut qbytes = 0;
+            for e in &due {
+                bytes += wire_bytes(&e.data);
+                qbytes += (e.data.len() - packet::VNET_HDR) as u64;
+                let late = sending.saturating_duration_since(e.at);
+                if late > LATE_AFTER {
+                    c.late.fetch_add(1, Ordering::Relaxed);
                 }
-                waited = false;
-                drop(h);
-                std::hint::spin_loop();
-                h = q.heap.lock().expect("bridge queue");
+                c.max_late_ns
+                    .fetch_max(late.as_nanos() as u64, Ordering::Relaxed);
             }
-        }
-    }
+            c.frames_out.fetch_add(sent as u64, Ordering::Relaxed);
+            c.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+            c.send_errors.fetch_add(failed as u64, Ordering::Relaxed);
+            c.queued_frames
+                .fetch_sub(due.len() as u64, Ordering::Relaxed);
+            c.queued_bytes.fetch_sub(qbytes, Ordering::Relaxed);
+            due.clear();
+        },
+    );
 }
 
 /// Reads one-way delay samples for `--delay-from`: from a roundtrip `--json` result (every `rtt_ns` /

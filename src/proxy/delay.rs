@@ -439,6 +439,61 @@ impl LoopTimer {
     }
 }
 
+/// The release loop of a queue of timed items behind `lock` (woken through `cv` when an earlier item arrives):
+/// waits on `cv` until the [`wake_margin`] before the earliest release (`next`), spins the rest, and calls
+/// `release` with the locked queue and the current time once the earliest item is due (it takes the due items,
+/// drops the guard and sends them). When it had to wait, idle CPUs are kept awake ([`CpusAwake`]) from the end
+/// of the wait until `release` returns. Returns when `stopping` says so (checked at least every `poll`).
+/// The UDP proxy's and the bridge's release threads both run on it.
+pub fn release_loop<T>(
+    lock: &Mutex<T>,
+    cv: &std::sync::Condvar,
+    poll: Duration,
+    stopping: impl Fn() -> bool,
+    next: impl Fn(&T) -> Option<Instant>,
+    mut release: impl FnMut(std::sync::MutexGuard<'_, T>, Instant),
+) {
+    let relock = || lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut awake: Option<CpusAwake> = None;
+    let mut waited = false;
+    let mut h = relock();
+    loop {
+        if stopping() {
+            return;
+        }
+        let now = Instant::now();
+        match next(&h) {
+            None => {
+                h = cv
+                    .wait_timeout(h, poll)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            Some(at) if at <= now => {
+                release(h, now);
+                drop(awake.take());
+                h = relock();
+            }
+            Some(at) if at - now > wake_margin() => {
+                h = cv
+                    .wait_timeout(h, (at - now - wake_margin()).min(poll))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                waited = true;
+            }
+            Some(_) => {
+                if waited && awake.is_none() {
+                    awake = Some(CpusAwake::hold());
+                }
+                waited = false;
+                drop(h);
+                std::hint::spin_loop();
+                h = relock();
+            }
+        }
+    }
+}
+
 /// Sleeps until `t`: a kernel sleep until the [`wake_margin`] before it, then spinning. When it had to sleep,
 /// idle CPUs are kept awake from the end of the sleep until the returned guard is dropped (drop it right
 /// after the write that `t` was for).

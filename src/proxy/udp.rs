@@ -71,50 +71,24 @@ impl Sched {
     fn run(&self, shared: &Shared) {
         delay::precise_timers_for_this_thread();
         delay::realtime_for_this_thread();
-        let mut h = self.heap.lock().expect("udp queue");
-        // Held from the end of a wait to the send after it (see delay::CpusAwake).
-        let mut awake: Option<delay::CpusAwake> = None;
-        let mut waited = false;
-        loop {
-            if shared.stopping() {
-                return;
-            }
-            let now = Instant::now();
-            let next = h.peek().map(|e| e.at);
-            match next {
-                None => h = self.cv.wait_timeout(h, POLL).expect("udp queue").0,
-                Some(at) if at <= now => {
-                    let e = h.pop().expect("peeked");
-                    drop(h);
-                    let sent = match e.to {
-                        Some(to) => e.sock.send_to(&e.data, to),
-                        None => e.sock.send(&e.data),
-                    };
-                    drop(awake.take());
-                    if sent.is_ok() {
-                        shared.totals.datagrams_out.fetch_add(1, Ordering::Relaxed);
-                    }
-                    h = self.heap.lock().expect("udp queue");
+        delay::release_loop(
+            &self.heap,
+            &self.cv,
+            POLL,
+            || shared.stopping(),
+            |h| h.peek().map(|e| e.at),
+            |mut h, _| {
+                let e = h.pop().expect("peeked");
+                drop(h);
+                let sent = match e.to {
+                    Some(to) => e.sock.send_to(&e.data, to),
+                    None => e.sock.send(&e.data),
+                };
+                if sent.is_ok() {
+                    shared.totals.datagrams_out.fetch_add(1, Ordering::Relaxed);
                 }
-                Some(at) if at - now > delay::wake_margin() => {
-                    h = self
-                        .cv
-                        .wait_timeout(h, (at - now - delay::wake_margin()).min(POLL))
-                        .expect("udp queue")
-                        .0;
-                    waited = true;
-                }
-                Some(_) => {
-                    if waited && awake.is_none() {
-                        awake = Some(delay::CpusAwake::hold());
-                    }
-                    waited = false;
-                    drop(h);
-                    std::hint::spin_loop();
-                    h = self.heap.lock().expect("udp queue");
-                }
-            }
-        }
+            },
+        );
     }
 }
 
