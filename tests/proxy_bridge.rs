@@ -7,6 +7,8 @@ mod common;
 use common::bridge_ns::{BridgeNet, Side};
 use common::procs::{self, Proc};
 use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 const MS: f64 = 1e6;
@@ -589,7 +591,7 @@ fn refusals_name_the_fix() {
     );
     assert_eq!(f.output.lines().count(), 1, "{}", f.output);
     assert!(!net.promiscuous());
-    // A capture given to --delay-from: the refusal says how to take its RTTs.
+    // A damaged capture given to --delay-from: refused in one line naming the file.
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("c.pcap");
     std::fs::write(&pcap, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]).unwrap();
@@ -607,7 +609,12 @@ fn refusals_name_the_fix() {
         Duration::from_secs(30),
     );
     assert!(!f.ok());
-    assert!(f.output.contains("capture flows"), "{}", f.output);
+    assert!(
+        f.output.contains("--delay-from") && f.output.contains("c.pcap"),
+        "{}",
+        f.output
+    );
+    assert_eq!(f.output.trim().lines().count(), 1, "{}", f.output);
     assert!(!net.promiscuous());
 }
 
@@ -635,6 +642,29 @@ fn delay_from_replays_measured_rtts() {
     let out = net.stop_bridge();
     assert!(
         out.stdout.contains("delay replayed from 3 samples"),
+        "{}",
+        out.output
+    );
+    // A capture itself: one sample per connection whose handshake it holds, as `capture flows` counts them.
+    let cap = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/captures/redis-benchmark.pcap");
+    let flows = Command::new(procs::bin())
+        .args(["capture", "flows", cap.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(flows.status.success());
+    let flows: serde_json::Value = serde_json::from_slice(&flows.stdout).unwrap();
+    let handshakes = flows["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| !f["handshake"].is_null())
+        .count();
+    assert!(handshakes > 0);
+    net.start_bridge(&["--delay-from", cap.to_str().unwrap()]);
+    let out = net.stop_bridge();
+    assert!(
+        out.stdout
+            .contains(&format!("delay replayed from {handshakes} samples")),
         "{}",
         out.output
     );

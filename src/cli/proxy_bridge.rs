@@ -22,8 +22,9 @@ pub struct BridgeArgs {
     /// Bridge: most frame bytes waiting per direction; frames over it are dropped and counted.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES", requires = "bridge")]
     queue_limit: Option<u64>,
-    /// Bridge: replay measured delays: a roundtrip --json result (its rtt_ns values, e.g. capture flows
-    /// --json), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare numbers are ms). Each frame takes half of a random sample each way.
+    /// Bridge: replay measured delays: a capture (each connection's handshake RTT), a roundtrip --json result
+    /// (its rtt_ns values), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare
+    /// numbers are ms). Each frame takes half of a random sample each way.
     #[arg(long, value_parser = args::input_file, value_name = "FILE", requires = "bridge", conflicts_with_all = ["delay", "rtt", "delay_back"])]
     delay_from: Option<std::path::PathBuf>,
     /// Bridge: losses come in bursts of this mean length (frames), the long-run loss rate staying --loss
@@ -130,8 +131,8 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
             let bytes = std::fs::read(p).map_err(|e| {
                 anyhow::anyhow!("--delay-from {}: cannot read it: {e}", p.display())
             })?;
-            // A capture itself (pcap either byte order or resolution, pcapng): its RTTs come out of
-            // `capture flows --json`, which this option reads.
+            // A capture itself (pcap either byte order or resolution, pcapng): the handshake RTT of every
+            // connection in it whose handshake was captured (what `capture flows` reports), one sample each.
             const CAPTURE_MAGIC: [[u8; 4]; 5] = [
                 [0xd4, 0xc3, 0xb2, 0xa1],
                 [0xa1, 0xb2, 0xc3, 0xd4],
@@ -140,19 +141,36 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
                 [0x0a, 0x0d, 0x0d, 0x0a],
             ];
             if bytes.len() >= 4 && CAPTURE_MAGIC.iter().any(|m| bytes[..4] == m[..]) {
-                anyhow::bail!(
-                    "--delay-from {0}: a capture; give its measured RTTs instead: roundtrip capture flows {0} --json > rtts.json, then --delay-from rtts.json",
-                    p.display()
-                );
-            }
-            let text = String::from_utf8(bytes).map_err(|_| {
+                drop(bytes);
+                let flows = roundtrip::capture::run_flows(
+                    p,
+                    &roundtrip::capture::Filter::default(),
+                    roundtrip::capture::flows::TrackerConfig::default(),
+                    None,
+                )
+                .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?;
+                let rtts: Vec<u64> = flows
+                    .flows
+                    .iter()
+                    .filter_map(|f| f.handshake.map(|h| h.rtt_ns))
+                    .collect();
+                bridge::one_way_delays(rtts).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--delay-from {}: a capture with no TCP handshake in it ({} connections, none seen from its SYN); capture the connections' start, or give RTTs measured another way (a --json result, one RTT per line)",
+                        p.display(),
+                        flows.flows.len()
+                    )
+                })?
+            } else {
+                let text = String::from_utf8(bytes).map_err(|_| {
                 anyhow::anyhow!(
                     "--delay-from {}: not text (a --json result, a --full-log CSV or one RTT per line)",
                     p.display()
                 )
             })?;
-            bridge::delay_samples(&text)
-                .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?
+                bridge::delay_samples(&text)
+                    .map_err(|e| anyhow::anyhow!("--delay-from {}: {e}", p.display()))?
+            }
         }
         None => Vec::new(),
     };

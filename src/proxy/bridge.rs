@@ -818,19 +818,24 @@ pub fn delay_samples(text: &str) -> Result<Vec<u64>, String> {
             rtts.push(ns);
         }
     }
+    one_way_delays(rtts).ok_or_else(|| {
+        "no round-trip times in it (expected a roundtrip --json result or one RTT per line)".into()
+    })
+}
+
+/// One-way delays (half of each round trip, zeros dropped, evenly thinned to [`MAX_SAMPLES`]) from round-trip
+/// times in nanoseconds; `None` when none is left.
+pub fn one_way_delays(mut rtts: Vec<u64>) -> Option<Vec<u64>> {
     rtts.retain(|&r| r > 0);
     if rtts.is_empty() {
-        return Err(
-            "no round-trip times in it (expected a roundtrip --json result or one RTT per line)"
-                .into(),
-        );
+        return None;
     }
     if rtts.len() > MAX_SAMPLES {
         // An even thinning keeps the distribution.
         let step = rtts.len().div_ceil(MAX_SAMPLES);
         rtts = rtts.into_iter().step_by(step).collect();
     }
-    Ok(rtts.into_iter().map(|r| r / 2).collect())
+    Some(rtts.into_iter().map(|r| r / 2).collect())
 }
 
 /// The jitter distributions, for callers that print them.
