@@ -30,6 +30,7 @@ use crate::capture::Filter;
 use crate::capture::Packets;
 use crate::capture::bpf;
 use crate::capture::live::{self, LiveCapture, LiveConfig};
+pub use crate::capture::rpc::driver::Oriented;
 use crate::capture::rpc::driver::ProtoChoice;
 use crate::capture::rpc::{Driver, Proto};
 use std::collections::{HashMap, VecDeque};
@@ -105,6 +106,14 @@ impl WatchSpec {
             labels: Vec::new(),
             client_label: false,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The decoders' protocol choice: forced when one protocol is asked for, else by port and content.
+    pub fn choice(&self) -> ProtoChoice {
+        match &self.protocols {
+            Protocols::Only(v) if v.len() == 1 => ProtoChoice::Force(v[0]),
+            _ => ProtoChoice::Auto,
         }
     }
 }
@@ -257,16 +266,6 @@ impl ServerStats {
     }
 }
 
-/// How a connection's client and server sides were told apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Orientation {
-    /// The SYN's sender is the client.
-    Handshake,
-    /// Opened before watching started: the side on the protocol's service port is the server (else the lower
-    /// port).
-    Port,
-}
-
 /// The health of one watcher.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Health {
@@ -284,8 +283,9 @@ pub struct Health {
     pub connections: u64,
     /// Connections dropped at the cap.
     pub evictions: u64,
-    /// Connections seen, by how they were oriented: handshake, port.
-    pub oriented: [u64; 2],
+    /// Connections seen, by how they were oriented, in the order of [`Oriented::ALL`] (handshake, protocol,
+    /// port).
+    pub oriented: [u64; 3],
     /// CPU time of the watcher's thread, seconds.
     pub cpu_s: f64,
     /// Failed attempts to open or read the interface.
@@ -603,10 +603,7 @@ fn run(idx: usize, spec: WatchSpec, shared: &Arc<Shared>, stop: &Arc<AtomicBool>
         }
         sink.set_counters(Some(cap.counters()));
         let pk = Packets::live(cap, spec.filter.as_ref().map(|e| e.text()));
-        let mut driver = Driver::new(match &spec.protocols {
-            Protocols::Only(v) if v.len() == 1 => ProtoChoice::Force(v[0]),
-            _ => ProtoChoice::Auto,
-        });
+        let mut driver = Driver::new(spec.choice());
         driver.set_max_connections(spec.max_connections);
         let (info, _) =
             crate::capture::rpc::run::feed_on(pk, &Filter::default(), driver, &mut sink);
