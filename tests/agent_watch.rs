@@ -695,12 +695,12 @@ fn a_connection_open_before_watching_gets_network_rtt() {
         },
     )
     .unwrap();
-    // Seen without its handshake: oriented by port, none by handshake.
+    // Seen without its handshake: oriented by its first payload (a RESP command array), none by handshake.
     assert_eq!(
         value(
             &m,
             "roundtrip_watch_connections_total",
-            &[("oriented_by", "port")]
+            &[("oriented_by", "protocol")]
         ),
         Some(1.0),
         "{m}"
@@ -718,6 +718,88 @@ fn a_connection_open_before_watching_gets_network_rtt() {
     s.write_all(format!("*2\r\n$3\r\nDEL\r\n${}\r\n{key}\r\n", key.len()).as_bytes())
         .unwrap();
     let _ = s.read(&mut buf).unwrap();
+}
+
+/// A connection open before watching, to a Redis (behind a proxy) on a port no rule knows, from a client on a
+/// LOWER port: the port rule would take the client for the server. The protocol's own direction (a RESP command
+/// array from the client, a reply from the server) orients it: the requests are counted against the real
+/// server, and `oriented_by="protocol"` says how. The two ports are taken from the OS together, the higher one
+/// for the server.
+#[test]
+fn a_connection_open_before_watching_is_oriented_by_its_protocol() {
+    use std::io::{Read, Write};
+    if !ready() || !common::service_up(6379, "redis") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(300), "agent_watch protocol orientation");
+    let (lo, hi) = {
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (x, y) = (
+            a.local_addr().unwrap().port(),
+            b.local_addr().unwrap().port(),
+        );
+        (x.min(y), x.max(y))
+    };
+    assert!(!roundtrip::capture::rpc::detect::is_service_port(hi));
+    let mut kids = Kids::default();
+    let port = kids.proxy_at(hi, 6379, &[]);
+    assert_eq!(port, hi);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_reuse_address(true).unwrap();
+    let client: SocketAddr = ([127, 0, 0, 1], lo).into();
+    sock.bind(&client.into()).unwrap();
+    sock.connect(&SocketAddr::from(([127, 0, 0, 1], hi)).into())
+        .unwrap();
+    let mut s: std::net::TcpStream = sock.into();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    s.write_all(b"PING\r\n").unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+    // Watching starts now: the handshake is in the past.
+    let (_agent, addr) = agent(hi, &[]);
+    let server = format!("127.0.0.1:{hi}");
+    let mut gets = 0;
+    let m = wait_for("the GETs of the open connection", WAIT, |last| {
+        s.write_all(b"*2\r\n$3\r\nGET\r\n$20\r\nroundtrip_watch2_nil\r\n")
+            .unwrap();
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"$-1\r\n");
+        gets += 1;
+        let m = metrics(addr);
+        let got = value(
+            &m,
+            "roundtrip_requests_total",
+            &[("server", &server), ("proto", "redis"), ("op", "GET")],
+        )
+        .unwrap_or(0.0);
+        *last = format!("{gets} GETs, {got} counted");
+        (got >= 1.0).then_some(m)
+    })
+    .unwrap();
+    let how = |k: &str| {
+        value(
+            &m,
+            "roundtrip_watch_connections_total",
+            &[("oriented_by", k)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(
+        (how("handshake"), how("protocol"), how("port")),
+        (0.0, 1.0, 0.0),
+        "{m}"
+    );
+    // Nothing is counted against the client's port as if it served.
+    assert!(!m.contains(&format!("server=\"127.0.0.1:{lo}\"")), "{m}");
+    let api = http_get(None, addr, "/api/results", WAIT).unwrap().1;
+    let v: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(
+        v["watch"]["interfaces"][0]["oriented_by_protocol"],
+        serde_json::json!(1),
+        "{api}"
+    );
 }
 
 /// A real Prometheus scrapes the watching agent, and `histogram_quantile` over the request durations of one

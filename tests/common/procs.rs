@@ -85,8 +85,18 @@ impl Kids {
 
     /// Starts `roundtrip proxy --listen 127.0.0.1:0 --upstream 127.0.0.1:PORT EXTRA...`; returns its port.
     pub fn proxy(&mut self, upstream: u16, extra: &[&str]) -> u16 {
+        self.proxy_at(0, upstream, extra)
+    }
+
+    /// [`Kids::proxy`] listening on port `listen` (0: one from the OS); returns its port.
+    pub fn proxy_at(&mut self, listen: u16, upstream: u16, extra: &[&str]) -> u16 {
         let mut c = Command::new(bin())
-            .args(["proxy", "--listen", "127.0.0.1:0", "--upstream"])
+            .args([
+                "proxy",
+                "--listen",
+                &format!("127.0.0.1:{listen}"),
+                "--upstream",
+            ])
             .arg(format!("127.0.0.1:{upstream}"))
             .args(extra)
             .stdout(Stdio::piped())

@@ -13,7 +13,7 @@
 //! - else `server`;
 //! - no handshake seen yet: `server`'s share is unknown and the verdict is `unknown network`.
 
-use super::{BUCKETS, Health, Hist, ServerTotals, Shared};
+use super::{BUCKETS, Health, Hist, Oriented, ServerTotals, Shared};
 use crate::agent::metrics::{Format, fmt_float};
 use serde::Serialize;
 use std::fmt::Write;
@@ -236,11 +236,11 @@ pub fn append_metrics(body: &mut String, shared: &Shared, source: &str, format: 
         out,
         "roundtrip_watch_connections_total",
         "counter",
-        "Connections seen, by how client and server were told apart (handshake, or port when it was open before).",
+        "Connections seen, by how client and server were told apart (handshake; when open before: protocol, else port).",
         format,
     );
     for h in &st.health {
-        for (i, how) in ["handshake", "port"].iter().enumerate() {
+        for (i, how) in Oriented::ALL.iter().map(|o| o.name()).enumerate() {
             let mut l = String::new();
             label(&mut l, "source", source);
             label(&mut l, "interface", &h.interface);
@@ -433,7 +433,8 @@ pub fn json(shared: &Shared) -> serde_json::Value {
                 "connections": h.connections,
                 "evictions": h.evictions,
                 "oriented_by_handshake": h.oriented[0],
-                "oriented_by_port": h.oriented[1],
+                "oriented_by_protocol": h.oriented[1],
+                "oriented_by_port": h.oriented[2],
                 "cpu_s": h.cpu_s,
                 "failures": h.failures,
                 "last_error": h.last_error,

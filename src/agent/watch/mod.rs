@@ -30,6 +30,7 @@ use crate::capture::Filter;
 use crate::capture::Packets;
 use crate::capture::bpf;
 use crate::capture::live::{self, LiveCapture, LiveConfig};
+pub use crate::capture::rpc::driver::Oriented;
 use crate::capture::rpc::driver::ProtoChoice;
 use crate::capture::rpc::{Driver, Proto};
 use std::collections::{HashMap, VecDeque};
@@ -61,8 +62,10 @@ pub const SERVER_SERIES: usize = HIST_SERIES + 1;
 /// Default cap of tracked connections per watched interface.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
 /// Approximate bytes the decoders keep per connection (the driver's entry, its two half-streams and a
-/// protocol matcher with an empty queue).
-pub const DECODER_CONN_BYTES: usize = 600;
+/// protocol matcher with an empty queue, hash-table slack included): measured with `PARTS=2
+/// bench/agent_watch.sh`, 1,208 bytes per connection in all at 10,000, less the watcher's own
+/// [`track::CONN_BYTES`].
+pub const DECODER_CONN_BYTES: usize = 1000;
 /// Time between two attempts to open an interface that is gone or refused.
 pub const RETRY: Duration = Duration::from_secs(5);
 /// A window snapshot is taken this often (the recent figures of `/api/results` are differences of them).
@@ -105,6 +108,14 @@ impl WatchSpec {
             labels: Vec::new(),
             client_label: false,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The decoders' protocol choice: forced when one protocol is asked for, else by port and content.
+    pub fn choice(&self) -> ProtoChoice {
+        match &self.protocols {
+            Protocols::Only(v) if v.len() == 1 => ProtoChoice::Force(v[0]),
+            _ => ProtoChoice::Auto,
         }
     }
 }
@@ -257,16 +268,6 @@ impl ServerStats {
     }
 }
 
-/// How a connection's client and server sides were told apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Orientation {
-    /// The SYN's sender is the client.
-    Handshake,
-    /// Opened before watching started: the side on the protocol's service port is the server (else the lower
-    /// port).
-    Port,
-}
-
 /// The health of one watcher.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Health {
@@ -284,8 +285,9 @@ pub struct Health {
     pub connections: u64,
     /// Connections dropped at the cap.
     pub evictions: u64,
-    /// Connections seen, by how they were oriented: handshake, port.
-    pub oriented: [u64; 2],
+    /// Connections seen, by how they were oriented, in the order of [`Oriented::ALL`] (handshake, protocol,
+    /// port).
+    pub oriented: [u64; 3],
     /// CPU time of the watcher's thread, seconds.
     pub cpu_s: f64,
     /// Failed attempts to open or read the interface.
@@ -603,10 +605,7 @@ fn run(idx: usize, spec: WatchSpec, shared: &Arc<Shared>, stop: &Arc<AtomicBool>
         }
         sink.set_counters(Some(cap.counters()));
         let pk = Packets::live(cap, spec.filter.as_ref().map(|e| e.text()));
-        let mut driver = Driver::new(match &spec.protocols {
-            Protocols::Only(v) if v.len() == 1 => ProtoChoice::Force(v[0]),
-            _ => ProtoChoice::Auto,
-        });
+        let mut driver = Driver::new(spec.choice());
         driver.set_max_connections(spec.max_connections);
         let (info, _) =
             crate::capture::rpc::run::feed_on(pk, &Filter::default(), driver, &mut sink);

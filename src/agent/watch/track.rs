@@ -1,10 +1,13 @@
 //! The watcher's sink: connection tracking for the network figures (handshake RTT, retransmissions, response
 //! bytes, the client's time between requests) and the recording of every answered request.
 //!
-//! Orientation: a connection whose SYN is seen has the SYN's sender as its client. A connection already open
-//! when watching started is oriented by port, as the decoders do: the side on a service port the decoders
-//! know (5432, 3306, 6379, 2049, 80, ...) is the server, else the lower port; `roundtrip_watch_connections_total
-//! {oriented_by="port"}` counts them. Request durations use the decoders' roles.
+//! Orientation ([`driver::orient`], the decoders' own rule, so both agree): a connection whose SYN is seen has
+//! the SYN's sender as its client. A connection already open when watching started is oriented by the
+//! protocol's own direction of its first payload where the framing tells (a PostgreSQL frontend or backend
+//! message, a MySQL command or reply, a RESP command array or reply, an HTTP request or status line, an
+//! ONC-RPC call or reply, a DNS query or response), else by port: the side on a service port the decoders
+//! know (5432, 3306, 6379, 2049, 80, ...) is the server, else the lower port.
+//! `roundtrip_watch_connections_total{oriented_by="handshake"|"protocol"|"port"}` counts them.
 //!
 //! Network RTT samples come from the handshake (SYN to the client's ACK) and, for every connection, from ACK
 //! timing the way `capture flows` takes it (the newest first-sent segment an advancing ACK covers, none after
@@ -17,12 +20,12 @@
 //! next request) give none either. One segment waits per connection (the newest), so the memory per
 //! connection stays fixed.
 
-use super::{Health, OpKey, Orientation, Protocols, ServerKey, Shared, WatchSpec, ops};
+use super::{Health, OpKey, Protocols, ServerKey, Shared, WatchSpec, ops};
 use crate::capture::flows::sequence::seq_le;
 use crate::capture::live::LiveCounters;
 use crate::capture::read::Packet;
-use crate::capture::rpc::driver::{ConnInfo, L4, Segment, Sink, flags};
-use crate::capture::rpc::{Anomaly, FxHashMap, Status, Transaction, detect};
+use crate::capture::rpc::driver::{self, ConnInfo, L4, ProtoChoice, Segment, Sink, flags};
+use crate::capture::rpc::{Anomaly, FxHashMap, Status, Transaction};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,6 +76,7 @@ pub struct Tracker {
     idx: usize,
     labels: Arc<[(String, String)]>,
     protocols: Protocols,
+    choice: ProtoChoice,
     client_label: bool,
     max: usize,
     conns: FxHashMap<Key, Conn>,
@@ -82,7 +86,7 @@ pub struct Tracker {
     base: (u64, u64),
     packets: u64,
     evictions: u64,
-    oriented: [u64; 2],
+    oriented: [u64; 3],
     ifindex: u32,
     /// Samples waiting for the next publication: (server, rtt) and (server, retransmissions).
     rtts: Vec<(SocketAddr, Duration)>,
@@ -102,6 +106,7 @@ impl Tracker {
             idx,
             labels,
             protocols: spec.protocols.clone(),
+            choice: spec.choice(),
             client_label: spec.client_label,
             max: spec.max_connections.max(1),
             conns: FxHashMap::default(),
@@ -110,7 +115,7 @@ impl Tracker {
             base: (0, 0),
             packets: 0,
             evictions: 0,
-            oriented: [0; 2],
+            oriented: [0; 3],
             ifindex: 0,
             rtts: Vec::new(),
             retrans: Vec::new(),
@@ -206,21 +211,6 @@ fn thread_cpu_seconds() -> Option<f64> {
     (r == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
-/// The server of a connection first seen without its SYN: the side on a known service port, else the lower
-/// port (the decoders' rule).
-fn server_by_port(src: SocketAddr, dst: SocketAddr) -> SocketAddr {
-    let (sd, ss) = (
-        detect::is_service_port(dst.port()),
-        detect::is_service_port(src.port()),
-    );
-    match (sd, ss) {
-        (true, false) => dst,
-        (false, true) => src,
-        _ if src.port() >= dst.port() => dst,
-        _ => src,
-    }
-}
-
 impl Sink for Tracker {
     fn transaction(&mut self, conn: &ConnInfo, t: Transaction) {
         if !self.wanted(conn.proto) {
@@ -301,14 +291,9 @@ impl Sink for Tracker {
             if self.conns.len() >= self.max {
                 self.evict();
             }
-            let (server, how) = if syn && !ack {
-                (seg.dst, Orientation::Handshake)
-            } else if syn {
-                (seg.src, Orientation::Handshake)
-            } else {
-                (server_by_port(seg.src, seg.dst), Orientation::Port)
-            };
-            self.oriented[how as usize] += 1;
+            let o = driver::orient(seg, self.choice);
+            let server = o.server;
+            self.oriented[o.how as usize] += 1;
             self.conns.insert(
                 k,
                 Conn {

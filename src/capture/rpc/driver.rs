@@ -192,6 +192,109 @@ fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool)
     )
 }
 
+/// How a connection's client and server were told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Oriented {
+    /// The handshake was seen: the SYN's sender is the client.
+    Handshake,
+    /// Caught mid-stream: the first payload is, by the protocol's own framing, a request or a response
+    /// ([`detect::direction`]).
+    Protocol,
+    /// Caught mid-stream and the payload does not say: the side on a service port (the protocol's, else any
+    /// known one) is the server, else the lower port.
+    Port,
+}
+
+impl Oriented {
+    /// Every way, in the order of [`Oriented::name`]'s indices.
+    pub const ALL: [Oriented; 3] = [Oriented::Handshake, Oriented::Protocol, Oriented::Port];
+
+    /// The name used in metrics and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Oriented::Handshake => "handshake",
+            Oriented::Protocol => "protocol",
+            Oriented::Port => "port",
+        }
+    }
+}
+
+/// The two ends of a connection, and how they were told apart ([`orient`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Orientation {
+    /// The side that sends requests.
+    pub client: SocketAddr,
+    /// The side that answers.
+    pub server: SocketAddr,
+    /// How.
+    pub how: Oriented,
+    /// The protocol whose framing told ([`Oriented::Protocol`]).
+    pub proto: Option<Proto>,
+}
+
+/// The client and the server of a connection first seen in segment `s`, and how they were told apart: a SYN's
+/// sender is the client (a SYN+ACK's the server); else the protocol's own direction of the payload (the
+/// protocol forced by `choice`, else those of the two ports, else any); else by port. [`Driver`] orients its
+/// connections so; a sink that tracks connections itself calls it to agree with the decoders.
+pub fn orient(s: &Segment<'_>, choice: ProtoChoice) -> Orientation {
+    let udp = matches!(s.l4, L4::Udp);
+    let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
+    let o = |client_is_src: bool, how: Oriented, proto: Option<Proto>| {
+        let (client, server) = if client_is_src {
+            (s.src, s.dst)
+        } else {
+            (s.dst, s.src)
+        };
+        Orientation {
+            client,
+            server,
+            how,
+            proto,
+        }
+    };
+    if let L4::Tcp { flags: f, .. } = s.l4
+        && f & flags::SYN != 0
+    {
+        return o(f & flags::ACK == 0, Oriented::Handshake, None);
+    }
+    let (sp, dp) = (s.src.port(), s.dst.port());
+    if !s.payload.is_empty() {
+        let (by_d, by_s) = (detect::by_port(dp, carrier), detect::by_port(sp, carrier));
+        let mut h = [Proto::Generic; 2];
+        let n = match (choice, by_d, by_s) {
+            (ProtoChoice::Force(p), _, _) => {
+                h[0] = p;
+                1
+            }
+            (ProtoChoice::Auto, Some(a), Some(b)) if a != b => {
+                h = [a, b];
+                2
+            }
+            (ProtoChoice::Auto, Some(a), _) | (ProtoChoice::Auto, None, Some(a)) => {
+                h[0] = a;
+                1
+            }
+            (ProtoChoice::Auto, None, None) => 0,
+        };
+        if let Some((d, p)) = detect::direction(s.payload, carrier, &h[..n]) {
+            return o(d == Dir::Request, Oriented::Protocol, Some(p));
+        }
+    }
+    let src_is_client = match (detect::by_port(dp, carrier), detect::by_port(sp, carrier)) {
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        _ => {
+            if detect::is_service_port(dp) != detect::is_service_port(sp) {
+                detect::is_service_port(dp)
+            } else {
+                sp >= dp
+            }
+        }
+    };
+    o(src_is_client, Oriented::Port, None)
+}
+
 /// Counters of what the driver saw.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct DriverCounts {
@@ -346,7 +449,7 @@ impl Driver {
                 if self.conns.len() >= self.max_conns {
                     self.evict_oldest(s.ts, sink);
                 }
-                let Some(c) = self.new_conn(s, src_is_a, syn_only, udp) else {
+                let Some(c) = self.new_conn(s, src_is_a, udp) else {
                     return;
                 };
                 self.conns.entry(k).insert_entry(c).into_mut()
@@ -537,47 +640,14 @@ impl Driver {
         }
     }
 
-    fn new_conn(
-        &mut self,
-        s: &Segment<'_>,
-        src_is_a: bool,
-        syn_only: bool,
-        udp: bool,
-    ) -> Option<Conn> {
+    fn new_conn(&mut self, s: &Segment<'_>, src_is_a: bool, udp: bool) -> Option<Conn> {
         let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
-        let sp = s.src.port();
-        let dp = s.dst.port();
-        // Who is the client: the SYN's sender; else the side not on a service port; else the higher port.
-        let src_is_client = if syn_only {
-            true
-        } else if let L4::Tcp { flags: f, .. } = s.l4
-            && f & flags::SYN != 0
-        {
-            false // SYN+ACK comes from the server
-        } else {
-            match (
-                self.forced_or_port(dp, carrier),
-                self.forced_or_port(sp, carrier),
-            ) {
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                _ => {
-                    if detect::is_service_port(dp) != detect::is_service_port(sp) {
-                        detect::is_service_port(dp)
-                    } else {
-                        sp >= dp
-                    }
-                }
-            }
-        };
-        let (client, server) = if src_is_client {
-            (s.src, s.dst)
-        } else {
-            (s.dst, s.src)
-        };
+        let or = orient(s, self.choice);
+        let (client, server) = (or.client, or.server);
+        let src_is_client = client == s.src;
         let (proto, decided) = match self.choice {
             ProtoChoice::Force(p) => (p, true),
-            ProtoChoice::Auto => match detect::by_port(server.port(), carrier) {
+            ProtoChoice::Auto => match detect::by_port(server.port(), carrier).or(or.proto) {
                 Some(p) => (p, true),
                 None => (Proto::Generic, false),
             },
@@ -608,10 +678,6 @@ impl Driver {
             closed: false,
             decided,
         })
-    }
-
-    fn forced_or_port(&self, port: u16, carrier: Carrier) -> Option<Proto> {
-        detect::by_port(port, carrier)
     }
 
     fn close(&mut self, c: &mut Conn, ts: Duration, sink: &mut dyn Sink) {
@@ -727,5 +793,60 @@ mod cap_tests {
         }
         assert_eq!(d.counts().connections, 5000);
         assert!(d.counts().evicted_connections >= 4900);
+    }
+
+    #[derive(Default)]
+    struct Keep(Vec<(ConnInfo, Transaction)>);
+    impl Sink for Keep {
+        fn transaction(&mut self, c: &ConnInfo, t: Transaction) {
+            self.0.push((c.clone(), t));
+        }
+        fn anomaly(&mut self, _: &ConnInfo, _: Anomaly) {}
+    }
+
+    /// A Redis connection caught mid-stream on a port no rule knows, its client on the lower port: the port
+    /// rule would make the client the server; the RESP framing orients it, and the GET is decoded.
+    #[test]
+    fn a_connection_caught_mid_stream_is_oriented_by_its_protocol() {
+        let client: SocketAddr = "127.0.0.1:30000".parse().unwrap();
+        let server: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let seg = |ts: u64, src, dst, seq, payload: &'static [u8]| Segment {
+            ts: Duration::from_micros(ts),
+            src,
+            dst,
+            l4: L4::Tcp {
+                seq,
+                ack: 1,
+                flags: flags::ACK,
+            },
+            payload,
+            wire_len: payload.len() as u32,
+        };
+        let req = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let o = orient(&seg(0, client, server, 100, req), ProtoChoice::Auto);
+        assert_eq!((o.client, o.server), (client, server));
+        assert_eq!((o.how, o.proto), (Oriented::Protocol, Some(Proto::Redis)));
+        // The reply seen first orients it as well.
+        let o = orient(&seg(0, server, client, 5, b"$-1\r\n"), ProtoChoice::Auto);
+        assert_eq!(
+            (o.client, o.server, o.how),
+            (client, server, Oriented::Protocol)
+        );
+        // Payload that says nothing: by port, the lower one serving.
+        let o = orient(&seg(0, client, server, 100, b"hello"), ProtoChoice::Auto);
+        assert_eq!((o.server, o.how), (client, Oriented::Port));
+        let mut d = Driver::new(ProtoChoice::Auto);
+        let mut sink = Keep::default();
+        d.segment(&seg(10, client, server, 100, req), &mut sink);
+        d.segment(&seg(60, server, client, 5, b"$-1\r\n"), &mut sink);
+        d.finish(&mut sink);
+        assert_eq!(sink.0.len(), 1);
+        let (c, t) = &sink.0[0];
+        assert_eq!(
+            (c.client, c.server, c.proto),
+            (client, server, Proto::Redis)
+        );
+        assert_eq!(&*t.op, "GET");
+        assert_eq!(t.first_byte(), Duration::from_micros(50));
     }
 }
