@@ -244,10 +244,6 @@ impl Dir {
 struct Relay {
     conn: Arc<Conn>,
     dirs: [Dir; 2],
-    /// Per direction: its source may have bytes (or an end) to read. Set by a readable event, cleared when
-    /// a read finds nothing (the sockets are edge-triggered), so a quiet direction is not read on every
-    /// turn of the busy one.
-    readable: [bool; 2],
     /// The earliest time this relay is in the heap for.
     timer: Option<Instant>,
 }
@@ -411,9 +407,6 @@ impl Relay {
             if f == RESET || f == STALLED {
                 return DirTurn::Wait;
             }
-            if !self.readable[idx(way)] {
-                return DirTurn::Wait;
-            }
             let d = &mut self.dirs[idx(way)];
             if d.eof {
                 return DirTurn::Wait;
@@ -458,9 +451,6 @@ impl Relay {
             // Data that waited in the socket buffer for a full window entered the emulated path only when
             // the window opened; otherwise its kernel arrival stamp counts.
             let window_open = std::mem::take(&mut d.window_was_full).then(Instant::now);
-            // splice(2) also finds nothing to do when the pipe has no free slot (slots, not bytes: a
-            // part-filled pipe may have none): only a read into an empty pipe says the socket is drained.
-            let drains = !use_splice || d.piped == 0;
             let read = if use_splice {
                 let p = d.pipe.as_ref().expect("pipe");
                 splice(src.as_raw_fd(), p.w.as_raw_fd(), reserved).map(|n| (n, Instant::now()))
@@ -482,10 +472,7 @@ impl Relay {
                     }
                     match e.kind() {
                         io::ErrorKind::Interrupted => continue,
-                        io::ErrorKind::WouldBlock => {
-                            self.readable[idx(way)] &= !drains;
-                            return DirTurn::Wait;
-                        }
+                        io::ErrorKind::WouldBlock => return DirTurn::Wait,
                         io::ErrorKind::ConnectionReset if conn.fault() == super::tcp::OPEN => {
                             conn.reset(); // pass the peer's RST on
                         }
@@ -717,16 +704,7 @@ impl Loop {
                 match e.token() {
                     WAKER => newcomers = true,
                     TIMER => self.timer.fired(),
-                    t => {
-                        let slot = t.0 / 2;
-                        // The client's socket is the source going up, the server's going down.
-                        if (e.is_readable() || e.is_read_closed() || e.is_error())
-                            && let Some(Some(r)) = self.relays.get_mut(slot)
-                        {
-                            r.readable[t.0 % 2] = true;
-                        }
-                        touched.push(slot);
-                    }
+                    t => touched.push(t.0 / 2),
                 }
             }
             if newcomers {
@@ -781,7 +759,6 @@ impl Loop {
             self.relays[slot] = Some(Relay {
                 conn: conn.clone(),
                 dirs: [Dir::new(), Dir::new()],
-                readable: [true, true],
                 timer: None,
             });
             if ok {
