@@ -3,7 +3,8 @@
 # than), and the accuracy of 20 ms each way.
 #
 #   RTT:        roundtrip ping (TCP, 64 B) median and p99, direct / via roundtrip proxy / via socat
-#   throughput: iperf3 (one TCP stream), direct / via roundtrip proxy / via socat
+#   throughput: iperf3 (one TCP stream), direct / via roundtrip proxy / via socat / via HAProxy when installed
+#               (mode tcp, splice both ways: the zero-copy relay to match)
 #   accuracy:   roundtrip ping through `roundtrip proxy --delay 20ms` (both directions): median and p99
 #
 #   idle CPUs:  the same with --cpu-wake (the wake-up of halted CPUs hidden; root)
@@ -50,6 +51,27 @@ DN_S=$(free_port)
 PING_PEERS="direct:$S roundtrip:$P_S socat:$X_S"
 IPERF_PEERS="direct:$I roundtrip:$P_I socat:$X_I"
 DELAY_PEERS="delay20:$D_S delay20-cpu-wake:$DN_S"
+if command -v haproxy >/dev/null; then
+    H_I=$(free_port)
+    cat > "$WORK/haproxy.cfg" <<EOF
+global
+    nbthread $(nproc)
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option splice-request
+    option splice-response
+frontend f
+    bind 127.0.0.1:$H_I
+    default_backend b
+backend b
+    server s 127.0.0.1:$I
+EOF
+    haproxy -f "$WORK/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!)
+    IPERF_PEERS="$IPERF_PEERS haproxy:$H_I"
+fi
 if [ -n "${BASELINE:-}" ]; then
     B_S=$(free_port); B_I=$(free_port); B_D=$(free_port)
     "$BASELINE" proxy --listen 127.0.0.1:"$B_S" --upstream 127.0.0.1:"$S" >/dev/null 2>&1 & PIDS+=($!)
