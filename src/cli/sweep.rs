@@ -4,6 +4,7 @@ use super::args;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
+use roundtrip::doc::load::LoadSettings;
 use roundtrip::probe::load::{LoadConfig, LoadResult};
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::sweep::{self, Observer, SweepConfig};
@@ -139,7 +140,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     // The cell Ctrl-C cut before it sent a measured message is no measurement: no row of zeros for it.
     result.cells.retain(|c| !(c.cancelled && c.sent == 0));
     let doc = || {
-        let settings = traffic::LoadSettings {
+        let settings = LoadSettings {
             target: a.target.clone(),
             address: addr.to_string(),
             transport,

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod connect;
 pub mod icmp;
 pub mod kind;
+pub mod load;
 pub mod ping;
 pub mod ser;
 

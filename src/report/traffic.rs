@@ -4,6 +4,7 @@
 
 use super::json::{Environment, FORMAT, FORMAT_VERSION};
 use super::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use crate::doc::load::{LoadSettings, LoadSummary, load_summary};
 use crate::probe::load::LoadResult;
 use crate::probe::ping::{PeerKind, Transport};
 use crate::probe::sweep::SweepResult;
@@ -320,138 +321,6 @@ pub fn throughput_error(r: &ThroughputResult) -> Option<String> {
 }
 
 // ---------------------------------------------------------------- load
-
-/// Counts and statistics of one load run (also one sweep cell).
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadSummary {
-    /// Message size, bytes.
-    pub size_bytes: usize,
-    /// Offered rate, messages per second.
-    pub rate_per_s: f64,
-    /// Messages the schedule called for in the measuring window.
-    pub scheduled: u64,
-    /// Messages sent in the measuring window.
-    pub sent: u64,
-    /// Messages per second actually sent.
-    pub achieved_rate_per_s: f64,
-    /// True when every scheduled message went out within the window.
-    pub rate_held: bool,
-    /// Answers requested (`seq % reply_every == 0`).
-    pub requested: u64,
-    /// Answers received.
-    pub answered: u64,
-    /// Requested answers that never came.
-    pub unanswered: u64,
-    /// Length of the measuring window as run.
-    pub elapsed_s: f64,
-    /// RTT from the scheduled send time (coordinated-omission corrected).
-    pub latency_from_scheduled: Summary,
-    /// RTT from the actual send time (what sockperf reports).
-    pub latency_from_sent: Summary,
-    /// How late messages left compared to their schedule.
-    pub schedule_lag: Summary,
-    /// Why the run ended early, if it did.
-    pub error: Option<String>,
-}
-
-/// The summary of a load result.
-pub fn load_summary(r: &LoadResult) -> LoadSummary {
-    LoadSummary {
-        size_bytes: r.size,
-        rate_per_s: r.rate,
-        scheduled: r.scheduled,
-        sent: r.sent,
-        achieved_rate_per_s: r.achieved_rate(),
-        rate_held: r.rate_held(),
-        requested: r.requested,
-        answered: r.answered,
-        unanswered: r.unanswered(),
-        elapsed_s: r.elapsed.as_secs_f64(),
-        latency_from_scheduled: r.latency_scheduled.summary(),
-        latency_from_sent: r.latency_sent.summary(),
-        schedule_lag: r.lag.summary(),
-        error: r.error.as_ref().map(|e| e.to_string()),
-    }
-}
-
-/// Settings of a load run or sweep, as recorded in its document.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadSettings {
-    /// Target as the user gave it.
-    pub target: String,
-    /// Resolved address.
-    pub address: String,
-    /// "tcp" or "udp".
-    pub transport: Transport,
-    /// One answer per this many messages.
-    pub reply_every: u64,
-    /// Measuring time (per cell for a sweep).
-    pub duration_s: f64,
-    /// Warm-up time (per cell for a sweep).
-    pub warmup_s: f64,
-}
-
-/// The document `roundtrip load --json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadDoc {
-    /// Always [`FORMAT`].
-    pub format: &'static str,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// "load".
-    pub kind: &'static str,
-    /// Where it ran.
-    pub environment: Environment,
-    /// Start of the measuring window, Unix seconds.
-    pub started_unix_s: f64,
-    /// Settings.
-    pub settings: LoadSettings,
-    /// Who answered.
-    pub peer: PeerKind,
-    /// The summary.
-    pub summary: LoadSummary,
-    /// Histogram of the latency from the scheduled send time, 20 buckets per decade.
-    pub histogram_from_scheduled: Vec<crate::stats::Bucket>,
-    /// Percentile curve of the latency from the scheduled send time.
-    pub percentiles_from_scheduled: Vec<crate::stats::PercentilePoint>,
-    /// Percentile curve of the latency from the actual send time.
-    pub percentiles_from_sent: Vec<crate::stats::PercentilePoint>,
-    /// True when interrupted (Ctrl-C).
-    pub cancelled: bool,
-    /// How far it got when interrupted (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<super::json::Interrupted>,
-}
-
-impl LoadDoc {
-    /// Builds the document of a load result.
-    pub fn new(target: &str, r: &LoadResult, duration: Duration, warmup: Duration) -> Self {
-        LoadDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: crate::doc::kind::LOAD,
-            environment: Environment::current(),
-            started_unix_s: unix_s(r.started),
-            settings: LoadSettings {
-                target: target.to_string(),
-                address: r.addr.to_string(),
-                transport: r.transport,
-                reply_every: r.reply_every,
-                duration_s: duration.as_secs_f64(),
-                warmup_s: warmup.as_secs_f64(),
-            },
-            peer: r.peer,
-            summary: load_summary(r),
-            histogram_from_scheduled: r.latency_scheduled.buckets(20),
-            percentiles_from_scheduled: r.latency_scheduled.percentile_curve(),
-            percentiles_from_sent: r.latency_sent.percentile_curve(),
-            cancelled: r.cancelled,
-            interrupted: r
-                .cancelled
-                .then(|| super::json::Interrupted::duration(r.elapsed, duration)),
-        }
-    }
-}
 
 /// The heading printed before a load run.
 pub fn load_heading(
