@@ -10,6 +10,7 @@ pub mod kind;
 pub mod load;
 pub mod ping;
 pub mod ser;
+pub mod sweep;
 
 use crate::probe::ping::Stop;
 use serde::{Deserialize, Serialize};

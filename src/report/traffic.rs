@@ -4,7 +4,6 @@
 
 use super::json::{Environment, FORMAT, FORMAT_VERSION};
 use super::text::{SUMMARY_COLUMNS, Table, summary_cells};
-use crate::doc::load::{LoadSettings, LoadSummary, load_summary};
 use crate::probe::load::LoadResult;
 use crate::probe::ping::{PeerKind, Transport};
 use crate::probe::sweep::SweepResult;
@@ -405,76 +404,6 @@ pub fn load_text(r: &LoadResult) -> String {
 }
 
 // ---------------------------------------------------------------- sweep
-
-/// The document `roundtrip sweep --json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepDoc {
-    /// Always [`FORMAT`].
-    pub format: &'static str,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// "sweep".
-    pub kind: &'static str,
-    /// Where it ran.
-    pub environment: Environment,
-    /// Settings shared by the cells.
-    pub settings: LoadSettings,
-    /// Message sizes crossed, bytes.
-    pub sizes_bytes: Vec<usize>,
-    /// Offered rates crossed, messages per second.
-    pub rates_per_s: Vec<f64>,
-    /// Who answered.
-    pub peer: PeerKind,
-    /// One entry per cell that ran, sizes outer, rates inner.
-    pub cells: Vec<LoadSummary>,
-    /// Why the sweep stopped early, if it did.
-    pub error: Option<String>,
-    /// True when interrupted (Ctrl-C).
-    pub cancelled: bool,
-    /// How far it got when interrupted: cells completed of cells planned (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<super::json::Interrupted>,
-}
-
-/// A sweep cut short by Ctrl-C: completed cells of planned (the cut cell not counted), with the measuring
-/// time of every cell that ran.
-pub fn sweep_interrupted(
-    r: &SweepResult,
-    planned_cells: usize,
-) -> Option<super::json::Interrupted> {
-    r.cells.iter().any(|c| c.cancelled).then(|| {
-        super::json::Interrupted::count(
-            r.cells.iter().map(|c| c.elapsed).sum(),
-            r.cells.iter().filter(|c| !c.cancelled).count() as u64,
-            planned_cells as u64,
-            "cells",
-        )
-    })
-}
-
-impl SweepDoc {
-    /// Builds the document of a sweep.
-    pub fn new(settings: LoadSettings, sizes: &[usize], rates: &[f64], r: &SweepResult) -> Self {
-        SweepDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: crate::doc::kind::SWEEP,
-            environment: Environment::current(),
-            settings,
-            sizes_bytes: sizes.to_vec(),
-            rates_per_s: rates.to_vec(),
-            peer: r.cells.first().map_or(PeerKind::Unknown, |c| c.peer),
-            cells: r.cells.iter().map(load_summary).collect(),
-            error: r.error.as_ref().map(|e| e.to_string()).or_else(|| {
-                r.cells
-                    .iter()
-                    .find_map(|c| c.error.as_ref().map(|e| e.to_string()))
-            }),
-            cancelled: r.cells.iter().any(|c| c.cancelled),
-            interrupted: sweep_interrupted(r, sizes.len() * rates.len()),
-        }
-    }
-}
 
 /// The sweep table: one row per cell.
 pub fn sweep_table(r: &SweepResult) -> String {
