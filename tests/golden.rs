@@ -131,6 +131,12 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::COMPARE {
             round_trips_byte_for_byte::<roundtrip::doc::compare::CompareDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::LOAD {
+            round_trips_byte_for_byte::<roundtrip::doc::load::LoadDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::SWEEP {
+            round_trips_byte_for_byte::<roundtrip::doc::sweep::SweepDoc>(&p);
+            typed += 1;
         }
     }
     assert!(

@@ -876,7 +876,7 @@ fn a_real_sweep_is_drawn_as_latency_against_rate() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc = load::parse("sweep.json", &out.stdout).unwrap();
-    let cells: charts::sweep::SweepIn = doc.typed().unwrap();
+    let cells: roundtrip::doc::sweep::SweepDoc = doc.typed().unwrap();
     let run = Run {
         label: "sweep".into(),
         doc,

@@ -5,6 +5,7 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use super::throughput::message_size;
 use clap::Args;
+use roundtrip::doc::load::LoadDoc;
 use roundtrip::probe::load::{self, LoadConfig};
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
@@ -90,7 +91,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     }
     let result = load::run(&config)?;
     if a.json {
-        out(json::to_bytes(&traffic::LoadDoc::new(
+        out(json::to_bytes(&LoadDoc::new(
             &a.target, &result, a.duration, a.warmup,
         )))?;
     } else {
@@ -100,7 +101,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
         }
     }
     if a.pictures.wanted() {
-        let doc = traffic::LoadDoc::new(&a.target, &result, a.duration, a.warmup);
+        let doc = LoadDoc::new(&a.target, &result, a.duration, a.warmup);
         super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
     if !result.rate_held() && !result.cancelled && a.json {

@@ -4,6 +4,8 @@ use super::args;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
+use roundtrip::doc::load::LoadSettings;
+use roundtrip::doc::sweep::{SweepDoc, sweep_interrupted};
 use roundtrip::probe::load::{LoadConfig, LoadResult};
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::sweep::{self, Observer, SweepConfig};
@@ -139,7 +141,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     // The cell Ctrl-C cut before it sent a measured message is no measurement: no row of zeros for it.
     result.cells.retain(|c| !(c.cancelled && c.sent == 0));
     let doc = || {
-        let settings = traffic::LoadSettings {
+        let settings = LoadSettings {
             target: a.target.clone(),
             address: addr.to_string(),
             transport,
@@ -147,7 +149,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
             duration_s: a.duration.as_secs_f64(),
             warmup_s: a.warmup.as_secs_f64(),
         };
-        traffic::SweepDoc::new(settings, &config.sizes, &config.rates, &result)
+        SweepDoc::new(settings, &config.sizes, &config.rates, &result)
     };
     if a.json {
         out(json::to_bytes(&doc()))?;
@@ -163,7 +165,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         }
     }
     if !a.json
-        && let Some(i) = traffic::sweep_interrupted(&result, total)
+        && let Some(i) = sweep_interrupted(&result, total)
     {
         out(i.line())?;
     }

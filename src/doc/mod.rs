@@ -7,8 +7,10 @@ pub mod compare;
 pub mod connect;
 pub mod icmp;
 pub mod kind;
+pub mod load;
 pub mod ping;
 pub mod ser;
+pub mod sweep;
 
 use crate::probe::ping::Stop;
 use serde::{Deserialize, Serialize};

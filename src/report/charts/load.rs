@@ -4,52 +4,14 @@ use super::draw::{
     Options, Run, bar_axis, distribution, early, grouped_bars, heading, percentile_curve,
     summary_row, summary_table, typed,
 };
+use crate::doc::load::LoadDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
-use crate::stats::{Bucket, PercentilePoint, Summary};
+use crate::stats::{Bucket, PercentilePoint};
 use crate::units::fmt_bytes;
-use serde::Deserialize;
-
-/// The summary of a `load` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct LoadSummaryIn {
-    /// Message size.
-    pub size_bytes: u64,
-    /// Offered rate.
-    pub rate_per_s: f64,
-    /// Achieved rate.
-    pub achieved_rate_per_s: f64,
-    /// Whether the rate was held.
-    pub rate_held: bool,
-    /// Latency from the scheduled send time.
-    pub latency_from_scheduled: Summary,
-    /// Latency from the actual send time.
-    pub latency_from_sent: Summary,
-    /// Lateness of sends against the schedule.
-    pub schedule_lag: Summary,
-    /// Why the run ended early.
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// What the load report reads from a `load --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct LoadIn {
-    /// Counts and statistics.
-    pub summary: LoadSummaryIn,
-    /// Histogram of the latency from the scheduled send time (absent in documents of older versions).
-    #[serde(default)]
-    pub histogram_from_scheduled: Vec<Bucket>,
-    /// Percentile curve from the scheduled send time.
-    #[serde(default)]
-    pub percentiles_from_scheduled: Vec<PercentilePoint>,
-    /// Percentile curve from the actual send time.
-    #[serde(default)]
-    pub percentiles_from_sent: Vec<PercentilePoint>,
-}
 
 pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<LoadIn> = typed(runs)?;
+    let docs: Vec<LoadDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Load", runs),
         ..Default::default()
@@ -60,7 +22,7 @@ pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         let label = format!(
             "{} ({}, {:.0}/s offered, {:.0}/s achieved{})",
             r.label,
-            fmt_bytes(s.size_bytes),
+            fmt_bytes(s.size_bytes as u64),
             s.rate_per_s,
             s.achieved_rate_per_s,
             if s.rate_held { "" } else { ", not held" }

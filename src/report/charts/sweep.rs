@@ -1,39 +1,17 @@
 //! The `sweep` report: latency against offered rate (or message size), one line per size (or rate).
 
 use super::draw::{Options, Run, latency_axis};
+use crate::doc::load::LoadSummary;
+use crate::doc::sweep::SweepDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::report::text::{SUMMARY_COLUMNS, summary_cells};
-use crate::stats::Summary;
-use serde::Deserialize;
-
-/// One cell of a sweep as written in documents.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SweepCellIn {
-    /// Message size.
-    pub size_bytes: u64,
-    /// Offered rate, messages per second.
-    pub rate_per_s: f64,
-    /// Achieved rate.
-    pub achieved_rate_per_s: f64,
-    /// Whether the offered rate was held.
-    pub rate_held: bool,
-    /// Latency measured from the scheduled send time (no coordinated omission).
-    pub latency_from_scheduled: Summary,
-}
-
-/// What the sweep report reads from a `sweep --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SweepIn {
-    /// Every (size, rate) cell.
-    pub cells: Vec<SweepCellIn>,
-}
 
 pub(super) fn sweep(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<SweepIn> = runs
+    let docs: Vec<SweepDoc> = runs
         .iter()
-        .map(|r| r.doc.typed::<SweepIn>())
+        .map(|r| r.doc.typed::<SweepDoc>())
         .collect::<Result<_, _>>()?;
     let mut sec = Section {
         heading: format!(
@@ -61,7 +39,7 @@ pub(super) fn sweep(runs: &[Run], opts: &Options) -> Result<Section, LoadError> 
         for c in &d.cells {
             let mut row = vec![
                 r.label.clone(),
-                crate::units::fmt_bytes(c.size_bytes),
+                crate::units::fmt_bytes(c.size_bytes as u64),
                 format!("{:.0}/s", c.rate_per_s),
                 format!(
                     "{:.0}/s{}",
@@ -83,12 +61,12 @@ pub(super) fn sweep(runs: &[Run], opts: &Options) -> Result<Section, LoadError> 
 
 /// p50 (solid) and p99 (dashed) latency against the swept dimension with more values (rate or size), one pair
 /// of lines per value of the other dimension and per result.
-pub fn sweep_chart(runs: &[Run], docs: &[SweepIn], opts: &Options) -> Chart {
+pub fn sweep_chart(runs: &[Run], docs: &[SweepDoc], opts: &Options) -> Chart {
     let mut rates: Vec<f64> = docs
         .iter()
         .flat_map(|d| d.cells.iter().map(|c| c.rate_per_s))
         .collect();
-    let mut sizes: Vec<u64> = docs
+    let mut sizes: Vec<usize> = docs
         .iter()
         .flat_map(|d| d.cells.iter().map(|c| c.size_bytes))
         .collect();
@@ -122,12 +100,15 @@ pub fn sweep_chart(runs: &[Run], docs: &[SweepIn], opts: &Options) -> Chart {
     let mut color = 0;
     for (r, d) in runs.iter().zip(docs) {
         let groups: Vec<String> = if by_rate {
-            sizes.iter().map(|s| crate::units::fmt_bytes(*s)).collect()
+            sizes
+                .iter()
+                .map(|s| crate::units::fmt_bytes(*s as u64))
+                .collect()
         } else {
             rates.iter().map(|r| format!("{r:.0}/s")).collect()
         };
         for (gi, g) in groups.iter().enumerate() {
-            let mut cells: Vec<&SweepCellIn> = d
+            let mut cells: Vec<&LoadSummary> = d
                 .cells
                 .iter()
                 .filter(|c| {
@@ -142,7 +123,7 @@ pub fn sweep_chart(runs: &[Run], docs: &[SweepIn], opts: &Options) -> Chart {
             if cells.is_empty() {
                 continue;
             }
-            let xv = |c: &SweepCellIn| {
+            let xv = |c: &LoadSummary| {
                 if by_rate {
                     c.rate_per_s
                 } else {
