@@ -8,6 +8,7 @@ pub mod connect;
 pub mod icmp;
 pub mod kind;
 pub mod ping;
+pub mod rpc;
 pub mod ser;
 
 use crate::probe::ping::Stop;
