@@ -134,6 +134,9 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::CAPTURE_RPC {
             round_trips_byte_for_byte::<roundtrip::doc::rpc::RpcDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::DB {
+            round_trips_byte_for_byte::<roundtrip::doc::db::DbDoc>(&p);
+            typed += 1;
         }
     }
     assert!(

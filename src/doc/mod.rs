@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod connect;
+pub mod db;
 pub mod icmp;
 pub mod kind;
 pub mod ping;

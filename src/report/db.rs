@@ -275,7 +275,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    if let Some(i) = crate::db::doc::interrupted(config, r) {
+    if let Some(i) = crate::doc::db::interrupted(config, r) {
         out.push_str(&i.line());
     }
     out
