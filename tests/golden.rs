@@ -137,12 +137,47 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::SWEEP {
             round_trips_byte_for_byte::<roundtrip::doc::sweep::SweepDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CAPTURE_RPC {
+            round_trips_byte_for_byte::<roundtrip::doc::rpc::RpcDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::DB {
+            round_trips_byte_for_byte::<roundtrip::doc::db::DbDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
         typed >= 6,
         "the ping, connect, icmp and compare documents were read through their types"
     );
+}
+
+/// A `capture rpc` document of an older version reads through today's type: an operation's `latency` is its
+/// `last_byte`, a slow request's `latency_ns` its `last_byte_ns`, and the missing first-byte times are unknown.
+#[test]
+fn old_capture_rpc_documents_read_latency_as_last_byte() {
+    let p = golden_dir().join("old-capture-rpc-latency.json");
+    let v: serde_json::Value = serde_json::from_str(&read(&p)).unwrap();
+    let doc: roundtrip::doc::rpc::RpcDoc = serde_json::from_value(v.clone()).unwrap();
+    assert!(!doc.report.ops.is_empty());
+    for (o, want) in doc
+        .report
+        .ops
+        .iter()
+        .zip(v["report"]["ops"].as_array().unwrap())
+    {
+        let latency: roundtrip::stats::Summary =
+            serde_json::from_value(want["latency"].clone()).unwrap();
+        assert_eq!(o.last_byte, latency);
+        assert!(o.first_byte_known().is_none());
+    }
+    for (s, want) in doc
+        .report
+        .slowest
+        .iter()
+        .zip(v["report"]["slowest"].as_array().unwrap())
+    {
+        assert_eq!(Some(s.last_byte_ns), want["latency_ns"].as_u64());
+    }
 }
 
 /// docs/json-format.md lists, per kind, the fields after the envelope: they are the golden documents' fields,

@@ -1589,23 +1589,23 @@ fn capture_rpc_writes_a_report_of_operations() {
     // The bars are the JSON document's numbers.
     let out = rt().args(["capture", "rpc", f, "--json"]).output().unwrap();
     let doc = load::parse("rpc.json", &out.stdout).unwrap();
-    let ops: roundtrip::report::charts::rpc::RpcIn = doc.typed().unwrap();
+    let ops: roundtrip::doc::rpc::RpcDoc = doc.typed().unwrap();
     let chosen = roundtrip::report::charts::rpc::chart_ops(std::slice::from_ref(&ops));
     let cats: Vec<&str> = chosen.iter().map(|(_, _, n)| n.as_str()).collect();
-    let pick = |f: fn(&roundtrip::report::charts::rpc::OpIn) -> f64| -> Vec<Option<f64>> {
+    let pick = |f: fn(&roundtrip::capture::rpc::stats::OpRow) -> f64| -> Vec<Option<f64>> {
         chosen
             .iter()
             .map(|(p, o, _)| {
                 ops.report
                     .ops
                     .iter()
-                    .find(|x| &x.proto == p && &x.op == o)
+                    .find(|x| x.proto.name() == p && &x.op == o)
                     .map(f)
             })
             .collect()
     };
     let last = pick(|x| x.last_byte.p50_ns as f64);
-    let first = pick(|x| x.first_byte.unwrap().p50_ns as f64);
+    let first = pick(|x| x.first_byte.p50_ns as f64);
     assert!(!cats.is_empty());
     check_hbars(
         &svg,

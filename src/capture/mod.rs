@@ -37,7 +37,7 @@ pub mod write;
 use decode::Decoded;
 use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stats::{StatsDir, StatsEngine, StatsRow};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -166,12 +166,13 @@ impl Filter {
 }
 
 /// What reading the file found, besides the analysis.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CaptureInfo {
     /// The file as given.
     pub file: String,
     /// "pcap", "pcap-ns" or "pcapng".
-    pub format: &'static str,
+    pub format: String,
     /// True when gzip-compressed.
     pub gzip: bool,
     /// Uncompressed bytes read.
@@ -359,7 +360,7 @@ impl Packets {
         Packets {
             info: CaptureInfo {
                 file: cap.info().interface.clone(),
-                format: "live",
+                format: "live".to_string(),
                 source: Some(cap.info().clone()),
                 filter: filter.map(str::to_string),
                 ..CaptureInfo::default()
@@ -437,7 +438,8 @@ impl Packets {
             Format::PcapMicro => "pcap",
             Format::PcapNano => "pcap-ns",
             Format::Pcapng => "pcapng",
-        };
+        }
+        .to_string();
         Ok(Packets {
             info: CaptureInfo {
                 file: path.display().to_string(),

@@ -13,6 +13,7 @@ use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::{LiveIntervals, StatsConfig};
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
+use roundtrip::doc::rpc::RpcDoc;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use serde::Serialize;
@@ -385,7 +386,7 @@ pub fn rpc_text(r: &RpcResult) -> String {
         let mut t = Table::new(&["what", "proto", "count"]);
         for a in &rep.anomalies {
             t.row(vec![
-                a.kind.into(),
+                a.kind.clone(),
                 a.proto.name().into(),
                 a.count.to_string(),
             ]);
@@ -594,7 +595,10 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
             ));
         }
     }
-    super::report::draw_and_print(&a.pictures, a.json, "capture-rpc", &r, &label)?;
+    if a.pictures.wanted() || a.json {
+        let doc = RpcDoc::new(r.clone());
+        super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
+    }
     if !a.json {
         out(rpc_text(&r))?;
     }

@@ -4,12 +4,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
-use roundtrip::db::doc::DbDoc;
 use roundtrip::db::link::{self, LinkTarget};
 use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, LinkConfig, Observer, Secret};
+use roundtrip::doc;
+use roundtrip::doc::db::DbDoc;
 use roundtrip::report::db::link_heading;
 use roundtrip::report::db::{text_heading, text_summary};
-use roundtrip::report::json;
 use roundtrip::report::load;
 use std::fs::File;
 use std::io::{BufRead, BufWriter, IsTerminal, Write};
@@ -281,7 +281,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     }
     if a.json {
-        let bytes = json::to_bytes(&DbDoc::new(&config, &result));
+        let bytes = doc::to_bytes(&DbDoc::new(&config, &result));
         out(scrub(String::from_utf8_lossy(&bytes).into_owned()))?;
     } else {
         out(scrub(text_summary(&config, &result)))?;

@@ -294,12 +294,22 @@ pub fn draw_and_print<T: serde::Serialize>(
     if !pictures.wanted() && !json {
         return Ok(());
     }
-    let doc = Envelope::new(kind, result);
+    draw_and_print_doc(pictures, json, &Envelope::new(kind, result), label)
+}
+
+/// Draws a whole document (envelope included) when pictures were asked for, then prints it as JSON when
+/// `json` is set.
+pub fn draw_and_print_doc<T: serde::Serialize>(
+    pictures: &PictureArgs,
+    json: bool,
+    doc: &T,
+    label: &str,
+) -> anyhow::Result<()> {
     if pictures.wanted() {
-        after_run(pictures, &doc, None, label)?;
+        after_run(pictures, doc, None, label)?;
     }
     if json {
-        out(to_bytes(&doc))?;
+        out(to_bytes(doc))?;
     }
     Ok(())
 }

@@ -11,7 +11,6 @@
 //! every result, document and error carries.
 
 mod conn;
-pub mod doc;
 mod error;
 pub mod link;
 pub mod mysql;
@@ -270,7 +269,7 @@ pub(crate) struct Setup {
 }
 
 /// The attribution of the round trip, from medians.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Attribution {
     /// Network: the TCP handshake RTT.
     pub network_ns: u64,

@@ -3,10 +3,10 @@
 
 use super::DbError;
 use crate::probe::target::Target;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which database protocol a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scheme {
     /// `postgres://`, `postgresql://`.
@@ -80,7 +80,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// How hard to insist on TLS (libpq's `sslmode`, MySQL's `ssl-mode`, `rediss://`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Never use TLS.

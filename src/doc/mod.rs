@@ -5,10 +5,12 @@
 
 pub mod compare;
 pub mod connect;
+pub mod db;
 pub mod icmp;
 pub mod kind;
 pub mod load;
 pub mod ping;
+pub mod rpc;
 pub mod ser;
 pub mod sweep;
 

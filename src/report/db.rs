@@ -3,6 +3,7 @@
 
 use crate::db::{DbConfig, DbResult, Scheme};
 use crate::report::text::{Table, summary_cells};
+use crate::stats::LatencyHistogram;
 
 /// One line per call through a link, as seed 001 prints them: the local database's clock before and after.
 pub fn link_call_line(s: &crate::db::DbSample) -> Option<String> {
@@ -57,6 +58,25 @@ fn difference(ns: i64) -> String {
     }
 }
 
+/// A table of timings: the name, then min, mean, stddev, p50, p90, p99, max and the count.
+fn timing_table() -> Table {
+    Table::new(&[
+        "", "min", "mean", "stddev", "p50", "p90", "p99", "max", "count",
+    ])
+}
+
+/// One row of a [`timing_table`]: `name` and the summary of `h`.
+fn timing_row(t: &mut Table, name: String, h: &LatencyHistogram) {
+    let c = summary_cells(&h.summary());
+    let mut v = vec![name];
+    v.extend(
+        [&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[8], &c[9]]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    t.row(v);
+}
+
 /// The text summary of a run: setup phases, the loop on one connection, fetch rates and the attribution.
 pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     use crate::units::{fmt_bytes, fmt_nanos};
@@ -75,62 +95,39 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             .unwrap_or_default(),
         r.elapsed.as_secs_f64()
     );
-    let mut t = Table::new(&[
-        "", "min", "mean", "stddev", "p50", "p90", "p99", "max", "count",
-    ]);
-    let mut row = |name: String, h: &crate::stats::LatencyHistogram| {
-        let c = summary_cells(&h.summary());
-        let mut v = vec![name];
-        v.extend(
-            [&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[8], &c[9]]
-                .iter()
-                .map(|s| s.to_string()),
-        );
-        t.row(v);
-    };
-    if r.scheme == Scheme::Oracle {
-        let _ = writeln!(
+    let mut t = timing_table();
+    let mut row = |name: String, h: &LatencyHistogram| timing_row(&mut t, name, h);
+    let oracle = r.scheme == Scheme::Oracle;
+    let _ = if oracle {
+        writeln!(
             out,
             "TNS ping, one fresh connection per ping ({} of {}):",
             r.connects_ok, config.count
-        );
-        // A literal address has no lookup: its zero "times" are not a row.
-        if r.dns.summary().max_ns > 0 {
-            row("dns".into(), &r.dns);
-        }
-        row("tcp handshake".into(), &r.tcp_handshake);
-        row("TNS ping (CONNECT -> REFUSE)".into(), &r.ping);
-        out.push_str(&t.render(2));
+        )
     } else {
-        let _ = writeln!(
+        writeln!(
             out,
             "connection setup ({} of {} fresh connections ready):",
             r.connects_ok, config.connects
-        );
-        // A literal address has no lookup: its zero "times" are not a row.
-        if r.dns.summary().max_ns > 0 {
-            row("dns".into(), &r.dns);
-        }
-        row("tcp handshake".into(), &r.tcp_handshake);
+        )
+    };
+    // A literal address has no lookup: its zero "times" are not a row.
+    if r.dns.summary().max_ns > 0 {
+        row("dns".into(), &r.dns);
+    }
+    row("tcp handshake".into(), &r.tcp_handshake);
+    if oracle {
+        row("TNS ping (CONNECT -> REFUSE)".into(), &r.ping);
+        out.push_str(&t.render(2));
+    } else {
         if !r.tls.is_empty() {
             row("tls".into(), &r.tls);
         }
         row("startup + auth".into(), &r.startup);
         row("first query".into(), &r.first_query);
         out.push_str(&t.render(2));
-        let mut t2 = Table::new(&[
-            "", "min", "mean", "stddev", "p50", "p90", "p99", "max", "count",
-        ]);
-        let mut row2 = |name: String, h: &crate::stats::LatencyHistogram| {
-            let c = summary_cells(&h.summary());
-            let mut v = vec![name];
-            v.extend(
-                [&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[8], &c[9]]
-                    .iter()
-                    .map(|s| s.to_string()),
-            );
-            t2.row(v);
-        };
+        let mut t2 = timing_table();
+        let mut row2 = |name: String, h: &LatencyHistogram| timing_row(&mut t2, name, h);
         let ping_name = match r.scheme {
             Scheme::Postgres => "protocol ping (empty query)",
             Scheme::Mysql => "protocol ping (COM_PING)",
@@ -169,19 +166,8 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
         }
     }
     if let Some(l) = &r.link {
-        let mut t3 = Table::new(&[
-            "", "min", "mean", "stddev", "p50", "p90", "p99", "max", "count",
-        ]);
-        let mut row3 = |name: String, h: &crate::stats::LatencyHistogram| {
-            let c = summary_cells(&h.summary());
-            let mut v = vec![name];
-            v.extend(
-                [&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[8], &c[9]]
-                    .iter()
-                    .map(|s| s.to_string()),
-            );
-            t3.row(v);
-        };
+        let mut t3 = timing_table();
+        let mut row3 = |name: String, h: &LatencyHistogram| timing_row(&mut t3, name, h);
         let _ = writeln!(out, "link to {} ({}):", l.target, l.method);
         if let Some(o) = &l.open {
             let _ = writeln!(
@@ -275,7 +261,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    if let Some(i) = crate::db::doc::interrupted(config, r) {
+    if let Some(i) = crate::doc::db::interrupted(config, r) {
         out.push_str(&i.line());
     }
     out

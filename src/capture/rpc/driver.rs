@@ -8,7 +8,7 @@
 
 use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,7 +67,7 @@ pub struct Segment<'a> {
 }
 
 /// What the driver knows about one connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnInfo {
     /// Connection number (order of first appearance).
     pub id: u64,
@@ -296,7 +296,8 @@ pub fn orient(s: &Segment<'_>, choice: ProtoChoice) -> Orientation {
 }
 
 /// Counters of what the driver saw.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DriverCounts {
     /// Packets given to the driver.
     pub packets: u64,

@@ -32,7 +32,7 @@ mod tlsrecord;
 pub mod tns;
 
 pub use driver::Driver;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ impl Dir {
 }
 
 /// How the messages of a connection are carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Carrier {
     /// A TCP byte stream.
@@ -366,7 +366,7 @@ pub trait ConnMatcher {
 }
 
 /// The protocols `capture rpc` knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Proto {
     /// ONC-RPC (NFS v3/v4, mount, portmap, ...).

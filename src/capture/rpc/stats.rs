@@ -6,18 +6,22 @@
 use super::driver::{ConnInfo, Sink};
 use super::{Anomaly, AnomalyKind, Proto, Status, Transaction};
 use crate::stats::{LatencyHistogram, Summary};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 /// One of the slowest requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Slow {
-    /// Time to the response's last byte (request end to the packet that completes the response), nanoseconds.
+    /// Time to the response's last byte (request end to the packet that completes the response), nanoseconds
+    /// (`latency_ns` in documents of older versions).
+    #[serde(alias = "latency_ns")]
     pub last_byte_ns: u64,
-    /// Time to the response's first byte (request end to the first packet of the response), nanoseconds.
+    /// Time to the response's first byte (request end to the first packet of the response), nanoseconds
+    /// (absent, read as 0, in documents of older versions).
+    #[serde(default)]
     pub first_byte_ns: u64,
     /// Protocol.
     pub proto: Proto,
@@ -74,7 +78,8 @@ pub struct OpStats {
 
 /// One row per interval (by the time the response completed). `mean_ns` .. `max_ns` are times to the
 /// response's last byte, `first_byte_*` to its first byte.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IntervalRow {
     /// Start of the interval, seconds since the first transaction's request.
     pub start_s: f64,
@@ -99,7 +104,7 @@ pub struct IntervalRow {
 }
 
 /// Statistics of one connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnStats {
     /// The connection.
     pub conn: ConnInfo,
@@ -324,7 +329,7 @@ impl RpcStats {
                 .into_iter()
                 .map(|((proto, kind), count)| AnomalyRow {
                     proto,
-                    kind: kind.name(),
+                    kind: kind.name().to_string(),
                     count,
                 })
                 .collect(),
@@ -346,7 +351,7 @@ impl Sink for RpcStats {
 }
 
 /// One operation's row.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpRow {
     /// Protocol.
     pub proto: Proto,
@@ -355,45 +360,60 @@ pub struct OpRow {
     /// Responses reporting an error.
     pub errors: u64,
     /// Errors by the protocol's name for them (SMB2: the NT status), when the protocol names them.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors_by_status: BTreeMap<String, u64>,
     /// Payload bytes the operation moved in all (SMB2 READ: response DataLength; WRITE: request Length),
     /// when the protocol says.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     /// Time to the response's first byte: request end to the first packet of the response (the server plus
-    /// one network round trip; tshark's `rpc,srt` SRT).
+    /// one network round trip; tshark's `rpc,srt` SRT). Absent in documents of older versions: read as an
+    /// empty summary (count 0).
+    #[serde(default)]
     pub first_byte: Summary,
     /// Time to the response's last byte: request end to the packet that completes the response (adds the
-    /// transfer of the response).
+    /// transfer of the response). `latency` in documents of older versions.
+    #[serde(alias = "latency")]
     pub last_byte: Summary,
 }
 
+impl OpRow {
+    /// The time to the first byte; None in documents of older versions, which lack it.
+    pub fn first_byte_known(&self) -> Option<&Summary> {
+        (self.first_byte.count > 0).then_some(&self.first_byte)
+    }
+}
+
 /// Count of one kind of anomaly.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AnomalyRow {
     /// Protocol.
     pub proto: Proto,
     /// What.
-    pub kind: &'static str,
+    pub kind: String,
     /// How many.
     pub count: u64,
 }
 
 /// Everything `capture rpc` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RpcReport {
     /// Per operation.
     pub ops: Vec<OpRow>,
     /// The slowest requests, slowest first.
+    #[serde(default)]
     pub slowest: Vec<Slow>,
     /// Unpaired or unparseable traffic.
+    #[serde(default)]
     pub anomalies: Vec<AnomalyRow>,
     /// Per-interval rows (when asked).
+    #[serde(default)]
     pub intervals: Vec<IntervalRow>,
-    /// Length of the interval rows, seconds (None: not asked).
+    /// Length of the interval rows, seconds (None: not asked; absent in documents of older versions).
+    #[serde(default)]
     pub interval_s: Option<f64>,
     /// Per-connection rows (when asked).
+    #[serde(default)]
     pub connections: Vec<ConnStats>,
     /// Transactions in all.
     pub transactions: u64,

@@ -3,102 +3,14 @@
 use super::draw::{
     Options, Run, early, heading, latency_axis, min_p50_p99_bars, summary_row, summary_table, typed,
 };
+use crate::doc::db::DbDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::stats::{PercentilePoint, Summary};
-use serde::Deserialize;
-
-/// The connection phases of a `db` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PhasesIn {
-    /// Name lookup.
-    pub dns: Summary,
-    /// TCP handshake.
-    pub tcp_handshake: Summary,
-    /// TLS handshake.
-    pub tls: Summary,
-    /// Protocol startup and authentication.
-    pub startup: Summary,
-    /// First query on a new connection.
-    pub first_query: Summary,
-}
-
-/// The fetch part of a `db` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct FetchIn {
-    /// Statistics of the fetches.
-    pub summary: Summary,
-}
-
-/// The multi-row part of a `db --link` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct LinkMultiIn {
-    /// Statistics of the multi-row calls.
-    pub summary: Summary,
-}
-
-/// What the db report reads from the `link` part of a `db --link` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct LinkIn {
-    /// TARGET without password.
-    #[serde(default)]
-    pub target: String,
-    /// Single-row round trips through the link.
-    pub round_trip: Summary,
-    /// Multi-row calls through the link.
-    pub multi_row: LinkMultiIn,
-    /// The call as the client saw it.
-    pub client_statement: Summary,
-}
-
-/// What the db report reads from a `db --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DbIn {
-    /// `--link` only: the round trips through the database link.
-    #[serde(default)]
-    pub link: Option<LinkIn>,
-    /// Connection phases.
-    pub phases: PhasesIn,
-    /// Protocol-level ping.
-    pub ping: Summary,
-    /// The query.
-    pub query: Summary,
-    /// Fetching the rows.
-    pub fetch: FetchIn,
-    /// Remarks of the run.
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// Why the run ended early.
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-impl DbIn {
-    /// (phase name, statistics) in the order a session goes through them.
-    pub fn phases(&self) -> Vec<(&'static str, Summary)> {
-        let p = &self.phases;
-        let mut v = vec![
-            ("dns", p.dns),
-            ("tcp handshake", p.tcp_handshake),
-            ("tls", p.tls),
-            ("startup", p.startup),
-            ("first query", p.first_query),
-            ("ping", self.ping),
-            ("query", self.query),
-            ("fetch", self.fetch.summary),
-        ];
-        if let Some(l) = &self.link {
-            v.push(("link round trip", l.round_trip));
-            v.push(("link multi-row", l.multi_row.summary));
-            v.push(("whole call at the client", l.client_statement));
-        }
-        v
-    }
-}
 
 pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<DbIn> = typed(runs)?;
+    let docs: Vec<DbDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Database", runs),
         ..Default::default()

@@ -4,76 +4,22 @@ use super::draw::{
     Options, Run, TimeRow, TimeSource, categories, grouped_hbars, heading, latency_over_time,
     summary_row, summary_table, typed,
 };
+use crate::capture::rpc::stats::OpRow;
+use crate::doc::rpc::RpcDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Unit};
-use crate::stats::Summary;
-use serde::Deserialize;
-
-/// One operation of a `capture rpc` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct OpIn {
-    /// Protocol.
-    pub proto: String,
-    /// Operation.
-    pub op: String,
-    /// Error responses.
-    pub errors: u64,
-    /// Time to the response's last byte (`latency` in documents of older versions).
-    #[serde(alias = "latency")]
-    pub last_byte: Summary,
-    /// Time to the response's first byte (absent in documents of older versions).
-    #[serde(default)]
-    pub first_byte: Option<Summary>,
-}
-
-/// One interval row of a `capture rpc -i` document.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct RpcIntervalIn {
-    /// Start, seconds since the first request.
-    pub start_s: f64,
-    /// Transactions that completed in it.
-    pub count: u64,
-    /// Median latency.
-    pub p50_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// Slowest.
-    pub max_ns: u64,
-}
-
-/// The report part of a `capture rpc` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RpcReportIn {
-    /// Per operation.
-    pub ops: Vec<OpIn>,
-    /// Per-interval rows (with `-i`).
-    #[serde(default)]
-    pub intervals: Vec<RpcIntervalIn>,
-    /// Their length, seconds (absent in documents of older versions).
-    #[serde(default)]
-    pub interval_s: Option<f64>,
-    /// Transactions in all.
-    pub transactions: u64,
-}
-
-/// What the rpc report reads from a `capture rpc --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RpcIn {
-    /// The analysis.
-    pub report: RpcReportIn,
-}
 
 /// Operations drawn at most (the busiest); the table lists all.
 pub const MAX_OPS: usize = 24;
 
 /// The operations a chart shows: the busiest [`MAX_OPS`] over all results, as "op" (or "proto op" when
 /// several protocols appear), busiest first.
-pub fn chart_ops(docs: &[RpcIn]) -> Vec<(String, String, String)> {
+pub fn chart_ops(docs: &[RpcDoc]) -> Vec<(String, String, String)> {
     let mut counts: Vec<((String, String), u64)> = Vec::new();
     for d in docs {
         for o in &d.report.ops {
-            let k = (o.proto.clone(), o.op.clone());
+            let k = (o.proto.name().to_string(), o.op.clone());
             match counts.iter_mut().find(|(c, _)| *c == k) {
                 Some((_, n)) => *n += o.last_byte.count,
                 None => counts.push((k, o.last_byte.count)),
@@ -97,7 +43,7 @@ pub fn chart_ops(docs: &[RpcIn]) -> Vec<(String, String, String)> {
 }
 
 pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<RpcIn> = typed(runs)?;
+    let docs: Vec<RpcDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Requests in a capture", runs),
         ..Default::default()
@@ -108,9 +54,9 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
     );
     for (r, d) in runs.iter().zip(&docs) {
         for o in &d.report.ops {
-            if let Some(f) = o.first_byte {
+            if let Some(f) = o.first_byte_known() {
                 t.rows
-                    .push(summary_row(&r.label, &format!("{} {}", o.proto, o.op), f));
+                    .push(summary_row(&r.label, &format!("{} {}", o.proto, o.op), *f));
             }
         }
     }
@@ -145,9 +91,9 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
     let cats: Vec<&str> = ops.iter().map(|(_, _, n)| n.as_str()).collect();
     let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
     for (r, d) in runs.iter().zip(&docs) {
-        type Pick = fn(&OpIn) -> Option<u64>;
+        type Pick = fn(&OpRow) -> Option<u64>;
         let stats: [(&str, Pick); 4] = [
-            ("first p50", |o| o.first_byte.map(|f| f.p50_ns)),
+            ("first p50", |o| o.first_byte_known().map(|f| f.p50_ns)),
             ("last p50", |o| Some(o.last_byte.p50_ns)),
             ("last p99", |o| Some(o.last_byte.p99_ns)),
             ("last max", |o| Some(o.last_byte.max_ns)),
@@ -159,7 +105,7 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
                     d.report
                         .ops
                         .iter()
-                        .find(|x| &x.proto == p && &x.op == o && x.last_byte.count > 0)
+                        .find(|x| x.proto.name() == p && &x.op == o && x.last_byte.count > 0)
                         .and_then(pick)
                         .map_or(f64::NAN, |v| v as f64)
                 })

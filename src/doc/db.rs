@@ -1,14 +1,16 @@
-//! The JSON document of `roundtrip db --json`, in the common envelope (`format`, `format_version`, `kind`,
-//! `environment`). Durations carry their unit in the field name.
+//! The document `roundtrip db --json` writes and `roundtrip report` reads: settings, the connection phases,
+//! ping, query and fetch, the attribution and, with `--link`, the round trips through the database link.
+//! Durations carry their unit in the field name.
 
-use super::{Attribution, DbConfig, DbResult, Scheme, SslMode};
-use crate::doc::{Environment, FORMAT, FORMAT_VERSION};
+use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use crate::db::{Attribution, DbConfig, DbResult, Scheme, SslMode};
 use crate::stats::Summary;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::UNIX_EPOCH;
 
 /// Settings as recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DbSettings {
     /// The URL without password.
     pub target: String,
@@ -35,7 +37,7 @@ pub struct DbSettings {
 }
 
 /// Connection setup phases, one summary each.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Phases {
     /// Name resolution.
     pub dns: Summary,
@@ -50,22 +52,27 @@ pub struct Phases {
 }
 
 /// The multi-row fetch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FetchDoc {
     /// Time per fetch.
     pub summary: Summary,
     /// Rows per fetch.
+    #[serde(default)]
     pub rows: u64,
     /// Value bytes received in all fetches.
+    #[serde(default)]
     pub bytes_total: u64,
     /// Median fetch time / rows.
+    #[serde(default)]
     pub per_row_ns: Option<f64>,
     /// Value bytes per second over all fetches.
+    #[serde(default)]
     pub throughput_bytes_per_s: Option<f64>,
 }
 
 /// The first call through a link (it opened the link; not in the statistics).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LinkCallDoc {
     /// The local database's clock before the remote call, Unix seconds.
     pub began_unix_s: f64,
@@ -78,30 +85,38 @@ pub struct LinkCallDoc {
 }
 
 /// The multi-row calls through a link.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkMultiDoc {
     /// Time per multi-row call, from the local database's clock.
     pub summary: Summary,
     /// Rows per call.
+    #[serde(default)]
     pub rows: u64,
     /// Bytes per row (`rpad('X', B)`).
+    #[serde(default)]
     pub row_bytes: u64,
     /// (median multi-row call - median single-row call) / (rows - 1).
+    #[serde(default)]
     pub per_row_ns: Option<f64>,
     /// The statement sent through the link.
+    #[serde(default)]
     pub remote_sql: Option<String>,
 }
 
 /// `db --link`: round trips from the local database to the remote one, timed inside the local database.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkDoc {
     /// TARGET without password.
+    #[serde(default)]
     pub target: String,
     /// How the link is made and timed.
+    #[serde(default)]
     pub method: String,
     /// The statement sent through the link for a single-row call.
+    #[serde(default)]
     pub remote_sql: String,
     /// The first call (link open), kept apart.
+    #[serde(default)]
     pub open: Option<LinkCallDoc>,
     /// Single-row round trips through the link (local database's clock: begin and end around the remote call).
     pub round_trip: Summary,
@@ -110,33 +125,46 @@ pub struct LinkDoc {
     /// The single-row call statement as the client saw it (both legs and the local work).
     pub client_statement: Summary,
     /// The client -> local database leg of the same run (protocol ping), the same numbers as `ping`.
+    #[serde(default)]
     pub client_leg: Summary,
     /// Requests each call sends through the link (1: dblink; 2: FEDERATEDX's SHOW TABLE STATUS + SELECT).
+    #[serde(default)]
     pub requests_per_call: u32,
     /// Median call / requests per call: the median network round trip through the link.
+    #[serde(default)]
     pub round_trip_per_request_p50_ns: Option<f64>,
 }
 
-/// The document.
-#[derive(Debug, Clone, Serialize)]
+/// The document `roundtrip db --json` prints. `phases`, `ping`, `query` and `fetch` are required (a
+/// document without them names the part it lacks); the rest reads as empty when absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DbDoc {
-    /// Always "roundtrip".
-    pub format: &'static str,
-    /// Layout version.
+    /// Always [`FORMAT`].
+    #[serde(default)]
+    pub format: String,
+    /// Always [`FORMAT_VERSION`].
+    #[serde(default)]
     pub format_version: u32,
-    /// Always "db".
-    pub kind: &'static str,
+    /// [`kind::DB`].
+    #[serde(default)]
+    pub kind: String,
     /// Where it was measured.
+    #[serde(default)]
     pub environment: Environment,
     /// Start, Unix seconds.
+    #[serde(default)]
     pub started_unix_s: f64,
     /// Length of the run.
+    #[serde(default)]
     pub elapsed_s: f64,
     /// Settings.
+    #[serde(default)]
     pub settings: DbSettings,
     /// Server version when the protocol tells it.
+    #[serde(default)]
     pub server_version: Option<String>,
     /// Fresh connections that became ready.
+    #[serde(default)]
     pub connects_ok: u32,
     /// Setup phases.
     pub phases: Phases,
@@ -147,26 +175,48 @@ pub struct DbDoc {
     /// Multi-row fetch.
     pub fetch: FetchDoc,
     /// Network / protocol+server / statement split.
+    #[serde(default)]
     pub attribution: Option<Attribution>,
     /// Remarks.
+    #[serde(default)]
     pub notes: Vec<String>,
     /// Why the run ended early.
+    #[serde(default)]
     pub error: Option<String>,
     /// Stopped by the user.
+    #[serde(default)]
     pub cancelled: bool,
     /// `--link` only: the round trips through the database link.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<LinkDoc>,
     /// How far it got when interrupted: iterations on one connection done of --count (absent when it ran to
     /// its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<crate::doc::Interrupted>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
+}
+
+impl Default for DbSettings {
+    fn default() -> Self {
+        DbSettings {
+            target: String::new(),
+            scheme: Scheme::Postgres,
+            address: None,
+            connects: 0,
+            count: 0,
+            interval_ns: None,
+            query: String::new(),
+            rows: 0,
+            row_bytes: 0,
+            timeout_ns: 0,
+            ssl_mode: SslMode::Prefer,
+        }
+    }
 }
 
 /// A run cut short by Ctrl-C: iterations on one connection done of those asked for.
-pub fn interrupted(config: &DbConfig, r: &DbResult) -> Option<crate::doc::Interrupted> {
+pub fn interrupted(config: &DbConfig, r: &DbResult) -> Option<Interrupted> {
     r.cancelled.then(|| {
-        crate::doc::Interrupted::count(
+        Interrupted::count(
             r.elapsed,
             r.ping
                 .len()
@@ -179,12 +229,33 @@ pub fn interrupted(config: &DbConfig, r: &DbResult) -> Option<crate::doc::Interr
 }
 
 impl DbDoc {
+    /// (phase name, statistics) in the order a session goes through them.
+    pub fn phases(&self) -> Vec<(&'static str, Summary)> {
+        let p = &self.phases;
+        let mut v = vec![
+            ("dns", p.dns),
+            ("tcp handshake", p.tcp_handshake),
+            ("tls", p.tls),
+            ("startup", p.startup),
+            ("first query", p.first_query),
+            ("ping", self.ping),
+            ("query", self.query),
+            ("fetch", self.fetch.summary),
+        ];
+        if let Some(l) = &self.link {
+            v.push(("link round trip", l.round_trip));
+            v.push(("link multi-row", l.multi_row.summary));
+            v.push(("whole call at the client", l.client_statement));
+        }
+        v
+    }
+
     /// Builds the document of a run.
     pub fn new(config: &DbConfig, r: &DbResult) -> Self {
         DbDoc {
-            format: FORMAT,
+            format: FORMAT.to_string(),
             format_version: FORMAT_VERSION,
-            kind: "db",
+            kind: kind::DB.to_string(),
             environment: Environment::current(),
             started_unix_s: r
                 .started
