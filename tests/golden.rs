@@ -137,6 +137,9 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::SWEEP {
             round_trips_byte_for_byte::<roundtrip::doc::sweep::SweepDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::THROUGHPUT {
+            round_trips_byte_for_byte::<roundtrip::doc::throughput::ThroughputDoc>(&p);
+            typed += 1;
         }
     }
     assert!(

@@ -11,6 +11,7 @@ pub mod load;
 pub mod ping;
 pub mod ser;
 pub mod sweep;
+pub mod throughput;
 
 use crate::probe::ping::Stop;
 use serde::{Deserialize, Serialize};
