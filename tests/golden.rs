@@ -143,6 +143,9 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::DB {
             round_trips_byte_for_byte::<roundtrip::doc::db::DbDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::THROUGHPUT {
+            round_trips_byte_for_byte::<roundtrip::doc::throughput::ThroughputDoc>(&p);
+            typed += 1;
         }
     }
     assert!(

@@ -1285,7 +1285,7 @@ fn throughput_doc() -> serde_json::Value {
         "throughput",
         serde_json::json!({
             "settings": {"target": "h", "address": "10.0.0.1:11111", "transport": "tcp",
-                "sizes_bytes": [64, 8000], "streams": 1, "duration_s": 2.0, "direction": "send", "sync": false},
+                "sizes_bytes": [64, 8000], "streams": 1, "duration_s": 2.0, "direction": "client_to_server", "sync": false},
             "peer": "roundtrip", "cancelled": false,
             "runs": [
                 run(64, 230.0, vec![rate(1.0, 1.0, 210.0), rate(2.0, 1.0, 250.0)]),

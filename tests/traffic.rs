@@ -151,7 +151,7 @@ fn udp_throughput_reports_loss_from_server_counts() {
     let run = &r.runs[0];
     assert!(run.error.is_none(), "{:?}", run.error);
     let loss = run.loss.expect("udp loss counted");
-    assert_eq!(loss.counted_by, "server");
+    assert_eq!(loss.counted_by, throughput::CountedBy::Server);
     assert!(loss.sent >= run.total.messages);
     assert!(loss.received <= loss.sent && loss.received > 0);
     assert_eq!(loss.lost, loss.sent - loss.received);

@@ -3,6 +3,7 @@
 use super::args;
 use super::output::{Exit, error_line, out};
 use clap::Args;
+use roundtrip::doc::throughput::{ThroughputDoc, throughput_interrupted};
 use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
 use roundtrip::probe::throughput::{self, Observer, RateRow, ThroughputConfig};
@@ -152,7 +153,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     let first_error = result.error().cloned();
     result.runs.retain(|r| !failed(r));
     if a.json {
-        out(json::to_bytes(&traffic::ThroughputDoc::new(
+        out(json::to_bytes(&ThroughputDoc::new(
             &a.target,
             &result,
             &config.sizes,
@@ -160,14 +161,12 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
         )))?;
     } else {
         out(traffic::throughput_summary(&result))?;
-        if let Some(i) =
-            traffic::throughput_interrupted(&result, config.sizes.len(), config.duration)
-        {
+        if let Some(i) = throughput_interrupted(&result, config.sizes.len(), config.duration) {
             out(i.line())?;
         }
     }
     if a.pictures.wanted() {
-        let doc = traffic::ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);
+        let doc = ThroughputDoc::new(&a.target, &result, &config.sizes, config.duration);
         super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
     }
     if let Some(e) = first_error {

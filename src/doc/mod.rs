@@ -13,6 +13,7 @@ pub mod ping;
 pub mod rpc;
 pub mod ser;
 pub mod sweep;
+pub mod throughput;
 
 use crate::probe::ping::Stop;
 use serde::{Deserialize, Serialize};

@@ -16,7 +16,7 @@ use super::stream::{self, Counter, Framer, Sent, StreamError};
 use crate::stats::LatencyHistogram;
 use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Control, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -140,7 +140,7 @@ impl ThroughputConfig {
 }
 
 /// Which way the data flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// The client sends (the default, as sockperf throughput and iperf3).
@@ -150,7 +150,8 @@ pub enum Direction {
 }
 
 /// Messages and bytes over a time span, with the rates they make.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RateRow {
     /// End of the span since the start of the run, seconds.
     pub end_s: f64,
@@ -184,7 +185,7 @@ impl RateRow {
 }
 
 /// UDP loss as counted by the receiving side.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Loss {
     /// Messages the sender sent (whole run, including after the measuring window closed).
     pub sent: u64,
@@ -194,12 +195,22 @@ pub struct Loss {
     pub lost: u64,
     /// Lost share in percent.
     pub lost_pct: f64,
-    /// Who counted the received messages: "server" (roundtrip server counts), "client" (reverse, sync).
-    pub counted_by: &'static str,
+    /// Who counted the received messages.
+    pub counted_by: CountedBy,
+}
+
+/// Who counted the messages received, for [`Loss`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountedBy {
+    /// The roundtrip server's counts.
+    Server,
+    /// The client (reverse and sync modes).
+    Client,
 }
 
 impl Loss {
-    fn new(sent: u64, received: u64, counted_by: &'static str) -> Self {
+    fn new(sent: u64, received: u64, counted_by: CountedBy) -> Self {
         let lost = sent.saturating_sub(received);
         Loss {
             sent,
@@ -216,7 +227,8 @@ impl Loss {
 }
 
 /// Totals of one stream.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StreamTotal {
     /// Stream number, from 1.
     pub stream: usize,
@@ -516,18 +528,18 @@ fn run_size(
     let mut receiver_note = None;
     let loss = if config.sync {
         // The client counts answers itself.
-        (config.transport == Transport::Udp).then(|| Loss::new(sent_all, m, "client"))
+        (config.transport == Transport::Udp).then(|| Loss::new(sent_all, m, CountedBy::Client))
     } else if config.reverse {
         match (sent_by_server, received_all) {
             (Some(s), Some(r)) if config.transport == Transport::Udp => {
-                Some(Loss::new(s, r.0, "client"))
+                Some(Loss::new(s, r.0, CountedBy::Client))
             }
             _ => None,
         }
     } else {
         match received_all {
             Some(r) if config.transport == Transport::Udp => {
-                Some(Loss::new(sent_all, r.0, "server"))
+                Some(Loss::new(sent_all, r.0, CountedBy::Server))
             }
             Some(_) => None,
             None => {

@@ -1,23 +1,13 @@
-//! Text and JSON for the traffic commands: `throughput`, `load` and `sweep`.
-//!
-//! The JSON documents carry the same envelope as every other document (see [`super::json`]).
+//! Text for the traffic commands: `throughput`, `load` and `sweep`. Their JSON documents are
+//! [`crate::doc::throughput`], [`crate::doc::load`] and [`crate::doc::sweep`].
 
-use super::json::{Environment, FORMAT, FORMAT_VERSION};
 use super::text::{SUMMARY_COLUMNS, Table, summary_cells};
 use crate::probe::load::LoadResult;
 use crate::probe::ping::{PeerKind, Transport};
 use crate::probe::sweep::SweepResult;
-use crate::probe::throughput::{Direction, Loss, RateRow, StreamTotal, ThroughputResult};
-use crate::stats::Summary;
+use crate::probe::throughput::{Direction, Loss, RateRow, ThroughputResult};
 use crate::units::{fmt_bytes, fmt_nanos};
-use serde::Serialize;
 use std::fmt::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn unix_s(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 fn peer_name(p: PeerKind) -> &'static str {
     match p {
@@ -41,141 +31,6 @@ pub fn fmt_rate(r: f64) -> String {
 }
 
 // ---------------------------------------------------------------- throughput
-
-/// Settings of a throughput run, as recorded in its document.
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputSettings {
-    /// Target as the user gave it.
-    pub target: String,
-    /// Resolved address.
-    pub address: String,
-    /// "tcp" or "udp".
-    pub transport: Transport,
-    /// Message sizes, bytes.
-    pub sizes_bytes: Vec<usize>,
-    /// Parallel streams.
-    pub streams: usize,
-    /// Measuring time per size.
-    pub duration_s: f64,
-    /// Which way the data flowed.
-    pub direction: Direction,
-    /// Sync mode (each message answered before the next).
-    pub sync: bool,
-}
-
-/// One size of a throughput document.
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputRunDoc {
-    /// Message size, bytes.
-    pub size_bytes: usize,
-    /// Over the measuring window, all streams; counted by the sender (in sync mode: acknowledged messages).
-    pub total: RateRow,
-    /// Per-interval rows.
-    pub intervals: Vec<RateRow>,
-    /// Per stream.
-    pub streams: Vec<StreamTotal>,
-    /// Messages the receiving side counted over the whole run, when known.
-    pub received_messages: Option<u64>,
-    /// Bytes the receiving side counted over the whole run, when known.
-    pub received_bytes: Option<u64>,
-    /// UDP loss, when counted.
-    pub loss: Option<Loss>,
-    /// Why the receiver's count or the loss is missing.
-    pub receiver_note: Option<&'static str>,
-    /// Round-trip times in sync mode.
-    pub rtt: Option<Summary>,
-    /// Why this size ended early, if it did.
-    pub error: Option<String>,
-}
-
-/// The document `roundtrip throughput --json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputDoc {
-    /// Always [`FORMAT`].
-    pub format: &'static str,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// "throughput".
-    pub kind: &'static str,
-    /// Where it ran.
-    pub environment: Environment,
-    /// Start, Unix seconds.
-    pub started_unix_s: f64,
-    /// Settings.
-    pub settings: ThroughputSettings,
-    /// Who answered.
-    pub peer: PeerKind,
-    /// One entry per size.
-    pub runs: Vec<ThroughputRunDoc>,
-    /// True when interrupted (Ctrl-C).
-    pub cancelled: bool,
-    /// How far it got when interrupted (absent when it ran to its end).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<super::json::Interrupted>,
-}
-
-/// A throughput run cut short by Ctrl-C: measuring time done (all sizes) of the time asked for (the duration
-/// times the number of sizes).
-pub fn throughput_interrupted(
-    r: &ThroughputResult,
-    sizes: usize,
-    duration: Duration,
-) -> Option<super::json::Interrupted> {
-    r.cancelled.then(|| {
-        super::json::Interrupted::duration(
-            Duration::from_secs_f64(
-                r.runs
-                    .iter()
-                    .map(|run| run.total.length_s)
-                    .sum::<f64>()
-                    .max(0.0),
-            ),
-            duration * u32::try_from(sizes).unwrap_or(u32::MAX),
-        )
-    })
-}
-
-impl ThroughputDoc {
-    /// Builds the document of a throughput result.
-    pub fn new(target: &str, r: &ThroughputResult, sizes: &[usize], duration: Duration) -> Self {
-        ThroughputDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: crate::doc::kind::THROUGHPUT,
-            environment: Environment::current(),
-            started_unix_s: unix_s(r.started),
-            settings: ThroughputSettings {
-                target: target.to_string(),
-                address: r.addr.to_string(),
-                transport: r.transport,
-                sizes_bytes: sizes.to_vec(),
-                streams: r.streams,
-                duration_s: duration.as_secs_f64(),
-                direction: r.direction,
-                sync: r.sync,
-            },
-            peer: r.peer,
-            runs: r
-                .runs
-                .iter()
-                .map(|run| ThroughputRunDoc {
-                    size_bytes: run.size,
-                    total: run.total,
-                    intervals: run.intervals.clone(),
-                    streams: run.streams.clone(),
-                    received_messages: run.received.map(|x| x.0),
-                    received_bytes: run.received.map(|x| x.1),
-                    loss: run.loss,
-                    receiver_note: run.receiver_note,
-                    rtt: (!run.rtt.is_empty()).then(|| run.rtt.summary()),
-                    error: run.error.as_ref().map(|e| e.to_string()),
-                })
-                .collect(),
-            cancelled: r.cancelled,
-            interrupted: throughput_interrupted(r, sizes.len(), duration),
-        }
-    }
-}
 
 /// The heading printed before a throughput run.
 pub fn throughput_heading(

@@ -1,48 +1,14 @@
 //! The `throughput` report: rate over time and against message size.
 
 use super::draw::{Options, Run, early, heading, typed};
+use crate::doc::throughput::ThroughputDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::units::{fmt_bytes, fmt_nanos};
-use serde::Deserialize;
-
-/// One rate row of a `throughput` document.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct RateIn {
-    /// End of the span, seconds since the start of the size's run.
-    pub end_s: f64,
-    /// Length of the span, seconds.
-    pub length_s: f64,
-    /// Messages in the span.
-    pub messages: u64,
-    /// 10^6 bits per second.
-    pub mbit_per_s: f64,
-}
-
-/// One message size of a `throughput` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ThroughputRunIn {
-    /// Message size.
-    pub size_bytes: u64,
-    /// The whole run of this size.
-    pub total: RateIn,
-    /// Per report interval.
-    pub intervals: Vec<RateIn>,
-    /// Why this size ended early.
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// What the throughput report reads from a `throughput --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ThroughputIn {
-    /// One run per message size.
-    pub runs: Vec<ThroughputRunIn>,
-}
 
 pub(super) fn throughput(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<ThroughputIn> = typed(runs)?;
+    let docs: Vec<ThroughputDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Throughput", runs),
         ..Default::default()
@@ -58,14 +24,14 @@ pub(super) fn throughput(runs: &[Run], opts: &Options) -> Result<Section, LoadEr
         for x in &d.runs {
             t.rows.push(vec![
                 r.label.clone(),
-                fmt_bytes(x.size_bytes),
+                fmt_bytes(x.size_bytes as u64),
                 fmt_nanos(x.total.length_s * 1e9),
                 x.total.messages.to_string(),
                 format!("{:.1} Mbit/s", x.total.mbit_per_s),
             ]);
             early(
                 &mut sec,
-                &format!("{} {}", r.label, fmt_bytes(x.size_bytes)),
+                &format!("{} {}", r.label, fmt_bytes(x.size_bytes as u64)),
                 &x.error,
             );
         }
@@ -92,9 +58,9 @@ pub(super) fn throughput(runs: &[Run], opts: &Options) -> Result<Section, LoadEr
                 pts.push((i.end_s, i.mbit_per_s * 1e6));
             }
             let name = if runs.len() == 1 {
-                fmt_bytes(x.size_bytes)
+                fmt_bytes(x.size_bytes as u64)
             } else {
-                format!("{} {}", r.label, fmt_bytes(x.size_bytes))
+                format!("{} {}", r.label, fmt_bytes(x.size_bytes as u64))
             };
             c.push(Series::new(name, color, Mark::Step(pts)));
             color += 1;
