@@ -9,6 +9,7 @@ pub mod icmp;
 pub mod kind;
 pub mod ping;
 pub mod ser;
+pub mod tcp;
 
 use crate::probe::ping::Stop;
 use serde::{Deserialize, Serialize};
