@@ -1630,7 +1630,7 @@ fn capture_flows_writes_in_flight_against_the_window() {
         .output()
         .unwrap();
     let doc = load::parse("flows.json", &out.stdout).unwrap();
-    let flows: roundtrip::report::charts::flows::FlowsIn = doc.typed().unwrap();
+    let flows: roundtrip::doc::capture_flows::FlowsDoc = doc.typed().unwrap();
     let s = flows.window_series.expect("a series");
     assert!(s.buckets.len() <= roundtrip::capture::FLOW_SERIES_BUCKETS);
     // The largest connection is drawn.

@@ -37,8 +37,9 @@ pub mod write;
 use decode::Decoded;
 use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, TrackerCounters};
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stats::{StatsDir, StatsEngine, StatsRow};
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
@@ -166,12 +167,13 @@ impl Filter {
 }
 
 /// What reading the file found, besides the analysis.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CaptureInfo {
     /// The file as given.
     pub file: String,
     /// "pcap", "pcap-ns" or "pcapng".
-    pub format: &'static str,
+    pub format: Cow<'static, str>,
     /// True when gzip-compressed.
     pub gzip: bool,
     /// Uncompressed bytes read.
@@ -359,7 +361,7 @@ impl Packets {
         Packets {
             info: CaptureInfo {
                 file: cap.info().interface.clone(),
-                format: "live",
+                format: Cow::Borrowed("live"),
                 source: Some(cap.info().clone()),
                 filter: filter.map(str::to_string),
                 ..CaptureInfo::default()
@@ -441,7 +443,7 @@ impl Packets {
         Ok(Packets {
             info: CaptureInfo {
                 file: path.display().to_string(),
-                format,
+                format: Cow::Borrowed(format),
                 gzip: reader.is_gzip(),
                 ..CaptureInfo::default()
             },
@@ -939,7 +941,7 @@ pub struct FlowsResult {
 pub const FLOW_SERIES_BUCKETS: usize = 800;
 
 /// One time bucket of a [`FlowSeries`]: the smallest and largest value seen in it (empty buckets are left out).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct SeriesBucket {
     /// Start of the bucket, seconds since the connection's first packet.
     pub start_s: f64,
@@ -956,7 +958,7 @@ pub struct SeriesBucket {
 /// Bytes in flight of one connection's data direction against the window its receiver advertised, over
 /// time: a bounded series (at most [`FLOW_SERIES_BUCKETS`] buckets of equal length over the connection's
 /// life), min and max per bucket, so no extreme is dropped.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowSeries {
     /// The connection's number (as in `flows`).
     pub flow_id: u64,
@@ -967,7 +969,7 @@ pub struct FlowSeries {
     /// The data direction drawn (the one that carried more payload).
     pub direction: flows::Dir,
     /// Why this connection: "only" (one matched) or "largest" (most payload bytes of several).
-    pub chosen: &'static str,
+    pub chosen: Cow<'static, str>,
     /// Length of one bucket, seconds.
     pub bucket_s: f64,
     /// Non-empty buckets in time order.
@@ -1048,7 +1050,7 @@ pub fn flow_series(
         client: f.client,
         server: f.server,
         direction: dir,
-        chosen: if flows.len() == 1 { "only" } else { "largest" },
+        chosen: Cow::Borrowed(if flows.len() == 1 { "only" } else { "largest" }),
         bucket_s: bucket_ns / 1e9,
         buckets,
     }))

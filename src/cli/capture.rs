@@ -6,6 +6,7 @@ use super::output::{Exit, error_line, note, out};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::capture::{self, CaptureInfo, Filter};
+use roundtrip::doc::capture_flows::FlowsDoc;
 use roundtrip::report::json::envelope_bytes as doc;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
@@ -863,8 +864,12 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         r.window_series = capture::flow_series(file, &filter, config, &r.flows)?;
     }
     let label = a.common.label();
-    super::report::draw_and_print(&a.pictures, a.common.json, "capture-flows", &r, &label)?;
+    let r = FlowsDoc::new(r);
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &r, None, &label)?;
+    }
     if a.common.json {
+        out(roundtrip::doc::to_bytes(&r))?;
         return Ok(finish(&r.capture, true));
     }
     let mut s = String::new();

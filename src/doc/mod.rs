@@ -3,6 +3,7 @@
 //! durations their unit in the field name. One type writes and reads each part, so the writer and the reader
 //! cannot drift.
 
+pub mod capture_flows;
 pub mod compare;
 pub mod connect;
 pub mod icmp;

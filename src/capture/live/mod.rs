@@ -44,7 +44,7 @@ pub mod block;
 pub mod ring;
 
 use super::read::{LinkType, Packet};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,7 +139,7 @@ pub enum LiveError {
 }
 
 /// Why a live capture ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// Ctrl-C or SIGTERM (the normal end).
@@ -167,7 +167,7 @@ impl std::fmt::Display for StopReason {
 }
 
 /// What a live capture reports about itself (the `source` part of a capture document).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LiveInfo {
     /// The interface (`any` for all).
     pub interface: String,
