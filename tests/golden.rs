@@ -134,6 +134,9 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::CAPTURE_FLOWS {
             round_trips_byte_for_byte::<roundtrip::doc::capture_flows::FlowsDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CAPTURE_TIMELINE {
+            round_trips_byte_for_byte::<roundtrip::doc::capture_timeline::TimelineDoc>(&p);
+            typed += 1;
         } else if v["kind"] == roundtrip::doc::kind::TCP {
             round_trips_byte_for_byte::<roundtrip::doc::tcp::TcpDoc>(&p);
             typed += 1;

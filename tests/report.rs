@@ -2079,7 +2079,7 @@ fn capture_timeline_writes_the_time_sequence_graph_of_its_json() {
         .output()
         .unwrap();
     let doc = load::parse("timeline.json", &out.stdout).unwrap();
-    let tl: roundtrip::report::charts::timeline::TimelineIn = doc.typed().unwrap();
+    let tl: roundtrip::doc::capture_timeline::TimelineDoc = doc.typed().unwrap();
     let g = tl.seq_graph.expect("a graph");
     let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
     let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);

@@ -1135,7 +1135,7 @@ pub fn run_flows_on(
 }
 
 /// One line of `capture timeline`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimelineRow {
     /// Packet time, Unix ns.
     pub ts_ns: i64,
@@ -1156,9 +1156,9 @@ pub struct TimelineRow {
     /// Bytes in flight from the sender after this packet.
     pub in_flight_bytes: Option<u64>,
     /// Notes: retransmission, out-of-order, dup-ack, zero-window, keep-alive.
-    pub notes: Vec<&'static str>,
+    pub notes: Vec<Cow<'static, str>>,
     /// SACK blocks (left, right edge), relative to the other side's initial sequence number.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub sack: Vec<[u32; 2]>,
 }
 
@@ -1315,7 +1315,7 @@ pub fn run_timeline_on(
             len: info.payload_len,
             window_bytes: info.window,
             in_flight_bytes: info.in_flight,
-            notes: notes(&info),
+            notes: notes(&info).into_iter().map(Cow::Borrowed).collect(),
             sack,
         };
         if let Some(f) = on_row.as_mut() {
