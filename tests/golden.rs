@@ -146,11 +146,20 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::THROUGHPUT {
             round_trips_byte_for_byte::<roundtrip::doc::throughput::ThroughputDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CAPTURE_FLOWS {
+            round_trips_byte_for_byte::<roundtrip::doc::capture_flows::FlowsDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CAPTURE_TIMELINE {
+            round_trips_byte_for_byte::<roundtrip::doc::capture_timeline::TimelineDoc>(&p);
+            typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::TCP {
+            round_trips_byte_for_byte::<roundtrip::doc::tcp::TcpDoc>(&p);
+            typed += 1;
         }
     }
     assert!(
-        typed >= 6,
-        "the ping, connect, icmp and compare documents were read through their types"
+        typed >= 21,
+        "every current golden document of a typed kind was read through its type ({typed})"
     );
 }
 

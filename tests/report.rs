@@ -1630,7 +1630,7 @@ fn capture_flows_writes_in_flight_against_the_window() {
         .output()
         .unwrap();
     let doc = load::parse("flows.json", &out.stdout).unwrap();
-    let flows: roundtrip::report::charts::flows::FlowsIn = doc.typed().unwrap();
+    let flows: roundtrip::doc::capture_flows::FlowsDoc = doc.typed().unwrap();
     let s = flows.window_series.expect("a series");
     assert!(s.buckets.len() <= roundtrip::capture::FLOW_SERIES_BUCKETS);
     // The largest connection is drawn.
@@ -2079,7 +2079,7 @@ fn capture_timeline_writes_the_time_sequence_graph_of_its_json() {
         .output()
         .unwrap();
     let doc = load::parse("timeline.json", &out.stdout).unwrap();
-    let tl: roundtrip::report::charts::timeline::TimelineIn = doc.typed().unwrap();
+    let tl: roundtrip::doc::capture_timeline::TimelineDoc = doc.typed().unwrap();
     let g = tl.seq_graph.expect("a graph");
     let x = ReadAxis::new(&ticks(&svg, "x"), duration_label, false);
     let y = ReadAxis::new(&ticks(&svg, "y"), bytes_label, false);

@@ -30,7 +30,8 @@ use sequence::Marks;
 
 use super::decode::{Decoded, Tcp, flags};
 use crate::stats::Summary;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -85,7 +86,7 @@ impl Hasher for FxHasher {
 type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// Direction of a packet within its connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dir {
     /// From the client (the side that sent the SYN; without a handshake, the side with the higher port).
@@ -315,7 +316,7 @@ struct Flow {
 }
 
 /// Bytes in flight and window use of one direction, and the RTT of its data.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DirSummary {
     /// Packets sent.
     pub packets: u64,
@@ -356,6 +357,7 @@ pub struct DirSummary {
     /// Whether the windows above are in bytes: false when the handshake (both SYNs, where the window scale is
     /// announced) was not captured, so the windows are the raw 16-bit fields, unscaled, and their real size
     /// is unknown (up to 2^14 times larger).
+    #[serde(default)]
     pub window_scale_known: bool,
     /// Data segments sent while in flight was within one MSS of the receiver's window.
     pub receiver_limited_segments: u64,
@@ -366,7 +368,7 @@ pub struct DirSummary {
 }
 
 /// The three-way handshake as seen at the capture point.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Handshake {
     /// SYN to SYN-ACK: the round trip between the capture point and the server.
     pub syn_to_synack_ns: u64,
@@ -377,7 +379,7 @@ pub struct Handshake {
 }
 
 /// One finished connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowSummary {
     /// Connection number, in order of first packet.
     pub id: u64,
@@ -396,7 +398,7 @@ pub struct FlowSummary {
     /// Handshake timing.
     pub handshake: Option<Handshake>,
     /// "closed" (FIN both ways), "reset_by_client", "reset_by_server" or "open".
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     /// Client to server.
     pub client_to_server: DirSummary,
     /// Server to client.
@@ -424,7 +426,7 @@ impl FlowSummary {
 }
 
 /// Counters of the whole tracking run.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct TrackerCounters {
     /// TCP packets processed.
     pub tcp_packets: u64,
@@ -433,7 +435,7 @@ pub struct TrackerCounters {
     /// Connections finished by idle timeout.
     pub idle_evictions: u64,
     /// Connections finished early because [`TrackerConfig::max_open`] were open (the longest silent first).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero", default)]
     pub cap_evictions: u64,
 }
 
@@ -868,7 +870,7 @@ impl Flow {
             last_ts_ns: self.last_ts,
             duration_s: (self.last_ts - self.first_ts) as f64 / 1e9,
             handshake,
-            state,
+            state: Cow::Borrowed(state),
             client_to_server: self.dir_summary(0),
             server_to_client: self.dir_summary(1),
             diagnosis: String::new(),

@@ -39,6 +39,7 @@ use flows::{FlowSummary, FlowTracker, PacketInfo, StreamSink, TrackerConfig, Tra
 use read::{CaptureReader, Format, OpenError, Packet, ReadWarning};
 use serde::{Deserialize, Serialize};
 use stats::{StatsDir, StatsEngine, StatsRow};
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
@@ -172,7 +173,7 @@ pub struct CaptureInfo {
     /// The file as given.
     pub file: String,
     /// "pcap", "pcap-ns" or "pcapng".
-    pub format: String,
+    pub format: Cow<'static, str>,
     /// True when gzip-compressed.
     pub gzip: bool,
     /// Uncompressed bytes read.
@@ -360,7 +361,7 @@ impl Packets {
         Packets {
             info: CaptureInfo {
                 file: cap.info().interface.clone(),
-                format: "live".to_string(),
+                format: Cow::Borrowed("live"),
                 source: Some(cap.info().clone()),
                 filter: filter.map(str::to_string),
                 ..CaptureInfo::default()
@@ -438,12 +439,11 @@ impl Packets {
             Format::PcapMicro => "pcap",
             Format::PcapNano => "pcap-ns",
             Format::Pcapng => "pcapng",
-        }
-        .to_string();
+        };
         Ok(Packets {
             info: CaptureInfo {
                 file: path.display().to_string(),
-                format,
+                format: Cow::Borrowed(format),
                 gzip: reader.is_gzip(),
                 ..CaptureInfo::default()
             },
@@ -941,7 +941,7 @@ pub struct FlowsResult {
 pub const FLOW_SERIES_BUCKETS: usize = 800;
 
 /// One time bucket of a [`FlowSeries`]: the smallest and largest value seen in it (empty buckets are left out).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct SeriesBucket {
     /// Start of the bucket, seconds since the connection's first packet.
     pub start_s: f64,
@@ -958,7 +958,7 @@ pub struct SeriesBucket {
 /// Bytes in flight of one connection's data direction against the window its receiver advertised, over
 /// time: a bounded series (at most [`FLOW_SERIES_BUCKETS`] buckets of equal length over the connection's
 /// life), min and max per bucket, so no extreme is dropped.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowSeries {
     /// The connection's number (as in `flows`).
     pub flow_id: u64,
@@ -969,7 +969,7 @@ pub struct FlowSeries {
     /// The data direction drawn (the one that carried more payload).
     pub direction: flows::Dir,
     /// Why this connection: "only" (one matched) or "largest" (most payload bytes of several).
-    pub chosen: &'static str,
+    pub chosen: Cow<'static, str>,
     /// Length of one bucket, seconds.
     pub bucket_s: f64,
     /// Non-empty buckets in time order.
@@ -1050,7 +1050,7 @@ pub fn flow_series(
         client: f.client,
         server: f.server,
         direction: dir,
-        chosen: if flows.len() == 1 { "only" } else { "largest" },
+        chosen: Cow::Borrowed(if flows.len() == 1 { "only" } else { "largest" }),
         bucket_s: bucket_ns / 1e9,
         buckets,
     }))
@@ -1135,7 +1135,7 @@ pub fn run_flows_on(
 }
 
 /// One line of `capture timeline`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimelineRow {
     /// Packet time, Unix ns.
     pub ts_ns: i64,
@@ -1156,9 +1156,9 @@ pub struct TimelineRow {
     /// Bytes in flight from the sender after this packet.
     pub in_flight_bytes: Option<u64>,
     /// Notes: retransmission, out-of-order, dup-ack, zero-window, keep-alive.
-    pub notes: Vec<&'static str>,
+    pub notes: Vec<Cow<'static, str>>,
     /// SACK blocks (left, right edge), relative to the other side's initial sequence number.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub sack: Vec<[u32; 2]>,
 }
 
@@ -1315,7 +1315,7 @@ pub fn run_timeline_on(
             len: info.payload_len,
             window_bytes: info.window,
             in_flight_bytes: info.in_flight,
-            notes: notes(&info),
+            notes: notes(&info).into_iter().map(Cow::Borrowed).collect(),
             sack,
         };
         if let Some(f) = on_row.as_mut() {

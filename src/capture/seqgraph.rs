@@ -21,7 +21,8 @@
 
 use super::decode::Decoded;
 use super::flows::{Dir, FlowSummary, PacketInfo};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 /// Time columns of the downsampled graph (more than the pixel columns of a drawn chart).
@@ -325,7 +326,7 @@ impl SeqGraphBuilder {
             sender,
             receiver,
             direction: self.dir,
-            chosen,
+            chosen: Cow::Borrowed(chosen),
             start_ns: t0,
             duration_s: span_ns as f64 / 1e9,
             column_s,
@@ -348,7 +349,7 @@ impl SeqGraphBuilder {
 }
 
 /// New (not retransmitted) data sent during one time column.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SegColumn {
     /// Time of the column's first segment, seconds since the connection's first packet.
     pub first_s: f64,
@@ -363,7 +364,7 @@ pub struct SegColumn {
 }
 
 /// One retransmitted segment.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SegMark {
     /// Time, seconds since the connection's first packet.
     pub t_s: f64,
@@ -374,7 +375,7 @@ pub struct SegMark {
 }
 
 /// One real sample of a line (ACK or window edge).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinePoint {
     /// Time, seconds since the connection's first packet.
     pub t_s: f64,
@@ -383,7 +384,7 @@ pub struct LinePoint {
 }
 
 /// A range of sequence numbers the receiver SACKed during one column.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SackMark {
     /// Time of the first packet that carried (part of) it.
     pub t_s: f64,
@@ -394,7 +395,7 @@ pub struct SackMark {
 }
 
 /// A period of time.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Span {
     /// Start, seconds since the connection's first packet.
     pub start_s: f64,
@@ -404,7 +405,7 @@ pub struct Span {
 
 /// The time-sequence graph of one direction of one connection, ready to draw (see the module
 /// documentation for what each series keeps).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SeqGraph {
     /// Connection number.
     pub flow_id: u64,
@@ -415,7 +416,7 @@ pub struct SeqGraph {
     /// The direction of the data.
     pub direction: Dir,
     /// Why this direction: "busier" (the one with more payload) or "asked" (--data-from).
-    pub chosen: &'static str,
+    pub chosen: Cow<'static, str>,
     /// The connection's first packet, Unix ns: time 0 of the graph.
     pub start_ns: i64,
     /// Time from the first to the last packet of the connection.

@@ -6,7 +6,8 @@ use super::output::{Exit, error_line, note, out};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::capture::{self, CaptureInfo, Filter};
-use roundtrip::report::json::envelope_bytes as doc;
+use roundtrip::doc::capture_flows::FlowsDoc;
+use roundtrip::doc::capture_timeline::TimelineDoc;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
@@ -625,26 +626,15 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         keep_rows && (!live || json),
         if live { Some(&mut on_row) } else { None },
     );
+    let mut r = TimelineDoc::new(r);
     if r.flow.is_some() && a.pictures.wanted() {
         // The picture needs the graph, not a row per packet: a million rows would be held twice.
-        #[derive(serde::Serialize)]
-        struct Drawn<'a> {
-            capture: &'a CaptureInfo,
-            flow: &'a Option<FlowSummary>,
-            seq_graph: &'a Option<capture::seqgraph::SeqGraph>,
-        }
-        let doc = roundtrip::report::json::Envelope::new(
-            "capture-timeline",
-            Drawn {
-                capture: &r.capture,
-                flow: &r.flow,
-                seq_graph: &r.seq_graph,
-            },
-        );
-        super::report::after_run(&a.pictures, &doc, None, &a.common.label())?;
+        let rows = std::mem::take(&mut r.rows);
+        super::report::after_run(&a.pictures, &r, None, &a.common.label())?;
+        r.rows = rows;
     }
     if a.common.json {
-        out(doc("capture-timeline", &r))?;
+        out(roundtrip::doc::to_bytes(&r))?;
         let e = finish(&r.capture, true);
         if r.flow.is_none() {
             error_line(no_connection(a.common.file(), &r.capture, &filter));
@@ -863,8 +853,12 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         r.window_series = capture::flow_series(file, &filter, config, &r.flows)?;
     }
     let label = a.common.label();
-    super::report::draw_and_print(&a.pictures, a.common.json, "capture-flows", &r, &label)?;
+    let r = FlowsDoc::new(r);
+    if a.pictures.wanted() {
+        super::report::after_run(&a.pictures, &r, None, &label)?;
+    }
     if a.common.json {
+        out(roundtrip::doc::to_bytes(&r))?;
         return Ok(finish(&r.capture, true));
     }
     let mut s = String::new();

@@ -5,7 +5,8 @@ use super::args;
 use super::output::{Exit, note, out};
 use anyhow::Context;
 use clap::Args;
-use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::doc::tcp::{TcpClosed, TcpDoc};
+use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, kind};
 use roundtrip::report::text::Table;
 use roundtrip::tcpwatch::{Closed, ConnSummary, Filter, Sample, Tick, Watcher};
 use roundtrip::units::{fmt_bytes, fmt_duration};
@@ -299,42 +300,6 @@ fn csv_row(s: &Sample) -> String {
     )
 }
 
-/// The filter as the user gave it, for the JSON document.
-#[derive(Debug, Clone, Serialize)]
-struct FilterDoc {
-    port: Option<u16>,
-    host: Option<IpAddr>,
-    pid: Option<u32>,
-}
-
-/// A connection that went away, for the JSON document.
-#[derive(Debug, Clone, Serialize)]
-struct ClosedDoc {
-    local: String,
-    remote: String,
-    cookie: u64,
-    at_ns: u64,
-}
-
-/// The document `roundtrip tcp --json` prints (kind "tcp").
-#[derive(Debug, Clone, Serialize)]
-pub struct TcpDoc {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
-    started_unix_s: f64,
-    filter: FilterDoc,
-    interval_ns: u64,
-    duration_ns: Option<u64>,
-    /// Every sample of every matching connection, in time order.
-    samples: Vec<Sample>,
-    closed: Vec<ClosedDoc>,
-    /// One summary per connection, with the verdict on the whole watch.
-    connections: Vec<ConnSummary>,
-    cancelled: bool,
-}
-
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -432,7 +397,7 @@ struct TraceDoc {
     kind: &'static str,
     environment: Environment,
     started_unix_s: f64,
-    filter: FilterDoc,
+    filter: Filter,
     duration_ns: Option<u64>,
     events: u64,
     /// Events the kernel dropped because a ring buffer was full.
@@ -583,19 +548,15 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
             .then(|| c.bytes_acked as f64 / c.acks_in as f64 / f64::from(c.mss));
     }
     if a.json {
-        out(json::to_bytes(&TraceDoc {
+        out(doc::to_bytes(&TraceDoc {
             format: FORMAT,
             format_version: FORMAT_VERSION,
-            kind: "tcp-trace",
+            kind: kind::TCP_TRACE,
             environment: Environment::current(),
             started_unix_s: started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
-            filter: FilterDoc {
-                port: filter.port,
-                host: filter.host,
-                pid: filter.pid,
-            },
+            filter: filter.clone(),
             duration_ns: a.time.map(ns),
             events: total,
             lost_events: tracer.lost(),
@@ -738,7 +699,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     let keep = a.json || a.pictures.wanted();
     let mut samples: Vec<Sample> = Vec::new();
     let mut sample_count: u64 = 0;
-    let mut closed: Vec<ClosedDoc> = Vec::new();
+    let mut closed: Vec<TcpClosed> = Vec::new();
     let mut said_none = false;
     // One buffer for every round's lines: allocating megabytes afresh each round cost page faults.
     let mut text = String::new();
@@ -769,7 +730,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         }
         said_none = tick.samples.is_empty();
         for c in &tick.closed {
-            closed.push(ClosedDoc {
+            closed.push(TcpClosed {
                 local: c.conn.local.to_string(),
                 remote: c.conn.remote.to_string(),
                 cookie: c.conn.cookie,
@@ -812,18 +773,14 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     }
     let connections = watcher.summaries();
     let doc = TcpDoc {
-        format: FORMAT,
+        format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
-        kind: "tcp",
+        kind: kind::TCP.to_string(),
         environment: Environment::current(),
         started_unix_s: started
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
-        filter: FilterDoc {
-            port: filter.port,
-            host: filter.host,
-            pid: filter.pid,
-        },
+        filter: filter.clone(),
         interval_ns: ns(a.interval),
         duration_ns: a.time.map(ns),
         samples,
@@ -835,7 +792,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         super::report::after_run(&a.pictures, &doc, None, &describe(&filter))?;
     }
     if a.json {
-        out(json::to_bytes(&doc))?;
+        out(doc::to_bytes(&doc))?;
     } else if doc.connections.is_empty() {
         out(format!(
             "--- no matching connection ({}) in {:.1}s ---\n",

@@ -3,6 +3,8 @@
 //! durations their unit in the field name. One type writes and reads each part, so the writer and the reader
 //! cannot drift.
 
+pub mod capture_flows;
+pub mod capture_timeline;
 pub mod compare;
 pub mod connect;
 pub mod db;
@@ -13,6 +15,7 @@ pub mod ping;
 pub mod rpc;
 pub mod ser;
 pub mod sweep;
+pub mod tcp;
 pub mod throughput;
 
 use crate::probe::ping::Stop;

@@ -1,9 +1,9 @@
 //! The kernel's own view of a TCP connection (`getsockopt(TCP_INFO)`): smoothed RTT, its variation and the
 //! minimum RTT the kernel saw, all from ACK timing (RFC 6298), in microseconds.
 //!
-//! The one `unsafe` call is the `getsockopt` itself; the bytes it fills are decoded by plain offsets into
-//! `struct tcp_info` (linux/tcp.h), checking the length the kernel reported, so an older kernel that fills
-//! fewer fields gives `None` for them instead of garbage.
+//! The one `unsafe` call is the `getsockopt` itself; the bytes it fills are decoded by
+//! [`crate::tcpwatch::info`], the one decoder of `struct tcp_info` (linux/tcp.h), which checks the length the
+//! kernel reported, so an older kernel that fills fewer fields gives `None` for them instead of garbage.
 
 use serde::Serialize;
 use std::io;
@@ -24,26 +24,18 @@ pub struct TcpRtt {
     pub min_rtt: Option<Duration>,
 }
 
-/// Offsets of the fields in `struct tcp_info`.
-const OFF_RTT: usize = 68;
-const OFF_RTTVAR: usize = 72;
-const OFF_MIN_RTT: usize = 148;
+/// Bytes of `struct tcp_info` asked for (more than any kernel fills today).
 const INFO_LEN: usize = 256;
 
-/// Decodes the fields from the bytes `getsockopt` filled (`len` of them).
+/// The round-trip fields of the bytes `getsockopt` filled, decoded by [`crate::tcpwatch::info::decode`] (the
+/// one decoder of `struct tcp_info`); None when they are too few to hold `tcpi_rttvar`.
 pub fn decode(buf: &[u8]) -> Option<TcpRtt> {
-    let u32_at = |off: usize| -> Option<u32> {
-        buf.get(off..off + 4)
-            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let us = |v: u32| Duration::from_micros(u64::from(v));
+    let i = crate::tcpwatch::info::decode(buf);
     Some(TcpRtt {
-        srtt: us(u32_at(OFF_RTT)?),
-        rttvar: us(u32_at(OFF_RTTVAR)?),
-        // The kernel reports ~0U when it has no sample yet.
-        min_rtt: u32_at(OFF_MIN_RTT)
-            .filter(|&v| v != 0 && v != u32::MAX)
-            .map(us),
+        srtt: i.rtt?,
+        rttvar: i.rttvar?,
+        // ~0U (no sample yet) the decoder leaves out; 0 is no measurement either.
+        min_rtt: i.min_rtt.filter(|d| !d.is_zero()),
     })
 }
 
@@ -77,6 +69,11 @@ pub fn read(sock: &impl AsRawFd) -> io::Result<TcpRtt> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Offsets of the fields in `struct tcp_info`.
+    const OFF_RTT: usize = 68;
+    const OFF_RTTVAR: usize = 72;
+    const OFF_MIN_RTT: usize = 148;
 
     #[test]
     fn decodes_by_offset_and_length() {

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use super::info::{self, TcpInfo};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -85,7 +85,7 @@ pub fn dump_request(family: Family, states: u32, seq: u32) -> Vec<u8> {
 }
 
 /// Socket memory counters (`INET_DIAG_SKMEMINFO`), in bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkMem {
     /// Bytes queued for reading.
     pub rmem_alloc: u32,
@@ -98,7 +98,7 @@ pub struct SkMem {
 }
 
 /// One socket from a dump.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagSocket {
     /// Local address and port.
     pub local: SocketAddr,

@@ -2,38 +2,27 @@
 //! sends a shorter struct) is `None`, never zero and never a panic.
 #![forbid(unsafe_code)]
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The kernel's TCP state for one socket, as `tcp_info` reports it. Times are [`Duration`]s, sizes bytes;
 /// `None` means the kernel's struct was too short to hold the field (or it has no value yet, for `min_rtt`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TcpInfo {
     /// How many bytes of `struct tcp_info` the kernel sent.
     pub len: usize,
     /// Smoothed round-trip time (`tcpi_rtt`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rtt_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_ns")]
     pub rtt: Option<Duration>,
     /// Round-trip time variation (`tcpi_rttvar`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rttvar_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rttvar_ns")]
     pub rttvar: Option<Duration>,
     /// Lowest round-trip time seen (`tcpi_min_rtt`, 4.6+).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "min_rtt_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "min_rtt_ns")]
     pub min_rtt: Option<Duration>,
     /// Retransmission timeout (`tcpi_rto`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rto_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rto_ns")]
     pub rto: Option<Duration>,
     /// Congestion window in segments (`tcpi_snd_cwnd`).
     pub cwnd: Option<u32>,
@@ -68,22 +57,13 @@ pub struct TcpInfo {
     /// The delivery rate was measured while the application had nothing to send (4.9+).
     pub delivery_rate_app_limited: Option<bool>,
     /// Time with data outstanding, all limits included (`tcpi_busy_time`, 4.10+).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "busy_time_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "busy_time_ns")]
     pub busy_time: Option<Duration>,
     /// Part of the busy time the peer's receive window stopped sending (`tcpi_rwnd_limited`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rwnd_limited_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rwnd_limited_ns")]
     pub rwnd_limited: Option<Duration>,
     /// Part of the busy time a full send buffer stopped sending (`tcpi_sndbuf_limited`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "sndbuf_limited_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "sndbuf_limited_ns")]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged (`tcpi_bytes_acked`, 4.1+).
     pub bytes_acked: Option<u64>,

@@ -19,7 +19,8 @@ pub mod procfs;
 pub mod trace;
 
 use diag::{DiagSocket, Family, LIVE_STATES, NETLINK_SOCK_DIAG};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr};
@@ -65,7 +66,7 @@ pub enum TcpWatchError {
 }
 
 /// Which connections to watch; every set condition must hold.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Filter {
     /// Local or remote port.
     pub port: Option<u16>,
@@ -181,31 +182,20 @@ impl Sampler {
 }
 
 /// Counter changes between two samples of one connection.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Delta {
     /// Time between the two samples.
-    #[serde(
-        serialize_with = "crate::doc::ser::ns::serialize",
-        rename = "elapsed_ns"
-    )]
+    #[serde(with = "crate::doc::ser::ns", rename = "elapsed_ns")]
     pub elapsed: Duration,
     /// Busy time added (None: the kernel lacks `tcpi_busy_time`).
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "busy_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "busy_ns")]
     pub busy: Option<Duration>,
     /// Receive-window-limited time added.
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rwnd_limited_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rwnd_limited_ns")]
     pub rwnd_limited: Option<Duration>,
     /// Send-buffer-limited time added.
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "sndbuf_limited_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "sndbuf_limited_ns")]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged.
     pub bytes_acked: Option<u64>,
@@ -249,7 +239,7 @@ impl Delta {
 
 /// What limited a connection over an interval, from the kernel's counters; [`std::fmt::Display`] gives the
 /// words with the numbers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     /// The first sample of a connection: no interval to judge yet.
@@ -315,7 +305,7 @@ pub enum Verdict {
     /// The kernel lacks the counter the verdict needs.
     Missing {
         /// The counter (`tcpi_busy_time`, ...).
-        counter: &'static str,
+        counter: Cow<'static, str>,
     },
 }
 
@@ -419,14 +409,14 @@ pub fn judge(d: &Delta, now: &DiagSocket) -> Verdict {
             Verdict::Idle
         } else {
             Verdict::Missing {
-                counter: "tcpi_busy_time (Linux 4.10+)",
+                counter: Cow::Borrowed("tcpi_busy_time (Linux 4.10+)"),
             }
         };
     };
     if !busy.is_zero() {
         let Some(_) = d.rwnd_limited else {
             return Verdict::Missing {
-                counter: "tcpi_rwnd_limited (Linux 4.10+)",
+                counter: Cow::Borrowed("tcpi_rwnd_limited (Linux 4.10+)"),
             };
         };
         let rwnd = share(d.rwnd_limited, d.busy);
@@ -491,7 +481,7 @@ fn share(part: Option<Duration>, whole: Option<Duration>) -> f64 {
 }
 
 /// The identity of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ConnId {
     /// Local address.
     pub local: SocketAddr,
@@ -512,12 +502,12 @@ impl ConnId {
 }
 
 /// One connection at one moment.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sample {
     /// Which connection.
     pub conn: ConnId,
     /// Time since the watch started.
-    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
+    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// What the kernel said.
     pub socket: DiagSocket,
@@ -533,7 +523,7 @@ pub struct Closed {
     /// Which connection.
     pub conn: ConnId,
     /// When it was first missing.
-    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
+    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// Its last sample.
     pub last: Sample,
@@ -543,7 +533,7 @@ pub struct Closed {
 #[derive(Debug, Clone, Serialize)]
 pub struct Tick {
     /// Time since the watch started.
-    #[serde(serialize_with = "crate::doc::ser::ns::serialize", rename = "at_ns")]
+    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// Every matching connection.
     pub samples: Vec<Sample>,
@@ -552,7 +542,7 @@ pub struct Tick {
 }
 
 /// One connection over the whole watch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnSummary {
     /// Which connection.
     pub conn: ConnId,
@@ -561,22 +551,13 @@ pub struct ConnSummary {
     /// True when it went away before the end.
     pub closed: bool,
     /// Lowest smoothed RTT seen.
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rtt_min_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_min_ns", default)]
     pub rtt_min: Option<Duration>,
     /// Mean smoothed RTT over the samples.
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rtt_mean_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_mean_ns", default)]
     pub rtt_mean: Option<Duration>,
     /// Highest smoothed RTT seen.
-    #[serde(
-        serialize_with = "crate::doc::ser::opt_ns::serialize",
-        rename = "rtt_max_ns"
-    )]
+    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_max_ns", default)]
     pub rtt_max: Option<Duration>,
     /// Highest congestion window seen (segments).
     pub cwnd_max: Option<u32>,

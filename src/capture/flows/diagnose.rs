@@ -18,7 +18,7 @@ pub fn diagnose(s: &FlowSummary) -> String {
         Dir::ClientToServer => "client",
         Dir::ServerToClient => "server",
     };
-    match s.state {
+    match &*s.state {
         "reset_by_client" => parts.push("reset by the client".into()),
         "reset_by_server" => parts.push("reset by the server".into()),
         _ => {}

@@ -1,92 +1,22 @@
 //! The `capture flows` report: per flow, bytes in flight and the windows over time.
 
 use super::draw::{Options, Run, heading, typed};
+use crate::capture::flows::{Dir, FlowSummary};
+use crate::capture::{FlowSeries, SeriesBucket};
+use crate::doc::capture_flows::FlowsDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::units::{fmt_bytes, fmt_nanos};
-use serde::Deserialize;
-
-/// One direction of a flow in a `capture flows` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DirIn {
-    /// Payload bytes.
-    pub payload_bytes: u64,
-    /// Largest bytes in flight.
-    pub in_flight_max_bytes: u64,
-    /// Largest advertised window.
-    pub window_max_bytes: u64,
-    /// Retransmitted segments.
-    pub retransmissions: u64,
-}
-
-/// One flow of a `capture flows` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct FlowIn {
-    /// Connection number.
-    pub id: u64,
-    /// Client end.
-    pub client: String,
-    /// Server end.
-    pub server: String,
-    /// Life of the connection, seconds.
-    pub duration_s: f64,
-    /// Client to server.
-    pub client_to_server: DirIn,
-    /// Server to client.
-    pub server_to_client: DirIn,
-    /// What limited it.
-    pub diagnosis: String,
-}
-
-/// One bucket of the flow time series.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SeriesBucketIn {
-    /// Start, seconds since the connection's first packet.
-    pub start_s: f64,
-    /// Smallest in flight.
-    pub in_flight_min_bytes: Option<u64>,
-    /// Largest in flight.
-    pub in_flight_max_bytes: Option<u64>,
-    /// Smallest advertised window.
-    pub window_min_bytes: Option<u64>,
-    /// Largest advertised window.
-    pub window_max_bytes: Option<u64>,
-}
-
-/// The flow time series of a `capture flows` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct FlowSeriesIn {
-    /// Which connection.
-    pub flow_id: u64,
-    /// Its data direction, "client_to_server" or "server_to_client".
-    pub direction: String,
-    /// Why this one.
-    pub chosen: String,
-    /// Bucket length, seconds.
-    pub bucket_s: f64,
-    /// The buckets.
-    pub buckets: Vec<SeriesBucketIn>,
-}
-
-/// What the flows report reads from a `capture flows --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct FlowsIn {
-    /// One per connection.
-    pub flows: Vec<FlowIn>,
-    /// In flight against window over time for one connection (absent in documents of older versions).
-    #[serde(default)]
-    pub window_series: Option<FlowSeriesIn>,
-}
 
 /// In-flight (min to max per bucket, strokes) and the receiver's window (band from min to max per bucket,
 /// max as a line) of one flow's time series.
-pub fn flow_chart(title: &str, s: &FlowSeriesIn, opts: &Options) -> Chart {
+pub fn flow_chart(title: &str, s: &FlowSeries, opts: &Options) -> Chart {
     let mut x = Axis::linear("time since the connection's first packet", Unit::Seconds);
     x.min = Some(0.0);
     let mut c = Chart::new(title, x, Axis::linear("bytes", Unit::Bytes));
     c.width = opts.width;
-    let mid = |b: &SeriesBucketIn| b.start_s + s.bucket_s / 2.0;
+    let mid = |b: &SeriesBucket| b.start_s + s.bucket_s / 2.0;
     // The window holds its value until the next packet changes it: each bucket's min..max is drawn as a
     // block from the bucket's start to the start of the next bucket with a window reading (or one bucket
     // wide for the last), so sparse captures show steps, never slopes that no packet carried.
@@ -132,7 +62,10 @@ pub fn flow_chart(title: &str, s: &FlowSeriesIn, opts: &Options) -> Chart {
     c.note = Some(format!(
         "Connection #{} ({}), {}; {} buckets of {}, min and max per bucket (no extreme dropped).",
         s.flow_id,
-        s.direction.replace('_', " "),
+        match s.direction {
+            Dir::ClientToServer => "client to server",
+            Dir::ServerToClient => "server to client",
+        },
         if s.chosen == "largest" {
             "the one with the most payload (pick another with --flow)"
         } else {
@@ -145,7 +78,7 @@ pub fn flow_chart(title: &str, s: &FlowSeriesIn, opts: &Options) -> Chart {
 }
 
 pub(super) fn capture_flows(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<FlowsIn> = typed(runs)?;
+    let docs: Vec<FlowsDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("TCP connections in a capture", runs),
         ..Default::default()
@@ -169,7 +102,7 @@ pub(super) fn capture_flows(runs: &[Run], opts: &Options) -> Result<Section, Loa
         rows: Vec::new(),
     };
     for (r, d) in runs.iter().zip(&docs) {
-        let mut flows: Vec<&FlowIn> = d.flows.iter().collect();
+        let mut flows: Vec<&FlowSummary> = d.flows.iter().collect();
         flows.sort_by_key(|f| {
             std::cmp::Reverse(f.client_to_server.payload_bytes + f.server_to_client.payload_bytes)
         });
@@ -183,8 +116,8 @@ pub(super) fn capture_flows(runs: &[Run], opts: &Options) -> Result<Section, Loa
             t.rows.push(vec![
                 r.label.clone(),
                 f.id.to_string(),
-                f.client.clone(),
-                f.server.clone(),
+                f.client.to_string(),
+                f.server.to_string(),
                 fmt_nanos(f.duration_s * 1e9),
                 fmt_bytes(f.client_to_server.payload_bytes),
                 fmt_bytes(f.server_to_client.payload_bytes),

@@ -2,141 +2,62 @@
 //! the two windows over time with the receive-window-limited and send-buffer-limited intervals shaded.
 
 use super::draw::{Options, Run};
+use crate::doc::tcp::TcpDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
+use crate::tcpwatch::info::TcpInfo;
+use crate::tcpwatch::{ConnId, Sample};
 use crate::units::{fmt_bytes, fmt_nanos};
-use serde::Deserialize;
-
-/// Identity of a connection in a `tcp` document.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ConnIn {
-    /// Local address.
-    pub local: String,
-    /// Remote address.
-    pub remote: String,
-    /// Socket cookie.
-    pub cookie: u64,
-}
-
-/// The `tcp_info` fields the charts draw.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct InfoIn {
-    /// Smoothed RTT, ns.
-    pub rtt_ns: Option<u64>,
-    /// Minimum RTT, ns.
-    pub min_rtt_ns: Option<u64>,
-    /// Congestion window, segments.
-    pub cwnd: Option<u32>,
-    /// Sender MSS, bytes.
-    pub snd_mss: Option<u32>,
-    /// Unacknowledged segments.
-    pub unacked: Option<u32>,
-    /// Peer's window, bytes.
-    pub snd_wnd: Option<u32>,
-    /// Own advertised window, bytes.
-    pub rcv_wnd: Option<u32>,
-    /// Bytes acknowledged.
-    pub bytes_acked: Option<u64>,
-}
-
-/// The socket part of a sample.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SocketIn {
-    /// Its `tcp_info`.
-    pub info: Option<InfoIn>,
-}
-
-/// Counter changes of a sample.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DeltaIn {
-    /// Interval length, ns.
-    pub elapsed_ns: u64,
-    /// Busy time added, ns.
-    pub busy_ns: Option<u64>,
-    /// Receive-window-limited time added, ns.
-    pub rwnd_limited_ns: Option<u64>,
-    /// Send-buffer-limited time added, ns.
-    pub sndbuf_limited_ns: Option<u64>,
-}
-
-/// One sample.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SampleIn {
-    /// Connection.
-    pub conn: ConnIn,
-    /// Time since the start, ns.
-    pub at_ns: u64,
-    /// The kernel's view.
-    pub socket: SocketIn,
-    /// Changes since the previous sample.
-    pub delta: Option<DeltaIn>,
-}
-
-/// One connection's summary.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ConnSummaryIn {
-    /// Connection.
-    pub conn: ConnIn,
-    /// Samples taken.
-    pub samples: u64,
-    /// Gone before the end.
-    pub closed: bool,
-    /// Mean RTT, ns.
-    pub rtt_mean_ns: Option<u64>,
-    /// Highest cwnd, segments.
-    pub cwnd_max: Option<u32>,
-    /// Verdict in words.
-    pub verdict_words: String,
-}
-
-/// What the report reads from a `roundtrip tcp --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct TcpIn {
-    /// Every sample.
-    pub samples: Vec<SampleIn>,
-    /// One per connection.
-    pub connections: Vec<ConnSummaryIn>,
-}
+use std::time::Duration;
 
 /// Connections drawn per result (the busiest by bytes acknowledged).
 pub const MAX_DRAWN: usize = 6;
 
-fn share(part: Option<u64>, whole: Option<u64>) -> f64 {
+fn share(part: Option<Duration>, whole: Option<Duration>) -> f64 {
     match (part, whole) {
-        (Some(p), Some(w)) if w > 0 => p as f64 / w as f64,
+        (Some(p), Some(w)) if !w.is_zero() => p.as_nanos() as f64 / w.as_nanos() as f64,
         _ => 0.0,
     }
 }
 
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Seconds since the watch started, from the whole nanoseconds the document holds.
+fn at_s(s: &Sample) -> f64 {
+    ns(s.at) as f64 / 1e9
+}
+
 /// RTT (and min RTT) over time of one connection.
-pub fn rtt_chart(title: &str, samples: &[&SampleIn], opts: &Options) -> Chart {
+pub fn rtt_chart(title: &str, samples: &[&Sample], opts: &Options) -> Chart {
     let mut c = Chart::new(
         title,
         Axis::linear("time since the watch started", Unit::Seconds),
         Axis::linear("RTT", Unit::Nanos),
     );
     c.width = opts.width;
-    let pts = |f: fn(&InfoIn) -> Option<u64>| -> Vec<(f64, f64)> {
+    let pts = |f: fn(&TcpInfo) -> Option<Duration>| -> Vec<(f64, f64)> {
         samples
             .iter()
             .filter_map(|s| {
                 let v = f(s.socket.info.as_ref()?)?;
-                Some((s.at_ns as f64 / 1e9, v as f64))
+                Some((at_s(s), ns(v) as f64))
             })
             .collect()
     };
     c.push(Series::new(
         "smoothed RTT (tcpi_rtt)",
         0,
-        Mark::Line(pts(|i| i.rtt_ns)),
+        Mark::Line(pts(|i| i.rtt)),
     ));
-    c.push(Series::new("min RTT", 2, Mark::Line(pts(|i| i.min_rtt_ns))).dashed());
+    c.push(Series::new("min RTT", 2, Mark::Line(pts(|i| i.min_rtt))).dashed());
     c
 }
 
 /// cwnd, in flight and the windows over time of one connection, limited intervals shaded.
-pub fn window_chart(title: &str, samples: &[&SampleIn], opts: &Options) -> Chart {
+pub fn window_chart(title: &str, samples: &[&Sample], opts: &Options) -> Chart {
     let mut c = Chart::new(
         title,
         Axis::linear("time since the watch started", Unit::Seconds),
@@ -147,12 +68,12 @@ pub fn window_chart(title: &str, samples: &[&SampleIn], opts: &Options) -> Chart
     let mut sndbuf = Vec::new();
     for s in samples {
         if let Some(d) = &s.delta {
-            let end = s.at_ns as f64 / 1e9;
-            let start = end - d.elapsed_ns as f64 / 1e9;
-            if share(d.rwnd_limited_ns, d.busy_ns) >= crate::tcpwatch::LIMIT_SHARE {
+            let end = at_s(s);
+            let start = end - ns(d.elapsed) as f64 / 1e9;
+            if share(d.rwnd_limited, d.busy) >= crate::tcpwatch::LIMIT_SHARE {
                 rwnd.push((start, end));
             }
-            if share(d.sndbuf_limited_ns, d.busy_ns) >= crate::tcpwatch::LIMIT_SHARE {
+            if share(d.sndbuf_limited, d.busy) >= crate::tcpwatch::LIMIT_SHARE {
                 sndbuf.push((start, end));
             }
         }
@@ -163,16 +84,16 @@ pub fn window_chart(title: &str, samples: &[&SampleIn], opts: &Options) -> Chart
     if !sndbuf.is_empty() {
         c.push(Series::new("send buffer limited", 4, Mark::Spans(sndbuf)));
     }
-    let pts = |f: &dyn Fn(&InfoIn) -> Option<u64>| -> Vec<(f64, f64)> {
+    let pts = |f: &dyn Fn(&TcpInfo) -> Option<u64>| -> Vec<(f64, f64)> {
         samples
             .iter()
             .filter_map(|s| {
                 let v = f(s.socket.info.as_ref()?)?;
-                Some((s.at_ns as f64 / 1e9, v as f64))
+                Some((at_s(s), v as f64))
             })
             .collect()
     };
-    let mss = |i: &InfoIn| i.snd_mss.map(u64::from);
+    let mss = |i: &TcpInfo| i.snd_mss.map(u64::from);
     c.push(Series::new(
         "cwnd (x MSS)",
         0,
@@ -207,9 +128,9 @@ pub fn window_chart(title: &str, samples: &[&SampleIn], opts: &Options) -> Chart
 }
 
 pub(crate) fn tcp(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<TcpIn> = runs
+    let docs: Vec<TcpDoc> = runs
         .iter()
-        .map(|r| r.doc.typed::<TcpIn>())
+        .map(|r| r.doc.typed::<TcpDoc>())
         .collect::<Result<_, _>>()?;
     let mut sec = Section {
         heading: "Live TCP connections (the kernel's sock_diag view)".into(),
@@ -228,20 +149,20 @@ pub(crate) fn tcp(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         for c in &d.connections {
             t.rows.push(vec![
                 r.label.clone(),
-                c.conn.local.clone(),
+                c.conn.local.to_string(),
                 format!(
                     "{}{}",
                     c.conn.remote,
                     if c.closed { " (closed)" } else { "" }
                 ),
                 c.samples.to_string(),
-                c.rtt_mean_ns.map_or("-".into(), |v| fmt_nanos(v as f64)),
+                c.rtt_mean.map_or("-".into(), |v| fmt_nanos(ns(v) as f64)),
                 c.cwnd_max.map_or("-".into(), |v| v.to_string()),
                 c.verdict_words.clone(),
             ]);
         }
         // The busiest connections by bytes acknowledged at their last sample.
-        let mut conns: Vec<(&ConnIn, u64)> = d
+        let mut conns: Vec<(&ConnId, u64)> = d
             .connections
             .iter()
             .map(|c| {
@@ -264,7 +185,7 @@ pub(crate) fn tcp(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             ));
         }
         for (conn, acked) in conns.into_iter().take(MAX_DRAWN) {
-            let samples: Vec<&SampleIn> = d.samples.iter().filter(|s| &s.conn == conn).collect();
+            let samples: Vec<&Sample> = d.samples.iter().filter(|s| &s.conn == conn).collect();
             let name = format!(
                 "{} -> {} ({} acked)",
                 conn.local,

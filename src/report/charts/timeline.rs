@@ -1,117 +1,16 @@
 //! The `capture timeline` report: the TCP time-sequence graph.
 
 use super::draw::{Options, Run, heading, typed};
+use crate::capture::seqgraph::{LinePoint, SeqGraph};
+use crate::doc::capture_timeline::TimelineDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
 use crate::units::fmt_nanos;
-use serde::Deserialize;
-
-/// New data of one time column of a time-sequence graph.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SegColumnIn {
-    /// Time of the column's first segment, seconds.
-    pub first_s: f64,
-    /// Time of its last segment.
-    pub last_s: f64,
-    /// Lowest sequence number.
-    pub seq_lo: u64,
-    /// Highest segment end.
-    pub seq_hi: u64,
-    /// Segments in the column.
-    pub segments: u64,
-}
-
-/// One retransmitted segment.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SegMarkIn {
-    /// Time, seconds.
-    pub t_s: f64,
-    /// First byte.
-    pub seq: u64,
-    /// One past the last byte.
-    pub end: u64,
-}
-
-/// One sample of the ACK line or the window edge.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct LinePointIn {
-    /// Time, seconds.
-    pub t_s: f64,
-    /// Sequence number.
-    pub value: u64,
-}
-
-/// A SACKed range.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SackMarkIn {
-    /// Time, seconds.
-    pub t_s: f64,
-    /// Left edge.
-    pub left: u64,
-    /// Right edge.
-    pub right: u64,
-}
-
-/// A zero-window period.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct SpanIn {
-    /// Start, seconds.
-    pub start_s: f64,
-    /// End, seconds.
-    pub end_s: f64,
-}
-
-/// The time-sequence graph of a `capture timeline` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SeqGraphIn {
-    /// Connection number.
-    pub flow_id: u64,
-    /// Sender of the data.
-    pub sender: String,
-    /// Its receiver.
-    pub receiver: String,
-    /// "busier" or "asked".
-    pub chosen: String,
-    /// Time from the connection's first to its last packet.
-    pub duration_s: f64,
-    /// Width of one time column.
-    pub column_s: f64,
-    /// The receiver's window scale shift, when negotiated.
-    pub window_scale: Option<u8>,
-    /// Data segments.
-    pub data_segments: u64,
-    /// Retransmitted segments.
-    pub retransmitted_segments: u64,
-    /// Receiver packets with SACK blocks.
-    pub sack_packets: u64,
-    /// Receiver packets with a zero window.
-    pub zero_window_packets: u64,
-    /// New data per column.
-    pub segments: Vec<SegColumnIn>,
-    /// Every retransmission.
-    pub retransmissions: Vec<SegMarkIn>,
-    /// The ACK line.
-    pub ack: Vec<LinePointIn>,
-    /// ACK + window.
-    pub window_edge: Vec<LinePointIn>,
-    /// SACKed ranges.
-    pub sack: Vec<SackMarkIn>,
-    /// Zero-window periods.
-    pub zero_windows: Vec<SpanIn>,
-}
-
-/// What the timeline report reads from a `capture timeline --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct TimelineIn {
-    /// The graph (absent when no TCP connection matched, or in documents of older versions).
-    #[serde(default)]
-    pub seq_graph: Option<SeqGraphIn>,
-}
 
 /// The time-sequence graph (Stevens/tcptrace): sequence number against time for one direction's data, with
 /// the receiver's ACK line, window edge, SACK blocks and zero-window periods.
-pub fn seq_chart(title: &str, g: &SeqGraphIn, opts: &Options) -> Chart {
+pub fn seq_chart(title: &str, g: &SeqGraph, opts: &Options) -> Chart {
     let mut x = Axis::linear("time since the connection's first packet", Unit::Seconds);
     x.min = Some(0.0);
     let mut c = Chart::new(
@@ -122,7 +21,7 @@ pub fn seq_chart(title: &str, g: &SeqGraphIn, opts: &Options) -> Chart {
     c.width = opts.width;
     c.height = 560;
     // A line holds its last value to the end of the connection (until a packet says otherwise).
-    let steps = |pts: &[LinePointIn]| -> Vec<(f64, f64)> {
+    let steps = |pts: &[LinePoint]| -> Vec<(f64, f64)> {
         let mut v: Vec<(f64, f64)> = pts.iter().map(|p| (p.t_s, p.value as f64)).collect();
         if let Some(&(t, y)) = v.last()
             && t < g.duration_s
@@ -214,7 +113,7 @@ pub fn seq_chart(title: &str, g: &SeqGraphIn, opts: &Options) -> Chart {
 }
 
 pub(super) fn capture_timeline(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<TimelineIn> = typed(runs)?;
+    let docs: Vec<TimelineDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("TCP time-sequence graph", runs),
         ..Default::default()
@@ -243,8 +142,8 @@ pub(super) fn capture_timeline(runs: &[Run], opts: &Options) -> Result<Section, 
             t.rows.push(vec![
                 r.label.clone(),
                 g.flow_id.to_string(),
-                g.sender.clone(),
-                g.receiver.clone(),
+                g.sender.to_string(),
+                g.receiver.to_string(),
                 g.data_segments.to_string(),
                 g.retransmitted_segments.to_string(),
                 g.sack_packets.to_string(),
