@@ -640,6 +640,253 @@ impl Emit {
         });
     }
 
+    /// The block starting at `p`: its statements and its jump's index, or None for a `ret`.
+    fn block_at(&self, p: usize) -> Option<(usize, usize)> {
+        let mut j = p;
+        while let Some(Item::Insn(ins)) = self.code.get(j) {
+            if ins.code & 0x07 == RET {
+                return None;
+            }
+            j += 1;
+        }
+        matches!(self.code.get(j), Some(Item::Jump { .. })).then_some((p, j))
+    }
+
+    fn stmts(&self, from: usize, to: usize) -> Vec<Insn> {
+        self.code[from..to]
+            .iter()
+            .filter_map(|it| match it {
+                Item::Insn(x) => Some(*x),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Jump threading over known outcomes (libpcap's optimiser does the same): an edge whose path already
+    /// decided a later test (the same loads compared again: `ldh [12]` against 0x800 after it equalled 0x800,
+    /// or against 0x806 after it equalled 0x800) goes straight to where that test leads, and an edge to a test
+    /// whose two branches meet at `ret #0` goes to `ret #0`. Runs before [`Emit::drop_redundant_loads`], while
+    /// every test still loads what it compares (each block is self-contained), so skipping a block changes no
+    /// register a later block reads. A skipped block either repeats loads that already succeeded on the path
+    /// (so none can fail) or leads only to rejection (where a failing load leads too): every packet gets the
+    /// same verdict.
+    fn thread_jumps(&mut self) {
+        /// (the statements of a test, its jump code, k, outcome) known on a path.
+        type Fact = (Vec<Insn>, u16, u32, bool);
+        const MAX_FACTS: usize = 64;
+        fn decide(facts: &[Fact], key: &[Insn], code: u16, k: u32) -> Option<bool> {
+            if code & X != 0 {
+                return None;
+            }
+            for (fk, fc, fkk, o) in facts {
+                if fk.as_slice() != key {
+                    continue;
+                }
+                if *fc == code && *fkk == k {
+                    return Some(*o);
+                }
+                if *fc == JMP | JEQ | K && *o {
+                    let v = *fkk;
+                    return Some(match code & 0xf0 {
+                        JEQ => v == k,
+                        JGT => v > k,
+                        JGE => v >= k,
+                        JSET => v & k != 0,
+                        _ => return None,
+                    });
+                }
+            }
+            None
+        }
+        let n_rounds = 8;
+        for _ in 0..n_rounds {
+            let n = self.code.len();
+            let pos = |labels: &[Option<usize>], l: usize| labels[l].unwrap_or(n).min(n);
+            let is_reject = |code: &[Item], p: usize| matches!(code.get(p), Some(Item::Insn(x)) if x.code == RET | K && x.k == 0);
+            let mut facts_in: Vec<Option<Vec<Fact>>> = vec![None; n + 1];
+            facts_in[0] = Some(Vec::new());
+            let mut changed = false;
+            let mut p = 0;
+            while p < n {
+                let Some((start, j)) = self.block_at(p) else {
+                    p += 1;
+                    continue;
+                };
+                p = j + 1;
+                let Some(facts) = facts_in[start].take() else {
+                    continue;
+                };
+                let key = self.stmts(start, j);
+                let Item::Jump { code, k, t, f } = self.code[j] else {
+                    continue;
+                };
+                let known = decide(&facts, &key, code, k);
+                let mut new_tf = [t, f];
+                for (idx, outcome) in [(0usize, true), (1usize, false)] {
+                    if known.is_some_and(|o| o != outcome) {
+                        continue;
+                    }
+                    let mut fs = facts.clone();
+                    if known.is_none() && code & X == 0 {
+                        fs.push((key.clone(), code, k, outcome));
+                        if fs.len() > MAX_FACTS {
+                            fs.remove(0);
+                        }
+                    }
+                    // Follow the edge through decided tests.
+                    let mut l = new_tf[idx];
+                    for _ in 0..n {
+                        let lp = pos(&self.labels, l);
+                        let Some((s2, j2)) = self.block_at(lp) else {
+                            break;
+                        };
+                        let Item::Jump {
+                            code: c2,
+                            k: k2,
+                            t: t2,
+                            f: f2,
+                        } = self.code[j2]
+                        else {
+                            break;
+                        };
+                        let key2 = self.stmts(s2, j2);
+                        let loads_known = key2.is_empty() || fs.iter().any(|x| x.0 == key2);
+                        let (pt, pf) = (pos(&self.labels, t2), pos(&self.labels, f2));
+                        let next = if pt == pf && (loads_known || is_reject(&self.code, pt)) {
+                            t2
+                        } else if let Some(o) = decide(&fs, &key2, c2, k2).filter(|_| loads_known) {
+                            if o { t2 } else { f2 }
+                        } else {
+                            break;
+                        };
+                        l = next;
+                    }
+                    if l != new_tf[idx] {
+                        new_tf[idx] = l;
+                        changed = true;
+                    }
+                    let lp = pos(&self.labels, l);
+                    let slot = &mut facts_in[lp];
+                    *slot = Some(match slot.take() {
+                        None => fs,
+                        Some(prev) => prev.into_iter().filter(|x| fs.contains(x)).collect(),
+                    });
+                }
+                self.code[j] = Item::Jump {
+                    code,
+                    k,
+                    t: new_tf[0],
+                    f: new_tf[1],
+                };
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.drop_unreachable();
+    }
+
+    /// Merges identical tests: two blocks with the same statements, the same comparison and the same two
+    /// targets compute the same thing (each block loads what it compares), so the jumps to the earlier copy go
+    /// to the later one (forward still) and the earlier one dies: the ARP and RARP address tests of `host X`
+    /// become one, as in libpcap. Blocks are visited from the end, so merged targets make more blocks equal.
+    fn merge_tails(&mut self) {
+        let n = self.code.len();
+        let mut starts = Vec::new();
+        let mut p = 0;
+        while p < n {
+            match self.block_at(p) {
+                Some((s, j)) => {
+                    starts.push((s, j));
+                    p = j + 1;
+                }
+                None => p += 1,
+            }
+        }
+        // Position of a block start -> the label of the copy that replaces it.
+        let mut replaced: std::collections::HashMap<usize, usize> = Default::default();
+        let mut seen: std::collections::HashMap<(Vec<Insn>, u16, u32, usize, usize), usize> =
+            Default::default();
+        let mut label_at: std::collections::HashMap<usize, usize> = Default::default();
+        for (l, p) in self.labels.iter().enumerate() {
+            if let Some(p) = p {
+                label_at.entry(*p).or_insert(l);
+            }
+        }
+        let mut changed = false;
+        for &(s, j) in starts.iter().rev() {
+            let Item::Jump { code, k, t, f } = self.code[j] else {
+                continue;
+            };
+            let pos = |l: usize| self.labels[l].unwrap_or(n).min(n);
+            let t = replaced.get(&pos(t)).copied().unwrap_or(t);
+            let f = replaced.get(&pos(f)).copied().unwrap_or(f);
+            if let Item::Jump { t: jt, f: jf, .. } = &mut self.code[j] {
+                changed |= *jt != t || *jf != f;
+                *jt = t;
+                *jf = f;
+            }
+            let sig = (self.stmts(s, j), code, k, pos(t), pos(f));
+            match seen.get(&sig) {
+                Some(&later) => {
+                    replaced.insert(s, later);
+                }
+                None => {
+                    let l = match label_at.get(&s) {
+                        Some(&l) => l,
+                        None => {
+                            let l = self.label();
+                            self.labels[l] = Some(s);
+                            label_at.insert(s, l);
+                            l
+                        }
+                    };
+                    seen.insert(sig, l);
+                }
+            }
+        }
+        if changed {
+            self.drop_unreachable();
+        }
+    }
+
+    /// Removes the instructions no path reaches (tests every edge into which was threaded away).
+    fn drop_unreachable(&mut self) {
+        let n = self.code.len();
+        let pos = |l: usize| self.labels[l].unwrap_or(n).min(n);
+        let mut live = vec![false; n + 1];
+        live[0] = true;
+        for i in 0..n {
+            if !live[i] {
+                continue;
+            }
+            match self.code[i] {
+                Item::Insn(x) => {
+                    if x.code & 0x07 != RET {
+                        live[i + 1] = true;
+                    }
+                }
+                Item::Jump { t, f, .. } => {
+                    live[pos(t)] = true;
+                    live[pos(f)] = true;
+                }
+                Item::Ja(l) => live[pos(l)] = true,
+            }
+        }
+        let mut before = vec![0usize; n + 1];
+        for i in 0..n {
+            before[i + 1] = before[i] + usize::from(!live[i]);
+        }
+        for l in self.labels.iter_mut().flatten() {
+            *l -= before[(*l).min(n)];
+        }
+        let mut i = 0;
+        self.code.retain(|_| {
+            i += 1;
+            live[i - 1]
+        });
+    }
+
     /// Gives every conditional jump whose target is more than 255 instructions away an unconditional `ja`
     /// right after it (classic BPF's conditional offsets are 8 bits; `ja` takes 32).
     fn long_jumps(&mut self) {
@@ -728,6 +975,17 @@ pub(super) fn compile(
     target: Target,
     opts: &Options,
 ) -> Result<Program, CompileError> {
+    compile_with(root, target, opts, true)
+}
+
+/// [`compile`], with the optimiser (jump threading, merging, dead code) on or off: off only to check that it
+/// changes no verdict.
+pub(super) fn compile_with(
+    root: Option<&Node>,
+    target: Target,
+    opts: &Options,
+    optimise: bool,
+) -> Result<Program, CompileError> {
     let mut g = Gen::new(target)?;
     let mut b = match root {
         Some(n) => g.node(n)?,
@@ -756,6 +1014,10 @@ pub(super) fn compile(
             e.code.push(Item::Insn(Insn::stmt(RET | K, accept)));
             e.place(f);
             e.code.push(Item::Insn(Insn::stmt(RET | K, 0)));
+            if optimise {
+                e.thread_jumps();
+                e.merge_tails();
+            }
             e.drop_redundant_loads();
             e.long_jumps();
             let mut out = Vec::with_capacity(e.code.len());
