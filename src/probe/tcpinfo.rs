@@ -98,9 +98,11 @@ mod tests {
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (_s, _) = l.accept().unwrap();
         let local = c.local_addr().unwrap();
+        // Both ends: another test's connection may share the local port (ephemeral ports are per 4-tuple).
+        let peer = c.peer_addr().unwrap();
         let ss_rtt_ms = || -> f64 {
             let out = std::process::Command::new("ss")
-                .args(["-tinH", "src", &local.to_string()])
+                .args(["-tinH", "src", &local.to_string(), "dst", &peer.to_string()])
                 .output()
                 .expect("ss (iproute2) runs");
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -110,8 +112,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("no rtt in ss output: {text}"))
         };
         // After the handshake the kernel has one RTT sample (the SYN-ACK): the same value ss(8) reads over
-        // netlink (printed in ms with 3 decimals). The kernel may still take a sample while ss runs (seen on a
-        // loaded machine), so the comparison counts only when our reading is the same before and after ss.
+        // netlink (printed in ms with 3 decimals). The comparison counts only when our reading is the same
+        // before and after ss, in case the kernel takes a sample while ss runs.
         let mut seen = Vec::new();
         for _ in 0..20 {
             let before = read(&c).unwrap();
