@@ -7,25 +7,32 @@ use crate::capture::{CaptureInfo, FlowSeries, FlowsResult};
 use serde::{Deserialize, Serialize};
 
 /// The document `roundtrip capture flows --json` prints.
+/// Every field but `flows` may be missing from a document (older versions); without `flows` it is refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
 pub struct FlowsDoc {
     /// Always [`FORMAT`].
+    #[serde(default)]
     pub format: String,
     /// Always [`FORMAT_VERSION`].
+    #[serde(default)]
     pub format_version: u32,
     /// [`kind::CAPTURE_FLOWS`].
+    #[serde(default)]
     pub kind: String,
     /// Where it ran.
+    #[serde(default)]
     pub environment: Environment,
     /// The file (or interface) and how it was read.
+    #[serde(default)]
     pub capture: CaptureInfo,
     /// Tracker counters.
+    #[serde(default)]
     pub counters: TrackerCounters,
     /// One summary per TCP connection, in order of first packet.
     pub flows: Vec<FlowSummary>,
     /// In flight against the receiver's window over time for one connection (absent in documents of older
     /// versions, null when not asked for or when no connection matched).
+    #[serde(default)]
     pub window_series: Option<FlowSeries>,
 }
 
