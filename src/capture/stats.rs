@@ -3,15 +3,18 @@
 #![forbid(unsafe_code)]
 
 use super::flows::Dir;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Direction label of a stats row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StatsDir {
     /// Every packet (no `--by-direction`).
+    #[default]
     All,
     /// TCP/UDP from the client side (see [`super::flows::guess_dir`]).
     ClientToServer,
@@ -22,6 +25,15 @@ pub enum StatsDir {
 }
 
 impl StatsDir {
+    /// The name in documents (`all`, `client_to_server`, `server_to_client`, `other`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StatsDir::All => "all",
+            StatsDir::ClientToServer => "client_to_server",
+            StatsDir::ServerToClient => "server_to_client",
+            StatsDir::Other => "other",
+        }
+    }
     /// Short label for tables.
     pub fn label(self) -> &'static str {
         match self {
@@ -82,7 +94,8 @@ impl Acc {
 }
 
 /// One interval (and direction) of `capture stats`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StatsRow {
     /// Start of the interval, seconds after the first packet.
     pub start_s: f64,

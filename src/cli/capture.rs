@@ -456,7 +456,14 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
         e => e.into(),
     })?;
     let label = a.common.label();
-    super::report::draw_and_print(&a.pictures, a.common.json, "capture-stats", &r, &label)?;
+    if a.pictures.wanted() || a.common.json {
+        super::report::draw_and_print_doc(
+            &a.pictures,
+            a.common.json,
+            &roundtrip::doc::capture_stats::StatsDoc::new(r.clone()),
+            &label,
+        )?;
+    }
     if a.common.json {
         return Ok(finish(&r.capture, true));
     }

@@ -1,42 +1,13 @@
 //! The `capture stats` report: packets, bytes and retransmissions per interval.
 
 use super::draw::{Options, Run, categories, heading, typed};
+use crate::doc::capture_stats::StatsDoc;
 use crate::report::html::{Figure, Section, Table};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
-use serde::Deserialize;
-use serde_json::Value;
-
-/// One row of a `capture stats` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct StatsRowIn {
-    /// Start of the interval, seconds since the first packet.
-    pub start_s: f64,
-    /// Direction ("all" unless split).
-    pub direction: Value,
-    /// Packets.
-    pub packets: u64,
-    /// On-wire bits per second.
-    pub bits_per_s: f64,
-}
-
-/// What the traffic report reads from a `capture stats --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct StatsIn {
-    /// Interval length, seconds.
-    pub interval_s: f64,
-    /// Per-interval rows.
-    pub rows: Vec<StatsRowIn>,
-    /// The whole capture.
-    pub total: StatsRowIn,
-}
-
-fn dir_name(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_string)
-}
 
 pub(super) fn capture_stats(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<StatsIn> = typed(runs)?;
+    let docs: Vec<StatsDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Traffic in a capture", runs),
         ..Default::default()
@@ -67,14 +38,14 @@ pub(super) fn capture_stats(runs: &[Run], opts: &Options) -> Result<Section, Loa
         let dirs = categories(
             d.rows
                 .iter()
-                .map(|x| dir_name(&x.direction))
+                .map(|x| x.direction.name().to_string())
                 .collect::<Vec<_>>()
                 .iter()
                 .map(String::as_str),
         );
         for dir in &dirs {
             let mut pts: Vec<(f64, f64)> = Vec::new();
-            for row in d.rows.iter().filter(|x| &dir_name(&x.direction) == dir) {
+            for row in d.rows.iter().filter(|x| x.direction.name() == dir) {
                 if pts
                     .last()
                     .is_some_and(|&(x, _)| (x - row.start_s).abs() < 1e-9)
