@@ -146,6 +146,9 @@ fn typed_documents_read_back_byte_for_byte() {
         } else if v["kind"] == roundtrip::doc::kind::THROUGHPUT {
             round_trips_byte_for_byte::<roundtrip::doc::throughput::ThroughputDoc>(&p);
             typed += 1;
+        } else if v["kind"] == roundtrip::doc::kind::CAPTURE_MATCH {
+            round_trips_byte_for_byte::<roundtrip::doc::capture_match::MatchDoc>(&p);
+            typed += 1;
         } else if v["kind"] == roundtrip::doc::kind::CAPTURE_STATS {
             round_trips_byte_for_byte::<roundtrip::doc::capture_stats::StatsDoc>(&p);
             typed += 1;
@@ -161,7 +164,7 @@ fn typed_documents_read_back_byte_for_byte() {
         }
     }
     assert!(
-        typed >= 23,
+        typed >= 25,
         "every current golden document of a typed kind was read through its type ({typed})"
     );
 }

@@ -16,7 +16,8 @@
 use super::rpc::driver::ConnInfo;
 use super::rpc::{Proto, Transaction};
 use crate::stats::{LatencyHistogram, Summary};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ fn theta(c: &Transaction, s: &Transaction) -> i128 {
 }
 
 /// How a pair was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// Same ONC-RPC XID or DNS message ID.
@@ -81,7 +82,8 @@ impl Method {
 }
 
 /// Pairs found by each method.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PairedBy {
     /// By ONC-RPC XID / DNS ID.
     pub xid: u64,
@@ -94,7 +96,7 @@ pub struct PairedBy {
 }
 
 /// One pair: the same request in both captures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PairRow {
     /// How it was paired.
     pub method: Method,
@@ -121,7 +123,7 @@ pub struct PairRow {
 }
 
 /// Why a request was not matched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unmatched {
     /// Seen in the client capture only.
@@ -144,15 +146,17 @@ impl Unmatched {
 }
 
 /// Per-operation comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpMatch {
     /// Protocol.
     pub proto: Proto,
     /// Operation.
     pub op: String,
     /// Requests in the client capture.
+    #[serde(default)]
     pub client_count: u64,
     /// Requests in the server capture.
+    #[serde(default)]
     pub server_count: u64,
     /// Pairs found.
     pub matched: u64,
@@ -161,49 +165,61 @@ pub struct OpMatch {
     /// Time to the response's last byte at the client capture, matched requests.
     pub client: Summary,
     /// Time to the response's first byte at the server capture, matched requests.
+    #[serde(default)]
     pub server_first_byte: Summary,
     /// Time to the response's first byte at the client capture, matched requests.
+    #[serde(default)]
     pub client_first_byte: Summary,
     /// Mean of (client latency - server latency) to the last byte over the pairs: the network plus the stacks
     /// between the two capture points, and the transfer of the response over the slower part of the path.
+    #[serde(default)]
     pub diff_mean_ns: f64,
     /// Median of the last-byte differences.
+    #[serde(default)]
     pub diff_p50_ns: i64,
     /// Mean of (client - server) times to the first byte: the round trip between the two capture points.
+    #[serde(default)]
     pub first_byte_diff_mean_ns: f64,
 }
 
 /// Count of unmatched requests for one reason.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UnmatchedRow {
     /// Reason.
     pub reason: Unmatched,
     /// Explanation.
-    pub text: &'static str,
+    pub text: Cow<'static, str>,
     /// How many.
     pub count: u64,
 }
 
 /// Everything `capture match` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MatchReport {
     /// Requests in the client capture.
+    #[serde(default)]
     pub client_requests: u64,
     /// Requests in the server capture.
+    #[serde(default)]
     pub server_requests: u64,
     /// Pairs found.
+    #[serde(default)]
     pub matched: u64,
     /// Pairs found by each method.
+    #[serde(default)]
     pub paired_by: PairedBy,
     /// Every pair, in the client capture's order, with the method that found it.
+    #[serde(default)]
     pub pairs: Vec<PairRow>,
     /// Per operation, most matched first.
     pub ops: Vec<OpMatch>,
     /// Unmatched requests by reason.
+    #[serde(default)]
     pub unmatched: Vec<UnmatchedRow>,
     /// Estimated offset of the server capture's clock over the client's (server - client), nanoseconds.
     pub clock_offset_ns: Option<i64>,
     /// True when the two captures share no requests: they are not the same traffic.
+    #[serde(default)]
     pub unrelated: bool,
     /// One-line conclusion.
     pub verdict: String,
@@ -414,7 +430,7 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
             .into_iter()
             .map(|(reason, count)| UnmatchedRow {
                 reason,
-                text: reason.text(),
+                text: Cow::Borrowed(reason.text()),
                 count,
             })
             .collect(),

@@ -16,7 +16,6 @@ use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
-use serde::Serialize;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -644,15 +643,6 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     Ok(exit)
 }
 
-/// The document `capture match --json` prints.
-#[derive(Serialize)]
-struct MatchDoc<'a> {
-    client_capture: &'a CaptureInfo,
-    server_capture: &'a CaptureInfo,
-    #[serde(flatten)]
-    report: &'a MatchReport,
-}
-
 fn fmt_signed(v: f64) -> String {
     if v < 0.0 {
         format!("-{}", fmt_nanos(-v))
@@ -710,7 +700,7 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
         s.push_str("unmatched:\n");
         let mut t = Table::new(&["reason", "count"]);
         for u in &r.unmatched {
-            t.row(vec![u.text.into(), u.count.to_string()]);
+            t.row(vec![u.text.to_string(), u.count.to_string()]);
         }
         s.push_str(&t.render(2));
     }
@@ -747,12 +737,10 @@ pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
     let r = matching::match_captures(&c.transactions, &s.transactions);
     let label = format!("{} vs {}", a.client.display(), a.server.display());
-    let doc = MatchDoc {
-        client_capture: &ci,
-        server_capture: &si,
-        report: &r,
-    };
-    super::report::draw_and_print(&a.pictures, a.json, "capture-match", doc, &label)?;
+    if a.pictures.wanted() || a.json {
+        let doc = roundtrip::doc::capture_match::MatchDoc::new(ci.clone(), si.clone(), r.clone());
+        super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
+    }
     if !a.json {
         out(match_text(&ci, &si, &r))?;
     }

@@ -5,7 +5,7 @@ use super::output::{Exit, note, out};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use roundtrip::report::charts::{self, Options, Run};
-use roundtrip::report::json::{Envelope, to_bytes};
+use roundtrip::report::json::to_bytes;
 use roundtrip::report::{html, load};
 use std::path::{Path, PathBuf};
 
@@ -280,21 +280,6 @@ pub fn run(a: ReportArgs) -> anyhow::Result<Exit> {
     }
     pictures.write(&a.title, &runs)?;
     Ok(Exit::Ok)
-}
-
-/// Wraps `result` in one envelope (the environment is read once), draws it when pictures were asked for,
-/// then prints it as JSON when `json` is set: what the capture commands do with their results.
-pub fn draw_and_print<T: serde::Serialize>(
-    pictures: &PictureArgs,
-    json: bool,
-    kind: &'static str,
-    result: T,
-    label: &str,
-) -> anyhow::Result<()> {
-    if !pictures.wanted() && !json {
-        return Ok(());
-    }
-    draw_and_print_doc(pictures, json, &Envelope::new(kind, result), label)
 }
 
 /// Draws a whole document (envelope included) when pictures were asked for, then prints it as JSON when

@@ -4,6 +4,7 @@
 //! cannot drift.
 
 pub mod capture_flows;
+pub mod capture_match;
 pub mod capture_stats;
 pub mod capture_timeline;
 pub mod compare;

@@ -3,59 +3,14 @@
 use super::draw::{
     Options, Run, bar_axis, categories, grouped_hbars, heading, summary_row, summary_table, typed,
 };
+use crate::capture::matching::{OpMatch, PairedBy};
+use crate::doc::capture_match::MatchDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::stats::Summary;
-use serde::Deserialize;
-
-/// One operation of a `capture match` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct OpMatchIn {
-    /// Protocol.
-    pub proto: String,
-    /// Operation.
-    pub op: String,
-    /// Requests found in both captures.
-    pub matched: u64,
-    /// Time to the last byte at the server.
-    pub server: Summary,
-    /// Time to the last byte at the client.
-    pub client: Summary,
-    /// Time to the first byte at the server (absent in documents of older versions).
-    #[serde(default)]
-    pub server_first_byte: Option<Summary>,
-    /// Time to the first byte at the client (absent in documents of older versions).
-    #[serde(default)]
-    pub client_first_byte: Option<Summary>,
-}
-
-/// Pairs found by each method (absent in documents of older versions).
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct PairedByIn {
-    /// By ONC-RPC XID / DNS ID.
-    pub xid: u64,
-    /// By TCP sequence number.
-    pub tcp_seq: u64,
-    /// By the request's leading bytes.
-    pub content: u64,
-    /// By order within a connection pair.
-    pub order: u64,
-}
-
-/// What the match report reads from a `capture match --json` document.
-#[derive(Debug, Clone, Deserialize)]
-pub struct MatchIn {
-    /// Per operation.
-    pub ops: Vec<OpMatchIn>,
-    /// Pairs found by each method.
-    #[serde(default)]
-    pub paired_by: Option<PairedByIn>,
-    /// The verdict.
-    pub verdict: String,
-}
 
 pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
-    let docs: Vec<MatchIn> = typed(runs)?;
+    let docs: Vec<MatchDoc> = typed(runs)?;
     let mut sec = Section {
         heading: heading("Client and server captures matched", runs),
         ..Default::default()
@@ -65,7 +20,7 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
         "operation, end",
     );
     for (r, d) in runs.iter().zip(&docs) {
-        for o in d.ops.iter().filter(|o| o.matched > 0) {
+        for o in d.report.ops.iter().filter(|o| o.matched > 0) {
             t.rows.push(summary_row(
                 &r.label,
                 &format!("{} at server", o.op),
@@ -77,8 +32,9 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
                 o.client,
             ));
         }
-        sec.notes.push(format!("{}: {}", r.label, d.verdict));
-        if let Some(p) = d.paired_by {
+        sec.notes.push(format!("{}: {}", r.label, d.report.verdict));
+        // Documents of older versions have no pairing counts (all zero here): no note for them.
+        if let Some(p) = Some(d.report.paired_by).filter(|p| *p != PairedBy::default()) {
             sec.notes.push(format!(
                 "{}: paired by XID {}, by TCP sequence number {}, by content (leading request bytes) {}, by \
                  order {}",
@@ -88,21 +44,18 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
     }
     sec.tables.push(t);
     let cats = categories(docs.iter().flat_map(|d| {
-        d.ops
+        d.report
+            .ops
             .iter()
             .filter(|o| o.matched > 0)
             .map(|o| o.op.as_str())
     }));
     let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
     for (r, d) in runs.iter().zip(&docs) {
-        type Pick = fn(&OpMatchIn) -> Option<u64>;
+        type Pick = fn(&OpMatch) -> Option<u64>;
         let stats: [(&str, Pick); 6] = [
-            ("server first p50", |o| {
-                o.server_first_byte.map(|s| s.p50_ns)
-            }),
-            ("client first p50", |o| {
-                o.client_first_byte.map(|s| s.p50_ns)
-            }),
+            ("server first p50", |o| first_byte(o.server_first_byte)),
+            ("client first p50", |o| first_byte(o.client_first_byte)),
             ("server p50", |o| Some(o.server.p50_ns)),
             ("client p50", |o| Some(o.client.p50_ns)),
             ("server p99", |o| Some(o.server.p99_ns)),
@@ -112,7 +65,8 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
             let v: Vec<f64> = cats
                 .iter()
                 .map(|c| {
-                    d.ops
+                    d.report
+                        .ops
                         .iter()
                         .find(|o| &o.op == c && o.matched > 0)
                         .and_then(pick)
@@ -152,4 +106,9 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
         chart: c,
     });
     Ok(sec)
+}
+
+/// A first-byte median, or none: documents of older versions have no first-byte times (a zero count here).
+fn first_byte(s: Summary) -> Option<u64> {
+    (s.count > 0).then_some(s.p50_ns)
 }

@@ -1,0 +1,67 @@
+//! The document `roundtrip capture match --json` writes and `roundtrip report` reads: how each capture was
+//! read, then the match report (pairs, per-operation latency at both ends, unmatched requests, the clock
+//! offset and the verdict).
+
+use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use crate::capture::CaptureInfo;
+use crate::capture::matching::MatchReport;
+use serde::{Deserialize, Serialize};
+
+/// The document `roundtrip capture match --json` prints. The envelope and the captures may be missing from a
+/// document (older versions); without the report's `ops` and `verdict` it is refused.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MatchDoc {
+    /// Always [`FORMAT`].
+    #[serde(default = "format")]
+    pub format: String,
+    /// Always [`FORMAT_VERSION`].
+    #[serde(default = "format_version")]
+    pub format_version: u32,
+    /// [`kind::CAPTURE_MATCH`].
+    #[serde(default = "match_kind")]
+    pub kind: String,
+    /// Where it ran.
+    #[serde(default)]
+    pub environment: Environment,
+    /// The client-side capture and how it was read.
+    #[serde(default)]
+    pub client_capture: CaptureInfo,
+    /// The server-side capture and how it was read.
+    #[serde(default)]
+    pub server_capture: CaptureInfo,
+    /// The match itself.
+    #[serde(flatten)]
+    pub report: MatchReport,
+}
+
+fn format() -> String {
+    FORMAT.to_string()
+}
+
+fn format_version() -> u32 {
+    FORMAT_VERSION
+}
+
+fn match_kind() -> String {
+    kind::CAPTURE_MATCH.to_string()
+}
+
+impl MatchDoc {
+    /// The document of a match between the captures read as `client_capture` and `server_capture`, measured
+    /// on this machine.
+    pub fn new(
+        client_capture: CaptureInfo,
+        server_capture: CaptureInfo,
+        report: MatchReport,
+    ) -> Self {
+        MatchDoc {
+            format: format(),
+            format_version: format_version(),
+            kind: match_kind(),
+            environment: Environment::current(),
+            client_capture,
+            server_capture,
+            report,
+        }
+    }
+}
