@@ -161,7 +161,7 @@ pub fn direction_of(proto: Proto, b: &[u8], carrier: Carrier) -> Option<Dir> {
         }
         Proto::Tns if tcp => {
             (be16(b, 0).is_some_and(|l| l as usize == b.len()) && b.len() >= 8 && b[5] == 0)
-                .then_some(b[4])
+                .then(|| b[4])
                 .and_then(|t| match t {
                     1 => Some(Dir::Request),
                     2 | 4 | 5 => Some(Dir::Response),
@@ -272,7 +272,7 @@ fn pgsql_direction(b: &[u8]) -> Option<Dir> {
         }
         i += 1 + l;
     }
-    let t = b[0];
+    let t = *b.first()?;
     if FRONT.contains(&t) {
         Some(Dir::Request)
     } else if BACK.contains(&t) {
@@ -365,6 +365,30 @@ mod tests {
         assert_eq!(by_content(Dir::Request, b"hello there", Carrier::Tcp), None);
         assert_eq!(by_port(2049, Carrier::Tcp), Some(Proto::Nfs));
         assert_eq!(by_port(5433, Carrier::Tcp), None);
+    }
+
+    /// Every prefix of framings that look right at first (a TNS length, RESP, NetBIOS, RPC record marks) never
+    /// panics, for every protocol and carrier: a fuzz input once did (a TNS check indexed a 1-byte payload).
+    #[test]
+    fn direction_of_short_and_odd_payloads_never_panics() {
+        let seeds: [&[u8]; 6] = [
+            b"\x00\x2a\x44\xff\x01\x00\x00\x01\x4f",
+            b"\x00\x08\x00\x00\x01\x00\x00\x00",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"\x00\x00\x00\x40\xfeSMB\x40\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00",
+            b"\x80\x00\x00\x28\x00\x00\x00\x01\x00\x00\x00\x01",
+            b"HTTP/1.1 200 OK\r\n",
+        ];
+        for seed in seeds {
+            for n in 0..=seed.len() {
+                for carrier in [Carrier::Tcp, Carrier::Udp] {
+                    for p in Proto::ALL {
+                        let _ = direction_of(p, &seed[..n], carrier);
+                    }
+                    let _ = direction(&seed[..n], carrier, &[]);
+                }
+            }
+        }
     }
 
     #[test]
