@@ -1,9 +1,16 @@
 //! `roundtrip db` against the real PostgreSQL, MariaDB and Redis on this machine, in-test fake servers that
 //! speak the real message formats (PostgreSQL password methods, an Oracle listener), and misbehaving peers.
+//!
+//! Table-driven: what differs between the databases is in one table ([`PG`], [`MARIADB`], [`REDIS`]), each
+//! behaviour is written once, and [`cases!`] makes one `#[test]` per database (or scheme, or mode) so a
+//! failure names the one it failed for: `full_run::redis`, `killed_mid_run::mariadb`, ...
 
 mod common;
 
-use common::db::{Out, json_of, mariadb, psql, run};
+use common::db::{
+    Cleanup, Out, assert_secret_absent, json_of, mariadb, psql, redis_cli, run, self_signed, sh,
+    tag, wait_for_port,
+};
 use common::procs::Kill;
 
 /// The command with no database variables inherited from the caller.
@@ -17,72 +24,221 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const PG: u16 = 5432;
-const MY: u16 = 3306;
-const REDIS: u16 = 6379;
-
-fn sh(program: &str, args: &[&str]) -> String {
-    let o = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .expect(program);
-    assert!(
-        o.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+/// One `#[test]` per case: `cases!(behaviour { name: case, ... })` makes the tests `behaviour::name`, each
+/// calling `behaviour(case)`, so a failure names the database (scheme, mode) it failed for.
+macro_rules! cases {
+    ($behaviour:ident { $($name:ident: $case:expr),+ $(,)? }) => {
+        mod $behaviour {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    super::$behaviour($case)
+                }
+            )+
+        }
+    };
 }
 
-fn redis_cli(args: &[&str]) -> String {
-    let mut a = vec!["-h", "127.0.0.1", "-p", "6379"];
-    a.extend_from_slice(args);
-    sh("redis-cli", &a)
+// ---------------------------------------------------------------- the databases on this machine
+
+/// A database server on this machine (.ci/run starts them) and what differs between them.
+struct Db {
+    /// Its name in skip messages.
+    name: &'static str,
+    /// The URL scheme.
+    scheme: &'static str,
+    port: u16,
+    /// As a user without a password (the superuser) on the test database.
+    url: &'static str,
+    /// The database part of a URL: the test database.
+    path: &'static str,
+    /// A database that does not exist there.
+    missing_db_url: &'static str,
+    /// A URL completed by environment variables, and those variables (a text run relies on them).
+    env_url: (&'static str, &'static [(&'static str, &'static str)]),
+    /// A singleton query in its language, and the text summary's protocol ping row.
+    query: &'static str,
+    ping_row: &'static str,
+    /// Sizes of the full run: iterations, rows, `--row-bytes` as typed, and as a number.
+    sizes: (u64, u64, &'static str, u64),
+    /// The server_version is this server's.
+    version_ok: fn(&str) -> bool,
+    /// What the fetch left behind on the server (must be nothing).
+    leftovers: fn() -> String,
+    /// Makes a login user with a password for the test's life (dropped with the returned guard).
+    make_user: fn(user: &str, password: &str) -> Cleanup,
+    /// The user has a session open on the server now.
+    has_session: fn(user: &str) -> bool,
+    /// Ends every session of the user from the server side.
+    kill_sessions: fn(user: &str),
 }
 
-/// Runs a cleanup command when dropped (users, roles, ACL entries made by a test).
-struct Cleanup(Box<dyn FnMut()>);
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        (self.0)()
+impl Db {
+    /// True when it runs here (a failure under CI, a skip elsewhere).
+    fn up(&self) -> bool {
+        common::service_up(self.port, self.name)
+    }
+
+    /// `scheme://user[:password]@127.0.0.1{path}`.
+    fn user_url(&self, user: &str, password: Option<&str>) -> String {
+        let pw = password.map(|p| format!(":{p}")).unwrap_or_default();
+        format!("{}://{user}{pw}@127.0.0.1{}", self.scheme, self.path)
     }
 }
 
-fn assert_secret_absent(secret: &str, texts: &[&str]) {
-    for t in texts {
-        assert!(!t.contains(secret), "the password leaked into output:\n{t}");
-    }
+const PG: Db = Db {
+    name: "PostgreSQL",
+    scheme: "postgres",
+    port: 5432,
+    url: "postgres://postgres@127.0.0.1/test?sslmode=disable",
+    path: "/test",
+    missing_db_url: "postgres://postgres@127.0.0.1/no_such_db_rt",
+    env_url: (
+        "postgres://127.0.0.1",
+        &[("PGUSER", "postgres"), ("PGDATABASE", "test")],
+    ),
+    query: "SELECT now()",
+    ping_row: "protocol ping (empty query)",
+    sizes: (5, 20, "300", 300),
+    version_ok: |v| v.starts_with(char::is_numeric),
+    leftovers: String::new,
+    make_user: |role, pw| {
+        psql("test", &format!("CREATE ROLE {role} LOGIN PASSWORD '{pw}'"));
+        let role = role.to_string();
+        Cleanup(Box::new(move || {
+            common::db::psql_ok(&format!("DROP ROLE IF EXISTS {role}"));
+        }))
+    },
+    has_session: |role| {
+        psql(
+            "test",
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'"),
+        )
+        .trim()
+            == "1"
+    },
+    kill_sessions: |role| {
+        psql(
+            "test",
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+            ),
+        );
+    },
+};
+
+const MARIADB: Db = Db {
+    name: "MariaDB",
+    scheme: "mysql",
+    port: 3306,
+    url: "mysql://root@127.0.0.1/test",
+    path: "/test",
+    missing_db_url: "mysql://root@127.0.0.1/no_such_db_rt",
+    env_url: ("mysql://root@127.0.0.1/test", &[]),
+    query: "SELECT now()",
+    ping_row: "protocol ping (COM_PING)",
+    sizes: (4, 50, "1k", 1024),
+    version_ok: |v| v.contains("MariaDB"),
+    leftovers: String::new,
+    make_user: |user, pw| {
+        mariadb(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY '{pw}'; CREATE USER '{user}'@'localhost' IDENTIFIED BY '{pw}'; \
+             GRANT SELECT ON test.* TO '{user}'@'%'; GRANT SELECT ON test.* TO '{user}'@'localhost';"
+        ));
+        let user = user.to_string();
+        Cleanup(Box::new(move || {
+            let _ = std::process::Command::new("mariadb")
+                .args([
+                    "-h127.0.0.1",
+                    "-uroot",
+                    "-e",
+                    &format!("DROP USER IF EXISTS '{user}'@'%', '{user}'@'localhost'"),
+                ])
+                .status();
+        }))
+    },
+    has_session: |user| !mariadb(&mariadb_sessions(user)).trim().is_empty(),
+    kill_sessions: |user| {
+        for id in mariadb(&mariadb_sessions(user)).split_whitespace() {
+            let _ = std::process::Command::new("mariadb")
+                .args(["-h127.0.0.1", "-uroot", "-e", &format!("KILL {id}")])
+                .status();
+        }
+    },
+};
+
+/// The query listing the ids of `user`'s MariaDB sessions.
+fn mariadb_sessions(user: &str) -> String {
+    format!("SELECT id FROM information_schema.processlist WHERE user = '{user}'")
 }
 
-fn tag() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("{}_{}", std::process::id(), nanos % 1_000_000)
-}
+const REDIS: Db = Db {
+    name: "Redis",
+    scheme: "redis",
+    port: 6379,
+    url: "redis://127.0.0.1",
+    path: "/0",
+    missing_db_url: "redis://127.0.0.1/999",
+    env_url: ("redis://127.0.0.1", &[]),
+    query: "TIME",
+    ping_row: "protocol ping (PING)",
+    sizes: (4, 30, "200", 200),
+    version_ok: |v| v.starts_with(char::is_numeric),
+    // The temporary list is gone.
+    leftovers: || redis_cli(&["--scan", "--pattern", "roundtrip:db:fetch:*"]),
+    make_user: |user, pw| {
+        redis_cli(&[
+            "ACL",
+            "SETUSER",
+            user,
+            "on",
+            &format!(">{pw}"),
+            "~*",
+            "+@all",
+        ]);
+        let user = user.to_string();
+        Cleanup(Box::new(move || {
+            let _ = std::process::Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "ACL", "DELUSER", &user])
+                .status();
+        }))
+    },
+    has_session: |user| redis_cli(&["CLIENT", "LIST"]).contains(&format!("user={user} ")),
+    kill_sessions: |user| {
+        redis_cli(&["CLIENT", "KILL", "USER", user]);
+    },
+};
 
-// ---------------------------------------------------------------- real servers
+// ---------------------------------------------------------------- behaviours on every real server
 
-#[test]
-fn postgres_full_run_json_and_full_log() {
-    if !common::service_up(PG, "PostgreSQL") {
+cases!(full_run {
+    postgres: &PG,
+    mariadb: &MARIADB,
+    redis: &REDIS
+});
+
+/// A JSON run on fresh connections and one kept connection, with a full log of every operation.
+fn full_run(db: &Db) {
+    if !db.up() {
         return;
     }
+    let (n, rows, row_bytes_arg, row_bytes) = db.sizes;
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("pg.csv");
+    let log = dir.path().join("ops.csv");
     let o = run(rt().args([
         "db",
-        "postgres://postgres@127.0.0.1/test?sslmode=disable",
+        db.url,
         "--json",
         "--connects",
         "2",
         "-n",
-        "5",
+        &n.to_string(),
         "--rows",
-        "20",
+        &rows.to_string(),
         "--row-bytes",
-        "300",
+        row_bytes_arg,
         "--full-log",
         log.to_str().unwrap(),
     ]));
@@ -90,170 +246,98 @@ fn postgres_full_run_json_and_full_log() {
     let j = json_of(&o);
     assert_eq!(j["format"], "roundtrip");
     assert_eq!(j["kind"], "db");
-    assert_eq!(j["settings"]["scheme"], "postgres");
+    assert_eq!(j["settings"]["scheme"], db.scheme);
     assert_eq!(j["connects_ok"], 2);
     assert_eq!(j["phases"]["tcp_handshake"]["count"], 2);
     assert_eq!(j["phases"]["startup"]["count"], 2);
     assert_eq!(j["phases"]["first_query"]["count"], 2);
-    assert_eq!(j["ping"]["count"], 5);
-    assert_eq!(j["query"]["count"], 5);
-    assert_eq!(j["fetch"]["summary"]["count"], 5);
-    assert_eq!(j["fetch"]["bytes_total"], 5 * 20 * 300);
-    assert!(
-        j["server_version"]
-            .as_str()
-            .unwrap()
-            .starts_with(char::is_numeric)
-    );
+    assert_eq!(j["ping"]["count"], n);
+    assert_eq!(j["query"]["count"], n);
+    assert_eq!(j["fetch"]["summary"]["count"], n);
+    assert_eq!(j["fetch"]["bytes_total"], n * rows * row_bytes);
+    let version = j["server_version"].as_str().unwrap();
+    assert!((db.version_ok)(version), "{version}");
     assert!(j["attribution"]["network_ns"].as_u64().unwrap() > 0);
     assert!(j["error"].is_null());
+    assert_eq!((db.leftovers)().trim(), "");
     let csv = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], "op,seq,start_s,duration_ns,rows,bytes");
-    // 2 x (dns, tcp, startup, first query) + 5 x (ping, query, fetch).
-    assert_eq!(lines.len() - 1, 2 * 4 + 5 * 3, "{csv}");
+    // 2 x (dns, tcp, startup, first query) + n x (ping, query, fetch).
+    assert_eq!(lines.len() - 1, 2 * 4 + n as usize * 3, "{csv}");
+    let last_fetch = format!("fetch,{},", n - 1);
+    let last_rows = format!(",{rows},{}", rows * row_bytes);
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("fetch,4,") && l.ends_with(",20,6000")),
+            .any(|l| l.starts_with(&last_fetch) && l.ends_with(&last_rows)),
         "{csv}"
     );
 }
 
-#[test]
-fn postgres_text_summary_and_sslmode() {
-    if !common::service_up(PG, "PostgreSQL") {
+cases!(text_summary {
+    postgres: &PG,
+    mariadb: &MARIADB,
+    redis: &REDIS
+});
+
+/// The text summary of a run with the user's own query and no fetch, its URL completed by the environment.
+fn text_summary(db: &Db) {
+    if !db.up() {
         return;
     }
-    let o = run(rt()
-        .env("PGUSER", "postgres")
-        .env("PGDATABASE", "test")
-        .args([
-            "db",
-            "postgres://127.0.0.1",
-            "-n",
-            "3",
-            "--connects",
-            "1",
-            "--query",
-            "SELECT now()",
-            "--rows",
-            "0",
-        ]));
+    let (url, env) = db.env_url;
+    let mut c = rt();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(c.args([
+        "db",
+        url,
+        "-n",
+        "3",
+        "--connects",
+        "1",
+        "--query",
+        db.query,
+        "--rows",
+        "0",
+    ]));
     assert_eq!(o.code, 0, "{}", o.stderr);
+    let query_row = format!("query ({})", db.query);
     for want in [
         "tcp handshake",
         "startup + auth",
-        "protocol ping (empty query)",
-        "query (SELECT now())",
+        db.ping_row,
+        &query_row,
         "attribution (medians)",
     ] {
         assert!(o.stdout.contains(want), "missing {want}:\n{}", o.stdout);
     }
     assert!(!o.stdout.contains("fetch ("));
-    // Does this PostgreSQL offer TLS? (Here: yes, Debian's snakeoil certificate, issued to "localhost".)
-    let offers_tls = {
-        let mut s = TcpStream::connect(("127.0.0.1", PG)).unwrap();
-        s.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).unwrap();
-        let mut b = [0u8; 1];
-        s.read_exact(&mut b).unwrap();
-        b[0] == b'S'
-    };
-    let o = run(rt().args([
-        "db",
-        "postgres://postgres@127.0.0.1/test?sslmode=require",
-        "-n",
-        "3",
-        "--connects",
-        "2",
-        "--json",
-    ]));
-    if offers_tls {
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let j = json_of(&o);
-        assert_eq!(j["phases"]["tls"]["count"], 2);
-        assert_eq!(j["settings"]["ssl_mode"], "require");
-        assert!(j["notes"].to_string().contains("TLS"), "{j}");
-        assert_eq!(j["ping"]["count"], 3);
-        // verify-full checks the name: no certificate is issued to 127.0.0.1.
-        let o = run(rt().args([
-            "db",
-            "postgres://postgres@127.0.0.1/test?sslmode=verify-full",
-            "-n",
-            "1",
-        ]));
-        assert_eq!(o.code, 1);
-        assert!(
-            o.stderr
-                .contains("TLS with PostgreSQL at 127.0.0.1:5432 failed"),
-            "{}",
-            o.stderr
-        );
-    } else {
-        eprintln!("NOTE: this PostgreSQL does not offer TLS; checking the error instead");
-        assert_eq!(o.code, 1);
-        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
-    }
-    // disable: no SSLRequest, no TLS row.
-    let o = run(rt().args([
-        "db",
-        "postgres://postgres@127.0.0.1/test?sslmode=disable",
-        "-n",
-        "1",
-        "--json",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
 }
 
-#[test]
-fn mysql_full_run_and_password_user() {
-    if !common::service_up(MY, "MariaDB") {
+cases!(password_user {
+    mariadb: (&MARIADB, "MYSQL_PWD", "1045"),
+    redis: (&REDIS, "REDISCLI_AUTH", "WRONGPASS")
+});
+
+/// A user with a password: in the URL (shown redacted), from the environment variable `env`, and a wrong one
+/// (refused with the server's `code`); the password never appears in any output. (PostgreSQL here trusts
+/// 127.0.0.1: its password methods are tested against a fake server below.)
+fn password_user((db, env, code): (&Db, &str, &str)) {
+    if !db.up() {
         return;
     }
-    let o = run(rt().args([
-        "db",
-        "mysql://root@127.0.0.1/test",
-        "--json",
-        "-n",
-        "4",
-        "--connects",
-        "2",
-        "--rows",
-        "50",
-        "--row-bytes",
-        "1k",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j = json_of(&o);
-    assert_eq!(j["settings"]["scheme"], "mysql");
-    assert_eq!(j["ping"]["count"], 4);
-    assert_eq!(j["fetch"]["bytes_total"], 4 * 50 * 1024);
-    assert!(j["server_version"].as_str().unwrap().contains("MariaDB"));
-
     let user = format!("rt_pw_{}", tag());
     let pw = format!("Pw-{}-x9", std::process::id());
-    mariadb(&format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY '{pw}'; CREATE USER '{user}'@'localhost' IDENTIFIED BY '{pw}'; \
-         GRANT SELECT ON test.* TO '{user}'@'%'; GRANT SELECT ON test.* TO '{user}'@'localhost';"
-    ));
-    let u2 = user.clone();
-    let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("mariadb")
-            .args([
-                "-h127.0.0.1",
-                "-uroot",
-                "-e",
-                &format!("DROP USER IF EXISTS '{u2}'@'%', '{u2}'@'localhost'"),
-            ])
-            .status();
-    }));
+    let _drop = (db.make_user)(&user, &pw);
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("my.csv");
+    let log = dir.path().join("ops.csv");
     // Password in the URL.
     let ok = run(rt().args([
         "db",
-        &format!("mysql://{user}:{pw}@127.0.0.1/test"),
+        &db.user_url(&user, Some(&pw)),
         "-n",
         "2",
         "--connects",
@@ -264,17 +348,16 @@ fn mysql_full_run_and_password_user() {
         log.to_str().unwrap(),
     ]));
     assert_eq!(ok.code, 0, "{}", ok.stderr);
-    assert!(
-        ok.stdout
-            .contains(&format!("mysql://{user}:***@127.0.0.1:3306/test")),
-        "{}",
-        ok.stdout
+    let redacted = format!(
+        "{}://{user}:***@127.0.0.1:{}{}",
+        db.scheme, db.port, db.path
     );
+    assert!(ok.stdout.contains(&redacted), "{redacted}: {}", ok.stdout);
     let csv = std::fs::read_to_string(&log).unwrap();
-    // Password from MYSQL_PWD, JSON output.
-    let env = run(rt().env("MYSQL_PWD", &pw).args([
+    // Password from the environment, JSON output.
+    let from_env = run(rt().env(env, &pw).args([
         "db",
-        &format!("mysql://{user}@127.0.0.1/test"),
+        &db.user_url(&user, None),
         "--json",
         "-n",
         "1",
@@ -283,12 +366,12 @@ fn mysql_full_run_and_password_user() {
         "--rows",
         "0",
     ]));
-    assert_eq!(env.code, 0, "{}", env.stderr);
+    assert_eq!(from_env.code, 0, "{}", from_env.stderr);
     // Wrong password.
     let bad_pw = format!("{pw}-wrong");
     let bad = run(rt().args([
         "db",
-        &format!("mysql://{user}:{bad_pw}@127.0.0.1/test"),
+        &db.user_url(&user, Some(&bad_pw)),
         "--json",
         "-n",
         "1",
@@ -299,7 +382,7 @@ fn mysql_full_run_and_password_user() {
         "{}",
         bad.stderr
     );
-    assert!(bad.stderr.contains("1045"), "{}", bad.stderr);
+    assert!(bad.stderr.contains(code), "{}", bad.stderr);
     assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
     let j = json_of(&bad);
     assert!(j["error"].as_str().unwrap().contains("rejected user"));
@@ -309,219 +392,78 @@ fn mysql_full_run_and_password_user() {
             &ok.stdout,
             &ok.stderr,
             &csv,
-            &env.stdout,
-            &env.stderr,
+            &from_env.stdout,
+            &from_env.stderr,
             &bad.stdout,
             &bad.stderr,
         ],
     );
 }
 
-#[test]
-fn redis_full_run_and_acl_user() {
-    if !common::service_up(REDIS, "Redis") {
+cases!(unknown_database {
+    postgres: &PG,
+    mariadb: &MARIADB,
+    redis: &REDIS
+});
+
+/// A database that does not exist: one error line, and the partial results still printed.
+fn unknown_database(db: &Db) {
+    if !db.up() {
         return;
     }
-    let o = run(rt().args([
-        "db",
-        "redis://127.0.0.1",
-        "--json",
-        "-n",
-        "4",
-        "--connects",
-        "2",
-        "--rows",
-        "30",
-        "--row-bytes",
-        "200",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j = json_of(&o);
-    assert_eq!(j["settings"]["scheme"], "redis");
-    assert_eq!(j["ping"]["count"], 4);
-    assert_eq!(j["fetch"]["bytes_total"], 4 * 30 * 200);
+    let url = db.missing_db_url;
+    let o = run(rt().args(["db", url, "-n", "1"]));
+    assert_eq!(o.code, 1, "{url}");
+    assert!(o.stderr.contains("has no database"), "{url}: {}", o.stderr);
+    assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
+    // Partial results are still printed.
     assert!(
-        j["server_version"]
-            .as_str()
-            .unwrap()
-            .starts_with(char::is_numeric)
+        o.stdout.contains("connection setup (0 of 5"),
+        "{url}: {}",
+        o.stdout
     );
-    // The temporary list is gone.
-    assert_eq!(
-        redis_cli(&["--scan", "--pattern", "roundtrip:db:fetch:*"]).trim(),
-        ""
-    );
+}
 
-    let user = format!("rt_acl_{}", tag());
-    let pw = format!("Rpw-{}-7q", std::process::id());
-    redis_cli(&[
-        "ACL",
-        "SETUSER",
-        &user,
-        "on",
-        &format!(">{pw}"),
-        "~*",
-        "+@all",
-    ]);
-    let u2 = user.clone();
-    let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "ACL", "DELUSER", &u2])
-            .status();
-    }));
-    let ok = run(rt().args([
+cases!(killed_mid_run {
+    postgres: &PG,
+    mariadb: &MARIADB,
+    redis: &REDIS
+});
+
+/// The server ends the session in the middle of a run: one error line, the partial results kept.
+fn killed_mid_run(db: &Db) {
+    if !db.up() {
+        return;
+    }
+    const PW: &str = "killme";
+    let user = format!("rt_kill_{}", tag());
+    let _drop = (db.make_user)(&user, PW);
+    let child = spawn_rt(&[
         "db",
-        &format!("redis://{user}:{pw}@127.0.0.1/0"),
-        "-n",
-        "2",
+        &db.user_url(&user, Some(PW)),
         "--connects",
         "1",
-        "--rows",
-        "2",
-    ]));
-    assert_eq!(ok.code, 0, "{}", ok.stderr);
-    let env = run(rt().env("REDISCLI_AUTH", &pw).args([
-        "db",
-        &format!("redis://{user}@127.0.0.1"),
-        "--json",
         "-n",
-        "1",
-        "--connects",
-        "1",
+        "100000",
+        "-i",
+        "5ms",
         "--rows",
         "0",
-    ]));
-    assert_eq!(env.code, 0, "{}", env.stderr);
-    let bad = run(rt().args([
-        "db",
-        &format!("redis://{user}:nope{pw}@127.0.0.1"),
-        "-n",
-        "1",
-    ]));
-    assert_eq!(bad.code, 1);
+    ]);
+    let o = kill_mid_run(
+        child,
+        || (db.has_session)(&user),
+        || (db.kill_sessions)(&user),
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
     assert!(
-        bad.stderr.contains("rejected user") && bad.stderr.contains("WRONGPASS"),
-        "{}",
-        bad.stderr
+        o.stdout.contains("on one connection ("),
+        "partial results:\n{}",
+        o.stdout
     );
-    assert_secret_absent(
-        &pw,
-        &[
-            &ok.stdout,
-            &ok.stderr,
-            &env.stdout,
-            &env.stderr,
-            &bad.stdout,
-            &bad.stderr,
-        ],
-    );
+    assert!(!o.stderr.contains(PW) && !o.stdout.contains(PW));
 }
-
-#[test]
-fn unknown_database_on_each_server() {
-    let cases = [
-        (
-            PG,
-            "PostgreSQL",
-            "postgres://postgres@127.0.0.1/no_such_db_rt",
-        ),
-        (MY, "MariaDB", "mysql://root@127.0.0.1/no_such_db_rt"),
-        (REDIS, "Redis", "redis://127.0.0.1/999"),
-    ];
-    for (port, name, url) in cases {
-        if !common::service_up(port, name) {
-            continue;
-        }
-        let o = run(rt().args(["db", url, "-n", "1"]));
-        assert_eq!(o.code, 1, "{url}");
-        assert!(o.stderr.contains("has no database"), "{url}: {}", o.stderr);
-        assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
-        // Partial results are still printed.
-        assert!(
-            o.stdout.contains("connection setup (0 of 5"),
-            "{url}: {}",
-            o.stdout
-        );
-    }
-}
-
-#[test]
-fn tls_required_but_not_offered() {
-    if common::service_up(MY, "MariaDB") {
-        let o = run(rt().args([
-            "db",
-            "mysql://root@127.0.0.1/test?ssl-mode=REQUIRED",
-            "-n",
-            "1",
-        ]));
-        assert_eq!(o.code, 1);
-        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
-    }
-    if common::service_up(REDIS, "Redis") {
-        let o = run(rt().args(["db", "rediss://127.0.0.1", "-n", "1"]));
-        assert_eq!(o.code, 1);
-        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
-    }
-    // A PostgreSQL server that answers SSLRequest with 'N'.
-    let fake = FakePg::start(FakeAuth::Trust, "");
-    let o = run(rt().args([
-        "db",
-        &format!("postgres://u@127.0.0.1:{}/d?sslmode=require", fake.port),
-        "-n",
-        "1",
-    ]));
-    assert_eq!(o.code, 1);
-    assert!(
-        o.stderr.contains("does not offer TLS") && o.stderr.contains("sslmode=require"),
-        "{}",
-        o.stderr
-    );
-}
-
-#[test]
-fn refused_port() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    for scheme in ["postgres", "mysql", "redis", "oracle"] {
-        let o = run(rt().args([
-            "db",
-            &format!("{scheme}://127.0.0.1:{port}"),
-            "-n",
-            "1",
-            "--json",
-        ]));
-        assert_eq!(o.code, 1, "{scheme}");
-        assert!(
-            o.stderr.contains("cannot connect") && o.stderr.contains(&format!("127.0.0.1:{port}")),
-            "{}",
-            o.stderr
-        );
-        assert!(o.stderr.contains("refused"), "{}", o.stderr);
-        // Nothing was measured: the error alone, no document of empty histograms.
-        assert!(o.stdout.trim().is_empty(), "{scheme}: {}", o.stdout);
-    }
-}
-
-#[test]
-fn bad_arguments_fail_before_any_io() {
-    for args in [
-        vec!["db", "http://x"],
-        vec!["db", "postgres://u:topsecret@h/db?sslmode=maybe"],
-        vec!["db", "postgres://h", "--rows", "many"],
-        vec!["db", "postgres://h", "--row-bytes", "0"],
-        vec!["db", "postgres://h", "-n", "0"],
-        vec!["db", "postgres://h", "--timeout", "0s"],
-    ] {
-        let o = run(rt().args(&args));
-        assert_ne!(o.code, 0, "{args:?}");
-        assert!(!o.stderr.contains("topsecret"), "{}", o.stderr);
-        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
-    }
-}
-
-// ---------------------------------------------------------------- server closing mid-run
 
 fn spawn_rt(args: &[&str]) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_roundtrip"))
@@ -577,136 +519,361 @@ fn kill_mid_run(mut child: std::process::Child, seen: impl Fn() -> bool, kill: i
     }
 }
 
-#[test]
-fn postgres_session_terminated_mid_run() {
-    if !common::service_up(PG, "PostgreSQL") {
+// ---------------------------------------------------------------- TLS
+
+cases!(tls_not_offered {
+    postgres: || {
+        // A PostgreSQL server that answers SSLRequest with 'N'.
+        let fake = FakePg::start(FakeAuth::Trust, "");
+        Some((
+            format!("postgres://u@127.0.0.1:{}/d?sslmode=require", fake.port),
+            "sslmode=require",
+        ))
+    },
+    mariadb: || MARIADB.up().then(|| (
+        "mysql://root@127.0.0.1/test?ssl-mode=REQUIRED".to_string(),
+        ""
+    )),
+    redis: || REDIS.up().then(|| ("rediss://127.0.0.1".to_string(), "")),
+});
+
+/// TLS required from a server that does not offer it: refused, naming the setting when `also` says so.
+fn tls_not_offered(server: fn() -> Option<(String, &'static str)>) {
+    let Some((url, also)) = server() else {
         return;
-    }
-    let role = format!("rt_kill_{}", tag());
-    psql("test", &format!("CREATE ROLE {role} LOGIN"));
-    let r2 = role.clone();
-    let _drop = Cleanup(Box::new(move || {
-        common::db::psql_ok(&format!("DROP ROLE IF EXISTS {r2}"));
-    }));
-    let child = spawn_rt(&[
-        "db",
-        &format!("postgres://{role}@127.0.0.1/test"),
-        "--connects",
-        "1",
-        "-n",
-        "100000",
-        "-i",
-        "5ms",
-        "--rows",
-        "0",
-    ]);
-    let q = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'");
-    let o = kill_mid_run(
-        child,
-        || psql("test", &q).trim() == "1",
-        || {
-            psql(
-                "test",
-                &format!(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
-                ),
-            );
-        },
-    );
-    assert_eq!(o.code, 1, "{}", o.stderr);
-    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
+    };
+    let o = run(rt().args(["db", &url, "-n", "1"]));
+    assert_eq!(o.code, 1);
     assert!(
-        o.stdout.contains("on one connection ("),
-        "partial results:\n{}",
-        o.stdout
+        o.stderr.contains("does not offer TLS") && o.stderr.contains(also),
+        "{}",
+        o.stderr
     );
 }
 
-#[test]
-fn mysql_connection_killed_mid_run() {
-    if !common::service_up(MY, "MariaDB") {
+/// A server offering TLS, for [`tls_offered`].
+struct TlsServer {
+    /// Kept until the test ends (a server process, then its folder).
+    _keep: Vec<Box<dyn std::any::Any>>,
+    /// A URL asking for TLS without verifying the certificate, and the `ssl_mode` it shows.
+    require: String,
+    ssl_mode: &'static str,
+    /// A URL verifying the certificate and the name, which fails here, and what the error says.
+    verify: String,
+    verify_error: &'static [&'static str],
+    /// A URL without TLS, and whether it works (then no TLS phase) or fails (the port speaks only TLS).
+    plain: String,
+    plain_works: bool,
+    /// Checks only this server has.
+    more: Box<dyn Fn()>,
+}
+
+cases!(tls_offered {
+    postgres: local_postgres_tls,
+    mariadb: mariadb_started_with_tls,
+    redis: redis_started_with_tls,
+});
+
+/// Runs asking for TLS (a TLS phase per connection), verifying (refused: nobody trusts the certificate or it
+/// names someone else), and without TLS.
+fn tls_offered(server: fn() -> Option<TlsServer>) {
+    let Some(s) = server() else {
         return;
+    };
+    let o = run(rt().args([
+        "db",
+        &s.require,
+        "-n",
+        "3",
+        "--connects",
+        "2",
+        "--rows",
+        "5",
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = json_of(&o);
+    assert_eq!(j["phases"]["tls"]["count"], 2);
+    assert_eq!(j["settings"]["ssl_mode"], s.ssl_mode);
+    assert!(j["notes"].to_string().contains("TLS"), "{j}");
+    assert_eq!(j["ping"]["count"], 3);
+    assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
+    let o = run(rt().args(["db", &s.verify, "-n", "1"]));
+    assert_eq!(o.code, 1);
+    for want in s.verify_error {
+        assert!(o.stderr.contains(want), "{want}: {}", o.stderr);
     }
-    let user = format!("rt_kill_{}", tag());
-    mariadb(&format!(
-        "CREATE USER '{user}'@'%'; CREATE USER '{user}'@'localhost';"
-    ));
-    let u2 = user.clone();
-    let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("mariadb")
-            .args([
-                "-h127.0.0.1",
+    if s.plain_works {
+        let o = run(rt().args(["db", &s.plain, "-n", "1", "--json"]));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
+    } else {
+        let o = run(rt().args(["db", &s.plain, "-n", "1", "--timeout", "3s"]));
+        assert_eq!(o.code, 1);
+    }
+    (s.more)();
+}
+
+/// The PostgreSQL on this machine, when it offers TLS (here: Debian's snakeoil certificate, issued to
+/// "localhost"); when it does not, checks the error instead and returns None.
+fn local_postgres_tls() -> Option<TlsServer> {
+    if !PG.up() {
+        return None;
+    }
+    let offers_tls = {
+        let mut s = TcpStream::connect(("127.0.0.1", PG.port)).unwrap();
+        s.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        b[0] == b'S'
+    };
+    let require = "postgres://postgres@127.0.0.1/test?sslmode=require".to_string();
+    if !offers_tls {
+        eprintln!("NOTE: this PostgreSQL does not offer TLS; checking the error instead");
+        let o = run(rt().args(["db", &require, "-n", "3", "--connects", "2", "--json"]));
+        assert_eq!(o.code, 1);
+        assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
+        return None;
+    }
+    Some(TlsServer {
+        _keep: Vec::new(),
+        require,
+        ssl_mode: "require",
+        // verify-full checks the name: no certificate is issued to 127.0.0.1.
+        verify: "postgres://postgres@127.0.0.1/test?sslmode=verify-full".into(),
+        verify_error: &["TLS with PostgreSQL at 127.0.0.1:5432 failed"],
+        // disable: no SSLRequest, no TLS row.
+        plain: PG.url.into(),
+        plain_works: true,
+        more: Box::new(|| {}),
+    })
+}
+
+/// A Redis started here on a TLS-only port with a self-signed certificate.
+fn redis_started_with_tls() -> Option<TlsServer> {
+    if !common::have("redis-server") || !common::have("openssl") {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let port = common::free_port();
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kill = Kill(child);
+    wait_for_port(port);
+    Some(TlsServer {
+        _keep: vec![Box::new(kill), Box::new(dir)],
+        require: format!("rediss://127.0.0.1:{port}?sslmode=require"),
+        ssl_mode: "require",
+        // rediss:// verifies by default, and this certificate is signed by nobody the platform trusts.
+        verify: format!("rediss://localhost:{port}"),
+        verify_error: &["TLS with Redis", "certificate"],
+        // The same server spoken to without TLS: it is a TLS port, the answer is not RESP.
+        plain: format!("redis://127.0.0.1:{port}"),
+        plain_works: false,
+        more: Box::new(|| {}),
+    })
+}
+
+/// A MariaDB started here with a self-signed certificate, a password user `app` and an ed25519 user `ed`.
+fn mariadb_started_with_tls() -> Option<TlsServer> {
+    if !common::have("mariadb-install-db") || !common::have("mariadbd") || !common::have("openssl")
+    {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let data = dir.path().join("data");
+    let data_s = data.to_str().unwrap().to_string();
+    sh(
+        "mariadb-install-db",
+        &[
+            "--no-defaults",
+            &format!("--datadir={data_s}"),
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+    );
+    let port = common::free_port();
+    let sock = dir.path().join("sock").display().to_string();
+    let child = std::process::Command::new("mariadbd")
+        .args([
+            "--no-defaults".to_string(),
+            format!("--datadir={data_s}"),
+            format!("--port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--socket={sock}"),
+            format!("--pid-file={}", dir.path().join("pid").display()),
+            "--user=root".into(),
+            format!("--ssl-cert={cert}"),
+            format!("--ssl-key={key}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kill = Kill(child);
+    wait_for_port(port);
+    // root over the socket (no password there): a password user, and one whose plugin roundtrip lacks.
+    let admin = move |sql: &str| {
+        sh(
+            "mariadb",
+            &[
+                "--no-defaults",
+                &format!("--socket={sock}"),
                 "-uroot",
                 "-e",
-                &format!("DROP USER IF EXISTS '{u2}'@'%', '{u2}'@'localhost'"),
-            ])
-            .status();
-    }));
-    let child = spawn_rt(&[
+                sql,
+            ],
+        )
+    };
+    let pw = "Tls-Pw-9";
+    admin(&format!(
+        "CREATE USER 'app'@'%' IDENTIFIED BY '{pw}'; GRANT ALL ON mysql.* TO 'app'@'%'; \
+         INSTALL SONAME 'auth_ed25519'; CREATE USER 'ed'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('{pw}');"
+    ));
+    let url = format!("mysql://app:{pw}@127.0.0.1:{port}/mysql");
+    Some(TlsServer {
+        _keep: vec![Box::new(kill), Box::new(dir)],
+        require: format!("{url}?ssl-mode=REQUIRED"),
+        ssl_mode: "require",
+        // VERIFY_IDENTITY: self-signed, not trusted by the platform.
+        verify: format!("{url}?ssl-mode=VERIFY_IDENTITY").replace("127.0.0.1", "localhost"),
+        verify_error: &["TLS with MySQL"],
+        // DISABLED: plain, no TLS phase.
+        plain: format!("{url}?ssl-mode=DISABLED"),
+        plain_works: true,
+        more: Box::new(move || mariadb_tls_more(&admin, &url, port, pw)),
+    })
+}
+
+/// The MariaDB-only checks on [`mariadb_started_with_tls`]: a wrong password inside TLS, an account on a
+/// plugin roundtrip does not speak, and a server that demands TLS.
+fn mariadb_tls_more(admin: &dyn Fn(&str) -> String, url: &str, port: u16, pw: &str) {
+    // The wrong password inside TLS.
+    let o = run(rt().args([
         "db",
-        &format!("mysql://{user}@127.0.0.1"),
-        "--connects",
-        "1",
+        &format!("mysql://app:not-{pw}@127.0.0.1:{port}/mysql?ssl-mode=REQUIRED"),
         "-n",
-        "100000",
-        "-i",
-        "5ms",
-        "--rows",
-        "0",
-    ]);
-    let ids = format!("SELECT id FROM information_schema.processlist WHERE user = '{user}'");
-    let o = kill_mid_run(
-        child,
-        || !mariadb(&ids).trim().is_empty(),
-        || {
-            for id in mariadb(&ids).split_whitespace() {
-                let _ = std::process::Command::new("mariadb")
-                    .args(["-h127.0.0.1", "-uroot", "-e", &format!("KILL {id}")])
-                    .status();
-            }
-        },
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
+        "{}",
+        o.stderr
     );
-    assert_eq!(o.code, 1, "{}", o.stderr);
-    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
-    assert!(o.stdout.contains("on one connection ("), "{}", o.stdout);
+    // An account on client_ed25519 (MariaDB's ed25519 plugin): a real auth switch to a plugin roundtrip
+    // does not speak.
+    let o = run(rt().args([
+        "db",
+        &format!("mysql://ed:{pw}@127.0.0.1:{port}/mysql"),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains(
+            "asks for the authentication plugin 'client_ed25519', which roundtrip does not support"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    // The server now demands TLS: plain connections get a one-line error naming the setting to use.
+    admin("SET GLOBAL require_secure_transport = ON");
+    let o = run(rt().args(["db", &format!("{url}?ssl-mode=DISABLED"), "-n", "1"]));
+    assert_eq!(o.code, 1);
+    // MariaDB 10.11 answers "Access denied" (1045), as for a wrong password: the error says TLS was turned
+    // down although offered, and what to try.
+    assert!(
+        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(
+            "this connection is not encrypted (ssl-mode=DISABLED) though the server offers TLS"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("try ssl-mode=REQUIRED"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert_secret_absent(pw, &[&o.stdout, &o.stderr]);
+    let o = run(rt().args(["db", url, "-n", "1"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------- every scheme, no server needed
+
+cases!(refused_port {
+    postgres: "postgres",
+    mysql: "mysql",
+    redis: "redis",
+    oracle: "oracle"
+});
+
+/// Nothing listens: one error naming the address, and no document of empty histograms.
+fn refused_port(scheme: &str) {
+    let port = common::free_port();
+    let o = run(rt().args([
+        "db",
+        &format!("{scheme}://127.0.0.1:{port}"),
+        "-n",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(o.code, 1, "{scheme}");
+    assert!(
+        o.stderr.contains("cannot connect") && o.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("refused"), "{}", o.stderr);
+    // Nothing was measured: the error alone, no document of empty histograms.
+    assert!(o.stdout.trim().is_empty(), "{scheme}: {}", o.stdout);
 }
 
 #[test]
-fn redis_client_killed_mid_run() {
-    if !common::service_up(REDIS, "Redis") {
-        return;
+fn bad_arguments_fail_before_any_io() {
+    for args in [
+        vec!["db", "http://x"],
+        vec!["db", "postgres://u:topsecret@h/db?sslmode=maybe"],
+        vec!["db", "postgres://h", "--rows", "many"],
+        vec!["db", "postgres://h", "--row-bytes", "0"],
+        vec!["db", "postgres://h", "-n", "0"],
+        vec!["db", "postgres://h", "--timeout", "0s"],
+    ] {
+        let o = run(rt().args(&args));
+        assert_ne!(o.code, 0, "{args:?}");
+        assert!(!o.stderr.contains("topsecret"), "{}", o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
     }
-    let user = format!("rt_kill_{}", tag());
-    redis_cli(&["ACL", "SETUSER", &user, "on", ">killme", "~*", "+@all"]);
-    let u2 = user.clone();
-    let _drop = Cleanup(Box::new(move || {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "ACL", "DELUSER", &u2])
-            .status();
-    }));
-    let child = spawn_rt(&[
-        "db",
-        &format!("redis://{user}:killme@127.0.0.1"),
-        "--connects",
-        "1",
-        "-n",
-        "100000",
-        "-i",
-        "5ms",
-        "--rows",
-        "0",
-    ]);
-    let o = kill_mid_run(
-        child,
-        || redis_cli(&["CLIENT", "LIST"]).contains(&format!("user={user} ")),
-        || {
-            redis_cli(&["CLIENT", "KILL", "USER", &user]);
-        },
-    );
-    assert_eq!(o.code, 1, "{}", o.stderr);
-    assert!(o.stderr.contains("closed the connection"), "{}", o.stderr);
-    assert!(o.stdout.contains("on one connection ("), "{}", o.stdout);
-    assert!(!o.stderr.contains("killme") && !o.stdout.contains("killme"));
 }
 
 // ---------------------------------------------------------------- fake PostgreSQL (password methods)
@@ -911,55 +1078,59 @@ impl FakePg {
     }
 }
 
-#[test]
-fn postgres_password_methods_against_a_fake_server() {
-    // pg_hba.conf on this machine is trust-only for 127.0.0.1, so the password methods are tested against an
-    // in-test server speaking the real v3 messages and checking the answers itself.
+// pg_hba.conf on this machine is trust-only for 127.0.0.1, so the password methods are tested against an
+// in-test server speaking the real v3 messages and checking the answers itself.
+cases!(postgres_password_method {
+    cleartext: FakeAuth::Cleartext,
+    md5: FakeAuth::Md5,
+    scram_sha_256: FakeAuth::Scram,
+});
+
+/// A PostgreSQL password method: the password from PGPASSWORD, a wrong one, none at all.
+fn postgres_password_method(mode: FakeAuth) {
     let pw = "Fake-Pg-Pw-42";
-    for mode in [FakeAuth::Cleartext, FakeAuth::Md5, FakeAuth::Scram] {
-        let fake = FakePg::start(mode, pw);
-        let ok = run(rt().env("PGPASSWORD", pw).args([
-            "db",
-            &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
-            "--json",
-            "-n",
-            "3",
-            "--connects",
-            "2",
-            "--rows",
-            "0",
-        ]));
-        assert_eq!(ok.code, 0, "{}", ok.stderr);
-        let j = json_of(&ok);
-        assert_eq!(j["server_version"], "15.0-fake");
-        assert_eq!(j["connects_ok"], 2);
-        assert_eq!(j["ping"]["count"], 3);
-        let bad = run(rt().args([
-            "db",
-            &format!("postgres://alice:wrong-{pw}@127.0.0.1:{}/db", fake.port),
-            "-n",
-            "1",
-        ]));
-        assert_eq!(bad.code, 1);
-        assert!(
-            bad.stderr.contains("rejected user 'alice'") && bad.stderr.contains("28P01"),
-            "{}",
-            bad.stderr
-        );
-        let none = run(rt().args([
-            "db",
-            &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
-            "-n",
-            "1",
-        ]));
-        assert_eq!(none.code, 1);
-        assert!(
-            none.stderr.contains("wants a password") && none.stderr.contains("PGPASSWORD"),
-            "{}",
-            none.stderr
-        );
-        assert_secret_absent(pw, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
-    }
+    let fake = FakePg::start(mode, pw);
+    let ok = run(rt().env("PGPASSWORD", pw).args([
+        "db",
+        &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
+        "--json",
+        "-n",
+        "3",
+        "--connects",
+        "2",
+        "--rows",
+        "0",
+    ]));
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let j = json_of(&ok);
+    assert_eq!(j["server_version"], "15.0-fake");
+    assert_eq!(j["connects_ok"], 2);
+    assert_eq!(j["ping"]["count"], 3);
+    let bad = run(rt().args([
+        "db",
+        &format!("postgres://alice:wrong-{pw}@127.0.0.1:{}/db", fake.port),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.contains("rejected user 'alice'") && bad.stderr.contains("28P01"),
+        "{}",
+        bad.stderr
+    );
+    let none = run(rt().args([
+        "db",
+        &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
+        "-n",
+        "1",
+    ]));
+    assert_eq!(none.code, 1);
+    assert!(
+        none.stderr.contains("wants a password") && none.stderr.contains("PGPASSWORD"),
+        "{}",
+        none.stderr
+    );
+    assert_secret_absent(pw, &[&ok.stdout, &ok.stderr, &bad.stdout, &bad.stderr]);
 }
 
 // ---------------------------------------------------------------- Oracle listener
@@ -1054,30 +1225,38 @@ fn answering_listener(answer: Vec<u8>) -> u16 {
     port
 }
 
-#[test]
-fn a_listener_answering_something_unexpected() {
+cases!(unexpected_answer {
+    postgres: "postgres://u@127.0.0.1:PORT/d",
+    postgres_no_tls: "postgres://u@127.0.0.1:PORT/d?sslmode=disable",
+    mysql: "mysql://u@127.0.0.1:PORT/d",
+    redis: "redis://127.0.0.1:PORT",
+    oracle: "oracle://127.0.0.1:PORT",
+});
+
+/// A listener answering something else (an HTTP error): "unexpected answer", and what it may really be.
+fn unexpected_answer(url: &str) {
     let port =
         answering_listener(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec());
-    for url in [
-        format!("postgres://u@127.0.0.1:{port}/d"),
-        format!("postgres://u@127.0.0.1:{port}/d?sslmode=disable"),
-        format!("mysql://u@127.0.0.1:{port}/d"),
-        format!("redis://127.0.0.1:{port}"),
-        format!("oracle://127.0.0.1:{port}"),
-    ] {
-        let o = run(rt().args(["db", &url, "-n", "1", "--timeout", "10s"]));
-        assert_eq!(o.code, 1, "{url}");
-        assert!(
-            o.stderr.contains("unexpected answer from"),
-            "{url}: {}",
-            o.stderr
-        );
-        assert!(o.stderr.contains("is this really a"), "{url}: {}", o.stderr);
-    }
+    let url = url.replace("PORT", &port.to_string());
+    let o = run(rt().args(["db", &url, "-n", "1", "--timeout", "10s"]));
+    assert_eq!(o.code, 1, "{url}");
+    assert!(
+        o.stderr.contains("unexpected answer from"),
+        "{url}: {}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("is this really a"), "{url}: {}", o.stderr);
 }
 
-#[test]
-fn random_bytes_from_a_peer_never_panic() {
+cases!(random_bytes_never_panic {
+    postgres: "postgres",
+    mysql: "mysql",
+    redis: "redis",
+    oracle: "oracle"
+});
+
+/// Eight peers answering 600 random bytes: one error line each, never a panic.
+fn random_bytes_never_panic(scheme: &str) {
     let mut x: u64 = 0x1234_5678_9abc_def1;
     for round in 0..8 {
         let bytes: Vec<u8> = (0..600)
@@ -1089,277 +1268,18 @@ fn random_bytes_from_a_peer_never_panic() {
             })
             .collect();
         let port = answering_listener(bytes);
-        for scheme in ["postgres", "mysql", "redis", "oracle"] {
-            let o = run(rt().args([
-                "db",
-                &format!("{scheme}://u@127.0.0.1:{port}/1"),
-                "-n",
-                "1",
-                "--timeout",
-                "2s",
-            ]));
-            assert_eq!(o.code, 1, "round {round} {scheme}: {}", o.stdout);
-            assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-            assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
-        }
-    }
-}
-
-// ---------------------------------------------------------------- TLS against a real Redis started here
-
-/// A self-signed certificate for "localhost" made with openssl: (cert, key).
-fn self_signed(dir: &std::path::Path) -> (String, String) {
-    let cert = dir.join("cert.pem").to_str().unwrap().to_string();
-    let key = dir.join("key.pem").to_str().unwrap().to_string();
-    sh(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &cert,
-            "-days",
+        let o = run(rt().args([
+            "db",
+            &format!("{scheme}://u@127.0.0.1:{port}/1"),
+            "-n",
             "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ],
-    );
-    (cert, key)
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
+            "--timeout",
+            "2s",
+        ]));
+        assert_eq!(o.code, 1, "round {round} {scheme}: {}", o.stdout);
+        assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+        assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
     }
-}
-
-#[test]
-fn rediss_against_a_redis_with_tls() {
-    if !common::have("redis-server") || !common::have("openssl") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = self_signed(dir.path());
-    let port = common::free_port();
-    let child = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-auth-clients",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            dir.path().to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _kill = Kill(child);
-    wait_for_port(port);
-    let o = run(rt().args([
-        "db",
-        &format!("rediss://127.0.0.1:{port}?sslmode=require"),
-        "-n",
-        "3",
-        "--connects",
-        "2",
-        "--rows",
-        "5",
-        "--json",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j = json_of(&o);
-    assert_eq!(j["phases"]["tls"]["count"], 2);
-    assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
-    assert!(j["notes"].to_string().contains("TLS"), "{j}");
-    // rediss:// verifies by default, and this certificate is signed by nobody the platform trusts.
-    let o = run(rt().args(["db", &format!("rediss://localhost:{port}"), "-n", "1"]));
-    assert_eq!(o.code, 1);
-    assert!(
-        o.stderr.contains("TLS with Redis") && o.stderr.contains("certificate"),
-        "{}",
-        o.stderr
-    );
-    // The same server spoken to without TLS: it is a TLS port, the answer is not RESP.
-    let o = run(rt().args([
-        "db",
-        &format!("redis://127.0.0.1:{port}"),
-        "-n",
-        "1",
-        "--timeout",
-        "3s",
-    ]));
-    assert_eq!(o.code, 1);
-}
-
-#[test]
-fn mysql_tls_against_a_mariadb_started_with_tls() {
-    if !common::have("mariadb-install-db") || !common::have("mariadbd") || !common::have("openssl")
-    {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = self_signed(dir.path());
-    let data = dir.path().join("data");
-    let data_s = data.to_str().unwrap().to_string();
-    sh(
-        "mariadb-install-db",
-        &[
-            "--no-defaults",
-            &format!("--datadir={data_s}"),
-            "--user=root",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ],
-    );
-    let port = common::free_port();
-    let sock = dir.path().join("sock").display().to_string();
-    let child = std::process::Command::new("mariadbd")
-        .args([
-            "--no-defaults".to_string(),
-            format!("--datadir={data_s}"),
-            format!("--port={port}"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--socket={sock}"),
-            format!("--pid-file={}", dir.path().join("pid").display()),
-            "--user=root".into(),
-            format!("--ssl-cert={cert}"),
-            format!("--ssl-key={key}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _kill = Kill(child);
-    wait_for_port(port);
-    // root over the socket (no password there): a password user, and one whose plugin roundtrip lacks.
-    let admin = |sql: &str| {
-        sh(
-            "mariadb",
-            &[
-                "--no-defaults",
-                &format!("--socket={sock}"),
-                "-uroot",
-                "-e",
-                sql,
-            ],
-        )
-    };
-    let pw = "Tls-Pw-9";
-    admin(&format!(
-        "CREATE USER 'app'@'%' IDENTIFIED BY '{pw}'; GRANT ALL ON mysql.* TO 'app'@'%'; \
-         INSTALL SONAME 'auth_ed25519'; CREATE USER 'ed'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('{pw}');"
-    ));
-    let url = format!("mysql://app:{pw}@127.0.0.1:{port}/mysql");
-    let o = run(rt().args([
-        "db",
-        &format!("{url}?ssl-mode=REQUIRED"),
-        "-n",
-        "3",
-        "--connects",
-        "2",
-        "--rows",
-        "5",
-        "--json",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j = json_of(&o);
-    assert_eq!(j["phases"]["tls"]["count"], 2);
-    assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
-    assert!(j["notes"].to_string().contains("TLS"), "{j}");
-    // The wrong password inside TLS.
-    let o = run(rt().args([
-        "db",
-        &format!("mysql://app:not-{pw}@127.0.0.1:{port}/mysql?ssl-mode=REQUIRED"),
-        "-n",
-        "1",
-    ]));
-    assert_eq!(o.code, 1);
-    assert!(
-        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
-        "{}",
-        o.stderr
-    );
-    // VERIFY_IDENTITY: self-signed, not trusted by the platform.
-    let o = run(rt().args([
-        "db",
-        &format!("{url}?ssl-mode=VERIFY_IDENTITY").replace("127.0.0.1", "localhost"),
-        "-n",
-        "1",
-    ]));
-    assert_eq!(o.code, 1);
-    assert!(o.stderr.contains("TLS with MySQL"), "{}", o.stderr);
-    // DISABLED: plain, no TLS phase.
-    let o = run(rt().args([
-        "db",
-        &format!("{url}?ssl-mode=DISABLED"),
-        "-n",
-        "1",
-        "--json",
-    ]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
-    // An account on client_ed25519 (MariaDB's ed25519 plugin): a real auth switch to a plugin roundtrip
-    // does not speak.
-    let o = run(rt().args([
-        "db",
-        &format!("mysql://ed:{pw}@127.0.0.1:{port}/mysql"),
-        "-n",
-        "1",
-    ]));
-    assert_eq!(o.code, 1);
-    assert!(
-        o.stderr.contains(
-            "asks for the authentication plugin 'client_ed25519', which roundtrip does not support"
-        ),
-        "{}",
-        o.stderr
-    );
-    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
-    // The server now demands TLS: plain connections get a one-line error naming the setting to use.
-    admin("SET GLOBAL require_secure_transport = ON");
-    let o = run(rt().args(["db", &format!("{url}?ssl-mode=DISABLED"), "-n", "1"]));
-    assert_eq!(o.code, 1);
-    // MariaDB 10.11 answers "Access denied" (1045), as for a wrong password: the error says TLS was turned
-    // down although offered, and what to try.
-    assert!(
-        o.stderr.contains("rejected user 'app'") && o.stderr.contains("1045"),
-        "{}",
-        o.stderr
-    );
-    assert!(
-        o.stderr.contains(
-            "this connection is not encrypted (ssl-mode=DISABLED) though the server offers TLS"
-        ),
-        "{}",
-        o.stderr
-    );
-    assert!(o.stderr.contains("try ssl-mode=REQUIRED"), "{}", o.stderr);
-    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
-    assert_secret_absent(pw, &[&o.stdout, &o.stderr]);
-    let o = run(rt().args(["db", &url, "-n", "1"]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
 }
 
 // ---------------------------------------------------------------- scripted MySQL 8 (tests/mysql8_server.py)
@@ -1511,47 +1431,47 @@ fn mysql8_caching_sha2_full_authentication_over_rsa_then_fast_from_the_cache() {
     assert_secret_absent(MY8_PW_URL, &[&ok.stdout, &ok.stderr]);
 }
 
-#[test]
-fn mysql8_sha256_password_and_auth_switches() {
-    for (mode, plugin, paths) in [
-        ("sha256", "sha256_password", ["full-rsa", "full-rsa"]),
-        (
-            "switch-caching",
-            "caching_sha2_password",
-            ["full-rsa", "fast"],
-        ),
-        ("switch-sha256", "sha256_password", ["full-rsa", "full-rsa"]),
-    ] {
-        let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode]) else {
-            return;
-        };
-        let ok = run(rt().env("MYSQL_PWD", MY8_PW).args([
-            "db",
-            &srv.url("app", ""),
-            "-n",
-            "2",
-            "--connects",
-            "2",
-            "--rows",
-            "2",
-            "--json",
-        ]));
-        assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
-        assert_eq!(json_of(&ok)["query"]["count"], 2);
-        let want: Vec<String> = paths
-            .iter()
-            .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
-            .collect();
-        assert_eq!(srv.paths(2), want, "{mode}");
-        let bad = db_run(&srv.url("app:nope", ""), &[]);
-        assert_eq!(bad.code, 1, "{mode}");
-        assert!(
-            bad.stderr.contains("rejected user 'app'"),
-            "{mode}: {}",
-            bad.stderr
-        );
-        assert_secret_absent(MY8_PW, &[&ok.stdout, &ok.stderr, &bad.stderr]);
-    }
+cases!(mysql8_auth_plugin {
+    sha256_password: ("sha256", "sha256_password", ["full-rsa", "full-rsa"]),
+    switch_to_caching_sha2: (
+        "switch-caching",
+        "caching_sha2_password",
+        ["full-rsa", "fast"]
+    ),
+    switch_to_sha256: ("switch-sha256", "sha256_password", ["full-rsa", "full-rsa"]),
+});
+
+/// sha256_password, and auth switches to either plugin: two logins by the expected `paths`, a wrong password.
+fn mysql8_auth_plugin((mode, plugin, paths): (&str, &str, [&str; 2])) {
+    let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode]) else {
+        return;
+    };
+    let ok = run(rt().env("MYSQL_PWD", MY8_PW).args([
+        "db",
+        &srv.url("app", ""),
+        "-n",
+        "2",
+        "--connects",
+        "2",
+        "--rows",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
+    assert_eq!(json_of(&ok)["query"]["count"], 2);
+    let want: Vec<String> = paths
+        .iter()
+        .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
+        .collect();
+    assert_eq!(srv.paths(2), want, "{mode}");
+    let bad = db_run(&srv.url("app:nope", ""), &[]);
+    assert_eq!(bad.code, 1, "{mode}");
+    assert!(
+        bad.stderr.contains("rejected user 'app'"),
+        "{mode}: {}",
+        bad.stderr
+    );
+    assert_secret_absent(MY8_PW, &[&ok.stdout, &ok.stderr, &bad.stderr]);
 }
 
 #[test]
@@ -1669,40 +1589,40 @@ fn mysql8_unknown_plugin_and_a_server_that_demands_tls() {
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
 }
 
-#[test]
-fn mysql8_password_inside_tls() {
+cases!(mysql8_password_inside_tls {
+    caching_sha2: ("caching", "caching_sha2_password", ["full-tls", "fast"]),
+    sha256_password: ("sha256", "sha256_password", ["full-tls", "full-tls"]),
+    server_requires_tls: ("require-tls", "caching_sha2_password", ["full-tls", "fast"]),
+});
+
+/// The password sent inside TLS (no RSA), two logins by the expected `paths`.
+fn mysql8_password_inside_tls((mode, plugin, paths): (&str, &str, [&str; 2])) {
     if !common::have("openssl") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
-    for (mode, plugin, paths) in [
-        ("caching", "caching_sha2_password", ["full-tls", "fast"]),
-        ("sha256", "sha256_password", ["full-tls", "full-tls"]),
-        ("require-tls", "caching_sha2_password", ["full-tls", "fast"]),
-    ] {
-        let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode, "--tls", &cert, &key]) else {
-            return;
-        };
-        let ok = db_run(
-            &srv.url(&format!("app:{MY8_PW_URL}"), "?ssl-mode=REQUIRED"),
-            &["--connects", "2", "--json"],
-        );
-        assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
-        let j = json_of(&ok);
-        assert_eq!(j["phases"]["tls"]["count"], 2);
-        assert!(
-            j["notes"]
-                .to_string()
-                .contains(&format!("{plugin}: password sent inside TLS")),
-            "{j}"
-        );
-        let want: Vec<String> = paths
-            .iter()
-            .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
-            .collect();
-        assert_eq!(srv.paths(2), want, "{mode}");
-    }
+    let Some(srv) = Mysql8::start(MY8_PW, &["--mode", mode, "--tls", &cert, &key]) else {
+        return;
+    };
+    let ok = db_run(
+        &srv.url(&format!("app:{MY8_PW_URL}"), "?ssl-mode=REQUIRED"),
+        &["--connects", "2", "--json"],
+    );
+    assert_eq!(ok.code, 0, "{mode}: {}", ok.stderr);
+    let j = json_of(&ok);
+    assert_eq!(j["phases"]["tls"]["count"], 2);
+    assert!(
+        j["notes"]
+            .to_string()
+            .contains(&format!("{plugin}: password sent inside TLS")),
+        "{j}"
+    );
+    let want: Vec<String> = paths
+        .iter()
+        .map(|p| format!("AUTH user=app plugin={plugin} path={p} result=ok"))
+        .collect();
+    assert_eq!(srv.paths(2), want, "{mode}");
 }
 
 // ---------------------------------------------------------------- password prompt on a terminal

@@ -137,3 +137,88 @@ impl Drop for PgbenchDb {
         psql_ok(&format!("drop database if exists {}", self.0));
     }
 }
+
+/// Runs `program args` to the end and returns its standard output (panics when it fails).
+pub fn sh(program: &str, args: &[&str]) -> String {
+    let o = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .expect(program);
+    assert!(
+        o.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `redis-cli -h 127.0.0.1 -p 6379 ARGS`; its output (panics when it fails).
+pub fn redis_cli(args: &[&str]) -> String {
+    let mut a = vec!["-h", "127.0.0.1", "-p", "6379"];
+    a.extend_from_slice(args);
+    sh("redis-cli", &a)
+}
+
+/// Runs a cleanup command when dropped (users, roles, ACL entries made by a test).
+pub struct Cleanup(pub Box<dyn FnMut()>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Fails when `secret` appears in any of `texts`.
+pub fn assert_secret_absent(secret: &str, texts: &[&str]) {
+    for t in texts {
+        assert!(!t.contains(secret), "the password leaked into output:\n{t}");
+    }
+}
+
+/// A short tag unique to this run, for names of users and roles made by a test.
+pub fn tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}_{}", std::process::id(), nanos % 1_000_000)
+}
+
+/// A self-signed certificate for "localhost" made with openssl in `dir`: (cert, key).
+pub fn self_signed(dir: &std::path::Path) -> (String, String) {
+    let cert = dir.join("cert.pem").to_str().unwrap().to_string();
+    let key = dir.join("key.pem").to_str().unwrap().to_string();
+    sh(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ],
+    );
+    (cert, key)
+}
+
+/// Waits (up to 3 minutes) until something accepts connections on 127.0.0.1:`port`.
+pub fn wait_for_port(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,8 +1,8 @@
 //! Worker threads: connection set-up (connect + hello / key handshake) for the loop's TCP and UDP targets,
 //! and single-shot connect, ICMP and database probes.
 
-use super::stream::{Connection, Msg};
-use super::{Entry, Failure, Shared, lock};
+use super::messages::{Connection, Job, Msg, Pending};
+use super::{Entry, Failure, Shared, io_failure, io_reason, lock};
 use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
 use crate::db::{self, DbError, DbUrl, Scheme, SslMode};
 use crate::probe::connect::{self, ConnectConfig, NoConnectObserver, PortState};
@@ -19,32 +19,6 @@ use std::time::{Duration, Instant};
 
 /// A kept database session.
 pub(super) type DbSession = Box<dyn db::Session + Send>;
-
-/// Work for a pool thread.
-pub(super) enum Job {
-    /// Finish a connection for loop slot `slot`, generation `cgen`: the hello / key handshake on a TCP
-    /// connection the loop made, or a UDP socket and its handshake; all before `deadline`.
-    Connect {
-        slot: u32,
-        cgen: u32,
-        link: Pending,
-        deadline: Instant,
-    },
-    /// Run one probe of a connect, ICMP or database target due at `due`.
-    Probe {
-        entry: Arc<Entry>,
-        spec: Arc<TargetSpec>,
-        due: Instant,
-    },
-}
-
-/// What a connection job starts from.
-pub(super) enum Pending {
-    /// A connected TCP stream (the loop connected it without blocking).
-    Tcp(TcpStream),
-    /// The UDP peer's address.
-    Udp(SocketAddr),
-}
 
 /// Starts `n` threads taking jobs from one queue; returns the queue. Connection results go to `back`.
 pub(super) fn spawn(
@@ -114,34 +88,6 @@ pub(super) fn spawn(
         );
     }
     Ok(tx)
-}
-
-/// The reason an I/O error stands for.
-pub(super) fn io_reason(e: &io::Error) -> ErrorReason {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => ErrorReason::Refused,
-        Some(libc::ECONNRESET) | Some(libc::EPIPE) | Some(libc::ECONNABORTED) => ErrorReason::Reset,
-        Some(libc::EHOSTUNREACH)
-        | Some(libc::ENETUNREACH)
-        | Some(libc::EHOSTDOWN)
-        | Some(libc::ENETDOWN)
-        | Some(libc::EADDRNOTAVAIL)
-        | Some(libc::EACCES)
-        | Some(libc::EPERM) => ErrorReason::Unreachable,
-        Some(libc::ETIMEDOUT) => ErrorReason::Timeout,
-        _ => match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ErrorReason::Timeout,
-            io::ErrorKind::UnexpectedEof => ErrorReason::Reset,
-            _ => ErrorReason::Other,
-        },
-    }
-}
-
-pub(super) fn io_failure(what: &str, e: &io::Error) -> Failure {
-    Failure::new(
-        io_reason(e),
-        format!("{what}: {}", crate::probe::connect::os_words(e)),
-    )
 }
 
 fn handshake_failure(e: HandshakeError) -> Failure {

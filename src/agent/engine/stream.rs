@@ -2,8 +2,8 @@
 //! pings' deadlines, one read buffer. TCP and UDP ping targets are served here over their persistent
 //! connections; connect, ICMP and database targets are only scheduled here and handed to the probe pool.
 
-use super::pool::{Job, Pending, io_failure};
-use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, lock};
+use super::messages::{Connection, Job, Msg, Pending};
+use super::{BATCH, Entry, Failure, MAX_INFLIGHT, Shared, io_failure, lock};
 use crate::agent::{ErrorReason, ProbeKind, TargetSpec};
 use crate::wire::sockperf::{Flags, HEADER_LEN, HELLO_SEQ, Header, MAX_MESSAGE_LEN};
 use mio::net::{TcpStream, UdpSocket};
@@ -20,36 +20,6 @@ pub(super) const WAKER: Token = Token(usize::MAX);
 
 /// Size of the shared read buffer.
 const READ_BUF: usize = 64 * 1024;
-
-/// A connection made by a worker, ready for the loop.
-pub(super) enum Connection {
-    /// A TCP connection past its handshake, non-blocking.
-    Tcp(std::net::TcpStream),
-    /// A connected UDP socket past its handshake, non-blocking.
-    Udp(std::net::UdpSocket),
-}
-
-/// What the engine and the workers tell the loop.
-pub(super) enum Msg {
-    /// A new target; its first probe is due at `first`.
-    Add {
-        entry: Arc<Entry>,
-        spec: Arc<TargetSpec>,
-        first: Instant,
-    },
-    /// A kept target whose spec changed.
-    Update { id: u64, spec: Arc<TargetSpec> },
-    /// A target removed.
-    Remove { id: u64 },
-    /// A worker finished making a connection.
-    Connected {
-        slot: u32,
-        cgen: u32,
-        result: Result<Connection, Failure>,
-    },
-    /// Stop.
-    Stop,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TimerKind {
