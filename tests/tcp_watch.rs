@@ -278,6 +278,22 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["kind"], "tcp-trace");
     assert!(doc["lost_events"].is_u64(), "{doc:#}");
+    // The library's type reads the document back, field for field.
+    let typed: roundtrip::doc::tcp_trace::TcpTraceDoc = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(typed.kind, roundtrip::doc::kind::TCP_TRACE);
+    assert_eq!(Some(typed.events), doc["events"].as_u64());
+    assert_eq!(
+        typed.connections.len(),
+        doc["connections"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        typed.first_events.len(),
+        doc["first_events"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        Some(u64::from(typed.connections[0].unacked_max)),
+        doc["connections"][0]["unacked_max"].as_u64()
+    );
     let c = &doc["connections"][0];
     assert!(c["events"].as_u64().unwrap() > 0, "{doc:#}");
     let unacked = c["unacked_max"].as_u64().unwrap();

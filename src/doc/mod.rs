@@ -18,6 +18,7 @@ pub mod rpc;
 pub mod ser;
 pub mod sweep;
 pub mod tcp;
+pub mod tcp_trace;
 pub mod throughput;
 
 use crate::probe::ping::Stop;

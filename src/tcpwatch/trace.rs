@@ -177,7 +177,7 @@ impl ProbeFormat {
 }
 
 /// One tcp_probe event: a segment arrived on an established connection, and the sender state then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeEvent {
     /// perf clock, ns (only differences mean something).
     pub time_ns: u64,
