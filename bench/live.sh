@@ -10,13 +10,19 @@
 #  4. the highest packet rate with 0 kernel drops: the UDP stream at rising rates (RATES), watched by
 #     `capture stats --live` and by `capture rpc --live --proto sockperf` (one thread), and by tcpdump for
 #     reference: packets sent, seen and dropped at each rate;
+#  6. the highest packet rate with 0 kernel drops, one reader thread against two (--threads 2, PACKET_FANOUT by
+#     flow hash): STREAMS sockperf senders (distinct source ports, so the flows spread over both rings) share
+#     each rate of RATES6, watched in turn by `capture stats --live` and `capture rpc --live --proto sockperf`
+#     with --threads 1 and 2 (order rotating per round); per round the highest rate sent with 0 drops, medians
+#     over the rounds side by side (BUFFER=SIZE sets --buffer; default the 16 MiB ring per thread);
 #  5. memory under a SYN flood: hping3 SYNs from 127.0.0.2 and 127.0.0.3 to a closed port (FLOOD SYNs from
 #     each, source ports counting up: distinct connections), watched by `capture rpc --live` and
 #     `capture flows --live` at the default --max-connections (100,000): peak RSS, connections, evictions.
-# Rounds are interleaved (observer order rotates); medians are printed. Parts: PARTS="1 2 4 5" (default all).
+# Rounds are interleaved (observer order rotates); medians are printed. Parts: PARTS="1 2 4 5 6" (default all).
 #
 # Usage: bench/live.sh [ROUNDS=3] [RATE=50000] [SECONDS=5]   (root; sockperf, tcpdump, tcpstat, tshark,
-# pgbench, psql, socat, hping3, PostgreSQL on 127.0.0.1:5432; RATES="..." FLOOD=N PARTS="..." in the environment)
+# pgbench, psql, socat, hping3, PostgreSQL on 127.0.0.1:5432; RATES="..." RATES6="..." STREAMS=N BUFFER=SIZE FLOOD=N
+# PARTS="..." in the environment)
 set -euo pipefail
 ROUNDS=${1:-3}; RATE=${2:-50000}; SECS=${3:-5}
 cd "$(dirname "$0")/.."
@@ -90,7 +96,7 @@ stop() {
     echo "$cpu ${pk:-0} ${dr:-0}"
 }
 
-PARTS=${PARTS:-1 2 4 5}
+PARTS=${PARTS:-1 2 4 5 6}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if part 1; then
@@ -236,5 +242,71 @@ for o in rpc flows; do
     ev=$(grep -oE '[0-9]+ (finished|connections closed) early[^;)]*' "$WORK/flood.$o.out" | head -1)
     set -o pipefail
     echo "$o: packets $pk drops $dr connections $conns; RSS ${rss0} kB before, peak ${hwm} kB; ${ev:-no evictions reported}"
+done
+fi
+
+if part 6; then
+RATES6=${RATES6:-100000 200000 400000 max}
+STREAMS=${STREAMS:-4}
+echo "== 6. highest rate with 0 drops, --threads 1 vs 2: $STREAMS UDP streams of 64-byte messages sharing each rate" \
+    "($RATES6) for ${SECS}s, $ROUNDS rounds${BUFFER:+, --buffer $BUFFER}"
+SP=$(free_port)
+sockperf sr -i 127.0.0.1 -p "$SP" >/dev/null 2>&1 & pids+=($!)
+sleep 1
+# start6 OBSERVER: stats1, stats2, rpc1, rpc2 (the command and its --threads).
+start6() {
+    local cmd=${1%[0-9]} th=${1##*[a-z]}
+    local extra=(--threads "$th")
+    [ -n "${BUFFER:-}" ] && extra+=(--buffer "$BUFFER")
+    case $cmd in
+    stats) $RT capture stats --live lo "${extra[@]}" -i 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    rpc) $RT capture rpc --live lo "${extra[@]}" --proto sockperf "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    esac
+    OBS_PID=$!
+    pids+=("$OBS_PID")
+    for _ in $(seq 100); do grep -q "capturing on" "$WORK/$1.err" 2>/dev/null && break; sleep 0.1; done
+    sleep 0.3
+}
+# streams RATE: STREAMS senders sharing RATE (or each at max); prints the messages sent in all.
+streams() {
+    local per tp=() i
+    if [ "$1" = max ]; then per=max; else per=$(($1 / STREAMS)); fi
+    for i in $(seq "$STREAMS"); do
+        sockperf tp -i 127.0.0.1 -p "$SP" -m 64 --mps "$per" -t "$SECS" >"$WORK/tp.$i" 2>&1 &
+        tp+=($!)
+    done
+    wait "${tp[@]}" 2>/dev/null || true
+    cat "$WORK"/tp.* | grep -oE 'Total of [0-9]+ messages sent' | awk '{s+=$3} END{print s+0}'
+    rm -f "$WORK"/tp.*
+}
+OBS6=(stats1 stats2 rpc1 rpc2)
+printf '%-7s %-7s %10s %10s %10s %10s\n' round observer "asked/s" "sent/s" seen drops
+for r in $(seq "$ROUNDS"); do
+    for rate in $RATES6; do
+        n=${#OBS6[@]}
+        for i in $(seq 0 $((n - 1))); do
+            o=${OBS6[$(((i + r) % n))]}
+            start6 "$o"
+            sent=$(streams "$rate")
+            sleep 1
+            kill -INT "$OBS_PID"; wait "$OBS_PID" 2>/dev/null || true
+            set +o pipefail
+            pk=$(grep -oE '[0-9]+ packets captured' "$WORK/$o.out" | awk '{print $1}')
+            dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/$o.out" | awk '{print $1}')
+            set -o pipefail
+            printf '%-7s %-7s %10s %10s %10s %10s\n' "$r" "$o" "$rate" "$((${sent:-0} / SECS))" "${pk:-0}" "${dr:-?}"
+            echo "$r $rate $((${sent:-0} / SECS)) ${pk:-0} ${dr:-1}" >>"$WORK/s6.$o"
+        done
+    done
+done
+echo "highest rate sent with 0 kernel drops (messages/s; one per round, then the median):"
+printf '%-8s %-8s %-12s %s\n' command threads median rounds
+for o in "${OBS6[@]}"; do
+    per=()
+    for r in $(seq "$ROUNDS"); do
+        per+=("$(awk -v r="$r" '$1==r && $5==0 && $3>m {m=$3} END{print m+0}' "$WORK/s6.$o")")
+    done
+    med=$(printf '%s\n' "${per[@]}" | median)
+    printf '%-8s %-8s %-12s %s\n' "${o%[0-9]}" "${o##*[a-z]}" "$med" "${per[*]}"
 done
 fi

@@ -1057,6 +1057,151 @@ fn threads_two_count_what_one_thread_counts() {
     assert_eq!(rows(&two), rows(&one));
 }
 
+/// SIGINT, then the JSON document and the requests the interval lines (on stderr with --json) counted.
+fn stop_rpc(p: Proc) -> (Value, u64) {
+    p.signal(libc::SIGINT);
+    let name = p.name.clone();
+    let f = p.finish(LONG);
+    assert!(f.ok(), "{name}: {:?}\n{}", f.status, f.output);
+    let v: Value =
+        serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{}", f.output));
+    let counted = f
+        .output
+        .lines()
+        .filter(|l| l.starts_with("stderr: ") && l.contains("  count "))
+        .map(|l| {
+            let n = l
+                .split("  count ")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next();
+            n.unwrap().parse::<u64>().unwrap()
+        })
+        .sum();
+    (v, counted)
+}
+
+/// `rpc --threads 2` and `flows --threads 2` (two rings of one PACKET_FANOUT group, one thread each, results
+/// merged) beside `rpc --threads 1` and tcpdump on the same traffic: the same requests (per operation, with
+/// the same latencies), the same packets, the same connections; the merged interval lines count every request.
+fn threads_equal_file(upstream: u16, proto: &str, traffic: impl FnOnce(u16)) {
+    let _w = watchdog(Duration::from_secs(600), "rpc/flows threads");
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, port) = relay(upstream);
+    let p = port.to_string();
+    let dump = dir.path().join("tcpdump.pcap");
+    let td = tcpdump(&dump, port);
+    let filter = ["tcp", "port", &p];
+    let start = |cmd: &str, threads: &str| {
+        let mut a = vec![
+            "capture",
+            cmd,
+            "--live",
+            "lo",
+            "--json",
+            "--threads",
+            threads,
+        ];
+        if cmd == "rpc" {
+            a.extend(["--proto", proto]);
+        }
+        a.extend(filter);
+        live(&a)
+    };
+    let rpc2 = start("rpc", "2");
+    let flows2 = start("flows", "2");
+    let rpc1 = start("rpc", "1");
+    traffic(port);
+    std::thread::sleep(Duration::from_millis(1500));
+    td.signal(libc::SIGINT);
+    let tdf = td.finish(LONG);
+    assert!(tdf.ok(), "tcpdump: {}", tdf.output);
+    let (rpc2, lines2) = stop_rpc(rpc2);
+    let (rpc1, lines1) = stop_rpc(rpc1);
+    let flows2 = stop_json(flows2);
+    let d = dump.to_str().unwrap();
+
+    let fr = run_json(&["capture", "rpc", d, "--json", "--proto", proto]);
+    let n = fr["report"]["transactions"].as_u64().unwrap();
+    assert!(n > 50, "{fr}");
+    for (v, lines) in [(&rpc2, lines2), (&rpc1, lines1)] {
+        assert_eq!(v["report"]["transactions"], n, "{v}");
+        assert_eq!(lines, n, "interval lines: {v}");
+        assert_same_ops(&op_table(v), &op_table(&fr));
+        assert_eq!(v["counts"]["packets"], fr["counts"]["packets"], "{v}");
+        assert_eq!(v["counts"]["connections"], fr["counts"]["connections"]);
+        assert_eq!(v["capture"]["source"]["stop_reason"], "interrupted");
+    }
+    assert_eq!(
+        rpc2["capture"]["packets_read"],
+        rpc1["capture"]["packets_read"]
+    );
+    // Two rings, one per thread.
+    assert_eq!(
+        rpc2["capture"]["source"]["ring_blocks"].as_u64().unwrap(),
+        2 * rpc1["capture"]["source"]["ring_blocks"].as_u64().unwrap()
+    );
+
+    let ff = run_json(&["capture", "flows", d, "--json"]);
+    assert!(flow_table(&ff).len() > 1, "{ff}");
+    assert_eq!(flow_table(&flows2), flow_table(&ff));
+    // One number per connection among both threads.
+    let mut ids: Vec<u64> = flows2["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_u64().unwrap())
+        .collect();
+    ids.dedup();
+    assert_eq!(ids.len(), flow_table(&ff).len(), "{flows2}");
+}
+
+#[test]
+fn threads_two_rpc_and_flows_equal_the_file_pgbench() {
+    if !ready() || !common::have("pgbench") || !common::service_up(5432, "postgresql") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("q.sql");
+    std::fs::write(&script, "SELECT 1;\nSELECT count(*) FROM pg_class;\n").unwrap();
+    threads_equal_file(5432, "pgsql", |port| {
+        // A new connection per transaction: many flow hashes, spread over both rings.
+        let out = Command::new("pgbench")
+            .env("PGSSLMODE", "disable")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+            .args(["-n", "-C", "-c", "2", "-t", "60", "-f"])
+            .arg(&script)
+            .arg("test")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pgbench: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+#[test]
+fn threads_two_rpc_and_flows_equal_the_file_redis() {
+    if !ready() || !common::have("redis-benchmark") || !common::service_up(6379, "redis") {
+        return;
+    }
+    threads_equal_file(6379, "redis", |port| {
+        let out = Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-n", "2000", "-c", "8", "-t", "set,get", "-q"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-benchmark: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
 #[test]
 fn threads_out_of_range_is_refused() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1070,9 +1215,32 @@ fn threads_out_of_range_is_refused() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains("--threads"), "{err}");
     }
-    let out = Command::new(bin())
-        .args(["capture", "rpc", "--live", "lo", "--threads", "2"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // timeline follows one connection (one ring); the flight recorder needs one reader.
+    for (args, why) in [
+        (
+            &["capture", "timeline", "--live", "lo", "--threads", "2"][..],
+            "one connection",
+        ),
+        (
+            &[
+                "capture",
+                "rpc",
+                "--live",
+                "lo",
+                "--threads",
+                "2",
+                "--keep-slow",
+                "1s",
+                "--keep-dir",
+                "/tmp",
+            ][..],
+            "--keep-slow",
+        ),
+    ] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(why), "{err}");
+    }
 }

@@ -443,6 +443,17 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl TrackerCounters {
+    /// Adds the counters of another tracker (a thread of a fanout group); `max_open_flows` becomes the sum of
+    /// each one's peak (an upper bound of the connections open at once).
+    pub fn add(&mut self, o: &TrackerCounters) {
+        self.tcp_packets += o.tcp_packets;
+        self.max_open_flows += o.max_open_flows;
+        self.idle_evictions += o.idle_evictions;
+        self.cap_evictions += o.cap_evictions;
+    }
+}
+
 /// Tracks TCP connections; feed it decoded packets in capture order.
 #[derive(Debug)]
 pub struct FlowTracker {
@@ -455,6 +466,8 @@ pub struct FlowTracker {
     counters: TrackerCounters,
     keep_finished: bool,
     interface: u32,
+    /// Connection numbers shared with the other trackers of a fanout group ([`FlowTracker::share_ids`]).
+    ids: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl FlowTracker {
@@ -470,7 +483,14 @@ impl FlowTracker {
             counters: TrackerCounters::default(),
             keep_finished: true,
             interface: 0,
+            ids: None,
         }
+    }
+
+    /// Numbers connections from `ids` (shared with the trackers of the other threads of a fanout group), so
+    /// each connection has one number among all of them; the counter holds the next number (start it at 1).
+    pub fn share_ids(&mut self, ids: std::sync::Arc<std::sync::atomic::AtomicU64>) {
+        self.ids = Some(ids);
     }
 
     /// The interface of the next packet (used when [`TrackerConfig::key_by_interface`]).
@@ -555,8 +575,13 @@ impl FlowTracker {
                 } else {
                     (dst, src)
                 };
-                let id = self.next_id;
-                self.next_id += 1;
+                let id = match &self.ids {
+                    Some(ids) => ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    None => {
+                        self.next_id += 1;
+                        self.next_id - 1
+                    }
+                };
                 self.counters.max_open_flows = self.counters.max_open_flows.max(open_before + 1);
                 v.insert(Box::new(Flow {
                     id,

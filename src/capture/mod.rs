@@ -1080,9 +1080,72 @@ pub const LIVE_MAX_FINISHED: usize = 100_000;
 /// (FIN/RST and linger, idle timeout, or the connection cap), and the final table keeps the last
 /// [`LIVE_MAX_FINISHED`].
 pub fn run_flows_on(
+    pk: Packets,
+    filter: &Filter,
+    config: TrackerConfig,
+    sink: Option<&mut dyn StreamSink>,
+    on_end: &mut dyn FnMut(&FlowSummary),
+) -> FlowsResult {
+    flows_on(pk, filter, config, None, sink, on_end)
+}
+
+/// [`run_flows_on`] on the captures of one `PACKET_FANOUT` group (`--threads N`, see [`live`]): one thread per
+/// capture, each running [`run_flows_on`]'s loop with its own tracker (the kernel hands every packet of a
+/// connection to the same capture, so each connection is tracked whole by one thread). Connections are numbered
+/// from one shared counter; `on_end` gets each connection as it ends, from whichever thread (one at a time);
+/// the result is every thread's connections in number order, their counters added and the captures' counts
+/// and kernel counters summed ([`merge_infos`]). `config.max_open` is per thread.
+pub fn run_flows_fanout(
+    group: Vec<Packets>,
+    filter: &Filter,
+    config: TrackerConfig,
+    on_end: &mut (dyn FnMut(&FlowSummary) + Send),
+) -> FlowsResult {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+    let ids = Arc::new(AtomicU64::new(1));
+    let on_end = Mutex::new(on_end);
+    let results: Vec<FlowsResult> = std::thread::scope(|sc| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .map(|pk| {
+                let (ids, on_end) = (ids.clone(), &on_end);
+                sc.spawn(move || {
+                    let mut each = |f: &FlowSummary| {
+                        let mut g = on_end.lock().unwrap_or_else(|e| e.into_inner());
+                        (*g)(f)
+                    };
+                    flows_on(pk, filter, config, Some(ids), None, &mut each)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut counters = TrackerCounters::default();
+    let mut flows = Vec::new();
+    let mut infos = Vec::new();
+    for r in results {
+        counters.add(&r.counters);
+        flows.extend(r.flows);
+        infos.push(r.capture);
+    }
+    flows.sort_by_key(|f| f.id);
+    FlowsResult {
+        capture: merge_infos(infos),
+        counters,
+        flows,
+        window_series: None,
+    }
+}
+
+fn flows_on(
     mut pk: Packets,
     filter: &Filter,
     config: TrackerConfig,
+    ids: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     mut sink: Option<&mut dyn StreamSink>,
     on_end: &mut dyn FnMut(&FlowSummary),
 ) -> FlowsResult {
@@ -1091,6 +1154,9 @@ pub fn run_flows_on(
         key_by_interface: by_if,
         ..config
     });
+    if let Some(ids) = ids {
+        tr.share_ids(ids);
+    }
     let live = pk.is_live();
     let mut kept: std::collections::VecDeque<FlowSummary> = std::collections::VecDeque::new();
     let mut dropped = 0u64;

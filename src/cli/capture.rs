@@ -203,21 +203,23 @@ impl Common {
         }
     }
 
-    /// Checks the file/live options (exit 2 on a mistake) and opens the packet source.
+    /// Checks the file/live options (exit 2 on a mistake) and opens the packet source: one reader (`capture
+    /// timeline` follows one connection, which the kernel hands to one ring of a fanout group).
     fn open(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
         if let Err(e) = self.live.validate(self.file()) {
             refuse(e);
         }
         if self.live.threads > 1 {
             refuse(anyhow::anyhow!(
-                "--threads {}: only capture stats --live reads with several threads; use --threads 1",
+                "--threads {}: capture timeline follows one connection, whose packets all reach one ring of a fanout group, so more threads cannot help; use --threads 1",
                 self.live.threads
             ));
         }
         live_cli::open(self.file(), &self.live, filter)
     }
 
-    /// [`open`](Self::open) allowing `--threads N` (a fanout group: [`live_cli::Opened::more`]).
+    /// [`open`](Self::open) allowing `--threads N` (a fanout group: [`live_cli::Opened::more`]): capture stats,
+    /// flows.
     fn open_group(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
         if let Err(e) = self.live.validate(self.file()) {
             refuse(e);
@@ -821,11 +823,13 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
         ..TrackerConfig::default()
     };
     a.pictures.validate().map_err(super::output::refused)?;
-    let src = a.common.open(&filter)?;
+    let src = a.common.open_group(&filter)?;
     let live = src.counters.is_some();
+    let readers = src.more.len() + 1;
     let config = TrackerConfig {
+        // --threads N: the cap is shared out among the threads' trackers.
         max_open: if live {
-            a.common.live.max_connections as usize
+            (a.common.live.max_connections as usize).div_ceil(readers)
         } else {
             usize::MAX
         },
@@ -833,7 +837,7 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
     };
     let json = a.common.json;
     let mut names = live_cli::InterfaceNames::default();
-    let mut r = capture::run_flows_on(src.packets, &filter, config, None, &mut |f| {
+    let mut on_end = |f: &FlowSummary| {
         live_out(
             json,
             &format!(
@@ -855,7 +859,14 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
                 f.state
             ),
         );
-    });
+    };
+    let mut r = if src.more.is_empty() {
+        capture::run_flows_on(src.packets, &filter, config, None, &mut on_end)
+    } else {
+        let mut group = vec![src.packets];
+        group.extend(src.more);
+        capture::run_flows_fanout(group, &filter, config, &mut on_end)
+    };
     if let (Some(file), true) = (a.common.file(), a.common.json || a.pictures.wanted()) {
         r.window_series = capture::flow_series(file, &filter, config, &r.flows)?;
     }
@@ -871,14 +882,25 @@ fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{}; {} TCP connections (at most {} open at once{})",
+        "{}; {} TCP connections (at most {} open at once{}{})",
         heading(&r.capture),
         r.flows.len(),
         r.counters.max_open_flows,
+        if readers > 1 {
+            ", each thread's peak added"
+        } else {
+            ""
+        },
         if r.counters.cap_evictions > 0 {
             format!(
-                "; {} finished early at the cap of {} connections",
-                r.counters.cap_evictions, config.max_open
+                "; {} finished early at the cap of {} connections{}",
+                r.counters.cap_evictions,
+                a.common.live.max_connections,
+                if readers > 1 {
+                    format!(" ({} per thread)", config.max_open)
+                } else {
+                    String::new()
+                }
             )
         } else {
             String::new()

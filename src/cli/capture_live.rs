@@ -39,8 +39,10 @@ pub struct LiveArgs {
     /// Live: connections tracked at once; past it the longest silent are finished early (counted).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
     pub max_connections: u64,
-    /// Live, capture stats: reader threads, each with its own ring, sharing the packets by connection
-    /// (PACKET_FANOUT); for when one core cannot keep up. At most 4 per CPU.
+    /// Live, capture stats|flows|rpc: reader threads. With N > 1 (only then) N rings join one PACKET_FANOUT
+    /// group that shares the packets by flow hash, each connection on one thread, results merged; use it when
+    /// one core cannot keep up (kernel drops while the reader takes a whole core). Not for timeline (one
+    /// connection reaches one ring), --count, --write, --keep-slow. At most 4 per CPU.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
 }

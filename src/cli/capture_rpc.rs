@@ -490,9 +490,9 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     if let Err(e) = a.live.validate(file.as_deref()) {
         super::capture::refuse(e);
     }
-    if a.live.threads > 1 {
+    if a.live.threads > 1 && a.keep_slow.is_some() {
         super::capture::refuse(format!(
-            "--threads {}: only capture stats --live reads with several threads; use --threads 1",
+            "--threads {} with --keep-slow: the flight recorder needs one reader; use --threads 1",
             a.live.threads
         ));
     }
@@ -545,7 +545,21 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         json: a.json,
         recorder,
     };
-    let r = if live {
+    let r = if !src.more.is_empty() {
+        // --threads N: each thread its own ring and driver, one aggregation (the cap is shared out).
+        let n = src.more.len() + 1;
+        let mut group = vec![src.packets];
+        group.extend(src.more);
+        run::run_rpc_fanout(
+            group,
+            &filter,
+            a.proto,
+            config,
+            keylog,
+            Some((a.live.max_connections as usize).div_ceil(n)),
+            &mut also,
+        )
+    } else if live {
         run::run_rpc_on(
             src.packets,
             &filter,

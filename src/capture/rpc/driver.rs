@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Out-of-order bytes held per direction before the hole is declared lost.
@@ -325,6 +326,21 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl DriverCounts {
+    /// Adds the counts of another driver (the threads of a fanout group: each saw its own connections).
+    pub fn add(&mut self, o: &DriverCounts) {
+        self.packets += o.packets;
+        self.payload_bytes += o.payload_bytes;
+        self.connections += o.connections;
+        self.retransmitted_segments += o.retransmitted_segments;
+        self.gap_bytes += o.gap_bytes;
+        self.tls_connections += o.tls_connections;
+        self.tls_decrypted += o.tls_decrypted;
+        self.tls_no_key += o.tls_no_key;
+        self.evicted_connections += o.evicted_connections;
+    }
+}
+
 /// Routes decoded packets to per-connection matchers.
 pub struct Driver {
     choice: ProtoChoice,
@@ -338,6 +354,8 @@ pub struct Driver {
     keylog: Option<Arc<KeyLog>>,
     max_conns: usize,
     interface: u32,
+    /// Connection numbers shared with the other drivers of a fanout group ([`Driver::share_ids`]).
+    ids: Option<Arc<AtomicU64>>,
 }
 
 impl Driver {
@@ -370,7 +388,14 @@ impl Driver {
             keylog: None,
             max_conns: usize::MAX,
             interface: 0,
+            ids: None,
         }
+    }
+
+    /// Numbers connections from `ids` (shared with the drivers of the other threads of a fanout group), so
+    /// each connection has one number among all of them; the counter starts at the first number (0).
+    pub fn share_ids(&mut self, ids: Arc<AtomicU64>) {
+        self.ids = Some(ids);
     }
 
     /// Live capture on `any`: the interface of the next segment, so a segment seen on two interfaces of a
@@ -661,8 +686,13 @@ impl Driver {
         } else {
             None
         };
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = match &self.ids {
+            Some(ids) => ids.fetch_add(1, Ordering::Relaxed),
+            None => {
+                self.next_id += 1;
+                self.next_id - 1
+            }
+        };
         self.counts.connections += 1;
         Some(Conn {
             info: ConnInfo {

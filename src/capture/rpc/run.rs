@@ -1,7 +1,7 @@
 //! Reading a capture file into the matchers: issue 6's reader and decoder feed the [`Driver`].
 #![forbid(unsafe_code)]
 
-use super::driver::{DriverCounts, L4, ProtoChoice, Segment, Sink};
+use super::driver::{ConnInfo, DriverCounts, L4, ProtoChoice, Segment, Sink};
 use super::stats::{Collect, RpcReport, RpcStats, StatsConfig};
 use super::tlskeys::KeyLog;
 use super::{Driver, Proto};
@@ -221,6 +221,167 @@ pub fn run_rpc_on(
         },
         counts,
         report: stats.finish(),
+    }
+}
+
+/// A fanout group's shared half of [`run_rpc_fanout`]: the one aggregation every thread's transactions go
+/// to, in the order of their responses' ends, once every thread has read past them.
+struct Merge<'a> {
+    stats: RpcStats,
+    also: &'a mut (dyn Sink + Send),
+    /// Transactions handed over by the threads, not yet passed on (a thread may still hand over earlier ones).
+    pending: Vec<(ConnInfo, super::Transaction)>,
+    /// Each thread's last tick (wall clock); zero before its first, `Duration::MAX` once it ended.
+    marks: Vec<Duration>,
+}
+
+impl Merge<'_> {
+    /// Thread `i` read up to `mark` (`Duration::MAX`: it ended) and hands over what it found since its last
+    /// call. The transactions whose response ended before every thread's mark (less the grace a ring takes to
+    /// hand a block over) go on, oldest response first, to the statistics and to `also`; then `also` gets the
+    /// earliest mark as a tick, so the intervals every thread has passed close.
+    fn sync(
+        &mut self,
+        i: usize,
+        mark: Duration,
+        txs: &mut Vec<(ConnInfo, super::Transaction)>,
+        anomalies: &mut Vec<(ConnInfo, super::Anomaly)>,
+    ) {
+        for (c, a) in anomalies.drain(..) {
+            self.stats.add_anomaly(&c, &a);
+            self.also.anomaly(&c, a);
+        }
+        self.pending.append(txs);
+        self.marks[i] = mark;
+        let low = self.marks.iter().copied().min().unwrap_or(mark);
+        if low == Duration::ZERO {
+            return;
+        }
+        let grace = Duration::from_nanos(crate::capture::LIVE_GRACE_NS as u64);
+        self.release(low.saturating_sub(grace));
+        if low != Duration::MAX {
+            self.also.tick(low);
+        }
+    }
+
+    /// Passes on the pending transactions whose response ended before `cut`, in that order.
+    fn release(&mut self, cut: Duration) {
+        self.pending.sort_by_key(|(_, t)| t.response_end_ts);
+        let k = self
+            .pending
+            .partition_point(|(_, t)| t.response_end_ts < cut);
+        let mut tee = Tee {
+            stats: &mut self.stats,
+            also: &mut *self.also,
+        };
+        for (c, t) in self.pending.drain(..k) {
+            tee.transaction(&c, t);
+        }
+    }
+}
+
+/// One thread's sink in [`run_rpc_fanout`]: keeps what its driver finds and hands it to the [`Merge`] at each
+/// tick (every [`crate::capture::live::TICK`]) and at the end.
+struct Relay<'a, 'b> {
+    i: usize,
+    merge: &'a std::sync::Mutex<Merge<'b>>,
+    txs: Vec<(ConnInfo, super::Transaction)>,
+    anomalies: Vec<(ConnInfo, super::Anomaly)>,
+}
+
+impl Relay<'_, '_> {
+    fn sync(&mut self, mark: Duration) {
+        let mut m = self.merge.lock().unwrap_or_else(|e| e.into_inner());
+        m.sync(self.i, mark, &mut self.txs, &mut self.anomalies);
+    }
+}
+
+impl Sink for Relay<'_, '_> {
+    fn transaction(&mut self, conn: &ConnInfo, t: super::Transaction) {
+        self.txs.push((conn.clone(), t));
+    }
+    fn anomaly(&mut self, conn: &ConnInfo, a: super::Anomaly) {
+        self.anomalies.push((conn.clone(), a));
+    }
+    fn tick(&mut self, now: Duration) {
+        self.sync(now.max(Duration::from_nanos(1)));
+    }
+}
+
+/// [`run_rpc_on`] on the captures of one `PACKET_FANOUT` group (`--threads N`, see [`crate::capture::live`]):
+/// one thread per capture, each running [`feed_on`] with its own [`Driver`] (the kernel hands every packet of
+/// a connection to the same capture, so each connection is reassembled and paired whole by one thread;
+/// connections are numbered from one shared counter). The transactions go to one [`RpcStats`] and to `also`
+/// in the order of their responses' ends, once every thread has read past them (at each tick and at the end),
+/// so the report and the interval rows are those of one thread reading every packet; `also` gets
+/// transactions, anomalies and ticks, not packets. Driver counts add; the captures' counts and kernel counters
+/// are summed ([`crate::capture::merge_infos`]). `max_connections` is per thread.
+#[allow(clippy::too_many_arguments)]
+pub fn run_rpc_fanout(
+    group: Vec<Packets>,
+    filter: &Filter,
+    choice: ProtoChoice,
+    config: StatsConfig,
+    keylog: Option<Arc<KeyLog>>,
+    max_connections: Option<usize>,
+    also: &mut (dyn Sink + Send),
+) -> RpcResult {
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU64;
+    let n = group.len();
+    let ids = Arc::new(AtomicU64::new(0));
+    let merge = Mutex::new(Merge {
+        stats: RpcStats::new(config),
+        also,
+        pending: Vec::new(),
+        marks: vec![Duration::ZERO; n],
+    });
+    let results: Vec<(CaptureInfo, DriverCounts)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(i, pk)| {
+                let (merge, keylog, ids) = (&merge, keylog.clone(), ids.clone());
+                sc.spawn(move || {
+                    let mut driver = Driver::new(choice);
+                    driver.set_keylog(keylog);
+                    driver.share_ids(ids);
+                    if let Some(m) = max_connections {
+                        driver.set_max_connections(m);
+                    }
+                    let mut relay = Relay {
+                        i,
+                        merge,
+                        txs: Vec::new(),
+                        anomalies: Vec::new(),
+                    };
+                    let r = feed_on(pk, filter, driver, &mut relay);
+                    relay.sync(Duration::MAX);
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut m = merge.into_inner().unwrap_or_else(|e| e.into_inner());
+    m.release(Duration::MAX);
+    let mut counts = DriverCounts::default();
+    let mut infos = Vec::new();
+    for (info, c) in results {
+        counts.add(&c);
+        infos.push(info);
+    }
+    RpcResult {
+        capture: crate::capture::merge_infos(infos),
+        forced_proto: match choice {
+            ProtoChoice::Force(p) => Some(p),
+            ProtoChoice::Auto => None,
+        },
+        counts,
+        report: m.stats.finish(),
     }
 }
 
