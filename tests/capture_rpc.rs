@@ -5,6 +5,7 @@ mod common;
 
 use assert_cmd::Command;
 use roundtrip::capture::Filter;
+use roundtrip::capture::matching::{PathTime, Verdict};
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{collect, run_rpc};
 use roundtrip::capture::rpc::stats::{RpcReport, StatsConfig};
@@ -463,19 +464,39 @@ fn match_pairs_a_capture_with_itself_and_rejects_unrelated_traffic() {
     };
     let (_, ca) = collect(&a, &Filter::default(), ProtoChoice::Auto).unwrap();
     let (_, cb) = collect(&b, &Filter::default(), ProtoChoice::Auto).unwrap();
-    let same = roundtrip::capture::matching::match_captures(&ca.transactions, &ca.transactions);
+    let (same, v) =
+        roundtrip::capture::matching::match_captures(&ca.transactions, &ca.transactions);
     assert!(!same.unrelated);
     assert_eq!(same.matched as usize, ca.transactions.len());
     assert_eq!(same.clock_offset_ns, Some(0));
     assert!(same.ops.iter().all(|o| o.diff_mean_ns == 0.0));
-    let un = roundtrip::capture::matching::match_captures(&ca.transactions, &cb.transactions);
-    assert!(un.unrelated, "{}", un.verdict);
-    assert_eq!(un.matched, 0);
-    assert!(
-        un.verdict.contains("do not show the same traffic"),
-        "{}",
-        un.verdict
+    // The verdict's facts: the busiest operation, nothing added by the path, one clock, no box between.
+    let top = same.ops.iter().find(|o| o.matched > 0).unwrap();
+    assert_eq!(
+        v,
+        Verdict::Matched {
+            op: top.op.clone(),
+            op_matched: top.matched,
+            server_mean_ns: top.server.mean_ns,
+            path: PathTime::Adds { ns: 0.0 },
+            clock_offset_ns: Some(0),
+            through_box: None,
+        }
     );
+    assert!(top.matched > 0 && top.server.mean_ns > 0.0, "{v:?}");
+    let (un, v) = roundtrip::capture::matching::match_captures(&ca.transactions, &cb.transactions);
+    assert!(un.unrelated, "{v:?}");
+    assert_eq!(un.matched, 0);
+    assert_eq!(
+        v,
+        Verdict::Unrelated {
+            matched: 0,
+            client_requests: ca.transactions.len() as u64,
+            server_requests: cb.transactions.len() as u64,
+        }
+    );
+    let words = roundtrip::report::match_verdict::words(&v);
+    assert!(words.contains("do not show the same traffic"), "{words}");
 }
 
 // ---------- command line ----------

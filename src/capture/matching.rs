@@ -221,8 +221,74 @@ pub struct MatchReport {
     /// True when the two captures share no requests: they are not the same traffic.
     #[serde(default)]
     pub unrelated: bool,
-    /// One-line conclusion.
-    pub verdict: String,
+}
+
+/// The conclusion of a match, as facts: which case it is and the figures it rests on. The engine says no
+/// words; `report::match_verdict` makes the one-line sentence from this.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// One capture (or both) holds no request.
+    NothingToCompare {
+        /// Requests in the client capture.
+        client_requests: u64,
+        /// Requests in the server capture.
+        server_requests: u64,
+    },
+    /// The two captures share no requests (or a handful of coincidences): not the same traffic.
+    Unrelated {
+        /// Client requests that found a counterpart (XID, TCP sequence number or content at a consistent time).
+        matched: u64,
+        /// Requests in the client capture.
+        client_requests: u64,
+        /// Requests in the server capture.
+        server_requests: u64,
+    },
+    /// Related captures, yet no operation holds a pair.
+    NoneMatched {
+        /// Set when pairs were found by content or order.
+        through_box: Option<ThroughBox>,
+    },
+    /// The figures of the operation with the most pairs.
+    Matched {
+        /// The operation.
+        op: String,
+        /// Its pairs.
+        op_matched: u64,
+        /// Mean time to the response's last byte at the server capture, nanoseconds.
+        server_mean_ns: f64,
+        /// What the path between the capture points shows for it.
+        path: PathTime,
+        /// Offset of the server capture's clock over the client's (server - client), nanoseconds.
+        clock_offset_ns: Option<i128>,
+        /// Set when pairs were found by content or order.
+        through_box: Option<ThroughBox>,
+    },
+}
+
+/// The mean of (client - server) latency to the last byte over the top operation's pairs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PathTime {
+    /// Zero or more: the time the path between the capture points adds, nanoseconds.
+    Adds {
+        /// Nanoseconds added.
+        ns: f64,
+    },
+    /// Negative: the client capture saw this much less per request than the server capture (a path cannot
+    /// take time away: the files may be swapped).
+    ClientSawLess {
+        /// Nanoseconds less (positive).
+        ns: f64,
+    },
+}
+
+/// Pairs found by content or order rather than by TCP sequence number or XID: a TCP-terminating box (proxy,
+/// load balancer, pooler) sits between the capture points, and its time is in the path's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThroughBox {
+    /// Pairs found by content or by order.
+    pub by_content_or_order: u64,
+    /// All pairs.
+    pub matched: u64,
 }
 
 fn median_i128(v: &mut [i128]) -> Option<i128> {
@@ -233,8 +299,8 @@ fn median_i128(v: &mut [i128]) -> Option<i128> {
     Some(v[v.len() / 2])
 }
 
-/// Pairs the requests of a client-side and a server-side capture.
-pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
+/// Pairs the requests of a client-side and a server-side capture: the report and the verdict's facts.
+pub fn match_captures(client: &[Record], server: &[Record]) -> (MatchReport, Verdict) {
     let mut by_key: HashMap<Key, Vec<usize>> = HashMap::new();
     for (i, r) in server.iter().enumerate() {
         if let Some(k) = key(r) {
@@ -390,16 +456,21 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
     let smaller = (client.len().min(server.len())) as u64;
     // Related traffic shares most requests; a handful of coincidences among thousands is not a match.
     let unrelated = matched == 0 || (matched < 3 && smaller > 20) || (matched * 100 < smaller);
-    let mut verdict = verdict(&ops, matched, unrelated, client.len(), server.len(), offset);
-    if !unrelated && paired_by.content + paired_by.order > 0 {
-        verdict.push_str(&format!(
-            "; {} of {matched} pairs found by content or order, not by TCP sequence number or XID: a \
-             TCP-terminating box (proxy, load balancer, pooler) sits between the capture points, and its time \
-             is in the path's",
-            paired_by.content + paired_by.order
-        ));
-    }
-    MatchReport {
+    let through_box =
+        (!unrelated && paired_by.content + paired_by.order > 0).then_some(ThroughBox {
+            by_content_or_order: paired_by.content + paired_by.order,
+            matched,
+        });
+    let verdict = verdict(
+        &ops,
+        matched,
+        unrelated,
+        client.len(),
+        server.len(),
+        offset,
+        through_box,
+    );
+    let report = MatchReport {
         client_requests: client.len() as u64,
         server_requests: server.len() as u64,
         matched: if unrelated { 0 } else { matched },
@@ -440,8 +511,8 @@ pub fn match_captures(client: &[Record], server: &[Record]) -> MatchReport {
             offset.map(|o| o as i64)
         },
         unrelated,
-        verdict,
-    }
+    };
+    (report, verdict)
 }
 
 /// True when `s` can be the same request as `c`, the server clock being `off` ahead of the client's.
@@ -809,10 +880,6 @@ fn entry<'a>(accs: &'a mut BTreeMap<(Proto, String), Acc>, p: Proto, op: &str) -
     })
 }
 
-fn fmt_ns(v: f64) -> String {
-    crate::units::fmt_nanos(v)
-}
-
 fn verdict(
     ops: &[OpMatch],
     matched: u64,
@@ -820,49 +887,40 @@ fn verdict(
     nc: usize,
     ns_: usize,
     offset: Option<i128>,
-) -> String {
+    through_box: Option<ThroughBox>,
+) -> Verdict {
     if nc == 0 || ns_ == 0 {
-        return format!(
-            "nothing to compare: {nc} requests in the client capture, {ns_} in the server capture"
-        );
+        return Verdict::NothingToCompare {
+            client_requests: nc as u64,
+            server_requests: ns_ as u64,
+        };
     }
     if unrelated {
-        return format!(
-            "the two captures do not show the same traffic: {matched} of {nc} client requests have a counterpart \
-             (same XID, TCP sequence number or request content at a consistent time) among {ns_} server \
-             requests"
-        );
+        return Verdict::Unrelated {
+            matched,
+            client_requests: nc as u64,
+            server_requests: ns_ as u64,
+        };
     }
     let Some(top) = ops.iter().find(|o| o.matched > 0) else {
-        return "no request matched".into();
+        return Verdict::NoneMatched { through_box };
     };
-    let mut s = format!(
-        "server adds {} per {} (mean, {} matched); ",
-        fmt_ns(top.server.mean_ns),
-        top.op,
-        top.matched,
-    );
-    if top.diff_mean_ns < 0.0 {
-        // A path cannot take time away: say what the figures show, not "adds 0".
-        s.push_str(&format!(
-            "the client capture saw {} less per request than the server capture: are the files swapped?",
-            fmt_ns(-top.diff_mean_ns)
-        ));
-    } else {
-        s.push_str(&format!(
-            "the path between the captures adds {}",
-            fmt_ns(top.diff_mean_ns)
-        ));
+    Verdict::Matched {
+        op: top.op.clone(),
+        op_matched: top.matched,
+        server_mean_ns: top.server.mean_ns,
+        path: if top.diff_mean_ns < 0.0 {
+            PathTime::ClientSawLess {
+                ns: -top.diff_mean_ns,
+            }
+        } else {
+            PathTime::Adds {
+                ns: top.diff_mean_ns,
+            }
+        },
+        clock_offset_ns: offset,
+        through_box,
     }
-    if let Some(o) = offset {
-        let sign = if o < 0 { "behind" } else { "ahead of" };
-        s.push_str(&format!(
-            "; server clock {} {} the client's",
-            fmt_ns(o.unsigned_abs() as f64),
-            sign
-        ));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -919,7 +977,7 @@ mod tests {
                 server.push(rec(20 - c, "SET", t + 1, 2 + c, 5000 + k as u32, 42));
             }
         }
-        let r = match_captures(&client, &server);
+        let (r, _) = match_captures(&client, &server);
         assert_eq!(r.matched, 200);
         assert!(r.pairs.iter().all(|p| p.server_conn == 20 - p.client_conn));
         assert!(
@@ -951,7 +1009,7 @@ mod tests {
         }
         // a request of another connection only the server capture holds
         server.push(rec(9, "INSERT", 1500, 1, 7, 12345));
-        let r = match_captures(&client, &server);
+        let (r, v) = match_captures(&client, &server);
         assert_eq!(r.matched, 20);
         assert_eq!(r.paired_by.content, 19);
         assert_eq!(r.paired_by.order, 1);
@@ -960,7 +1018,27 @@ mod tests {
         assert_eq!(r.clock_offset_ns, Some(1_000_000_000));
         let sel = r.ops.iter().find(|o| o.op == "SELECT").unwrap();
         assert!((sel.diff_mean_ns - 20e6).abs() < 1.0);
-        assert!(r.verdict.contains("TCP-terminating"), "{}", r.verdict);
+        let Verdict::Matched {
+            op,
+            op_matched,
+            path: PathTime::Adds { ns },
+            clock_offset_ns,
+            through_box,
+            ..
+        } = &v
+        else {
+            panic!("{v:?}")
+        };
+        assert_eq!((op.as_str(), *op_matched), ("SELECT", 20));
+        assert!((ns - 20e6).abs() < 1.0, "{v:?}");
+        assert_eq!(*clock_offset_ns, Some(1_000_000_000));
+        assert_eq!(
+            *through_box,
+            Some(ThroughBox {
+                by_content_or_order: 20,
+                matched: 20
+            })
+        );
         assert_eq!(
             r.unmatched
                 .iter()
@@ -981,11 +1059,32 @@ mod tests {
             client.push(rec(3, "SELECT", t, 10, 100 + k as u32 * 50, k));
             server.push(rec(3, "SELECT", t, 11, 100 + k as u32 * 50, k));
         }
-        let r = match_captures(&client, &server);
+        let (r, v) = match_captures(&client, &server);
         let sel = r.ops.iter().find(|o| o.op == "SELECT").unwrap();
-        assert!(sel.diff_mean_ns < 0.0, "{}", r.verdict);
-        assert!(!r.verdict.contains("adds 0"), "{}", r.verdict);
-        assert!(!r.verdict.contains("captures adds"), "{}", r.verdict);
-        assert!(r.verdict.contains("less per request"), "{}", r.verdict);
+        assert!(sel.diff_mean_ns < 0.0, "{v:?}");
+        let Verdict::Matched {
+            path: PathTime::ClientSawLess { ns },
+            through_box: None,
+            ..
+        } = v
+        else {
+            panic!("{v:?}")
+        };
+        assert!((ns - 1e6).abs() < 1.0, "{v:?}");
+    }
+
+    /// One capture empty: nothing to compare, whatever the other holds.
+    #[test]
+    fn an_empty_capture_is_nothing_to_compare() {
+        let client = vec![rec(3, "SELECT", 1000, 10, 100, 1)];
+        let (r, v) = match_captures(&client, &[]);
+        assert!(r.unrelated);
+        assert_eq!(
+            v,
+            Verdict::NothingToCompare {
+                client_requests: 1,
+                server_requests: 0
+            }
+        );
     }
 }

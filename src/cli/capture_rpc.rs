@@ -6,7 +6,7 @@ use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::keep::FlightRecorder;
-use roundtrip::capture::matching::{self, MatchReport};
+use roundtrip::capture::matching::{self, MatchReport, Verdict};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
@@ -14,6 +14,7 @@ use roundtrip::capture::rpc::stats::{LiveIntervals, StatsConfig};
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
+use roundtrip::report::match_verdict;
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
@@ -665,8 +666,13 @@ fn fmt_signed(v: f64) -> String {
     }
 }
 
-/// The text report of `capture match`.
-pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -> String {
+/// The text report of `capture match`, its verdict in [`match_verdict::words`].
+pub fn match_text(
+    client: &CaptureInfo,
+    server: &CaptureInfo,
+    r: &MatchReport,
+    verdict: &Verdict,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -734,7 +740,7 @@ pub fn match_text(client: &CaptureInfo, server: &CaptureInfo, r: &MatchReport) -
             fmt_nanos(o.unsigned_abs() as f64)
         );
     }
-    let _ = writeln!(s, "verdict: {}", r.verdict);
+    let _ = writeln!(s, "verdict: {}", match_verdict::words(verdict));
     s
 }
 
@@ -749,14 +755,19 @@ pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
     let (si, s) = run::collect(&a.server, &filter, a.proto)
         .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
-    let r = matching::match_captures(&c.transactions, &s.transactions);
+    let (r, verdict) = matching::match_captures(&c.transactions, &s.transactions);
     let label = format!("{} vs {}", a.client.display(), a.server.display());
     if a.pictures.wanted() || a.json {
-        let doc = roundtrip::doc::capture_match::MatchDoc::new(ci.clone(), si.clone(), r.clone());
+        let doc = roundtrip::doc::capture_match::MatchDoc::new(
+            ci.clone(),
+            si.clone(),
+            r.clone(),
+            match_verdict::words(&verdict),
+        );
         super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
     }
     if !a.json {
-        out(match_text(&ci, &si, &r))?;
+        out(match_text(&ci, &si, &r, &verdict))?;
     }
     let e1 = warn_exit(&ci);
     let e2 = warn_exit(&si);

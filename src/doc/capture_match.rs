@@ -32,6 +32,9 @@ pub struct MatchDoc {
     /// The match itself.
     #[serde(flatten)]
     pub report: MatchReport,
+    /// One-line conclusion in words: the command makes it from the engine's
+    /// [`crate::capture::matching::Verdict`] (`report::match_verdict::words`). Written after the report's fields.
+    pub verdict: String,
 }
 
 fn format() -> String {
@@ -48,11 +51,12 @@ fn match_kind() -> String {
 
 impl MatchDoc {
     /// The document of a match between the captures read as `client_capture` and `server_capture`, measured
-    /// on this machine.
+    /// on this machine, with its verdict in words.
     pub fn new(
         client_capture: CaptureInfo,
         server_capture: CaptureInfo,
         report: MatchReport,
+        verdict: String,
     ) -> Self {
         MatchDoc {
             format: format(),
@@ -62,6 +66,7 @@ impl MatchDoc {
             client_capture,
             server_capture,
             report,
+            verdict,
         }
     }
 }

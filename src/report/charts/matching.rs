@@ -32,7 +32,7 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
                 o.client,
             ));
         }
-        sec.notes.push(format!("{}: {}", r.label, d.report.verdict));
+        sec.notes.push(format!("{}: {}", r.label, d.verdict));
         // Documents of older versions have no pairing counts (all zero here): no note for them.
         if let Some(p) = Some(d.report.paired_by).filter(|p| *p != PairedBy::default()) {
             sec.notes.push(format!(
