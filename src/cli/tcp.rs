@@ -313,8 +313,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         w.flush().context("writing the full log")?;
         if let Some(p) = &a.full_log {
             note(format!(
-                "full log: {} rows in {}",
-                samples.len(),
+                "full log: {sample_count} rows in {}",
                 p.display()
             ));
         }
