@@ -6,7 +6,7 @@ use super::output::{Exit, note, out};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::doc::tcp::{TcpClosed, TcpDoc};
-use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, kind};
+use roundtrip::doc::{self, Header, kind};
 use roundtrip::report::text::Table;
 use roundtrip::tcpwatch::{Closed, ConnSummary, Filter, Sample, Tick, Watcher};
 use roundtrip::units::{fmt_bytes, fmt_duration};
@@ -392,10 +392,8 @@ struct TraceConn {
 /// The document `roundtrip tcp --trace --json` prints (kind "tcp-trace").
 #[derive(Debug, Clone, Serialize)]
 struct TraceDoc {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
+    #[serde(flatten)]
+    header: Header,
     started_unix_s: f64,
     filter: Filter,
     duration_ns: Option<u64>,
@@ -549,10 +547,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     }
     if a.json {
         out(doc::to_bytes(&TraceDoc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind: kind::TCP_TRACE,
-            environment: Environment::current(),
+            header: Header::new(kind::TCP_TRACE),
             started_unix_s: started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
@@ -773,10 +768,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     }
     let connections = watcher.summaries();
     let doc = TcpDoc {
-        format: FORMAT.to_string(),
-        format_version: FORMAT_VERSION,
-        kind: kind::TCP.to_string(),
-        environment: Environment::current(),
+        header: Header::new(kind::TCP),
         started_unix_s: started
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
