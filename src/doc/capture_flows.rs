@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 
 /// The document `roundtrip capture flows --json` prints.
 /// Every field but `flows` may be missing from a document (older versions); without `flows` it is refused.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FlowsDoc {
-    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_FLOWS`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_FLOWS`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// The file (or interface) and how it was read.
@@ -28,18 +28,6 @@ pub struct FlowsDoc {
     pub window_series: Option<FlowSeries>,
 }
 
-impl Default for FlowsDoc {
-    fn default() -> Self {
-        FlowsDoc {
-            header: Header::default(),
-            capture: CaptureInfo::default(),
-            counters: TrackerCounters::default(),
-            flows: Vec::new(),
-            window_series: None,
-        }
-    }
-}
-
 impl FlowsDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: FlowsResult) -> Self {
@@ -49,7 +37,6 @@ impl FlowsDoc {
             counters: result.counters,
             flows: result.flows,
             window_series: result.window_series,
-            ..FlowsDoc::default()
         }
     }
 }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 /// document (older versions); without the report's `ops` and `verdict` it is refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MatchDoc {
-    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_MATCH`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_MATCH`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// The client-side capture and how it was read.

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 /// rows or the total it is refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatsDoc {
-    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_STATS`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_STATS`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// The file (or interface) and how it was read.

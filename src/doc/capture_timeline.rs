@@ -8,11 +8,11 @@ use crate::capture::{CaptureInfo, TimelineResult, TimelineRow};
 use serde::{Deserialize, Serialize};
 
 /// The document `roundtrip capture timeline --json` prints.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineDoc {
-    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_TIMELINE`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_TIMELINE`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// The file (or interface) and how it was read.
@@ -27,18 +27,6 @@ pub struct TimelineDoc {
     pub seq_graph: Option<SeqGraph>,
 }
 
-impl Default for TimelineDoc {
-    fn default() -> Self {
-        TimelineDoc {
-            header: Header::default(),
-            capture: CaptureInfo::default(),
-            flow: None,
-            rows: Vec::new(),
-            seq_graph: None,
-        }
-    }
-}
-
 impl TimelineDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: TimelineResult) -> Self {
@@ -48,7 +36,6 @@ impl TimelineDoc {
             flow: result.flow,
             rows: result.rows,
             seq_graph: result.seq_graph,
-            ..TimelineDoc::default()
         }
     }
 }

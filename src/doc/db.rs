@@ -139,8 +139,8 @@ pub struct LinkDoc {
 /// document without them names the part it lacks); the rest reads as empty when absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DbDoc {
-    /// `format`, `format_version`, `kind` ([`kind::DB`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::DB`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// Start, Unix seconds.

@@ -102,8 +102,8 @@ pub(super) fn unknown_peer() -> PeerKind {
 /// The document `roundtrip load --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadDoc {
-    /// `format`, `format_version`, `kind` ([`kind::LOAD`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::LOAD`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// Start of the measuring window, Unix seconds.

@@ -54,8 +54,8 @@ pub struct PingSummary {
 /// The document `roundtrip ping --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PingDoc {
-    /// `format`, `format_version`, `kind` ([`kind::PING`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::PING`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// Start of the measured phase, Unix seconds.

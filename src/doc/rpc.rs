@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 /// part it lacks); the rest reads as empty when absent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RpcDoc {
-    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_RPC`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_RPC`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// The file and how it was read.

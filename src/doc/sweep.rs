@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 /// The document `roundtrip sweep --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepDoc {
-    /// `format`, `format_version`, `kind` ([`kind::SWEEP`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::SWEEP`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// Settings shared by the cells.

@@ -75,8 +75,8 @@ pub struct ThroughputRunDoc {
 /// The document `roundtrip throughput --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThroughputDoc {
-    /// `format`, `format_version`, `kind` ([`kind::THROUGHPUT`]) and `environment`; [`Header`] says how a missing one
-    /// reads.
+    /// `format`, `format_version`, `kind` ([`kind::THROUGHPUT`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
     #[serde(flatten)]
     pub header: Header,
     /// Start, Unix seconds.
