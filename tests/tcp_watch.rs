@@ -280,7 +280,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     assert!(doc["lost_events"].is_u64(), "{doc:#}");
     // The library's type reads the document back, field for field.
     let typed: roundtrip::doc::tcp_trace::TcpTraceDoc = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(typed.kind, roundtrip::doc::kind::TCP_TRACE);
+    assert_eq!(typed.header.kind, roundtrip::doc::kind::TCP_TRACE);
     assert_eq!(Some(typed.events), doc["events"].as_u64());
     assert_eq!(
         typed.connections.len(),
