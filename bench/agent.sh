@@ -22,7 +22,8 @@
 # Every tool gets WARMUP seconds before a MEASURE-second window. Figures: medians over the rounds.
 #
 # Usage: sudo bench/agent.sh [ROUNDS]   (default 3; env N=5000 MEASURE=60 WARMUP=15; RT_BIN=path to skip the
-# build; BASELINE=path to an older build, measured as one more tool in the same rounds). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
+# build; BASELINE=path to an older build, measured as one more tool in the same rounds; TOOLS="roundtrip
+# blackbox baseline" to run only those, in that order). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
 # prometheus-smokeping-prober (apt-get install -y prometheus-blackbox-exporter prometheus-smokeping-prober).
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -341,8 +342,12 @@ smoke_sum() {
     prom sum smokeping_requests_total "$WORK/smoke"
 }
 
-tools=(roundtrip blackbox smokeping)
-[[ -n ${BASELINE:-} ]] && tools+=(baseline)
+if [[ -n ${TOOLS:-} ]]; then
+    read -ra tools <<<"$TOOLS"
+else
+    tools=(roundtrip blackbox smokeping)
+    [[ -n ${BASELINE:-} ]] && tools+=(baseline)
+fi
 nt=${#tools[@]}
 for r in $(seq "$ROUNDS"); do
     for k in $(seq 0 $((nt - 1))); do

@@ -412,7 +412,7 @@ fn saved_document_round_trips_through_the_reader() {
     assert_eq!(p.summary.rtt.count, 300);
     assert_eq!(p.summary.rtt.max_ns, doc.summary.rtt.max_ns);
     assert_eq!(p.percentiles.len(), doc.percentiles.len());
-    assert_eq!(l.environment.kernel, doc.environment.kernel);
+    assert_eq!(l.environment.kernel, doc.header.environment.kernel);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -280,7 +280,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     assert!(doc["lost_events"].is_u64(), "{doc:#}");
     // The library's type reads the document back, field for field.
     let typed: roundtrip::doc::tcp_trace::TcpTraceDoc = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(typed.kind, roundtrip::doc::kind::TCP_TRACE);
+    assert_eq!(typed.header.kind, roundtrip::doc::kind::TCP_TRACE);
     assert_eq!(Some(typed.events), doc["events"].as_u64());
     assert_eq!(
         typed.connections.len(),
@@ -457,6 +457,33 @@ fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
     let _ = child.kill();
     let _ = child.wait();
     drop(stay);
+}
+
+#[test]
+fn the_full_log_note_counts_the_rows_written_without_json() {
+    if env("RT_NETNS_ROLE").is_some() {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_peer, _) = l.accept().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("full.csv");
+    let o = Command::new(BIN)
+        .args(["tcp", "--port", &port.to_string(), "-i", "200ms", "-t", "1s"])
+        .arg("--full-log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let written = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
+    assert!(written >= 2, "both ends of the connection sampled at least once: {written}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("full log: {written} rows in ")),
+        "the note must count the {written} rows the file holds: {stderr}"
+    );
 }
 
 #[test]

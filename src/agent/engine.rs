@@ -5,8 +5,10 @@
 //! thousands of agents do not fire together and a slow answer never shifts the next probe. A target kept by
 //! [`Engine::set_targets`] keeps its schedule (a new interval applies from its next due probe). When the loop
 //! was late by more than one interval (the machine was suspended, say) the missed slots are skipped, not sent
-//! in a burst, and not counted. Everything due within [`BATCH`] of a wake-up is sent in that wake-up (up to
-//! 1 ms early: its lag counts as 0). The schedule lag (send instant - due instant) goes into
+//! in a burst, and not counted. The loop wakes for its timers with slack: at the earliest timer rounded up
+//! to the next multiple of [`SLACK`] (~2.1 ms; the kernel may add [`KERNEL_SLACK`]), and everything due
+//! within [`BATCH`] of that wake-up is sent in it (up to 1 ms early: its lag counts as 0), so a probe is
+//! sent at most ~3 ms late on an idle machine. The schedule lag (send instant - due instant) goes into
 //! [`Snapshot::schedule_lag`].
 //!
 //! **TCP and UDP pings** (`tcp`, `udp`): over persistent connections. The loop starts a TCP connect
@@ -59,6 +61,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Probes due within this long after a wake-up are sent in that wake-up.
 pub const BATCH: Duration = Duration::from_millis(1);
+/// The loop's timer slack: it wakes for its timers only at multiples of this span (2^21 ns, about 2.1 ms)
+/// and handles every timer due by then, so timers due close together share one wake-up.
+pub const SLACK: Duration = Duration::from_nanos(1 << 21);
+/// The loop thread's kernel timer slack (`PR_SET_TIMERSLACK`): how late the kernel may end its wait, to
+/// fire it together with other timers.
+pub const KERNEL_SLACK: Duration = Duration::from_micros(500);
 /// Most pings outstanding per target.
 pub const MAX_INFLIGHT: usize = 4;
 

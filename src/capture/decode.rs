@@ -187,20 +187,35 @@ fn be32(b: &[u8], i: usize) -> Option<u32> {
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86DD;
 
+/// Which TCP options the decoder parses. Parsing them is a loop over up to 40 bytes per segment; an analysis
+/// that never reads them (request/response matching) or reads them only on SYNs (MSS and window scale, for
+/// the flow table) skips that work. Options not parsed are left at their defaults (`None`, 0, `false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TcpOptions {
+    /// Every option of every segment (the default).
+    #[default]
+    All,
+    /// Only on segments with SYN set; other segments' options are left empty.
+    SynOnly,
+    /// None: every segment's options are left empty.
+    Skip,
+}
+
 /// Decodes one packet of link type `link`. `orig_len` is the on-wire length (used when an IPv4 header says
 /// length 0, as TSO captures do).
 #[inline]
 pub fn decode(link: LinkType, data: &[u8], orig_len: u32) -> Result<Decoded<'_>, NotIp> {
-    decode_inline(link, data, orig_len)
+    decode_inline(link, data, orig_len, TcpOptions::All)
 }
 
-/// [`decode`], inlined into the caller (the per-packet loop of [`crate::capture::Packets`]): the decoding is
-/// built where it is used instead of being copied out.
+/// [`decode`] with the TCP options `opts` says, inlined into the caller (the per-packet loop of
+/// [`crate::capture::Packets`]): the decoding is built where it is used instead of being copied out.
 #[inline(always)]
 pub(crate) fn decode_inline(
     link: LinkType,
     data: &[u8],
     orig_len: u32,
+    opts: TcpOptions,
 ) -> Result<Decoded<'_>, NotIp> {
     let mut vlan_tags = 0u8;
     let mut sll_pkttype = None;
@@ -248,8 +263,8 @@ pub(crate) fn decode_inline(
     let ip = data.get(off..).ok_or(NotIp::Truncated)?;
     let link_len = off as u32;
     let mut d = match ethertype {
-        ETH_IPV4 => decode_ipv4(ip, orig_len.saturating_sub(link_len))?,
-        ETH_IPV6 => decode_ipv6(ip, orig_len.saturating_sub(link_len))?,
+        ETH_IPV4 => decode_ipv4(ip, orig_len.saturating_sub(link_len), opts)?,
+        ETH_IPV6 => decode_ipv6(ip, orig_len.saturating_sub(link_len), opts)?,
         other => return Err(NotIp::OtherProtocol(other as u32)),
     };
     d.vlan_tags = vlan_tags;
@@ -266,7 +281,7 @@ fn ip_ethertype(first: Option<u8>) -> Result<u16, NotIp> {
 }
 
 #[inline(always)]
-fn decode_ipv4(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
+fn decode_ipv4(ip: &[u8], wire_len: u32, opts: TcpOptions) -> Result<Decoded<'_>, NotIp> {
     let b0 = *ip.first().ok_or(NotIp::Truncated)?;
     if b0 >> 4 != 4 {
         return Err(NotIp::BadIp);
@@ -293,7 +308,7 @@ fn decode_ipv4(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
     let first_fragment = frag & 0x1fff == 0;
     let l4 = ip.get(ihl..).unwrap_or(&[]);
     let (transport, payload_len, payload) = if first_fragment {
-        decode_l4(proto, l4, l4_len)
+        decode_l4(proto, l4, l4_len, opts)
     } else {
         (Transport::Other(proto), l4_len, &[][..])
     };
@@ -309,7 +324,7 @@ fn decode_ipv4(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
     })
 }
 
-fn decode_ipv6(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
+fn decode_ipv6(ip: &[u8], wire_len: u32, opts: TcpOptions) -> Result<Decoded<'_>, NotIp> {
     let b0 = *ip.first().ok_or(NotIp::Truncated)?;
     if b0 >> 4 != 6 {
         return Err(NotIp::BadIp);
@@ -371,7 +386,7 @@ fn decode_ipv6(ip: &[u8], wire_len: u32) -> Result<Decoded<'_>, NotIp> {
         }
     }
     let l4 = ip.get(off..).unwrap_or(&[]);
-    let (transport, payload_len, payload) = decode_l4(next, l4, remaining);
+    let (transport, payload_len, payload) = decode_l4(next, l4, remaining, opts);
     Ok(v6(src, dst, transport, payload_len, payload))
 }
 
@@ -396,9 +411,9 @@ fn v6<'a>(
 
 /// Decodes TCP or UDP from `l4` (captured bytes) with `l4_len` the length the IP header gives.
 #[inline]
-fn decode_l4(proto: u8, l4: &[u8], l4_len: u32) -> (Transport, u32, &[u8]) {
+fn decode_l4(proto: u8, l4: &[u8], l4_len: u32, opts: TcpOptions) -> (Transport, u32, &[u8]) {
     match proto {
-        6 => match decode_tcp(l4) {
+        6 => match decode_tcp_with(l4, opts) {
             Some(t) => {
                 let plen = l4_len.saturating_sub(t.header_len as u32);
                 let start = (t.header_len as usize).min(l4.len());
@@ -428,6 +443,12 @@ fn decode_l4(proto: u8, l4: &[u8], l4_len: u32) -> (Transport, u32, &[u8]) {
 
 /// Decodes a TCP header and its options; `None` when the fixed header was not captured or is invalid.
 pub fn decode_tcp(b: &[u8]) -> Option<Tcp> {
+    decode_tcp_with(b, TcpOptions::All)
+}
+
+/// [`decode_tcp`], parsing the options `opts` says.
+#[inline]
+fn decode_tcp_with(b: &[u8], opts: TcpOptions) -> Option<Tcp> {
     if b.len() < 20 {
         return None;
     }
@@ -445,8 +466,19 @@ pub fn decode_tcp(b: &[u8]) -> Option<Tcp> {
         header_len,
         ..Tcp::default()
     };
-    // Options, as far as they were captured.
-    let opts = &b[20..(header_len as usize).min(b.len())];
+    let parse = match opts {
+        TcpOptions::All => true,
+        TcpOptions::SynOnly => t.flags & flags::SYN != 0,
+        TcpOptions::Skip => false,
+    };
+    if parse && header_len > 20 {
+        parse_options(&mut t, &b[20..(header_len as usize).min(b.len())]);
+    }
+    Some(t)
+}
+
+/// Fills `t`'s option fields from `opts` (the options as far as they were captured).
+fn parse_options(t: &mut Tcp, opts: &[u8]) {
     let mut i = 0;
     while i < opts.len() {
         let kind = opts[i];
@@ -471,17 +503,18 @@ pub fn decode_tcp(b: &[u8]) -> Option<Tcp> {
             (5, _) => {
                 let mut n = 0;
                 for blk in v.chunks_exact(8).take(4) {
-                    t.sack[n] = (be32(blk, 0)?, be32(blk, 4)?);
-                    n += 1;
+                    if let (Some(l), Some(r)) = (be32(blk, 0), be32(blk, 4)) {
+                        t.sack[n] = (l, r);
+                        n += 1;
+                    }
                 }
                 t.sack_count = n as u8;
             }
-            (8, 10) => t.timestamps = Some((be32(v, 0)?, be32(v, 4)?)),
+            (8, 10) => t.timestamps = be32(v, 0).zip(be32(v, 4)),
             _ => {}
         }
         i += len;
     }
-    Some(t)
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub struct Packets {
     writer: Option<write::PcapWriter>,
     captured_bytes: u64,
     bpf: Option<FileBpf>,
+    tcp_options: decode::TcpOptions,
 }
 
 /// The `--filter` program of a file, compiled per link type, and what it rejected.
@@ -83,7 +84,14 @@ impl Packets {
             writer: None,
             captured_bytes: 0,
             bpf: None,
+            tcp_options: decode::TcpOptions::All,
         }
+    }
+
+    /// Which TCP options the decoded packets carry (all unless set): an analysis that never reads them skips
+    /// their parsing ([`decode::TcpOptions`]).
+    pub fn set_tcp_options(&mut self, opts: decode::TcpOptions) {
+        self.tcp_options = opts;
     }
 
     /// Also writes every packet read to `w` (`--write`).
@@ -137,7 +145,7 @@ impl Packets {
         if !decode_it {
             return Some(Next::Packet(p, None));
         }
-        let d = decode_noting(&mut self.info, &p);
+        let d = decode_noting(&mut self.info, &p, self.tcp_options);
         Some(Next::Packet(p, d))
     }
     /// Opens a capture file.
@@ -164,6 +172,7 @@ impl Packets {
             writer: None,
             captured_bytes: 0,
             bpf: None,
+            tcp_options: decode::TcpOptions::All,
         })
     }
 
@@ -213,7 +222,7 @@ impl Packets {
             Ok(p) => p,
             Err(_) => return None,
         };
-        let d = decode_noting(&mut self.info, &p);
+        let d = decode_noting(&mut self.info, &p, self.tcp_options);
         Some((p, d))
     }
 
@@ -307,8 +316,12 @@ fn raw_step<'a>(
 
 /// Decodes `p`, counting (and remembering the first of) the packets that are not IP.
 #[inline(always)]
-fn decode_noting<'a>(info: &mut CaptureInfo, p: &Packet<'a>) -> Option<Decoded<'a>> {
-    match decode::decode_inline(p.link, p.data, p.orig_len) {
+fn decode_noting<'a>(
+    info: &mut CaptureInfo,
+    p: &Packet<'a>,
+    opts: decode::TcpOptions,
+) -> Option<Decoded<'a>> {
+    match decode::decode_inline(p.link, p.data, p.orig_len, opts) {
         Ok(d) => Some(d),
         Err(e) => {
             info.packets_not_ip += 1;

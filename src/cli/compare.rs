@@ -5,7 +5,7 @@ use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out};
 use clap::Args;
 use roundtrip::doc::compare::CompareDoc;
-use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use roundtrip::doc::{self, Header, Interrupted, kind};
 use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
@@ -112,10 +112,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || CompareDoc {
-        format: FORMAT.to_string(),
-        format_version: FORMAT_VERSION,
-        kind: kind::COMPARE.to_string(),
-        environment: Environment::current(),
+        header: Header::new(kind::COMPARE),
         started_unix_s: result
             .started
             .duration_since(UNIX_EPOCH)

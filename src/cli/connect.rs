@@ -4,7 +4,7 @@ use super::args;
 use super::output::{Exit, error_line, out};
 use clap::Args;
 use roundtrip::doc::connect::{ConnectCounts, ConnectDoc};
-use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use roundtrip::doc::{self, Header, Interrupted, kind};
 use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
 };
@@ -140,10 +140,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || ConnectDoc {
-        format: FORMAT.to_string(),
-        format_version: FORMAT_VERSION,
-        kind: kind::CONNECT.to_string(),
-        environment: Environment::current(),
+        header: Header::new(kind::CONNECT),
         started_unix_s: result
             .started
             .duration_since(UNIX_EPOCH)

@@ -5,7 +5,7 @@ use super::connect::dns_words;
 use super::output::{Exit, error_line, out};
 use clap::Args;
 use roundtrip::doc::icmp::IcmpDoc;
-use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use roundtrip::doc::{self, Header, Interrupted, kind};
 use roundtrip::probe::icmp::{self, IcmpConfig, IcmpMode, IcmpObserver, Probe, ProbeOutcome};
 use roundtrip::probe::target::Target;
 use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
@@ -132,10 +132,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         )
     });
     let doc = || IcmpDoc {
-        format: FORMAT.to_string(),
-        format_version: FORMAT_VERSION,
-        kind: kind::ICMP.to_string(),
-        environment: Environment::current(),
+        header: Header::new(kind::ICMP),
         started_unix_s: result
             .started
             .duration_since(UNIX_EPOCH)

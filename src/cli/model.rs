@@ -5,7 +5,7 @@ use super::output::{Exit, out};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use roundtrip::model;
-use roundtrip::report::json::{self, Environment, FORMAT, FORMAT_VERSION};
+use roundtrip::report::json::{self, Header};
 use roundtrip::report::text::Table;
 use roundtrip::units::{fmt_bytes, fmt_duration, fmt_nanos};
 use serde::Serialize;
@@ -195,10 +195,8 @@ fn hops(s: &str) -> Result<u32, String> {
 
 #[derive(Serialize)]
 struct Doc<T: Serialize> {
-    format: &'static str,
-    format_version: u32,
-    kind: &'static str,
-    environment: Environment,
+    #[serde(flatten)]
+    header: Header,
     formula: &'static str,
     result: T,
 }
@@ -212,10 +210,7 @@ fn emit<T: Serialize>(
 ) -> anyhow::Result<Exit> {
     if json_out {
         out(json::to_bytes(&Doc {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind,
-            environment: Environment::current(),
+            header: Header::new(kind),
             formula,
             result,
         }))?;

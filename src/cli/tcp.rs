@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use roundtrip::doc::tcp::{TcpClosed, TcpDoc};
 use roundtrip::doc::tcp_trace::{FIRST_EVENTS, TcpTraceConn, TcpTraceDoc};
-use roundtrip::doc::{self, Environment, FORMAT, FORMAT_VERSION, kind};
+use roundtrip::doc::{self, Header, kind};
 use roundtrip::report::tcp as text;
 use roundtrip::tcpwatch::{Filter, Sample, Tick, Watcher};
 use roundtrip::units::fmt_duration;
@@ -138,10 +138,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     }
     if a.json {
         out(doc::to_bytes(&TcpTraceDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::TCP_TRACE.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::TCP_TRACE),
             started_unix_s: started
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
@@ -313,18 +310,14 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
         w.flush().context("writing the full log")?;
         if let Some(p) = &a.full_log {
             note(format!(
-                "full log: {} rows in {}",
-                samples.len(),
+                "full log: {sample_count} rows in {}",
                 p.display()
             ));
         }
     }
     let connections = watcher.summaries();
     let doc = TcpDoc {
-        format: FORMAT.to_string(),
-        format_version: FORMAT_VERSION,
-        kind: kind::TCP.to_string(),
-        environment: Environment::current(),
+        header: Header::new(kind::TCP),
         started_unix_s: started
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),

@@ -1,27 +1,19 @@
 //! The document `roundtrip capture flows --json` writes and `roundtrip report` reads: how the capture was
 //! read, the tracker's counters, one summary per TCP connection and the in-flight/window series of one.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::{Header, kind};
 use crate::capture::flows::{FlowSummary, TrackerCounters};
 use crate::capture::{CaptureInfo, FlowSeries, FlowsResult};
 use serde::{Deserialize, Serialize};
 
 /// The document `roundtrip capture flows --json` prints.
 /// Every field but `flows` may be missing from a document (older versions); without `flows` it is refused.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FlowsDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::CAPTURE_FLOWS`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_FLOWS`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// The file (or interface) and how it was read.
     #[serde(default)]
     pub capture: CaptureInfo,
@@ -36,31 +28,15 @@ pub struct FlowsDoc {
     pub window_series: Option<FlowSeries>,
 }
 
-impl Default for FlowsDoc {
-    fn default() -> Self {
-        FlowsDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::CAPTURE_FLOWS.to_string(),
-            environment: Environment::default(),
-            capture: CaptureInfo::default(),
-            counters: TrackerCounters::default(),
-            flows: Vec::new(),
-            window_series: None,
-        }
-    }
-}
-
 impl FlowsDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: FlowsResult) -> Self {
         FlowsDoc {
-            environment: Environment::current(),
+            header: Header::new(kind::CAPTURE_FLOWS),
             capture: result.capture,
             counters: result.counters,
             flows: result.flows,
             window_series: result.window_series,
-            ..FlowsDoc::default()
         }
     }
 }

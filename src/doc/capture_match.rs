@@ -2,7 +2,7 @@
 //! read, then the match report (pairs, per-operation latency at both ends, unmatched requests, the clock
 //! offset and the verdict).
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::{Header, kind};
 use crate::capture::CaptureInfo;
 use crate::capture::matching::MatchReport;
 use serde::{Deserialize, Serialize};
@@ -11,18 +11,10 @@ use serde::{Deserialize, Serialize};
 /// document (older versions); without the report's `ops` and `verdict` it is refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MatchDoc {
-    /// Always [`FORMAT`].
-    #[serde(default = "format")]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default = "format_version")]
-    pub format_version: u32,
-    /// [`kind::CAPTURE_MATCH`].
-    #[serde(default = "match_kind")]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_MATCH`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// The client-side capture and how it was read.
     #[serde(default)]
     pub client_capture: CaptureInfo,
@@ -37,18 +29,6 @@ pub struct MatchDoc {
     pub verdict: String,
 }
 
-fn format() -> String {
-    FORMAT.to_string()
-}
-
-fn format_version() -> u32 {
-    FORMAT_VERSION
-}
-
-fn match_kind() -> String {
-    kind::CAPTURE_MATCH.to_string()
-}
-
 impl MatchDoc {
     /// The document of a match between the captures read as `client_capture` and `server_capture`, measured
     /// on this machine, with its verdict in words.
@@ -59,10 +39,7 @@ impl MatchDoc {
         verdict: String,
     ) -> Self {
         MatchDoc {
-            format: format(),
-            format_version: format_version(),
-            kind: match_kind(),
-            environment: Environment::current(),
+            header: Header::new(kind::CAPTURE_MATCH),
             client_capture,
             server_capture,
             report,

@@ -1,7 +1,7 @@
 //! The document `roundtrip capture stats --json` writes and `roundtrip report` reads: how the capture was
 //! read, the interval, the first and last packet, one row per interval (and direction) and the whole capture.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::{Header, kind};
 use crate::capture::stats::StatsRow;
 use crate::capture::{CaptureInfo, StatsResult};
 use serde::{Deserialize, Serialize};
@@ -11,18 +11,10 @@ use serde::{Deserialize, Serialize};
 /// rows or the total it is refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatsDoc {
-    /// Always [`FORMAT`].
-    #[serde(default = "format")]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default = "format_version")]
-    pub format_version: u32,
-    /// [`kind::CAPTURE_STATS`].
-    #[serde(default = "stats_kind")]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_STATS`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// The file (or interface) and how it was read.
     #[serde(default)]
     pub capture: CaptureInfo,
@@ -40,26 +32,11 @@ pub struct StatsDoc {
     pub total: StatsRow,
 }
 
-fn format() -> String {
-    FORMAT.to_string()
-}
-
-fn format_version() -> u32 {
-    FORMAT_VERSION
-}
-
-fn stats_kind() -> String {
-    kind::CAPTURE_STATS.to_string()
-}
-
 impl StatsDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: StatsResult) -> Self {
         StatsDoc {
-            format: format(),
-            format_version: format_version(),
-            kind: stats_kind(),
-            environment: Environment::current(),
+            header: Header::new(kind::CAPTURE_STATS),
             capture: result.capture,
             interval_s: result.interval_s,
             first_ts_ns: result.first_ts_ns,

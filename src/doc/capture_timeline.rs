@@ -1,24 +1,20 @@
 //! The document `roundtrip capture timeline --json` writes and `roundtrip report` reads: how the capture was
 //! read, the connection shown, one row per packet of it and its time-sequence graph.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::{Header, kind};
 use crate::capture::flows::FlowSummary;
 use crate::capture::seqgraph::SeqGraph;
 use crate::capture::{CaptureInfo, TimelineResult, TimelineRow};
 use serde::{Deserialize, Serialize};
 
 /// The document `roundtrip capture timeline --json` prints.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::CAPTURE_TIMELINE`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_TIMELINE`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// The file (or interface) and how it was read.
     pub capture: CaptureInfo,
     /// The connection shown (its summary), when one matched.
@@ -31,31 +27,15 @@ pub struct TimelineDoc {
     pub seq_graph: Option<SeqGraph>,
 }
 
-impl Default for TimelineDoc {
-    fn default() -> Self {
-        TimelineDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::CAPTURE_TIMELINE.to_string(),
-            environment: Environment::default(),
-            capture: CaptureInfo::default(),
-            flow: None,
-            rows: Vec::new(),
-            seq_graph: None,
-        }
-    }
-}
-
 impl TimelineDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: TimelineResult) -> Self {
         TimelineDoc {
-            environment: Environment::current(),
+            header: Header::new(kind::CAPTURE_TIMELINE),
             capture: result.capture,
             flow: result.flow,
             rows: result.rows,
             seq_graph: result.seq_graph,
-            ..TimelineDoc::default()
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The document `roundtrip compare --json` writes and `roundtrip report` reads: settings, one row per way of
 //! measuring the round trip, the kernel's view and the conclusion.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted};
 use crate::probe::compare::Row;
 use crate::probe::tcpinfo::TcpRtt;
 use serde::{Deserialize, Serialize};
@@ -10,14 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CompareDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::COMPARE`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::COMPARE`](super::kind::COMPARE)) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the run, Unix seconds.
     pub started_unix_s: f64,
     /// Target as the user gave it; null with the embedded server.
@@ -52,10 +48,7 @@ pub struct CompareDoc {
 impl Default for CompareDoc {
     fn default() -> Self {
         CompareDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::COMPARE.to_string(),
-            environment: Environment::default(),
+            header: Header::default(),
             started_unix_s: 0.0,
             target: None,
             address: String::new(),

@@ -1,7 +1,7 @@
 //! The document `roundtrip connect --json` writes and `roundtrip report` reads: settings, the verdict, per-state
 //! counts, handshake and refusal summaries and every attempt.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted};
 use crate::probe::connect::{Attempt, ConnectMode, PortState};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
@@ -23,14 +23,10 @@ pub struct ConnectCounts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ConnectDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::CONNECT`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CONNECT`](super::kind::CONNECT)) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the run, Unix seconds.
     pub started_unix_s: f64,
     /// Target as the user gave it.
@@ -69,10 +65,7 @@ pub struct ConnectDoc {
 impl Default for ConnectDoc {
     fn default() -> Self {
         ConnectDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::CONNECT.to_string(),
-            environment: Environment::default(),
+            header: Header::default(),
             started_unix_s: 0.0,
             target: String::new(),
             address: String::new(),

@@ -2,7 +2,7 @@
 //! ping, query and fetch, the attribution and, with `--link`, the round trips through the database link.
 //! Durations carry their unit in the field name.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted, kind};
 use crate::db::{Attribution, DbConfig, DbResult, Scheme, SslMode};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
@@ -139,18 +139,10 @@ pub struct LinkDoc {
 /// document without them names the part it lacks); the rest reads as empty when absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DbDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::DB`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it was measured.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::DB`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start, Unix seconds.
     #[serde(default)]
     pub started_unix_s: f64,
@@ -253,10 +245,7 @@ impl DbDoc {
     /// Builds the document of a run.
     pub fn new(config: &DbConfig, r: &DbResult) -> Self {
         DbDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::DB.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::DB),
             started_unix_s: r
                 .started
                 .duration_since(UNIX_EPOCH)

@@ -1,7 +1,7 @@
 //! The document `roundtrip icmp --json` writes and `roundtrip report` reads: settings, counts, the RTT summary
 //! and every echo request.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted};
 use crate::probe::icmp::{IcmpSocket, Probe, ProbeOutcome};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
@@ -10,14 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct IcmpDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::ICMP`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::ICMP`](super::kind::ICMP)) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the run, Unix seconds.
     pub started_unix_s: f64,
     /// Target as the user gave it.
@@ -60,10 +56,7 @@ pub struct IcmpDoc {
 impl Default for IcmpDoc {
     fn default() -> Self {
         IcmpDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::ICMP.to_string(),
-            environment: Environment::default(),
+            header: Header::default(),
             started_unix_s: 0.0,
             target: String::new(),
             address: String::new(),

@@ -2,7 +2,7 @@
 //! summary, the latency histogram and percentile curves. Its summary and settings are also the cells and the
 //! settings of a sweep document ([`super::sweep`]).
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted, kind};
 use crate::probe::load::LoadResult;
 use crate::probe::ping::{PeerKind, Transport};
 use crate::stats::{Bucket, PercentilePoint, Summary};
@@ -102,18 +102,10 @@ pub(super) fn unknown_peer() -> PeerKind {
 /// The document `roundtrip load --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::LOAD`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::LOAD`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the measuring window, Unix seconds.
     #[serde(default)]
     pub started_unix_s: f64,
@@ -147,10 +139,7 @@ impl LoadDoc {
     /// Builds the document of a load result.
     pub fn new(target: &str, r: &LoadResult, duration: Duration, warmup: Duration) -> Self {
         LoadDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::LOAD.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::LOAD),
             started_unix_s: r
                 .started
                 .duration_since(UNIX_EPOCH)

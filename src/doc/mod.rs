@@ -127,18 +127,66 @@ impl Interrupted {
     }
 }
 
-/// The envelope of a document whose result type has no envelope fields of its own: `format`,
-/// `format_version`, `kind` and `environment`, then the result's fields flattened beside them.
-#[derive(Debug, Clone, Serialize)]
-pub struct Envelope<T: Serialize> {
+/// Version the first document layout carried. A document without `format_version` is read as this version:
+/// the field has been written since the first layout, so a document lacking it is not of a later one.
+pub const FIRST_FORMAT_VERSION: u32 = 1;
+
+/// The envelope every document starts with: `format`, `format_version`, `kind` and `environment`, in that
+/// order. Every document type flattens one (`#[serde(flatten)] header: Header`) as its first field, so the
+/// four fields are written first and read with one rule.
+///
+/// The rule for a field missing on read (what [`Default`] gives):
+/// - `format` reads as [`FORMAT`]: a document of another program would not have this layout to begin with,
+///   and [`crate::report::load::parse`] checks the field on the raw document before a type reads it;
+/// - `format_version` reads as [`FIRST_FORMAT_VERSION`], the layout documents had before the field could be
+///   missing, never the current [`FORMAT_VERSION`] (a later layout cannot be guessed from its absence);
+/// - `kind` reads as empty: a header does not know which type holds it, and a kind made up from the type would
+///   hide that the document never said what wrote it (readers dispatching on the kind refuse it instead);
+/// - `environment` reads as [`Environment::default`] (every part empty).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Header {
     /// Always [`FORMAT`].
-    pub format: &'static str,
-    /// Always [`FORMAT_VERSION`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] when written.
     pub format_version: u32,
-    /// The command that made the document.
-    pub kind: &'static str,
+    /// The command that made the document (one of [`kind`]).
+    pub kind: String,
     /// Where it ran.
     pub environment: Environment,
+}
+
+impl Default for Header {
+    /// The header of a document missing every envelope field (see [`Header`] for the rule).
+    fn default() -> Self {
+        Header {
+            format: FORMAT.to_string(),
+            format_version: FIRST_FORMAT_VERSION,
+            kind: String::new(),
+            environment: Environment::default(),
+        }
+    }
+}
+
+impl Header {
+    /// The header of a document of `kind` written now, on this machine.
+    pub fn new(kind: &str) -> Self {
+        Header {
+            format: FORMAT.to_string(),
+            format_version: FORMAT_VERSION,
+            kind: kind.to_string(),
+            environment: Environment::current(),
+        }
+    }
+}
+
+/// A document whose result type has no envelope of its own: the [`Header`], then the result's fields
+/// flattened beside it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Envelope<T: Serialize> {
+    /// `format`, `format_version`, `kind`, `environment`.
+    #[serde(flatten)]
+    pub header: Header,
     /// The result itself.
     #[serde(flatten)]
     pub result: T,
@@ -148,10 +196,7 @@ impl<T: Serialize> Envelope<T> {
     /// Wraps `result` in the envelope of this machine.
     pub fn new(kind: &'static str, result: T) -> Self {
         Envelope {
-            format: FORMAT,
-            format_version: FORMAT_VERSION,
-            kind,
-            environment: Environment::current(),
+            header: Header::new(kind),
             result,
         }
     }
@@ -167,4 +212,149 @@ pub fn to_bytes<T: Serialize>(doc: &T) -> Vec<u8> {
     let mut out = serde_json::to_vec_pretty(doc).expect("documents always serialise");
     out.push(b'\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::Value;
+
+    /// Golden documents of three kinds that read a missing envelope field three ways before [`Header`]:
+    /// `capture stats` as the current format, version and its own kind; `load` as empty and 0; `ping` not at
+    /// all.
+    const STATS: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/golden/capture-stats.json"
+    ));
+    const LOAD: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/golden/load.json"
+    ));
+    const PING: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/golden/ping.json"
+    ));
+
+    /// Removes each envelope field of `text` in turn, then all four, reads the rest as `T` and checks that
+    /// the missing field reads with the one rule, that the others read as written, and that the whole
+    /// document writes back as before with only the missing field's default in its place.
+    fn missing_envelope_fields_read_with_one_rule<T: DeserializeOwned + Serialize>(
+        text: &str,
+        kind: &str,
+        header: fn(&T) -> &Header,
+    ) {
+        let full: Value = serde_json::from_str(text).unwrap();
+        let written: T = serde_json::from_value(full.clone()).unwrap();
+        let written = header(&written).clone();
+        assert_eq!(written.format, FORMAT);
+        assert_eq!(written.format_version, FORMAT_VERSION);
+        assert_eq!(written.kind, kind);
+        assert!(!written.environment.roundtrip_version.is_empty());
+        let rule = Header::default();
+        assert_eq!(
+            (
+                rule.format.as_str(),
+                rule.format_version,
+                rule.kind.as_str()
+            ),
+            (FORMAT, FIRST_FORMAT_VERSION, "")
+        );
+        assert_eq!(rule.environment, Environment::default());
+        let cases: [(&[&str], Header); 5] = [
+            (
+                &["format"],
+                Header {
+                    format: rule.format.clone(),
+                    ..written.clone()
+                },
+            ),
+            (
+                &["format_version"],
+                Header {
+                    format_version: rule.format_version,
+                    ..written.clone()
+                },
+            ),
+            (
+                &["kind"],
+                Header {
+                    kind: rule.kind.clone(),
+                    ..written.clone()
+                },
+            ),
+            (
+                &["environment"],
+                Header {
+                    environment: rule.environment.clone(),
+                    ..written.clone()
+                },
+            ),
+            (
+                &["format", "format_version", "kind", "environment"],
+                rule.clone(),
+            ),
+        ];
+        for (fields, want) in cases {
+            let mut v = full.clone();
+            for f in fields {
+                assert!(v.as_object_mut().unwrap().remove(*f).is_some(), "{f}");
+            }
+            let doc: T = serde_json::from_value(v)
+                .unwrap_or_else(|e| panic!("{kind} without {fields:?}: {e}"));
+            assert_eq!(header(&doc), &want, "{kind} without {fields:?}");
+            let mut expect = full.clone();
+            let defaults = serde_json::to_value(&want).unwrap();
+            for f in fields {
+                expect[*f] = defaults[*f].clone();
+            }
+            assert_eq!(
+                serde_json::to_value(&doc).unwrap(),
+                expect,
+                "{kind} without {fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_capture_stats_document_missing_envelope_fields_reads_with_the_one_rule() {
+        missing_envelope_fields_read_with_one_rule::<capture_stats::StatsDoc>(
+            STATS,
+            kind::CAPTURE_STATS,
+            |d| &d.header,
+        );
+    }
+
+    #[test]
+    fn a_load_document_missing_envelope_fields_reads_with_the_one_rule() {
+        missing_envelope_fields_read_with_one_rule::<load::LoadDoc>(LOAD, kind::LOAD, |d| {
+            &d.header
+        });
+    }
+
+    #[test]
+    fn a_ping_document_missing_envelope_fields_reads_with_the_one_rule() {
+        missing_envelope_fields_read_with_one_rule::<ping::PingDoc>(PING, kind::PING, |d| {
+            &d.header
+        });
+    }
+
+    #[test]
+    fn the_header_is_written_first_in_its_order() {
+        let bytes = envelope_bytes(kind::MESH, serde_json::json!({"a": 1}));
+        let text = String::from_utf8(bytes).unwrap();
+        let keys: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("  \""))
+            .map(|l| l.trim().split('"').nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            ["format", "format_version", "kind", "environment", "a"]
+        );
+        assert!(
+            text.contains(&format!("\"format_version\": {FORMAT_VERSION},\n")),
+            "{text}"
+        );
+    }
 }

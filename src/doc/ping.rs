@@ -1,7 +1,7 @@
 //! The document `roundtrip ping --json` writes and `roundtrip report` reads: settings, who answered, the
 //! summary, per-interval rows, the RTT histogram and percentile curve.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted, kind};
 use crate::probe::ping::{IntervalRow, PeerKind, PingResult, Stop, Transport};
 use crate::stats::{Bucket, PercentilePoint, Summary};
 use serde::{Deserialize, Serialize};
@@ -54,14 +54,10 @@ pub struct PingSummary {
 /// The document `roundtrip ping --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PingDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::PING`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::PING`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the measured phase, Unix seconds.
     pub started_unix_s: f64,
     /// Settings.
@@ -115,10 +111,7 @@ impl PingDoc {
         timeout: Duration,
     ) -> Self {
         PingDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::PING.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::PING),
             started_unix_s: r
                 .started
                 .duration_since(UNIX_EPOCH)

@@ -4,7 +4,7 @@
 //! `last_byte_ns`, and a missing `first_byte` as an empty summary
 //! ([`OpRow::first_byte_known`](crate::capture::rpc::stats::OpRow::first_byte_known) says None).
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::{Header, kind};
 use crate::capture::CaptureInfo;
 use crate::capture::rpc::Proto;
 use crate::capture::rpc::driver::DriverCounts;
@@ -16,18 +16,10 @@ use serde::{Deserialize, Serialize};
 /// part it lacks); the rest reads as empty when absent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RpcDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::CAPTURE_RPC`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::CAPTURE_RPC`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// The file and how it was read.
     #[serde(default)]
     pub capture: CaptureInfo,
@@ -45,10 +37,7 @@ impl RpcDoc {
     /// The document of `result`, measured on this machine.
     pub fn new(result: RpcResult) -> Self {
         RpcDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::CAPTURE_RPC.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::CAPTURE_RPC),
             capture: result.capture,
             forced_proto: result.forced_proto,
             counts: result.counts,

@@ -2,7 +2,7 @@
 //! the sizes and rates crossed, and one load summary ([`LoadSummary`]) per cell.
 
 use super::load::{LoadSettings, LoadSummary, load_summary};
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted, kind};
 use crate::probe::ping::PeerKind;
 use crate::probe::sweep::SweepResult;
 use serde::{Deserialize, Serialize};
@@ -10,18 +10,10 @@ use serde::{Deserialize, Serialize};
 /// The document `roundtrip sweep --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::SWEEP`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::SWEEP`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Settings shared by the cells.
     #[serde(default)]
     pub settings: LoadSettings,
@@ -64,10 +56,7 @@ impl SweepDoc {
     /// Builds the document of a sweep.
     pub fn new(settings: LoadSettings, sizes: &[usize], rates: &[f64], r: &SweepResult) -> Self {
         SweepDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::SWEEP.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::SWEEP),
             settings,
             sizes_bytes: sizes.to_vec(),
             rates_per_s: rates.to_vec(),

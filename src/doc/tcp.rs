@@ -1,7 +1,7 @@
 //! The document `roundtrip tcp --json` writes and `roundtrip report` reads: the filter, every sample of every
 //! matching connection, the connections that went away and one summary per connection.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::Header;
 use crate::tcpwatch::{ConnSummary, Filter, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -22,14 +22,10 @@ pub struct TcpClosed {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TcpDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::TCP`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::TCP`](super::kind::TCP)) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the watch, Unix seconds.
     pub started_unix_s: f64,
     /// The filter as the user gave it.
@@ -51,10 +47,7 @@ pub struct TcpDoc {
 impl Default for TcpDoc {
     fn default() -> Self {
         TcpDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::TCP.to_string(),
-            environment: Environment::default(),
+            header: Header::default(),
             started_unix_s: 0.0,
             filter: Filter::default(),
             interval_ns: 0,

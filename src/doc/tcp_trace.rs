@@ -2,7 +2,7 @@
 //! connection (segments, ACKs, bytes per ACK, the largest unacknowledged bytes and peer window) and the first
 //! [`FIRST_EVENTS`] tcp_probe events verbatim.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, kind};
+use super::Header;
 use crate::tcpwatch::Filter;
 use crate::tcpwatch::trace::ProbeEvent;
 use serde::{Deserialize, Serialize};
@@ -72,17 +72,13 @@ impl TcpTraceConn {
 }
 
 /// The document `roundtrip tcp --trace --json` prints.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TcpTraceDoc {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// [`kind::TCP_TRACE`].
-    pub kind: String,
-    /// Where it ran.
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::TCP_TRACE`](super::kind::TCP_TRACE)) and
+    /// `environment`; [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start of the trace, Unix seconds.
     pub started_unix_s: f64,
     /// The filter as the user gave it.
@@ -97,24 +93,6 @@ pub struct TcpTraceDoc {
     pub connections: Vec<TcpTraceConn>,
     /// The first matching events (at most [`FIRST_EVENTS`]), in time order per drain.
     pub first_events: Vec<ProbeEvent>,
-}
-
-impl Default for TcpTraceDoc {
-    fn default() -> Self {
-        TcpTraceDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::TCP_TRACE.to_string(),
-            environment: Environment::default(),
-            started_unix_s: 0.0,
-            filter: Filter::default(),
-            duration_ns: None,
-            events: 0,
-            lost_events: 0,
-            connections: Vec::new(),
-            first_events: Vec::new(),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -153,13 +131,14 @@ mod tests {
         assert_eq!(t.segments_per_ack, Some(2.0));
         assert_eq!(t.unacked_max, 9_000);
         let doc = TcpTraceDoc {
+            header: Header::new(crate::doc::kind::TCP_TRACE),
             events: 3,
             connections: vec![t],
             first_events: vec![a, b, c],
             ..TcpTraceDoc::default()
         };
         let back: TcpTraceDoc = serde_json::from_slice(&super::super::to_bytes(&doc)).unwrap();
-        assert_eq!(back.kind, kind::TCP_TRACE);
+        assert_eq!(back.header.kind, crate::doc::kind::TCP_TRACE);
         assert_eq!(back.connections, doc.connections);
         assert_eq!(back.first_events, doc.first_events);
     }

@@ -2,7 +2,7 @@
 //! per message size, the rates over the measuring window, per interval and per stream, and what the receiving
 //! side counted.
 
-use super::{Environment, FORMAT, FORMAT_VERSION, Interrupted, kind};
+use super::{Header, Interrupted, kind};
 use crate::probe::ping::{PeerKind, Transport};
 use crate::probe::throughput::{Direction, Loss, RateRow, StreamTotal, ThroughputResult};
 use crate::stats::Summary;
@@ -75,18 +75,10 @@ pub struct ThroughputRunDoc {
 /// The document `roundtrip throughput --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThroughputDoc {
-    /// Always [`FORMAT`].
-    #[serde(default)]
-    pub format: String,
-    /// Always [`FORMAT_VERSION`].
-    #[serde(default)]
-    pub format_version: u32,
-    /// [`kind::THROUGHPUT`].
-    #[serde(default)]
-    pub kind: String,
-    /// Where it ran.
-    #[serde(default)]
-    pub environment: Environment,
+    /// `format`, `format_version`, `kind` ([`kind::THROUGHPUT`]) and `environment`;
+    /// [`Header`] says how a missing one reads.
+    #[serde(flatten)]
+    pub header: Header,
     /// Start, Unix seconds.
     #[serde(default)]
     pub started_unix_s: f64,
@@ -131,10 +123,7 @@ impl ThroughputDoc {
     /// Builds the document of a throughput result.
     pub fn new(target: &str, r: &ThroughputResult, sizes: &[usize], duration: Duration) -> Self {
         ThroughputDoc {
-            format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
-            kind: kind::THROUGHPUT.to_string(),
-            environment: Environment::current(),
+            header: Header::new(kind::THROUGHPUT),
             started_unix_s: r
                 .started
                 .duration_since(UNIX_EPOCH)

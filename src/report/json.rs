@@ -5,5 +5,5 @@
 
 pub use crate::doc::ping::{PingDoc, PingSettings, PingSummary, ping_summary};
 pub use crate::doc::{
-    Envelope, Environment, FORMAT, FORMAT_VERSION, Interrupted, envelope_bytes, to_bytes,
+    Envelope, Environment, FORMAT, FORMAT_VERSION, Header, Interrupted, envelope_bytes, to_bytes,
 };

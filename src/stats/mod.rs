@@ -37,11 +37,8 @@ impl Default for LatencyHistogram {
 impl LatencyHistogram {
     /// An empty histogram covering 1 ns to [`MAX_RECORDABLE`].
     pub fn new() -> Self {
-        let hist =
-            Histogram::new_with_bounds(1, MAX_RECORDABLE.as_nanos() as u64, SIGNIFICANT_DIGITS)
-                .expect("static histogram bounds are valid");
         LatencyHistogram {
-            hist,
+            hist: empty_hist(),
             count: 0,
             min_ns: u64::MAX,
             max_ns: 0,
@@ -61,6 +58,12 @@ impl LatencyHistogram {
     pub fn record_ns(&mut self, ns: u64) {
         let clamped = ns.clamp(1, MAX_RECORDABLE.as_nanos() as u64);
         self.hist.saturating_record(clamped);
+        self.record_moments(ns);
+    }
+
+    /// Counts `ns` in the exact moments (count, min, max, mean, variance) only, not in the buckets.
+    #[inline]
+    fn record_moments(&mut self, ns: u64) {
         self.count += 1;
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
@@ -192,6 +195,117 @@ impl LatencyHistogram {
     }
 }
 
+/// Two durations of each event that are mostly equal, such as a response's times to its first and to its last
+/// byte (the same when the response is one packet): recorded as one histogram of the second ("last"), the
+/// exact moments of the first, and for the events where the two differ a correction (the last value taken
+/// out, the first put in), so an event whose two values are equal costs one bucket update instead of two.
+/// When most events differ, the first values get their own buckets from then on. The summaries are those two
+/// [`LatencyHistogram`]s recording every value would give.
+#[derive(Clone, Debug)]
+pub struct PairedHistogram {
+    last: LatencyHistogram,
+    /// The first values: exact moments always; buckets only once `separate`.
+    first: LatencyHistogram,
+    /// The corrections: the last and the first values of the events whose two values differ.
+    differ: Option<Box<(Histogram<u64>, Histogram<u64>)>>,
+    /// Events whose two values differ.
+    differing: u64,
+    /// The first values are recorded in `first`'s own buckets.
+    separate: bool,
+}
+
+impl Default for PairedHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PairedHistogram {
+    /// Empty.
+    pub fn new() -> Self {
+        PairedHistogram {
+            last: LatencyHistogram::new(),
+            first: LatencyHistogram::new(),
+            differ: None,
+            differing: 0,
+            separate: false,
+        }
+    }
+
+    /// Records one event's two values, in nanoseconds.
+    #[inline]
+    pub fn record_ns(&mut self, first_ns: u64, last_ns: u64) {
+        self.last.record_ns(last_ns);
+        if self.separate {
+            self.first.record_ns(first_ns);
+            return;
+        }
+        self.first.record_moments(first_ns);
+        if first_ns != last_ns {
+            self.record_difference(first_ns, last_ns);
+        }
+    }
+
+    #[cold]
+    fn record_difference(&mut self, first_ns: u64, last_ns: u64) {
+        let max = MAX_RECORDABLE.as_nanos() as u64;
+        let d = self
+            .differ
+            .get_or_insert_with(|| Box::new((empty_hist(), empty_hist())));
+        d.0.saturating_record(last_ns.clamp(1, max));
+        d.1.saturating_record(first_ns.clamp(1, max));
+        self.differing += 1;
+        // Most events differ: corrections would cost more than the first values' own buckets.
+        if self.differing >= 1024 && self.differing * 2 > self.first.count {
+            self.first.hist = self.first_buckets();
+            self.differ = None;
+            self.separate = true;
+        }
+    }
+
+    /// The first values' buckets: the last values' with the corrections applied.
+    fn first_buckets(&self) -> Histogram<u64> {
+        if self.separate {
+            return self.first.hist.clone();
+        }
+        let mut h = self.last.hist.clone();
+        if let Some(d) = &self.differ {
+            // The values taken out were all recorded in `h` with the same bounds: neither step can fail.
+            if h.subtract(&d.0).is_err() || h.add(&d.1).is_err() {
+                return self.last.hist.clone();
+            }
+        }
+        h
+    }
+
+    /// The histogram of the second ("last") values.
+    pub fn last(&self) -> &LatencyHistogram {
+        &self.last
+    }
+
+    /// The histogram of the first values (built from the last values' and the corrections).
+    pub fn first(&self) -> LatencyHistogram {
+        let mut f = self.first.clone();
+        f.hist = self.first_buckets();
+        f
+    }
+
+    /// Events recorded.
+    pub fn len(&self) -> u64 {
+        self.last.len()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+}
+
+fn empty_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_RECORDABLE.as_nanos() as u64, SIGNIFICANT_DIGITS)
+        .expect("static histogram bounds are valid")
+}
+
 /// The statistics every command reports for a set of durations; all values in nanoseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -238,6 +352,48 @@ pub struct PercentilePoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A paired histogram summarises its two series exactly as two histograms recording every value do:
+    /// mostly equal pairs, pairs that differ (a correction each), values past the recordable range and 0,
+    /// and enough differing pairs that the first values move to their own buckets half way.
+    #[test]
+    fn paired_histogram_gives_the_summaries_of_two_histograms() {
+        for differ_every in [0u64, 7, 2, 1] {
+            let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+            let mut paired = PairedHistogram::new();
+            let (mut first, mut last) = (LatencyHistogram::new(), LatencyHistogram::new());
+            for i in 0..5000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let l = match i {
+                    10 => 0,
+                    11 => u64::MAX,
+                    _ => 1_000 + x % 3_000_000,
+                };
+                let f = if differ_every > 0 && i % differ_every == 0 {
+                    l / 3
+                } else {
+                    l
+                };
+                paired.record_ns(f, l);
+                first.record_ns(f);
+                last.record_ns(l);
+            }
+            assert_eq!(paired.len(), 5000);
+            assert_eq!(
+                paired.last().summary(),
+                last.summary(),
+                "every {differ_every}"
+            );
+            assert_eq!(
+                paired.first().summary(),
+                first.summary(),
+                "every {differ_every}"
+            );
+            assert_eq!(paired.first().buckets(10), first.buckets(10));
+        }
+    }
 
     /// The exact percentile by the nearest-rank method, as HdrHistogram defines it.
     fn exact(sorted: &[u64], p: f64) -> u64 {

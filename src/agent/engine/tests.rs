@@ -274,6 +274,40 @@ fn tcp_and_udp_pings_fill_the_histogram() {
 }
 
 #[test]
+fn timers_due_together_are_all_served() {
+    // 200 targets at a 20 ms interval: ~20 due probes per slack-grid wake-up, with the answers to each
+    // batch read in between. Every target keeps being probed, none fails, and every due probe's lag is
+    // counted (a ping answered was sent by a due probe, or right after a connection its due probe started).
+    let srv = server(0, None);
+    let addr = srv.tcp_addr().unwrap();
+    let e = engine(None);
+    let names: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    e.set_targets(
+        names
+            .iter()
+            .map(|n| spec(n, addr, ProbeKind::Tcp { size: 64 }))
+            .collect(),
+    );
+    for n in &names {
+        let t = wait_for(&e, n, "20 answers", |t| t.rtt.count >= 20);
+        assert_eq!(failed(&t), 0, "{n}: {:?}", t.last_error);
+    }
+    let snap = e.snapshot();
+    let answered: u64 = snap.targets.iter().map(|t| t.rtt.count).sum();
+    assert!(answered >= 200 * 20);
+    assert!(
+        snap.schedule_lag.count >= answered,
+        "{} lags for {answered} answers",
+        snap.schedule_lag.count
+    );
+    assert_eq!(
+        snap.schedule_lag.counts.iter().sum::<u64>(),
+        snap.schedule_lag.count
+    );
+    e.shutdown();
+}
+
+#[test]
 fn closed_port_counts_refused() {
     let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let e = engine(None);

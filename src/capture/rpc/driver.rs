@@ -649,7 +649,16 @@ impl Driver {
         h.pos += wire_len as u64;
     }
 
+    #[inline]
     fn drain_ooo(h: &mut Half, dir: Dir, m: &mut (dyn ConnMatcher + Send), out: &mut Out) {
+        // Nothing held back (the common case): no tree walk.
+        if h.ooo.is_empty() {
+            return;
+        }
+        Self::drain_held(h, dir, m, out);
+    }
+
+    fn drain_held(h: &mut Half, dir: Dir, m: &mut (dyn ConnMatcher + Send), out: &mut Out) {
         while let Some((&off, _)) = h.ooo.iter().next() {
             if off > h.pos {
                 break;

@@ -514,6 +514,15 @@ pub trait Protocol {
     fn looks_like_start(&self, dir: Dir, seg: &[u8]) -> bool;
     /// A complete message.
     fn on_pdu(&mut self, pdu: Pdu<Self::Info>, out: &mut Out);
+    /// A fast path for the common case: `data` (all of it arrived at `ts`) begins at a message boundary; the
+    /// protocol may consume the whole messages at its start that it would frame as `Msg` and whose
+    /// [`on_pdu`](Self::on_pdu) would only note that a response started (PostgreSQL's RowDescription, DataRow
+    /// and CommandComplete), doing for them what `frame` and `on_pdu` would. Returns the bytes consumed
+    /// (by default none).
+    fn skip_complete(&mut self, dir: Dir, ts: Duration, data: &[u8]) -> usize {
+        let _ = (dir, ts, data);
+        0
+    }
     /// Framing was lost in `dir` (garbage or a gap inside a header): drop pairing state that depended on it.
     fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out);
     /// End of the connection.
@@ -652,6 +661,15 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                 continue;
             }
             // At a message boundary, possibly with header bytes buffered.
+            if st.buf.is_empty() {
+                let n = self.proto.skip_complete(dir, ts, data);
+                if n > 0 {
+                    data = &data[n.min(data.len())..];
+                    seq = seq.wrapping_add(n as u32);
+                    continue;
+                }
+            }
+            let st = &mut self.dirs[d];
             // `appended`: how many bytes of `data` went into the header buffer.
             let (verdict, used_buf, appended) = if st.buf.is_empty() {
                 (self.proto.frame(dir, data, false), false, 0)
@@ -682,6 +700,25 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                 }
                 Frame::Msg { len, info } => {
                     let len = len.max(1);
+                    if !used_buf && len <= data.len() as u64 {
+                        // The whole message is in this segment (the common case): handed over at once,
+                        // as the body-skipping below would after one more turn of the loop.
+                        let n = len as usize;
+                        self.proto.on_pdu(
+                            Pdu {
+                                dir,
+                                first_ts: ts,
+                                last_ts: ts,
+                                seq,
+                                len,
+                                info,
+                            },
+                            out,
+                        );
+                        data = &data[n..];
+                        seq = seq.wrapping_add(n as u32);
+                        continue;
+                    }
                     // Bytes of the message that came before `data[0]` (buffered from earlier segments).
                     let (first_ts, first_seq, prev) = if used_buf {
                         let prev = (st.buf.len() - appended) as u64;
@@ -847,39 +884,45 @@ const SQL_VERBS: [&str; 24] = [
 /// keyword is a static string (no allocation per request).
 pub(crate) fn sql_verb(text: &[u8]) -> Cow<'static, str> {
     let mut i = 0;
-    loop {
-        while i < text.len()
-            && (text[i].is_ascii_whitespace() || text[i] == b'(' || text[i] == b';')
-        {
-            i += 1;
-        }
-        if text[i..].starts_with(b"--") {
-            while i < text.len() && text[i] != b'\n' {
+    // A statement that starts with its keyword (the common case) has nothing to skip.
+    if !text.first().is_some_and(u8::is_ascii_alphabetic) {
+        loop {
+            while i < text.len()
+                && (text[i].is_ascii_whitespace() || text[i] == b'(' || text[i] == b';')
+            {
                 i += 1;
             }
-            continue;
-        }
-        if text[i..].starts_with(b"/*") {
-            match text[i + 2..].windows(2).position(|w| w == b"*/") {
-                Some(p) => i += p + 4,
-                None => i = text.len(),
+            if text[i..].starts_with(b"--") {
+                while i < text.len() && text[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
             }
-            continue;
+            if text[i..].starts_with(b"/*") {
+                match text[i + 2..].windows(2).position(|w| w == b"*/") {
+                    Some(p) => i += p + 4,
+                    None => i = text.len(),
+                }
+                continue;
+            }
+            break;
         }
-        break;
     }
-    let start = i;
-    while i < text.len() && (text[i].is_ascii_alphabetic() || text[i] == b'_') && i - start < 24 {
-        i += 1;
+    // The keyword (at most 24 letters or underscores), upper-cased as it is read.
+    let mut up = [0u8; 24];
+    let mut n = 0;
+    for &c in text[i..].iter().take(up.len()) {
+        if !(c.is_ascii_alphabetic() || c == b'_') {
+            break;
+        }
+        up[n] = c.to_ascii_uppercase();
+        n += 1;
     }
-    if i == start {
+    if n == 0 {
         return Cow::Borrowed("OTHER");
     }
-    let mut up = [0u8; 24];
-    let word = &mut up[..i - start];
-    word.copy_from_slice(&text[start..i]);
-    word.make_ascii_uppercase();
-    match SQL_VERBS.iter().find(|v| v.as_bytes() == &word[..]) {
+    let word = &up[..n];
+    match SQL_VERBS.iter().find(|v| v.as_bytes() == word) {
         Some(v) => Cow::Borrowed(v),
         None => Cow::Owned(String::from_utf8_lossy(word).into_owned()),
     }

@@ -202,6 +202,35 @@ impl Protocol for Pgsql {
         ok_type && be32(seg, 1).is_some_and(|l| (4..=MAX_MSG).contains(&l))
     }
 
+    fn skip_complete(&mut self, dir: Dir, ts: Duration, data: &[u8]) -> usize {
+        // Responses only, outside the startup and TLS-negotiation phases, and not when on_pdu would first
+        // trim a full queue.
+        if dir != Dir::Response
+            || self.encrypted
+            || self.await_ssl_answer
+            || self.queue.len() >= 1 << 16
+        {
+            return 0;
+        }
+        let mut at = 0;
+        while let (Some(&t), Some(len)) = (data.get(at), be32(data, at + 1)) {
+            // ReadyForQuery ends the response and ErrorResponse marks it failed: on_pdu's work.
+            if t == b'Z' || t == b'E' || !backend_type(t) || !(4..=MAX_MSG).contains(&len) {
+                break;
+            }
+            let end = at + 1 + len as usize;
+            if end > data.len() {
+                break;
+            }
+            at = end;
+        }
+        if at > 0 && !self.queue.is_empty() {
+            // What on_pdu does for each of these messages: the response to the front request started.
+            self.resp.get_or_insert((ts, false));
+        }
+        at
+    }
+
     fn on_pdu(&mut self, pdu: Pdu<PgMsg>, out: &mut Out) {
         let m = pdu.info;
         if self.queue.len() >= 1 << 16 {

@@ -60,6 +60,8 @@ pub fn feed_on(
     sink: &mut dyn Sink,
 ) -> (CaptureInfo, DriverCounts) {
     let mut matched = 0u64;
+    // Request/response matching reads no TCP option.
+    pk.set_tcp_options(crate::capture::decode::TcpOptions::Skip);
     let live = pk.is_live();
     let by_if = pk.keys_by_interface();
     while let Some(ev) = pk.next_event(true) {

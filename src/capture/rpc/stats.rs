@@ -5,8 +5,9 @@
 
 use super::driver::{ConnInfo, Sink};
 use super::{Anomaly, AnomalyKind, Proto, Status, Transaction};
-use crate::stats::{LatencyHistogram, Summary};
+use crate::stats::{LatencyHistogram, PairedHistogram, Summary};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
@@ -63,11 +64,9 @@ pub struct OpStats {
     /// Protocol.
     pub proto: Proto,
     /// Operation name.
-    pub op: String,
-    /// Times to the response's last byte.
-    pub last_byte: LatencyHistogram,
-    /// Times to the response's first byte.
-    pub first_byte: LatencyHistogram,
+    pub op: Cow<'static, str>,
+    /// Times to the response's first byte and to its last byte (mostly the same: recorded as one).
+    pub times: PairedHistogram,
     /// Responses that reported an error.
     pub errors: u64,
     /// Errors by the protocol's name for them (SMB2 NT status), for the transactions that carried one.
@@ -122,6 +121,13 @@ pub struct ConnStats {
     pub errors: u64,
 }
 
+/// True when two operation names are the same: at once when both are the same static name (the matchers'
+/// common names are), else by their text.
+#[inline]
+fn same_op(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 /// Settings of the aggregation.
 #[derive(Debug, Clone, Copy)]
 pub struct StatsConfig {
@@ -153,7 +159,7 @@ pub struct RpcStats {
     slowest: BinaryHeap<Reverse<Slow>>,
     anomalies: BTreeMap<(Proto, AnomalyKind), u64>,
     intervals: Vec<IntervalRow>,
-    cur: Option<(Duration, LatencyHistogram, LatencyHistogram)>,
+    cur: Option<(Duration, PairedHistogram)>,
     origin: Option<Duration>,
     conns: BTreeMap<u64, ConnStats>,
     transactions: u64,
@@ -182,7 +188,7 @@ impl RpcStats {
         let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
         let first_ns = u64::try_from(t.first_byte().as_nanos()).unwrap_or(u64::MAX);
         let error = t.status == Status::Error;
-        let hit = |o: &OpStats| o.proto == conn.proto && o.op == t.op.as_ref();
+        let hit = |o: &OpStats| o.proto == conn.proto && same_op(&o.op, &t.op);
         let idx = if self.ops.get(self.last_op).is_some_and(hit) {
             self.last_op
         } else if let Some(i) = self.ops.iter().position(hit) {
@@ -190,9 +196,8 @@ impl RpcStats {
         } else {
             self.ops.push(OpStats {
                 proto: conn.proto,
-                op: t.op.to_string(),
-                last_byte: LatencyHistogram::new(),
-                first_byte: LatencyHistogram::new(),
+                op: t.op.clone(),
+                times: PairedHistogram::new(),
                 errors: 0,
                 error_names: BTreeMap::new(),
                 bytes: None,
@@ -201,8 +206,7 @@ impl RpcStats {
         };
         self.last_op = idx;
         let e = &mut self.ops[idx];
-        e.last_byte.record_ns(ns);
-        e.first_byte.record_ns(first_ns);
+        e.times.record_ns(first_ns, ns);
         e.errors += error as u64;
         if let (true, Some(name)) = (error, &t.error) {
             *e.error_names.entry(name.to_string()).or_insert(0) += 1;
@@ -239,14 +243,13 @@ impl RpcStats {
             let at = t.response_end_ts.saturating_sub(origin);
             let idx = at.as_nanos() / iv.as_nanos().max(1);
             let start = Duration::from_nanos((idx * iv.as_nanos()) as u64);
-            let same = self.cur.as_ref().is_some_and(|(s, _, _)| *s == start);
+            let same = self.cur.as_ref().is_some_and(|(s, _)| *s == start);
             if !same {
                 self.close_interval();
-                self.cur = Some((start, LatencyHistogram::new(), LatencyHistogram::new()));
+                self.cur = Some((start, PairedHistogram::new()));
             }
-            if let Some((_, h, f)) = &mut self.cur {
-                h.record_ns(ns);
-                f.record_ns(first_ns);
+            if let Some((_, h)) = &mut self.cur {
+                h.record_ns(first_ns, ns);
             }
         }
         if self.config.by_conn {
@@ -269,9 +272,9 @@ impl RpcStats {
     }
 
     fn close_interval(&mut self) {
-        if let Some((start, h, f)) = self.cur.take() {
-            let s = h.summary();
-            let f = f.summary();
+        if let Some((start, h)) = self.cur.take() {
+            let s = h.last().summary();
+            let f = h.first().summary();
             self.intervals.push(IntervalRow {
                 start_s: start.as_secs_f64(),
                 count: s.count,
@@ -305,7 +308,7 @@ impl RpcStats {
             a.proto
                 .name()
                 .cmp(b.proto.name())
-                .then(b.last_byte.len().cmp(&a.last_byte.len()))
+                .then(b.times.len().cmp(&a.times.len()))
                 .then(a.op.cmp(&b.op))
         });
         let mut slowest: Vec<Slow> = self.slowest.into_iter().map(|Reverse(s)| s).collect();
@@ -315,12 +318,12 @@ impl RpcStats {
                 .into_iter()
                 .map(|o| OpRow {
                     proto: o.proto,
-                    op: o.op,
+                    op: o.op.into_owned(),
                     errors: o.errors,
                     errors_by_status: o.error_names,
                     bytes: o.bytes,
-                    last_byte: o.last_byte.summary(),
-                    first_byte: o.first_byte.summary(),
+                    last_byte: o.times.last().summary(),
+                    first_byte: o.times.first().summary(),
                 })
                 .collect(),
             slowest,
@@ -459,7 +462,9 @@ pub struct LiveIntervals {
     interval: Duration,
     /// Start of the current interval (since the Unix epoch).
     start: Option<Duration>,
-    ops: Vec<(Proto, String, LatencyHistogram, u64)>,
+    ops: Vec<(Proto, Cow<'static, str>, LatencyHistogram, u64)>,
+    /// The operation of the last transaction (an index into `ops`).
+    last_op: usize,
 }
 
 impl LiveIntervals {
@@ -469,6 +474,7 @@ impl LiveIntervals {
             interval: interval.max(Duration::from_millis(1)),
             start: None,
             ops: Vec::new(),
+            last_op: 0,
         }
     }
 
@@ -490,7 +496,7 @@ impl LiveIntervals {
                 .drain(..)
                 .map(|(proto, op, h, errors)| OpInterval {
                     proto,
-                    op,
+                    op: op.into_owned(),
                     count: h.len(),
                     errors,
                     last_byte: h.summary(),
@@ -521,18 +527,19 @@ impl LiveIntervals {
             self.start = Some(self.floor(t.response_end_ts));
         }
         let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
-        let i = match self
-            .ops
-            .iter()
-            .position(|o| o.0 == conn.proto && o.1 == t.op.as_ref())
-        {
-            Some(i) => i,
-            None => {
-                self.ops
-                    .push((conn.proto, t.op.to_string(), LatencyHistogram::new(), 0));
-                self.ops.len() - 1
-            }
+        let hit = |o: &(Proto, Cow<'static, str>, LatencyHistogram, u64)| {
+            o.0 == conn.proto && same_op(&o.1, &t.op)
         };
+        let i = if self.ops.get(self.last_op).is_some_and(hit) {
+            self.last_op
+        } else if let Some(i) = self.ops.iter().position(hit) {
+            i
+        } else {
+            self.ops
+                .push((conn.proto, t.op.clone(), LatencyHistogram::new(), 0));
+            self.ops.len() - 1
+        };
+        self.last_op = i;
         self.ops[i].2.record_ns(ns);
         self.ops[i].3 += u64::from(t.status == Status::Error);
     }

@@ -4,7 +4,7 @@
 use crate::capture::flows::{
     self, FlowSummary, FlowTracker, StreamSink, TrackerConfig, TrackerCounters,
 };
-use crate::capture::{CaptureError, CaptureInfo, Filter, Next, Packets, merge_infos};
+use crate::capture::{CaptureError, CaptureInfo, Filter, Next, Packets, decode, merge_infos};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -237,6 +237,8 @@ fn flows_on(
     on_end: &mut dyn FnMut(&FlowSummary),
 ) -> FlowsResult {
     let by_if = pk.keys_by_interface();
+    // The flow table reads TCP options only on SYNs (MSS and window scale).
+    pk.set_tcp_options(decode::TcpOptions::SynOnly);
     let mut tr = FlowTracker::new(TrackerConfig {
         key_by_interface: by_if,
         ..config
