@@ -48,6 +48,7 @@
 mod messages;
 mod pool;
 mod stream;
+mod timers;
 
 use super::stats::TargetStats;
 use super::{ErrorReason, Histogram, ProbeKind, Snapshot, TargetKey, TargetSpec};

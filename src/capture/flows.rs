@@ -15,6 +15,10 @@
 //!
 //! Issue 7 builds on [`FlowTracker::process_with`]: a [`StreamSink`] receives each direction's payload in
 //! sequence order (retransmitted bytes removed, out-of-order segments held back, bounded, holes reported as gaps).
+//!
+//! Why one file of ~950 lines: what stays here is the tracker's table and the per-connection state it updates
+//! (`Flow::update` and the summary a flow becomes), read as one state machine; the concerns that stand alone
+//! (sequence tracking, RTT, window and limit classification, reassembly, diagnosis) are the submodules.
 #![forbid(unsafe_code)]
 
 mod diagnose;

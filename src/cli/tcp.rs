@@ -309,10 +309,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     if let Some(mut w) = full_log.take() {
         w.flush().context("writing the full log")?;
         if let Some(p) = &a.full_log {
-            note(format!(
-                "full log: {sample_count} rows in {}",
-                p.display()
-            ));
+            note(format!("full log: {sample_count} rows in {}", p.display()));
         }
     }
     let connections = watcher.summaries();
