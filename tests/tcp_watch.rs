@@ -471,14 +471,25 @@ fn the_full_log_note_counts_the_rows_written_without_json() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("full.csv");
     let o = Command::new(BIN)
-        .args(["tcp", "--port", &port.to_string(), "-i", "200ms", "-t", "1s"])
+        .args([
+            "tcp",
+            "--port",
+            &port.to_string(),
+            "-i",
+            "200ms",
+            "-t",
+            "1s",
+        ])
         .arg("--full-log")
         .arg(&log)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let written = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
-    assert!(written >= 2, "both ends of the connection sampled at least once: {written}");
+    assert!(
+        written >= 2,
+        "both ends of the connection sampled at least once: {written}"
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         stderr.contains(&format!("full log: {written} rows in ")),

@@ -4,7 +4,8 @@
 use super::{Request, Response};
 use crate::agent::metrics::{self, AgentInfo, Format};
 use crate::agent::{ErrorReason, Snapshot};
-use crate::report::heatmap::{self, Cell, Matrix};
+use crate::mesh::matrix::{Cell, Matrix};
+use crate::report::heatmap;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
