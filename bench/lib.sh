@@ -34,3 +34,24 @@ samba_conf() {
   force user = root
 CONF
 }
+
+# haproxy_splice_conf FILE BIND UPSTREAM: HAProxy `mode tcp` relaying BIND (ADDR:PORT) to UPSTREAM with splice(2)
+# both ways (the zero-copy relay the proxy benches compare with). Start it with: haproxy -f FILE -db
+haproxy_splice_conf() {
+    cat > "$1" <<EOF
+global
+    nbthread $(nproc)
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option splice-request
+    option splice-response
+frontend f
+    bind $2
+    default_backend b
+backend b
+    server s $3
+EOF
+}

@@ -27,7 +27,7 @@ for t in iperf3 socat python3; do
     command -v "$t" >/dev/null || { echo "bench/proxy.sh: $t is not installed (apt-get install $t)" >&2; exit 1; }
 done
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 S=$(free_port); I=$(free_port); P_S=$(free_port); P_I=$(free_port); X_S=$(free_port); X_I=$(free_port); D_S=$(free_port)
 WORK=$(mktemp -d)
 PIDS=()
@@ -53,22 +53,7 @@ IPERF_PEERS="direct:$I roundtrip:$P_I socat:$X_I"
 DELAY_PEERS="delay20:$D_S delay20-cpu-wake:$DN_S"
 if command -v haproxy >/dev/null; then
     H_I=$(free_port)
-    cat > "$WORK/haproxy.cfg" <<EOF
-global
-    nbthread $(nproc)
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    option splice-request
-    option splice-response
-frontend f
-    bind 127.0.0.1:$H_I
-    default_backend b
-backend b
-    server s 127.0.0.1:$I
-EOF
+    haproxy_splice_conf "$WORK/haproxy.cfg" 127.0.0.1:"$H_I" 127.0.0.1:"$I"
     haproxy -f "$WORK/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!)
     IPERF_PEERS="$IPERF_PEERS haproxy:$H_I"
 fi

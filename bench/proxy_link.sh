@@ -23,6 +23,7 @@ ROUNDS=${1:-5}
 SECS=${2:-5}
 RATES=${RATES:-1gbit 4gbit}
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 cargo build --release --quiet
 RT=$PWD/target/release/roundtrip
 for t in iperf3 ip tc python3; do
@@ -68,22 +69,7 @@ ip netns exec "$M" "$RT" proxy --listen 10.231.1.2:6000 --upstream 10.231.2.2:70
 IPERF_PEERS="direct:10.231.2.2:5201 roundtrip:10.231.1.2:6201"
 PING_PEERS="direct:10.231.2.2:7000 roundtrip:10.231.1.2:6000"
 if command -v haproxy >/dev/null; then
-    cat > "$WORK/haproxy.cfg" <<EOF
-global
-    nbthread $(nproc)
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    option splice-request
-    option splice-response
-frontend f
-    bind 10.231.1.2:6202
-    default_backend b
-backend b
-    server s 10.231.2.2:5201
-EOF
+    haproxy_splice_conf "$WORK/haproxy.cfg" 10.231.1.2:6202 10.231.2.2:5201
     ip netns exec "$M" haproxy -f "$WORK/haproxy.cfg" -db >/dev/null 2>&1 &
     IPERF_PEERS="$IPERF_PEERS haproxy:10.231.1.2:6202"
 fi
