@@ -213,6 +213,39 @@ fn live_equals_file(upstream: u16, proto: &str, traffic: impl FnOnce(u16)) {
     );
 }
 
+/// Runs pgbench against 127.0.0.1:`port` (database `test`, user postgres, no TLS) with `args` and then
+/// `-f script`, and checks that it succeeded.
+fn pgbench(port: u16, script: &std::path::Path, args: &[&str]) {
+    let out = Command::new("pgbench")
+        .env("PGSSLMODE", "disable")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .arg("-f")
+        .arg(script)
+        .arg("test")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pgbench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs redis-benchmark against 127.0.0.1:`port` with `args` and checks that it succeeded.
+fn redis_benchmark(port: u16, args: &[&str]) {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-benchmark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn pgbench_live_equals_tcpdump_file() {
     if !ready() || !common::have("pgbench") || !common::service_up(5432, "postgresql") {
@@ -222,19 +255,7 @@ fn pgbench_live_equals_tcpdump_file() {
     let script = dir.path().join("q.sql");
     std::fs::write(&script, "SELECT 1;\nSELECT count(*) FROM pg_class;\n").unwrap();
     live_equals_file(5432, "pgsql", |port| {
-        let out = Command::new("pgbench")
-            .env("PGSSLMODE", "disable")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-            .args(["-n", "-c", "2", "-t", "150", "-f"])
-            .arg(&script)
-            .arg("test")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pgbench: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        pgbench(port, &script, &["-n", "-c", "2", "-t", "150"]);
     });
 }
 
@@ -244,16 +265,7 @@ fn redis_benchmark_live_equals_tcpdump_file() {
         return;
     }
     live_equals_file(6379, "redis", |port| {
-        let out = Command::new("redis-benchmark")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-n", "2000", "-c", "4", "-t", "set,get", "-q"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "redis-benchmark: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        redis_benchmark(port, &["-n", "2000", "-c", "4", "-t", "set,get", "-q"]);
     });
 }
 
@@ -1010,19 +1022,7 @@ fn threads_two_count_what_one_thread_counts() {
     // A new connection per transaction: a hundred flow hashes, spread over both rings.
     let script = dir.path().join("q.sql");
     std::fs::write(&script, "SELECT 1;\n").unwrap();
-    let out = Command::new("pgbench")
-        .env("PGSSLMODE", "disable")
-        .args(["-h", "127.0.0.1", "-p", &p, "-U", "postgres"])
-        .args(["-n", "-C", "-c", "2", "-t", "50", "-f"])
-        .arg(&script)
-        .arg("test")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pgbench: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pgbench(port, &script, &["-n", "-C", "-c", "2", "-t", "50"]);
     std::thread::sleep(Duration::from_millis(1500));
     td.signal(libc::SIGINT);
     let tdf = td.finish(LONG);
@@ -1167,19 +1167,7 @@ fn threads_two_rpc_and_flows_equal_the_file_pgbench() {
     std::fs::write(&script, "SELECT 1;\nSELECT count(*) FROM pg_class;\n").unwrap();
     threads_equal_file(5432, "pgsql", |port| {
         // A new connection per transaction: many flow hashes, spread over both rings.
-        let out = Command::new("pgbench")
-            .env("PGSSLMODE", "disable")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-            .args(["-n", "-C", "-c", "2", "-t", "60", "-f"])
-            .arg(&script)
-            .arg("test")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pgbench: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        pgbench(port, &script, &["-n", "-C", "-c", "2", "-t", "60"]);
     });
 }
 
@@ -1189,16 +1177,7 @@ fn threads_two_rpc_and_flows_equal_the_file_redis() {
         return;
     }
     threads_equal_file(6379, "redis", |port| {
-        let out = Command::new("redis-benchmark")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-n", "2000", "-c", "8", "-t", "set,get", "-q"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "redis-benchmark: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        redis_benchmark(port, &["-n", "2000", "-c", "8", "-t", "set,get", "-q"]);
     });
 }
 
