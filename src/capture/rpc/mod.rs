@@ -517,13 +517,21 @@ pub trait Protocol {
     fn looks_like_start(&self, dir: Dir, seg: &[u8]) -> bool;
     /// A complete message.
     fn on_pdu(&mut self, pdu: Pdu<Self::Info>, out: &mut Out);
-    /// A fast path for the common case: `data` (all of it arrived at `ts`) begins at a message boundary; the
-    /// protocol may consume the whole messages at its start that it would frame as `Msg` and whose
-    /// [`on_pdu`](Self::on_pdu) would only note that a response started (PostgreSQL's RowDescription, DataRow
-    /// and CommandComplete), doing for them what `frame` and `on_pdu` would. Returns the bytes consumed
-    /// (by default none).
-    fn skip_complete(&mut self, dir: Dir, ts: Duration, data: &[u8]) -> usize {
-        let _ = (dir, ts, data);
+    /// A fast path for the common case: `data` (all of it arrived at `ts`, its first byte at TCP sequence
+    /// number `seq`) begins at a message boundary; the protocol may consume the whole messages at its start
+    /// that it would frame as `Msg`, doing for them, into `out`, exactly what `frame` and then
+    /// [`on_pdu`](Self::on_pdu) with a PDU of one segment would (PostgreSQL: a simple Query, a response's
+    /// RowDescription, DataRow, CommandComplete, ErrorResponse and its ReadyForQuery), without building the
+    /// frame and the PDU. Returns the bytes consumed (by default none).
+    fn take_complete(
+        &mut self,
+        dir: Dir,
+        ts: Duration,
+        seq: u32,
+        data: &[u8],
+        out: &mut Out,
+    ) -> usize {
+        let _ = (dir, ts, seq, data, out);
         0
     }
     /// Framing was lost in `dir` (garbage or a gap inside a header): drop pairing state that depended on it.
@@ -665,7 +673,7 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
             }
             // At a message boundary, possibly with header bytes buffered.
             if st.buf.is_empty() {
-                let n = self.proto.skip_complete(dir, ts, data);
+                let n = self.proto.take_complete(dir, ts, seq, data, out);
                 if n > 0 {
                     data = &data[n.min(data.len())..];
                     seq = seq.wrapping_add(n as u32);
@@ -911,18 +919,27 @@ pub(crate) fn sql_verb(text: &[u8]) -> Cow<'static, str> {
             break;
         }
     }
+    let t = &text[i..];
+    // Eight bytes at once: a keyword of the list (at most 8 letters) followed by a byte that ends it.
+    let (n, w) = keyword8(t);
+    if n < 8 {
+        if n == 0 {
+            return Cow::Borrowed("OTHER");
+        }
+        if let Some(k) = SQL_VERB_WORDS.iter().position(|&v| v == w) {
+            return Cow::Borrowed(SQL_VERBS[k]);
+        }
+        return Cow::Owned(String::from_utf8_lossy(&t[..n].to_ascii_uppercase()).into_owned());
+    }
     // The keyword (at most 24 letters or underscores), upper-cased as it is read.
     let mut up = [0u8; 24];
     let mut n = 0;
-    for &c in text[i..].iter().take(up.len()) {
+    for &c in t.iter().take(up.len()) {
         if !(c.is_ascii_alphabetic() || c == b'_') {
             break;
         }
         up[n] = c.to_ascii_uppercase();
         n += 1;
-    }
-    if n == 0 {
-        return Cow::Borrowed("OTHER");
     }
     let word = &up[..n];
     match SQL_VERBS.iter().find(|v| v.as_bytes() == word) {
@@ -930,6 +947,58 @@ pub(crate) fn sql_verb(text: &[u8]) -> Cow<'static, str> {
         None => Cow::Owned(String::from_utf8_lossy(word).into_owned()),
     }
 }
+
+/// How many of the first 8 bytes of `t` are ASCII letters or underscores before the first that is not (8: all
+/// of them), and those bytes upper-cased as a little-endian number (the others zero). Bytewise arithmetic on
+/// one u64 (no byte's sum carries into the next).
+#[inline]
+fn keyword8(t: &[u8]) -> (usize, u64) {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = match t.get(..8) {
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+        None => {
+            let mut b = [0u8; 8];
+            b[..t.len()].copy_from_slice(t);
+            u64::from_le_bytes(b)
+        }
+    };
+    // ASCII letters differ from their capitals in bit 5 only.
+    let up = x & !(0x20 * ONES);
+    let low = up & LOW7;
+    let at_least_a = (low + (0x80 - b'A' as u64) * ONES) & HIGH;
+    let past_z = (low + (0x80 - b'Z' as u64 - 1) * ONES) & HIGH;
+    let letter = at_least_a & !past_z & !x;
+    // Underscores: the bytes equal to '_' are the zero bytes of x ^ '_'.
+    let y = x ^ (b'_' as u64 * ONES);
+    let underscore = !(((y & LOW7) + LOW7) | y) & HIGH;
+    let ok = letter | underscore;
+    let n = ((!ok & HIGH).trailing_zeros() / 8) as usize;
+    let w = if n >= 8 {
+        up
+    } else {
+        up & ((1u64 << (8 * n)) - 1)
+    };
+    (n.min(8), w)
+}
+
+/// [`SQL_VERBS`] as the little-endian numbers of their bytes padded with zeros to 8 (each at most 8 long).
+const SQL_VERB_WORDS: [u64; SQL_VERBS.len()] = {
+    let mut w = [0u64; SQL_VERBS.len()];
+    let mut k = 0;
+    while k < SQL_VERBS.len() {
+        let b = SQL_VERBS[k].as_bytes();
+        assert!(b.len() <= 8);
+        let mut j = 0;
+        while j < b.len() {
+            w[k] |= (b[j] as u64) << (8 * j);
+            j += 1;
+        }
+        k += 1;
+    }
+    w
+};
 
 #[cfg(test)]
 mod tests {
@@ -944,6 +1013,67 @@ mod tests {
         assert_eq!(sql_verb(b""), "OTHER");
         assert_eq!(sql_verb(b"/* unterminated"), "OTHER");
         assert_eq!(sql_verb(b"123"), "OTHER");
+        // Every listed keyword is the list's own string; longer words and near misses are spelled out.
+        for v in SQL_VERBS {
+            let got = sql_verb(v.to_ascii_lowercase().as_bytes());
+            assert!(matches!(got, Cow::Borrowed(s) if s == v), "{v}");
+        }
+        assert_eq!(sql_verb(b"selects x"), "SELECTS");
+        assert_eq!(sql_verb(b"truncated"), "TRUNCATED");
+        assert_eq!(sql_verb(b"sel"), "SEL");
+        assert_eq!(
+            sql_verb(b"vacuum_full_analyze_everything_now"),
+            "VACUUM_FULL_ANALYZE_EVER"
+        );
+    }
+
+    /// The keyword as a byte loop reads it: at most 24 letters or underscores, upper-cased.
+    fn keyword_by_loop(t: &[u8]) -> String {
+        t.iter()
+            .take(24)
+            .take_while(|c| c.is_ascii_alphabetic() || **c == b'_')
+            .map(|c| c.to_ascii_uppercase() as char)
+            .collect()
+    }
+
+    #[test]
+    fn sql_verb_reads_the_keyword_as_a_byte_loop_does() {
+        let alphabet = [
+            b'a', b'Z', b'_', b' ', b'@', b'[', b'`', b'{', b'0', 0x7f, 0xc1, 0xe1, 0xdf, 0x5f,
+            0x00,
+        ];
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        for v in SQL_VERBS {
+            for cut in 1..=v.len() {
+                for &next in &alphabet {
+                    let mut c = v.as_bytes()[..cut].to_vec();
+                    c.push(next);
+                    cases.push(c.clone());
+                    cases.push(c.to_ascii_lowercase());
+                }
+            }
+        }
+        // Every byte at every place of a short word.
+        for pos in 0..10 {
+            for b in 0..=255u8 {
+                let mut c = b"selectfrom".to_vec();
+                c[pos] = b;
+                cases.push(c.clone());
+                cases.push(c[..pos + 1].to_vec());
+            }
+        }
+        cases.push(b"abcdefghijklmnopqrstuvwxyzabc".to_vec());
+        for c in cases {
+            if !c.first().is_some_and(u8::is_ascii_alphabetic) {
+                continue;
+            }
+            let want = keyword_by_loop(&c);
+            let got = sql_verb(&c);
+            assert_eq!(got, want, "{c:?}");
+            if let Some(v) = SQL_VERBS.iter().find(|v| **v == want) {
+                assert!(matches!(got, Cow::Borrowed(s) if s == *v));
+            }
+        }
     }
 
     #[test]

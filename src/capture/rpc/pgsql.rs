@@ -97,6 +97,29 @@ impl Pgsql {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// [`Protocol::take_complete`] of the request direction: the whole simple Query messages at the start of
+    /// `data` (outside an extended-query batch), queued as `frame` and `on_pdu` would.
+    fn take_queries(&mut self, ts: Duration, seq: u32, data: &[u8]) -> usize {
+        let mut at = 0;
+        while self.queue.len() < 1 << 16
+            && let (Some(&b'Q'), Some(len)) = (data.get(at), be32(data, at + 1))
+        {
+            if !(4..=MAX_MSG).contains(&len) {
+                break;
+            }
+            let end = at + 1 + len as usize;
+            if end > data.len() {
+                break;
+            }
+            let body = &data[at + 5..end];
+            let verb = sql_verb(&body[..body.len().min(SQL_PEEK)]);
+            self.queue
+                .push_back((verb, ts, ts, seq.wrapping_add(at as u32)));
+            at = end;
+        }
+        at
+    }
 }
 
 impl Protocol for Pgsql {
@@ -202,20 +225,28 @@ impl Protocol for Pgsql {
         ok_type && be32(seg, 1).is_some_and(|l| (4..=MAX_MSG).contains(&l))
     }
 
-    fn skip_complete(&mut self, dir: Dir, ts: Duration, data: &[u8]) -> usize {
-        // Responses only, outside the startup and TLS-negotiation phases, and not when on_pdu would first
-        // trim a full queue.
-        if dir != Dir::Response
-            || self.encrypted
-            || self.await_ssl_answer
-            || self.queue.len() >= 1 << 16
-        {
+    fn take_complete(
+        &mut self,
+        dir: Dir,
+        ts: Duration,
+        seq: u32,
+        data: &[u8],
+        out: &mut Out,
+    ) -> usize {
+        // Outside the startup and TLS-negotiation phases, and not when on_pdu would first trim a full queue.
+        if self.encrypted || self.await_ssl_answer || self.queue.len() >= 1 << 16 {
+            return 0;
+        }
+        if dir == Dir::Request {
+            return self.take_queries(ts, seq, data);
+        }
+        // Without a request waiting, on_pdu reports a ReadyForQuery as unpaired: left to it.
+        if self.queue.is_empty() {
             return 0;
         }
         let mut at = 0;
         while let (Some(&t), Some(len)) = (data.get(at), be32(data, at + 1)) {
-            // ReadyForQuery ends the response and ErrorResponse marks it failed: on_pdu's work.
-            if t == b'Z' || t == b'E' || !backend_type(t) || !(4..=MAX_MSG).contains(&len) {
+            if !backend_type(t) || !(4..=MAX_MSG).contains(&len) {
                 break;
             }
             let end = at + 1 + len as usize;
@@ -223,10 +254,34 @@ impl Protocol for Pgsql {
                 break;
             }
             at = end;
-        }
-        if at > 0 && !self.queue.is_empty() {
-            // What on_pdu does for each of these messages: the response to the front request started.
-            self.resp.get_or_insert((ts, false));
+            // What on_pdu does for each message: the response to the front request started (an
+            // ErrorResponse marks it failed); a ReadyForQuery ends it.
+            let r = self.resp.get_or_insert((ts, false));
+            if t == b'E' {
+                r.1 = true;
+            }
+            if t == b'Z' {
+                let (first, error) = self.resp.take().unwrap_or((ts, false));
+                if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
+                    out.push(Transaction {
+                        conn: 0,
+                        op,
+                        request_ts: req_ts,
+                        request_end_ts: end_ts,
+                        response_ts: first,
+                        response_end_ts: ts,
+                        request_seq: Some(req_seq),
+                        xid: None,
+                        content: None,
+                        bytes: None,
+                        error: None,
+                        status: if error { Status::Error } else { Status::Ok },
+                    });
+                }
+                if self.queue.is_empty() {
+                    break;
+                }
+            }
         }
         at
     }

@@ -464,8 +464,11 @@ fn parse_server_hello(b: &[u8]) -> Option<Negotiated> {
     Some(Negotiated { tls13, suite })
 }
 
-impl ConnMatcher for Tls {
-    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
+impl Tls {
+    /// [`ConnMatcher::on_data`] past its fast path: the first segment, a segment that may start a TLS
+    /// handshake, and every segment once TLS is on.
+    #[inline(never)]
+    fn on_data_tls(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
         if data.is_empty() {
             return;
         }
@@ -488,6 +491,20 @@ impl ConnMatcher for Tls {
             self.status.seen = true;
         }
         self.tls_data(dir, ts, seq, data, out);
+    }
+}
+
+impl ConnMatcher for Tls {
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
+        // A clear-text connection (the common case): past its first segment only a handshake record (its
+        // first byte 22) can switch it to TLS; anything else goes straight to the clear-text matcher.
+        if !self.active && self.seen_data && data.first().is_some_and(|&b| b != HANDSHAKE) {
+            if let Some(p) = &mut self.plain {
+                p.on_data(dir, ts, seq, data, out);
+            }
+            return;
+        }
+        self.on_data_tls(dir, ts, seq, data, out);
     }
 
     fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out) {
