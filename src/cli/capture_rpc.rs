@@ -406,6 +406,9 @@ struct LiveRpc {
 
 impl LiveRpc {
     fn print(&self, closed: Vec<(Duration, Vec<roundtrip::capture::rpc::stats::OpInterval>)>) {
+        if closed.is_empty() {
+            return;
+        }
         let drops = super::capture_live::drops_now(&self.counters);
         for (start, rows) in closed {
             let at = super::capture_live::clock(start.as_nanos() as i64);

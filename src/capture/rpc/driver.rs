@@ -88,6 +88,10 @@ pub trait Sink {
     fn transaction(&mut self, conn: &ConnInfo, t: Transaction);
     /// An anomaly on connection `conn`.
     fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly);
+    /// False for a sink that ignores transactions: a sink passing them on may skip the call.
+    fn wants_transactions(&self) -> bool {
+        true
+    }
     /// Live capture: a packet that passed the filter, before the driver sees it (the flight recorder keeps it).
     fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &Segment<'_>) {
         let _ = (p, seg);

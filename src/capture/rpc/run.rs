@@ -164,18 +164,36 @@ pub struct NoSink;
 impl Sink for NoSink {
     fn transaction(&mut self, _: &super::driver::ConnInfo, _: super::Transaction) {}
     fn anomaly(&mut self, _: &super::driver::ConnInfo, _: super::Anomaly) {}
+    fn wants_transactions(&self) -> bool {
+        false
+    }
 }
 
 /// Passes everything to both sinks.
 struct Tee<'a> {
     stats: &'a mut RpcStats,
     also: &'a mut dyn Sink,
+    /// `also` wants the transactions (else they are not moved to it).
+    also_wants: bool,
+}
+
+impl<'a> Tee<'a> {
+    fn new(stats: &'a mut RpcStats, also: &'a mut dyn Sink) -> Self {
+        let also_wants = also.wants_transactions();
+        Tee {
+            stats,
+            also,
+            also_wants,
+        }
+    }
 }
 
 impl Sink for Tee<'_> {
     fn transaction(&mut self, conn: &super::driver::ConnInfo, t: super::Transaction) {
         self.stats.add(conn, &t);
-        self.also.transaction(conn, t);
+        if self.also_wants {
+            self.also.transaction(conn, t);
+        }
     }
     fn anomaly(&mut self, conn: &super::driver::ConnInfo, a: super::Anomaly) {
         self.stats.add_anomaly(conn, &a);
@@ -206,15 +224,7 @@ pub fn run_rpc_on(
     if let Some(n) = max_connections {
         driver.set_max_connections(n);
     }
-    let (capture, counts) = feed_on(
-        pk,
-        filter,
-        driver,
-        &mut Tee {
-            stats: &mut stats,
-            also,
-        },
-    );
+    let (capture, counts) = feed_on(pk, filter, driver, &mut Tee::new(&mut stats, also));
     RpcResult {
         capture,
         forced_proto: match choice {
@@ -272,10 +282,7 @@ impl Merge<'_> {
         let k = self
             .pending
             .partition_point(|(_, t)| t.response_end_ts < cut);
-        let mut tee = Tee {
-            stats: &mut self.stats,
-            also: &mut *self.also,
-        };
+        let mut tee = Tee::new(&mut self.stats, &mut *self.also);
         for (c, t) in self.pending.drain(..k) {
             tee.transaction(&c, t);
         }

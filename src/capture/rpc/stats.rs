@@ -128,6 +128,15 @@ fn same_op(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
 
+/// `d` in nanoseconds, `u64::MAX` past it (as `u64::try_from(d.as_nanos())`, without 128-bit arithmetic).
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
+}
+
 /// Settings of the aggregation.
 #[derive(Debug, Clone, Copy)]
 pub struct StatsConfig {
@@ -185,8 +194,8 @@ impl RpcStats {
     /// Adds one transaction.
     pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
         self.transactions += 1;
-        let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
-        let first_ns = u64::try_from(t.first_byte().as_nanos()).unwrap_or(u64::MAX);
+        let ns = nanos(t.last_byte());
+        let first_ns = nanos(t.first_byte());
         let error = t.status == Status::Error;
         let hit = |o: &OpStats| o.proto == conn.proto && same_op(&o.op, &t.op);
         let idx = if self.ops.get(self.last_op).is_some_and(hit) {
@@ -340,6 +349,30 @@ impl RpcStats {
             interval_s: self.config.interval.map(|d| d.as_secs_f64()),
             connections: self.conns.into_values().collect(),
             transactions: self.transactions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod nanos_tests {
+    use super::*;
+
+    #[test]
+    fn nanos_is_as_nanos_saturated() {
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::new(1, 999_999_999),
+            Duration::new(18_446_744_073, 709_551_615),
+            Duration::new(18_446_744_073, 709_551_616),
+            Duration::new(18_446_744_074, 0),
+            Duration::MAX,
+        ] {
+            assert_eq!(
+                nanos(d),
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+                "{d:?}"
+            );
         }
     }
 }
@@ -526,7 +559,7 @@ impl LiveIntervals {
         if self.start.is_none() {
             self.start = Some(self.floor(t.response_end_ts));
         }
-        let ns = u64::try_from(t.last_byte().as_nanos()).unwrap_or(u64::MAX);
+        let ns = nanos(t.last_byte());
         let hit = |o: &(Proto, Cow<'static, str>, LatencyHistogram, u64)| {
             o.0 == conn.proto && same_op(&o.1, &t.op)
         };
