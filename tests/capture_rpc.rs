@@ -29,6 +29,7 @@ fn report(path: &Path, choice: ProtoChoice) -> RpcReport {
         top: 5,
         interval: None,
         by_conn: false,
+        live_interval: None,
     };
     run_rpc(path, &Filter::default(), choice, cfg)
         .unwrap()

@@ -10,7 +10,7 @@ use roundtrip::capture::matching::{self, MatchReport, Verdict};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
-use roundtrip::capture::rpc::stats::{LiveIntervals, StatsConfig};
+use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
@@ -398,7 +398,6 @@ pub fn rpc_text(r: &RpcResult) -> String {
 
 /// The live part of `capture rpc`: per-interval rows per operation as they end, and the flight recorder.
 struct LiveRpc {
-    intervals: LiveIntervals,
     counters: Option<std::sync::Arc<roundtrip::capture::live::LiveCounters>>,
     json: bool,
     recorder: Option<FlightRecorder>,
@@ -446,9 +445,6 @@ impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
         conn: &roundtrip::capture::rpc::driver::ConnInfo,
         t: roundtrip::capture::rpc::Transaction,
     ) {
-        let closed = self.intervals.close_before(t.response_end_ts);
-        self.print(closed);
-        self.intervals.add(conn, &t);
         if let Some(r) = &mut self.recorder
             && let Some(path) = r.transaction(conn, &t)
         {
@@ -476,10 +472,8 @@ impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
             r.packet(p, seg);
         }
     }
-    fn tick(&mut self, now: Duration) {
-        let grace = Duration::from_nanos(roundtrip::capture::LIVE_GRACE_NS as u64);
-        let closed = self.intervals.close_before(now.saturating_sub(grace));
-        self.print(closed);
+    fn live_rows(&mut self, rows: roundtrip::capture::rpc::stats::LiveRows) {
+        self.print(rows);
     }
 }
 
@@ -520,6 +514,8 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         top: a.top,
         interval: a.interval,
         by_conn: a.by_conn,
+        // Live: one row per operation and interval as each ends.
+        live_interval: live.then(|| a.interval.unwrap_or(Duration::from_secs(1))),
     };
     a.pictures.validate().map_err(super::output::refused)?;
     let keylog = match &a.keylog {
@@ -544,7 +540,6 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         _ => None,
     };
     let mut also = LiveRpc {
-        intervals: LiveIntervals::new(a.interval.unwrap_or(Duration::from_secs(1))),
         counters: src.counters.clone(),
         json: a.json,
         recorder,
@@ -585,8 +580,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         )
     };
     if live {
-        let closed = also.intervals.close_all();
-        also.print(closed);
+        // (The last interval's rows were printed at the end of the capture, before the totals.)
         if let Some(rec) = &also.recorder {
             let k = rec.summary();
             note(format!(

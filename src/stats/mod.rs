@@ -246,8 +246,34 @@ impl PairedHistogram {
         }
     }
 
+    /// [`record_ns`](Self::record_ns) without the last value's bucket: the caller adds the buckets of the
+    /// last values later, from a histogram that recorded them ([`add_last_buckets`](Self::add_last_buckets);
+    /// the live intervals' per-operation histograms), so each event updates one bucket in all. The first
+    /// values stay corrections of the last values' buckets (never buckets of their own, which would be
+    /// derived from buckets not all added yet).
+    #[inline]
+    pub fn record_ns_without_last_bucket(&mut self, first_ns: u64, last_ns: u64) {
+        self.last.record_moments(last_ns);
+        if self.separate {
+            self.first.record_ns(first_ns);
+            return;
+        }
+        self.first.record_moments(first_ns);
+        if first_ns != last_ns {
+            self.record_correction(first_ns, last_ns);
+        }
+    }
+
+    /// Adds the buckets of `h` (the last values of events recorded with
+    /// [`record_ns_without_last_bucket`](Self::record_ns_without_last_bucket)) to the last values' buckets.
+    pub fn add_last_buckets(&mut self, h: &LatencyHistogram) {
+        if h.count > 0 {
+            self.last.hist.add(&h.hist).expect("same bounds");
+        }
+    }
+
     #[cold]
-    fn record_difference(&mut self, first_ns: u64, last_ns: u64) {
+    fn record_correction(&mut self, first_ns: u64, last_ns: u64) {
         let max = MAX_RECORDABLE.as_nanos() as u64;
         let d = self
             .differ
@@ -255,6 +281,11 @@ impl PairedHistogram {
         d.0.saturating_record(last_ns.clamp(1, max));
         d.1.saturating_record(first_ns.clamp(1, max));
         self.differing += 1;
+    }
+
+    #[cold]
+    fn record_difference(&mut self, first_ns: u64, last_ns: u64) {
+        self.record_correction(first_ns, last_ns);
         // Most events differ: corrections would cost more than the first values' own buckets.
         if self.differing >= 1024 && self.differing * 2 > self.first.count {
             self.first.hist = self.first_buckets();

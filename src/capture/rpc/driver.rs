@@ -100,6 +100,12 @@ pub trait Sink {
     fn tick(&mut self, now: Duration) {
         let _ = now;
     }
+    /// Live capture: the per-operation rows of the intervals that ended
+    /// ([`super::stats::StatsConfig::live_interval`]), in order, before the transaction or the tick that
+    /// ended them.
+    fn live_rows(&mut self, rows: super::stats::LiveRows) {
+        let _ = rows;
+    }
 }
 
 /// Which protocol to parse.
@@ -444,6 +450,7 @@ impl Driver {
         self.conns.len()
     }
 
+    #[inline]
     fn flush(out: &mut Out, info: &ConnInfo, sink: &mut dyn Sink) {
         for t in out.transactions.drain(..) {
             sink.transaction(info, t);
@@ -469,21 +476,10 @@ impl Driver {
         let conn = match self.conns.get_mut(&k) {
             // (a SYN on a pair in use is a new connection on a reused address pair)
             Some(c) if !(syn_only && (c.closed || c.halves.iter().any(|h| h.next.is_some()))) => c,
-            _ => {
-                if let Some(mut c) = self.conns.remove(&k) {
-                    self.close(&mut c, s.ts, sink);
-                }
-                if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
-                    return; // a bare ACK/FIN/RST of a connection we never saw carry data
-                }
-                if self.conns.len() >= self.max_conns {
-                    self.evict_oldest(s.ts, sink);
-                }
-                let Some(c) = self.new_conn(s, src_is_a, udp) else {
-                    return;
-                };
-                self.conns.entry(k).insert_entry(c).into_mut()
-            }
+            _ => match self.open_conn(k, s, src_is_a, tcp_flags, sink) {
+                Some(c) => self.conns.entry(k).insert_entry(c).into_mut(),
+                None => return,
+            },
         };
         let (content, keylog) = (self.content, &self.keylog);
         conn.last_ts = s.ts;
@@ -529,16 +525,16 @@ impl Driver {
                     if let Some(next) = h.next {
                         let ahead = ack.wrapping_sub(next) as i32;
                         if ahead > 0 && !h.ooo.is_empty() {
-                            // bytes up to the first held segment (or the ack) are gone
-                            let first_off = *h.ooo.keys().next().expect("non-empty");
-                            let hole = (first_off - h.pos).min(ahead as u64);
-                            if hole > 0 {
-                                self.counts.gap_bytes += hole;
-                                m.on_gap(odir, s.ts, hole, &mut self.out);
-                                h.next = Some(next.wrapping_add(hole as u32));
-                                h.pos += hole;
-                            }
-                            Self::drain_ooo(h, odir, m.as_mut(), &mut self.out);
+                            Self::acked_hole(
+                                h,
+                                odir,
+                                s.ts,
+                                next,
+                                ahead as u64,
+                                m.as_mut(),
+                                &mut self.out,
+                                &mut self.counts,
+                            );
                         }
                     }
                 }
@@ -557,32 +553,16 @@ impl Driver {
                     });
                     let rel = seq.wrapping_sub(next) as i32;
                     if rel > 0 {
-                        if h.ooo.len() < MAX_OOO_SEGMENTS
-                            && h.ooo_bytes + s.payload.len() <= MAX_OOO_BYTES
-                        {
-                            let off = h.pos + rel as u64;
-                            h.ooo_bytes += s.payload.len();
-                            h.ooo
-                                .entry(off)
-                                .or_insert((s.ts, s.payload.to_vec(), s.wire_len));
-                        } else {
-                            // Give up on the hole.
-                            self.counts.gap_bytes += rel as u64;
-                            m.on_gap(dir, s.ts, rel as u64, &mut self.out);
-                            h.next = Some(seq);
-                            h.pos += rel as u64;
-                            Self::deliver(
-                                h,
-                                dir,
-                                s.ts,
-                                seq,
-                                s.payload,
-                                s.wire_len,
-                                m.as_mut(),
-                                &mut self.out,
-                            );
-                            Self::drain_ooo(h, dir, m.as_mut(), &mut self.out);
-                        }
+                        Self::ahead_of_next(
+                            h,
+                            dir,
+                            s,
+                            seq,
+                            rel as u64,
+                            m.as_mut(),
+                            &mut self.out,
+                            &mut self.counts,
+                        );
                     } else {
                         let skip = (-rel) as u32;
                         if skip >= s.wire_len {
@@ -627,6 +607,89 @@ impl Driver {
         if s.ts.saturating_sub(self.last_sweep) > UDP_IDLE {
             self.last_sweep = s.ts;
             self.sweep_udp(s.ts, sink);
+        }
+    }
+
+    /// The slow path of [`segment`](Self::segment): a packet of no tracked connection (or a SYN reusing a
+    /// tracked pair, whose old connection closes). The connection to track for it, if any. Kept out of line
+    /// so the per-packet path stays small (and its one hash lookup inlined).
+    #[inline(never)]
+    fn open_conn(
+        &mut self,
+        k: Key,
+        s: &Segment<'_>,
+        src_is_a: bool,
+        tcp_flags: u8,
+        sink: &mut dyn Sink,
+    ) -> Option<Conn> {
+        let udp = k.udp();
+        if let Some(mut c) = self.conns.remove(&k) {
+            self.close(&mut c, s.ts, sink);
+        }
+        if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
+            return None; // a bare ACK/FIN/RST of a connection we never saw carry data
+        }
+        if self.conns.len() >= self.max_conns {
+            self.evict_oldest(s.ts, sink);
+        }
+        self.new_conn(s, src_is_a, udp)
+    }
+
+    /// The other side acknowledged `ahead` bytes past `next` while segments are held out of order: the bytes
+    /// up to the first held segment (or the ack) are gone. Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn acked_hole(
+        h: &mut Half,
+        dir: Dir,
+        ts: Duration,
+        next: u32,
+        ahead: u64,
+        m: &mut (dyn ConnMatcher + Send),
+        out: &mut Out,
+        counts: &mut DriverCounts,
+    ) {
+        let first_off = *h.ooo.keys().next().expect("non-empty");
+        let hole = (first_off - h.pos).min(ahead);
+        if hole > 0 {
+            counts.gap_bytes += hole;
+            m.on_gap(dir, ts, hole, out);
+            h.next = Some(next.wrapping_add(hole as u32));
+            h.pos += hole;
+        }
+        Self::drain_ooo(h, dir, m, out);
+    }
+
+    /// A segment `rel` bytes ahead of the next expected byte: held back, or when too much is held the hole is
+    /// given up and the segment delivered. Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn ahead_of_next(
+        h: &mut Half,
+        dir: Dir,
+        s: &Segment<'_>,
+        seq: u32,
+        rel: u64,
+        m: &mut (dyn ConnMatcher + Send),
+        out: &mut Out,
+        counts: &mut DriverCounts,
+    ) {
+        if h.ooo.len() < MAX_OOO_SEGMENTS && h.ooo_bytes + s.payload.len() <= MAX_OOO_BYTES {
+            let off = h.pos + rel;
+            h.ooo_bytes += s.payload.len();
+            h.ooo
+                .entry(off)
+                .or_insert((s.ts, s.payload.to_vec(), s.wire_len));
+        } else {
+            // Give up on the hole.
+            counts.gap_bytes += rel;
+            m.on_gap(dir, s.ts, rel, out);
+            h.next = Some(seq);
+            h.pos += rel;
+            Self::deliver(h, dir, s.ts, seq, s.payload, s.wire_len, m, out);
+            Self::drain_ooo(h, dir, m, out);
         }
     }
 

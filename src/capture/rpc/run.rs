@@ -191,6 +191,9 @@ impl<'a> Tee<'a> {
 impl Sink for Tee<'_> {
     fn transaction(&mut self, conn: &super::driver::ConnInfo, t: super::Transaction) {
         self.stats.add(conn, &t);
+        if self.stats.has_live_rows() {
+            self.also.live_rows(self.stats.take_live_rows());
+        }
         if self.also_wants {
             self.also.transaction(conn, t);
         }
@@ -203,7 +206,24 @@ impl Sink for Tee<'_> {
         self.also.packet(p, seg);
     }
     fn tick(&mut self, now: Duration) {
+        // The live intervals close a grace period late: a ring hands a block over that much after its
+        // first packet.
+        let grace = Duration::from_nanos(crate::capture::LIVE_GRACE_NS as u64);
+        let rows = self.stats.live_close_before(now.saturating_sub(grace));
+        if !rows.is_empty() {
+            self.also.live_rows(rows);
+        }
         self.also.tick(now);
+    }
+}
+
+impl Tee<'_> {
+    /// The end of the capture: the rows of the live interval still open go to `also`.
+    fn close_live(&mut self) {
+        let rows = self.stats.live_close_all();
+        if !rows.is_empty() {
+            self.also.live_rows(rows);
+        }
     }
 }
 
@@ -224,7 +244,9 @@ pub fn run_rpc_on(
     if let Some(n) = max_connections {
         driver.set_max_connections(n);
     }
-    let (capture, counts) = feed_on(pk, filter, driver, &mut Tee::new(&mut stats, also));
+    let mut tee = Tee::new(&mut stats, also);
+    let (capture, counts) = feed_on(pk, filter, driver, &mut tee);
+    tee.close_live();
     RpcResult {
         capture,
         forced_proto: match choice {
@@ -272,7 +294,7 @@ impl Merge<'_> {
         let grace = Duration::from_nanos(crate::capture::LIVE_GRACE_NS as u64);
         self.release(low.saturating_sub(grace));
         if low != Duration::MAX {
-            self.also.tick(low);
+            Tee::new(&mut self.stats, &mut *self.also).tick(low);
         }
     }
 
@@ -377,6 +399,7 @@ pub fn run_rpc_fanout(
     });
     let mut m = merge.into_inner().unwrap_or_else(|e| e.into_inner());
     m.release(Duration::MAX);
+    Tee::new(&mut m.stats, &mut *m.also).close_live();
     let mut counts = DriverCounts::default();
     let mut infos = Vec::new();
     for (info, c) in results {

@@ -146,6 +146,10 @@ pub struct StatsConfig {
     pub interval: Option<Duration>,
     /// Keep per-connection rows.
     pub by_conn: bool,
+    /// Live capture: per-operation rows of wall-clock intervals of this length ([`LiveIntervals`]), handed
+    /// out as they end ([`RpcStats::take_live_rows`]). Each request's time to its last byte is then counted
+    /// in its interval's histogram only; the operation's totals get those buckets when the interval ends.
+    pub live_interval: Option<Duration>,
 }
 
 impl Default for StatsConfig {
@@ -154,9 +158,13 @@ impl Default for StatsConfig {
             top: 10,
             interval: None,
             by_conn: false,
+            live_interval: None,
         }
     }
 }
+
+/// Rows of the live intervals that ended: each interval's start and its per-operation rows.
+pub type LiveRows = Vec<(Duration, Vec<OpInterval>)>;
 
 /// Aggregates transactions and anomalies; a [`Sink`] for the driver.
 #[derive(Debug)]
@@ -172,6 +180,20 @@ pub struct RpcStats {
     origin: Option<Duration>,
     conns: BTreeMap<u64, ConnStats>,
     transactions: u64,
+    /// The live intervals ([`StatsConfig::live_interval`]).
+    live: Option<LiveIntervals>,
+    /// Live interval rows ended and not taken yet.
+    live_rows: LiveRows,
+}
+
+/// Adds the buckets of an ended live interval's operation to that operation's totals.
+fn fold_live(ops: &mut [OpStats], proto: Proto, op: &str, h: &LatencyHistogram) {
+    if let Some(o) = ops
+        .iter_mut()
+        .find(|o| o.proto == proto && same_op(&o.op, op))
+    {
+        o.times.add_last_buckets(h);
+    }
 }
 
 impl RpcStats {
@@ -188,7 +210,40 @@ impl RpcStats {
             origin: None,
             conns: BTreeMap::new(),
             transactions: 0,
+            live: config.live_interval.map(LiveIntervals::new),
+            live_rows: Vec::new(),
         }
+    }
+
+    /// The live interval rows that ended since the last call (at the transactions' response ends).
+    pub fn take_live_rows(&mut self) -> LiveRows {
+        std::mem::take(&mut self.live_rows)
+    }
+
+    /// True when live interval rows wait to be taken.
+    #[inline]
+    pub fn has_live_rows(&self) -> bool {
+        !self.live_rows.is_empty()
+    }
+
+    /// Live capture: the clock reached `now`; the intervals that ended before it close, with their rows
+    /// (none without [`StatsConfig::live_interval`]).
+    pub fn live_close_before(&mut self, now: Duration) -> LiveRows {
+        let Some(live) = &mut self.live else {
+            return Vec::new();
+        };
+        let ops = &mut self.ops;
+        live.close_folding(now, &mut |p, op, h| fold_live(ops, p, op, h))
+    }
+
+    /// The end of a live capture: the current interval's rows, when it has any. Call before
+    /// [`finish`](Self::finish), which reports the totals that include the interval's requests.
+    pub fn live_close_all(&mut self) -> LiveRows {
+        let Some(live) = &mut self.live else {
+            return Vec::new();
+        };
+        let ops = &mut self.ops;
+        live.close_all_folding(&mut |p, op, h| fold_live(ops, p, op, h))
     }
 
     /// Adds one transaction.
@@ -214,8 +269,20 @@ impl RpcStats {
             self.ops.len() - 1
         };
         self.last_op = idx;
+        if let Some(live) = &mut self.live {
+            // The intervals that ended before this response: their buckets go to the totals.
+            let ops = &mut self.ops;
+            let rows =
+                live.close_folding(t.response_end_ts, &mut |p, op, h| fold_live(ops, p, op, h));
+            self.live_rows.extend(rows);
+            live.add(conn, t);
+            self.ops[idx]
+                .times
+                .record_ns_without_last_bucket(first_ns, ns);
+        } else {
+            self.ops[idx].times.record_ns(first_ns, ns);
+        }
         let e = &mut self.ops[idx];
-        e.times.record_ns(first_ns, ns);
         e.errors += error as u64;
         if let (true, Some(name)) = (error, &t.error) {
             *e.error_names.entry(name.to_string()).or_insert(0) += 1;
@@ -311,6 +378,8 @@ impl RpcStats {
 
     /// The result: operations sorted by protocol then by count (most first).
     pub fn finish(mut self) -> RpcReport {
+        // The live interval still open (its rows were not asked for): its buckets go to the totals.
+        self.live_close_all();
         self.close_interval();
         let mut ops: Vec<OpStats> = self.ops;
         ops.sort_by(|a, b| {
@@ -350,6 +419,116 @@ impl RpcStats {
             connections: self.conns.into_values().collect(),
             transactions: self.transactions,
         }
+    }
+}
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+    use crate::capture::rpc::Carrier;
+
+    /// A pseudo-random sequence (xorshift), the same every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Live interval rows as comparable text.
+    fn text(rows: &LiveRows) -> String {
+        serde_json::to_string(rows).unwrap()
+    }
+
+    /// Counting each request in its live interval's histogram only (the totals get the interval's buckets
+    /// when it ends) reports what counting it in both the totals and a separate [`LiveIntervals`] did: the
+    /// same rows at the same moments and the same totals, with responses whose first and last bytes differ
+    /// (past the point where the totals give the first byte buckets of their own), quiet intervals and ticks.
+    #[test]
+    fn live_rows_and_totals_equal_recording_twice() {
+        let config = StatsConfig {
+            top: 5,
+            interval: Some(Duration::from_millis(700)),
+            by_conn: true,
+            live_interval: None,
+        };
+        let mut both = RpcStats::new(config);
+        let mut old_rows = LiveIntervals::new(Duration::from_secs(1));
+        let mut once = RpcStats::new(StatsConfig {
+            live_interval: Some(Duration::from_secs(1)),
+            ..config
+        });
+        let (mut got, mut want) = (String::new(), String::new());
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let ops: [(Proto, &'static str); 3] = [
+            (Proto::Pgsql, "SELECT"),
+            (Proto::Pgsql, "INSERT"),
+            (Proto::Redis, "GET"),
+        ];
+        let mut now = Duration::from_secs(1_700_000_000);
+        for i in 0..20_000u64 {
+            let r = rng.next();
+            now += Duration::from_micros(r % 700);
+            if i % 5000 == 4999 {
+                now += Duration::from_secs(3); // quiet intervals
+            }
+            let (proto, op) = ops[(r >> 20) as usize % 3];
+            let conn = ConnInfo {
+                id: r % 4,
+                client: "10.0.0.1:40000".parse().unwrap(),
+                server: "10.0.0.2:5432".parse().unwrap(),
+                proto,
+                carrier: Carrier::Tcp,
+            };
+            let last = Duration::from_nanos(1 + (r >> 30) % 5_000_000);
+            // SELECT's responses mostly span packets; the others' rarely.
+            let differ = if op == "SELECT" {
+                !r.is_multiple_of(3)
+            } else {
+                r.is_multiple_of(50)
+            };
+            let first = if differ { last / 3 } else { last };
+            let t = Transaction {
+                conn: conn.id,
+                op: op.into(),
+                request_ts: now.saturating_sub(last + Duration::from_micros(5)),
+                request_end_ts: now.saturating_sub(last),
+                response_ts: now.saturating_sub(last) + first,
+                response_end_ts: now,
+                request_seq: Some(i as u32),
+                xid: None,
+                content: None,
+                bytes: None,
+                error: None,
+                status: if r.is_multiple_of(97) {
+                    Status::Error
+                } else {
+                    Status::Ok
+                },
+            };
+            both.add(&conn, &t);
+            want += &text(&old_rows.close_before(t.response_end_ts));
+            old_rows.add(&conn, &t);
+            once.add(&conn, &t);
+            got += &text(&once.take_live_rows());
+            if i.is_multiple_of(777) {
+                let tick = now + Duration::from_millis(r % 1500);
+                want += &text(&old_rows.close_before(tick));
+                got += &text(&once.live_close_before(tick));
+            }
+        }
+        want += &text(&old_rows.close_all());
+        got += &text(&once.live_close_all());
+        assert_eq!(got, want);
+        let (a, b) = (both.finish(), once.finish());
+        assert_eq!(a.ops.iter().map(|o| o.last_byte.count).sum::<u64>(), 20_000);
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap()
+        );
     }
 }
 
@@ -518,6 +697,27 @@ impl LiveIntervals {
 
     /// Closes the intervals that ended before `now`: (start, rows) for each, quiet ones with no rows.
     pub fn close_before(&mut self, now: Duration) -> Vec<(Duration, Vec<OpInterval>)> {
+        self.close_folding(now, &mut |_, _, _| {})
+    }
+
+    /// [`close_before`](Self::close_before), showing `fold` each ended row's histogram first.
+    #[inline]
+    fn close_folding(
+        &mut self,
+        now: Duration,
+        fold: &mut dyn FnMut(Proto, &str, &LatencyHistogram),
+    ) -> LiveRows {
+        match self.start {
+            Some(start) if start + self.interval > now => Vec::new(),
+            _ => self.close_ended(now, fold),
+        }
+    }
+
+    fn close_ended(
+        &mut self,
+        now: Duration,
+        fold: &mut dyn FnMut(Proto, &str, &LatencyHistogram),
+    ) -> LiveRows {
         let mut out = Vec::new();
         let Some(mut start) = self.start else {
             self.start = Some(self.floor(now));
@@ -527,12 +727,15 @@ impl LiveIntervals {
             let rows = self
                 .ops
                 .drain(..)
-                .map(|(proto, op, h, errors)| OpInterval {
-                    proto,
-                    op: op.into_owned(),
-                    count: h.len(),
-                    errors,
-                    last_byte: h.summary(),
+                .map(|(proto, op, h, errors)| {
+                    fold(proto, &op, &h);
+                    OpInterval {
+                        proto,
+                        op: op.into_owned(),
+                        count: h.len(),
+                        errors,
+                        last_byte: h.summary(),
+                    }
                 })
                 .collect();
             out.push((start, rows));
@@ -548,8 +751,15 @@ impl LiveIntervals {
 
     /// The end of the capture: the current interval's rows, when it has any.
     pub fn close_all(&mut self) -> Vec<(Duration, Vec<OpInterval>)> {
+        self.close_all_folding(&mut |_, _, _| {})
+    }
+
+    fn close_all_folding(
+        &mut self,
+        fold: &mut dyn FnMut(Proto, &str, &LatencyHistogram),
+    ) -> LiveRows {
         match self.start {
-            Some(s) if !self.ops.is_empty() => self.close_before(s + self.interval),
+            Some(s) if !self.ops.is_empty() => self.close_ended(s + self.interval, fold),
             _ => Vec::new(),
         }
     }
