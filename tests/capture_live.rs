@@ -33,7 +33,13 @@ fn relay(upstream: u16) -> (Proc, u16) {
         .arg(format!("TCP:127.0.0.1:{upstream}"));
     let p = Proc::spawn("socat", c);
     for _ in 0..200 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            // This probe's teardown must be over before the captures start, or a capture started first (tcpdump)
+            // holds its last packets and one started later does not (seen once on a loaded machine): close our
+            // side and wait for socat's end of it.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = std::io::Read::read(&mut s, &mut [0u8; 64]);
             return (p, port);
         }
         std::thread::sleep(Duration::from_millis(50));
