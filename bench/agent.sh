@@ -14,6 +14,11 @@
 #   blackbox     prometheus-blackbox-exporter, module tcp_connect, every target probed once a second by a small
 #                asyncio driver (64 kept-alive HTTP connections to /probe?target=...&module=tcp_connect, all N
 #                targets per second-long round): the exporter's CPU only (not the driver's) per probe answered.
+#   floor        bench/ref_agent.c, built here with cc: the least a prober can do per TCP ping (one connection
+#                per target, the same 64 B message once a second, the same 2^21 ns wake-up grid and 500 us
+#                kernel timer slack, replies through level-triggered epoll, RTT into a log2 histogram, nothing
+#                else): what the kernel costs per probe on this machine, which no prober gets below with this
+#                policy. Its probes are counted in a shared mapping (no system call).
 #   smokeping    prometheus-smokeping-prober, protocol udp (unprivileged ICMP datagram sockets), interval 1s,
 #                the same N hosts: its CPU per echo request (increase of smokeping_requests_total). It runs in
 #                a network namespace of its own (lo only; the kernel answers the echoes for 127.0.0.0/8) so
@@ -23,7 +28,8 @@
 #
 # Usage: sudo bench/agent.sh [ROUNDS]   (default 3; env N=5000 MEASURE=60 WARMUP=15; RT_BIN=path to skip the
 # build; BASELINE=path to an older build, measured as one more tool in the same rounds; TOOLS="roundtrip
-# blackbox baseline" to run only those, in that order). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
+# floor blackbox baseline" to run only those, in that order; the default is roundtrip, floor, blackbox and
+# smokeping). Needs root (namespace for smokeping), python3, curl, ip, prometheus-blackbox-exporter,
 # prometheus-smokeping-prober (apt-get install -y prometheus-blackbox-exporter prometheus-smokeping-prober).
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -39,7 +45,7 @@ if [[ $(id -u) != 0 ]]; then
     echo "agent.sh: needs root (a network namespace for smokeping_prober); run it with sudo" >&2
     exit 1
 fi
-for t in python3 curl ip "$BLACKBOX" "$SMOKEPING"; do
+for t in python3 curl ip cc "$BLACKBOX" "$SMOKEPING"; do
     command -v "$t" >/dev/null || { echo "agent.sh: $t is not installed" >&2; exit 1; }
 done
 if [[ -z ${RT_BIN:-} ]]; then
@@ -301,6 +307,22 @@ EOF
     echo "blackbox $round $cpu $rss - - failed=$failed" >>"$RESULTS"
 }
 
+run_floor() {
+    local round=$1 pid
+    [[ -x $WORK/ref_agent ]] || cc -O2 -o "$WORK/ref_agent" "$here/bench/ref_agent.c"
+    "$WORK/ref_agent" "$WORK/peers" "$WORK/floorcount" 2>"$WORK/floor.log" &
+    pid=$!
+    PIDS+=($pid)
+    sleep "$WARMUP"
+    kill -0 "$pid" 2>/dev/null || { cat "$WORK/floor.log" >&2; return 1; }
+    local cpu rss
+    cpu=$(measure floor "$pid" floor_count)
+    rss=$(rss_mb "$pid")
+    stop "$pid"
+    echo "floor $round $cpu $rss - - -" >>"$RESULTS"
+}
+floor_count() { tr -d '\0' <"$WORK/floorcount"; }
+
 run_smokeping() {
     local round=$1 hosts=$N sport pid note="-"
     while :; do
@@ -345,7 +367,7 @@ smoke_sum() {
 if [[ -n ${TOOLS:-} ]]; then
     read -ra tools <<<"$TOOLS"
 else
-    tools=(roundtrip blackbox smokeping)
+    tools=(roundtrip floor blackbox smokeping)
     [[ -n ${BASELINE:-} ]] && tools+=(baseline)
 fi
 nt=${#tools[@]}

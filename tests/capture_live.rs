@@ -33,7 +33,13 @@ fn relay(upstream: u16) -> (Proc, u16) {
         .arg(format!("TCP:127.0.0.1:{upstream}"));
     let p = Proc::spawn("socat", c);
     for _ in 0..200 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            // This probe's teardown must be over before the captures start, or a capture started first (tcpdump)
+            // holds its last packets and one started later does not (seen once on a loaded machine): close our
+            // side and wait for socat's end of it.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = std::io::Read::read(&mut s, &mut [0u8; 64]);
             return (p, port);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -88,11 +94,12 @@ fn run_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// The largest difference between the times two captures stamped on the same packets (the same packets must
-/// be in both, each found by its bytes). On `lo` the kernel stamps a TCP packet separately for each packet
-/// socket as it reaches that socket (the skb carries TCP's departure time, not an arrival stamp both could
-/// share), so the two stamps are usually a fraction of a microsecond apart, and tens of microseconds and more
-/// when the virtual CPU is preempted between the two deliveries (seen on CI).
+/// The largest difference between the times two captures stamped on the same packets (found by their bytes;
+/// packets only one of them holds are left out: the callers compare the counts). On `lo` the kernel stamps a
+/// TCP packet separately for each packet socket as it reaches that socket (the skb carries TCP's departure
+/// time, not an arrival stamp both could share), so the two stamps are usually a fraction of a microsecond
+/// apart, and tens of microseconds and more when the virtual CPU is preempted between the two deliveries
+/// (seen on CI).
 fn stamp_gap(a: &Path, b: &Path) -> u64 {
     use roundtrip::capture::read::CaptureReader;
     use std::collections::{HashMap, VecDeque};
@@ -104,18 +111,26 @@ fn stamp_gap(a: &Path, b: &Path) -> u64 {
     while let Some(p) = r.next_packet() {
         times.entry(key(&p)).or_default().push_back(p.ts_ns);
     }
-    let (mut gap, mut n) = (0, 0);
+    let (mut gap, mut both, mut only_b) = (0, 0u64, 0u64);
     let mut r = CaptureReader::open(b).unwrap();
     while let Some(p) = r.next_packet() {
-        let t = times.get_mut(&key(&p)).and_then(|q| q.pop_front());
-        let t =
-            t.unwrap_or_else(|| panic!("packet {n} of {} is not in {}", b.display(), a.display()));
-        gap = gap.max(t.abs_diff(p.ts_ns));
-        n += 1;
+        match times.get_mut(&key(&p)).and_then(|q| q.pop_front()) {
+            Some(t) => {
+                gap = gap.max(t.abs_diff(p.ts_ns));
+                both += 1;
+            }
+            None => only_b += 1,
+        }
     }
+    let only_a: usize = times.values().map(|q| q.len()).sum();
+    eprintln!(
+        "stamp_gap: {both} packets in both, {only_a} only in {}, {only_b} only in {}: stamps up to {gap} ns apart",
+        a.display(),
+        b.display()
+    );
     assert!(
-        times.values().all(|q| q.is_empty()),
-        "{} holds packets {} lacks",
+        both > 100,
+        "{} and {} share {both} packets",
         a.display(),
         b.display()
     );
