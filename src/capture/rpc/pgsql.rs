@@ -99,7 +99,8 @@ impl Pgsql {
     }
 
     /// [`Protocol::take_complete`] of the request direction: the whole simple Query messages at the start of
-    /// `data` (outside an extended-query batch), queued as `frame` and `on_pdu` would.
+    /// `data`, queued as `frame` and `on_pdu` would (a Query is queued the same inside an extended-query
+    /// batch, which it leaves as it is).
     fn take_queries(&mut self, ts: Duration, seq: u32, data: &[u8]) -> usize {
         let mut at = 0;
         while self.queue.len() < 1 << 16
