@@ -160,6 +160,10 @@ fn http_download_predicted_with_window_growth_vs_measured_across_the_bridge() {
                 "--immediate-mode",
                 "-U",
                 "-n",
+                // 64 MiB: a 4 MB download at full speed must not overflow the default 2 MiB ring on a
+                // loaded machine (a capture missing segments holds no complete request/response turn).
+                "-B",
+                "65536",
                 "-i",
                 "eth0",
                 "-w",
@@ -174,8 +178,12 @@ fn http_download_predicted_with_window_growth_vs_measured_across_the_bridge() {
             &["-c", &get],
             Duration::from_secs(120),
         );
-        t.stop();
+        let drops = t.stop();
         assert!(f.ok(), "download: {}", f.output);
+        assert!(
+            drops == 0 || drops == u64::MAX,
+            "tcpdump dropped {drops} packets of {name}"
+        );
         let b = net.stop_bridge();
         assert!(b.ok(), "bridge: {}", b.output);
         pcap
