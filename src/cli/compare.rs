@@ -52,10 +52,6 @@ pub struct CompareArgs {
     family: super::common::FamilyArgs,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Runs `roundtrip compare`.
 pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     let target = match &a.target {
@@ -81,7 +77,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     if let Some(t) = &target {
         let (addr, dns) = t.resolve(a.family.family())?;
         if t.host.parse::<std::net::IpAddr>().is_err() {
-            dns_ns = Some(ns(dns));
+            dns_ns = Some(roundtrip::units::nanos(dns));
         }
         dns_line = dns_words(&t.host, dns);
         config.target = Some(addr);
@@ -122,8 +118,8 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         embedded_server: result.embedded_server,
         dns_ns,
         count: config.count,
-        interval_ns: ns(config.interval),
-        timeout_ns: ns(config.timeout),
+        interval_ns: roundtrip::units::nanos(config.interval),
+        timeout_ns: roundtrip::units::nanos(config.timeout),
         size_bytes: config.size,
         rows: result.rows.clone(),
         tcp_info: result.tcp_info,

@@ -79,10 +79,6 @@ fn attempt_line(a: &Attempt) -> String {
     )
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Runs `roundtrip connect`.
 pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     let target = Target::parse(&a.target, 0).map_err(super::output::refused)?;
@@ -149,9 +145,9 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         address: addr.to_string(),
         mode: result.mode,
         count: config.count,
-        interval_ns: ns(config.interval),
-        timeout_ns: ns(config.timeout),
-        dns_ns: (!literal).then(|| ns(dns)),
+        interval_ns: roundtrip::units::nanos(config.interval),
+        timeout_ns: roundtrip::units::nanos(config.timeout),
+        dns_ns: (!literal).then(|| roundtrip::units::nanos(dns)),
         verdict,
         counts: counts.clone(),
         handshake: result.handshake.summary(),

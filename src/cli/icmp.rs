@@ -79,10 +79,6 @@ impl IcmpObserver for Printer {
     }
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Runs `roundtrip icmp`.
 pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     let target = Target::parse(&a.host, 0).map_err(super::output::refused)?;
@@ -142,9 +138,9 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         socket: result.socket,
         payload_bytes: result.size,
         count: config.count,
-        interval_ns: ns(config.interval),
-        timeout_ns: ns(config.timeout),
-        dns_ns: (!literal).then(|| ns(dns)),
+        interval_ns: roundtrip::units::nanos(config.interval),
+        timeout_ns: roundtrip::units::nanos(config.timeout),
+        dns_ns: (!literal).then(|| roundtrip::units::nanos(dns)),
         sent: result.sent,
         received: result.received,
         lost: result.lost(),

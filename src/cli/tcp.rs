@@ -50,10 +50,6 @@ pub struct TcpArgs {
     pictures: super::report::PictureArgs,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     use roundtrip::tcpwatch::Sampler;
     use roundtrip::tcpwatch::trace::{ProbeEvent, Tracer};
@@ -143,7 +139,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             filter: filter.clone(),
-            duration_ns: a.time.map(ns),
+            duration_ns: a.time.map(roundtrip::units::nanos),
             events: total,
             lost_events: tracer.lost(),
             connections: list,
@@ -279,7 +275,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
                 local: c.conn.local.to_string(),
                 remote: c.conn.remote.to_string(),
                 cookie: c.conn.cookie,
-                at_ns: ns(c.at),
+                at_ns: roundtrip::units::nanos(c.at),
             });
         }
         sample_count += tick.samples.len() as u64;
@@ -319,8 +315,8 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
         filter: filter.clone(),
-        interval_ns: ns(a.interval),
-        duration_ns: a.time.map(ns),
+        interval_ns: roundtrip::units::nanos(a.interval),
+        duration_ns: a.time.map(roundtrip::units::nanos),
         samples,
         closed,
         connections,

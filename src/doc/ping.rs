@@ -81,10 +81,6 @@ pub struct PingDoc {
     pub interrupted: Option<Interrupted>,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// The summary part of a ping result.
 pub fn ping_summary(r: &PingResult) -> PingSummary {
     PingSummary {
@@ -122,9 +118,9 @@ impl PingDoc {
                 transport: r.transport,
                 size_bytes: r.size,
                 stop,
-                interval_ns: interval.map(ns),
-                warmup_ns: ns(warmup),
-                timeout_ns: ns(timeout),
+                interval_ns: interval.map(crate::units::nanos),
+                warmup_ns: crate::units::nanos(warmup),
+                timeout_ns: crate::units::nanos(timeout),
             },
             peer: r.peer,
             summary: ping_summary(r),

@@ -6,6 +6,7 @@
 use super::driver::{ConnInfo, Sink};
 use super::{Anomaly, AnomalyKind, Proto, Status, Transaction};
 use crate::stats::{LatencyHistogram, PairedHistogram, Summary};
+use crate::units::nanos;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -126,15 +127,6 @@ pub struct ConnStats {
 #[inline]
 fn same_op(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
-}
-
-/// `d` in nanoseconds, `u64::MAX` past it (as `u64::try_from(d.as_nanos())`, without 128-bit arithmetic).
-#[inline]
-fn nanos(d: Duration) -> u64 {
-    d.as_secs()
-        .checked_mul(1_000_000_000)
-        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
-        .unwrap_or(u64::MAX)
 }
 
 /// Settings of the aggregation.

@@ -21,13 +21,9 @@ fn share(part: Option<Duration>, whole: Option<Duration>) -> f64 {
     }
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Seconds since the watch started, from the whole nanoseconds the document holds.
 fn at_s(s: &Sample) -> f64 {
-    ns(s.at) as f64 / 1e9
+    crate::units::nanos(s.at) as f64 / 1e9
 }
 
 /// RTT (and min RTT) over time of one connection.
@@ -43,7 +39,7 @@ pub fn rtt_chart(title: &str, samples: &[&Sample], opts: &Options) -> Chart {
             .iter()
             .filter_map(|s| {
                 let v = f(s.socket.info.as_ref()?)?;
-                Some((at_s(s), ns(v) as f64))
+                Some((at_s(s), crate::units::nanos(v) as f64))
             })
             .collect()
     };
@@ -69,7 +65,7 @@ pub fn window_chart(title: &str, samples: &[&Sample], opts: &Options) -> Chart {
     for s in samples {
         if let Some(d) = &s.delta {
             let end = at_s(s);
-            let start = end - ns(d.elapsed) as f64 / 1e9;
+            let start = end - crate::units::nanos(d.elapsed) as f64 / 1e9;
             if share(d.rwnd_limited, d.busy) >= crate::tcpwatch::LIMIT_SHARE {
                 rwnd.push((start, end));
             }
@@ -156,7 +152,8 @@ pub(crate) fn tcp(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
                     if c.closed { " (closed)" } else { "" }
                 ),
                 c.samples.to_string(),
-                c.rtt_mean.map_or("-".into(), |v| fmt_nanos(ns(v) as f64)),
+                c.rtt_mean
+                    .map_or("-".into(), |v| fmt_nanos(crate::units::nanos(v) as f64)),
                 c.cwnd_max.map_or("-".into(), |v| v.to_string()),
                 c.verdict_words.clone(),
             ]);
