@@ -24,7 +24,8 @@
 #
 # Usage: bench/live.sh [ROUNDS=3] [RATE=50000] [SECONDS=5]   (root; sockperf, tcpdump, tcpstat, tshark,
 # pgbench, psql, socat, hping3, PostgreSQL on 127.0.0.1:5432; RATES="..." RATES6="..." STREAMS=N BUFFER=SIZE FLOOD=N
-# PARTS="..." in the environment)
+# PARTS="..." in the environment; RT_BASE=/path/to/another/roundtrip adds it to part 2 as `roundtrip-base`, in the
+# same rounds, to compare two builds side by side)
 set -euo pipefail
 ROUNDS=${1:-3}; RATE=${2:-50000}; SECS=${3:-5}
 cd "$(dirname "$0")/.."
@@ -57,6 +58,7 @@ start() {
     case $name in
     roundtrip) $RT capture stats --live lo -i 1s "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     roundtrip-rpc) $RT capture rpc --live lo --proto pgsql "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    roundtrip-base) $RT_BASE capture rpc --live lo --proto pgsql "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     tcpdump) tcpdump -i lo -n -w /dev/null "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     tcpstat) tcpstat -i lo -F -o "%n\n" -f "$filter" 1 >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     tshark) tshark -i lo -q -f "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
@@ -87,7 +89,7 @@ stop() {
     local pk=0 dr=0
     set +o pipefail
     case $name in
-    roundtrip|roundtrip-rpc)
+    roundtrip|roundtrip-rpc|roundtrip-base)
         pk=$(grep -oE '[0-9]+ packets captured' "$WORK/$name.out" | awk '{print $1}')
         dr=$(grep -oE '[0-9]+ dropped by the kernel' "$WORK/$name.out" | awk '{print $1}') ;;
     tcpdump)
@@ -145,8 +147,10 @@ pgb() { PGSSLMODE=disable pgbench -h 127.0.0.1 -p "$RP" -U postgres -n -S -c 4 -
 max=$(pgb | awk '/^tps/{print int($3)}' | head -1)
 R=$((max / 2))
 echo "saturation unwatched: $max tps; fixed rate -R $R"
+OBS2=(none roundtrip-rpc tcpdump)
+[ -n "${RT_BASE:-}" ] && OBS2+=(roundtrip-base)
 for r in $(seq "$ROUNDS"); do
-    for o in none roundtrip-rpc tcpdump; do
+    for o in "${OBS2[@]}"; do
         # saturation
         start "$o" "tcp port $RP"
         out=$(pgb)
@@ -154,7 +158,7 @@ for r in $(seq "$ROUNDS"); do
         tps=$(echo "$out" | awk '/^tps/{print $3}' | head -1)
         tx=$(echo "$out" | awk '/number of transactions actually processed/{print $6}' | cut -d/ -f1)
         req=""
-        [ "$o" = roundtrip-rpc ] && req=$(grep -oE '[0-9]+ requests answered' "$WORK/$o.out" | awk '{print $1}')
+        [[ "$o" = roundtrip-rpc || "$o" = roundtrip-base ]] && req=$(grep -oE '[0-9]+ requests answered' "$WORK/$o.out" | awk '{print $1}')
         echo "$o round $r saturation: tps $tps transactions $tx packets $pk requests ${req:-NA} cpu ${cpu}s (start-up ${setup}s)"
         echo "$tps $tx $pk $cpu ${req:-0}" >>"$WORK/sat.$o"
         # fixed rate, per-transaction log for the p99
@@ -169,7 +173,7 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 printf '%-14s %10s %10s %12s %12s %14s\n' observer "sat tps" "fixed tps" "fixed p99us" "requests" "cpu/req(ns)"
-for o in none roundtrip-rpc tcpdump; do
+for o in "${OBS2[@]}"; do
     st=$(awk '{print $1}' "$WORK/sat.$o" | median)
     ft=$(awk '{print $1}' "$WORK/fix.$o" | median)
     fp=$(awk '{print $2}' "$WORK/fix.$o" | median)

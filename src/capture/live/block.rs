@@ -30,10 +30,6 @@ pub struct FrameHdr {
     pub pkttype: u8,
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
@@ -43,27 +39,32 @@ pub fn block_header(b: &[u8]) -> Option<(u32, usize)> {
     Some((u32_at(b, 12)?, u32_at(b, 16)? as usize))
 }
 
-/// The packet header at `at`, when it and its data lie inside the block.
+/// Bytes of `tpacket3_hdr` and the `sockaddr_ll` fields read from it (up to `sll_pkttype`).
+const HDR: usize = 48 + 11;
+
+/// The packet header at `at`, when it and its data lie inside the block. One bounds check for the header
+/// (the fields are read from a fixed-size array) and one for the data: this runs for every packet.
+#[inline]
 pub fn frame(b: &[u8], at: usize) -> Option<FrameHdr> {
-    let sec = u32_at(b, at + 4)?;
-    let nsec = u32_at(b, at + 8)?;
-    let snaplen = u32_at(b, at + 12)?;
-    let mac = u16_at(b, at + 24)? as usize;
-    let data_at = at.checked_add(mac)?;
+    let h: &[u8; HDR] = b.get(at..at.checked_add(HDR)?)?.try_into().ok()?;
+    let u32_ne = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let u16_ne = |i: usize| u16::from_ne_bytes([h[i], h[i + 1]]);
+    let snaplen = u32_ne(12);
+    let data_at = at.checked_add(usize::from(u16_ne(24)))?;
     if data_at.checked_add(snaplen as usize)? > b.len() {
         return None;
     }
-    let sll = at + 48;
+    let sll = 48;
     Some(FrameHdr {
-        next_offset: u32_at(b, at)?,
-        ts_ns: i64::from(sec) * 1_000_000_000 + i64::from(nsec),
+        next_offset: u32_ne(0),
+        ts_ns: i64::from(u32_ne(4)) * 1_000_000_000 + i64::from(u32_ne(8)),
         snaplen,
-        len: u32_at(b, at + 16)?,
+        len: u32_ne(16),
         data_at,
-        protocol: u16::from_be_bytes(b.get(sll + 2..sll + 4)?.try_into().ok()?),
-        ifindex: u32_at(b, sll + 4)? as i32,
-        hatype: u16_at(b, sll + 8)?,
-        pkttype: *b.get(sll + 10)?,
+        protocol: u16::from_be_bytes([h[sll + 2], h[sll + 3]]),
+        ifindex: u32_ne(sll + 4) as i32,
+        hatype: u16_ne(sll + 8),
+        pkttype: h[sll + 10],
     })
 }
 

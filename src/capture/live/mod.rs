@@ -329,6 +329,8 @@ pub struct LiveCapture {
     started: Instant,
     last_tick: Instant,
     delivered: u64,
+    /// `--count` (packets delivered before the capture stops), `u64::MAX` without it.
+    count_limit: u64,
     config: LiveConfig,
     drain_until: Option<Instant>,
 }
@@ -448,6 +450,7 @@ impl LiveCapture {
             started: now,
             last_tick: now,
             delivered: 0,
+            count_limit: config.count.unwrap_or(u64::MAX),
             config,
             drain_until: None,
         })
@@ -550,11 +553,12 @@ impl LiveCapture {
     /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: for two block timeouts
     /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet) and until no block handed
     /// over is left unread, so the packets that arrived before the stop are analysed; `--count` stops at once.
+    #[inline(never)]
     fn stopping(&mut self) -> bool {
         if self.info.stop_reason.is_some() {
             return true;
         }
-        let why = if self.config.count.is_some_and(|c| self.delivered >= c) {
+        let why = if self.delivered >= self.count_limit {
             self.end(StopReason::Count);
             return true;
         } else if self.stop.load(Ordering::Relaxed) {
@@ -583,28 +587,77 @@ impl LiveCapture {
         false
     }
 
+    /// No stop under way: the packets of the current block can be handed out without the full
+    /// [`stopping`](Self::stopping) check (the clock, for `--duration`, is read between blocks only).
+    #[inline(always)]
+    fn quiet(&self) -> bool {
+        self.info.stop_reason.is_none()
+            && self.drain_until.is_none()
+            && self.delivered < self.count_limit
+            && !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Moves past the packet `h` at `at` of block `b` (`left` packets were left in it).
+    #[inline(always)]
+    fn advance(&mut self, b: usize, at: usize, left: u32, h: &block::FrameHdr) {
+        let next = if h.next_offset == 0 { 0 } else { left - 1 };
+        self.cur = Some((b, at + h.next_offset as usize, next));
+        self.delivered += 1;
+        if h.snaplen < h.len {
+            self.info.packets_cut += 1;
+        }
+    }
+
     /// The next packet, a tick (when `ticks`; at least every [`TICK`] while packets flow or not), or the end.
+    /// The common case, the next packet of the block being read while no stop is under way, is inlined into
+    /// the caller's loop; everything else (the next block, waiting, ticks, the end, `any`'s cooked header) is
+    /// [`next_slow`](Self::next_slow).
+    #[inline(always)]
     pub fn next(&mut self, ticks: bool) -> LiveNext<'_> {
+        if let Some((b, at, left)) = self.cur
+            && left > 0
+            && !self.cooked
+            && self.quiet()
+            && let Some(h) = block::frame(self.ring.user_block(b).unwrap_or(&[]), at)
+        {
+            self.advance(b, at, left, &h);
+            // `frame` checked that the span lies inside the block.
+            let span = h.data_at..h.data_at + h.snaplen as usize;
+            return LiveNext::Packet(Packet {
+                ts_ns: h.ts_ns,
+                orig_len: h.len,
+                data: self
+                    .ring
+                    .user_block(b)
+                    .and_then(|x| x.get(span))
+                    .unwrap_or(&[]),
+                link: self.link,
+                interface: h.ifindex.max(0) as u32,
+                offset: 0,
+            });
+        }
+        self.next_slow(ticks)
+    }
+
+    #[inline(never)]
+    fn next_slow(&mut self, ticks: bool) -> LiveNext<'_> {
         loop {
             if let Some((b, at, left)) = self.cur {
-                if left > 0 && !self.stopping() {
+                if left > 0 && (self.quiet() || !self.stopping()) {
                     let hdr = block::frame(self.ring.user_block(b).unwrap_or(&[]), at);
                     if let Some(h) = hdr {
-                        let next = if h.next_offset == 0 { 0 } else { left - 1 };
-                        self.cur = Some((b, at + h.next_offset as usize, next));
-                        self.delivered += 1;
-                        if h.snaplen < h.len {
-                            self.info.packets_cut += 1;
-                        }
+                        self.advance(b, at, left, &h);
+                        // `frame` checked that the span lies inside the block.
                         let span = h.data_at..h.data_at + h.snaplen as usize;
                         let (data, orig_len) = if self.cooked {
                             self.scratch.clear();
                             self.scratch.extend_from_slice(&block::sll2_header(&h));
-                            let blk = self.ring.user_block(b).unwrap_or(&[]);
-                            self.scratch.extend_from_slice(&blk[span]);
+                            let bytes = self.ring.user_block(b).and_then(|x| x.get(span));
+                            self.scratch.extend_from_slice(bytes.unwrap_or(&[]));
                             (&self.scratch[..], h.len.saturating_add(20))
                         } else {
-                            (&self.ring.user_block(b).unwrap_or(&[])[span], h.len)
+                            let bytes = self.ring.user_block(b).and_then(|x| x.get(span));
+                            (bytes.unwrap_or(&[]), h.len)
                         };
                         return LiveNext::Packet(Packet {
                             ts_ns: h.ts_ns,
