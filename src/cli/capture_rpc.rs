@@ -463,6 +463,10 @@ impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
         _a: roundtrip::capture::rpc::Anomaly,
     ) {
     }
+    fn wants_transactions(&self) -> bool {
+        // Only the flight recorder looks at them: without it the statistics' sink need not hand them over.
+        self.recorder.is_some()
+    }
     fn packet(
         &mut self,
         p: &roundtrip::capture::read::Packet<'_>,

@@ -129,6 +129,41 @@ fn same_op(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
 
+/// The times to the response's first and to its last byte of `t`, nanoseconds (as
+/// `nanos(t.first_byte())` and `nanos(t.last_byte())`).
+#[inline(always)]
+fn byte_times(t: &Transaction) -> (u64, u64) {
+    // Below 2^34 s (the year 2514) every timestamp is below 2^64 ns: u64 nanoseconds, subtracted saturating
+    // at zero, are the differences' nanoseconds, without the Duration arithmetic's carries.
+    let (a, b, c) = (t.request_end_ts, t.response_ts, t.response_end_ts);
+    if (a.as_secs() | b.as_secs() | c.as_secs()) >> 34 == 0 {
+        let ns = |d: Duration| d.as_secs() * 1_000_000_000 + u64::from(d.subsec_nanos());
+        let from = ns(a);
+        return (ns(b).saturating_sub(from), ns(c).saturating_sub(from));
+    }
+    byte_times_late(t)
+}
+
+/// [`byte_times`] past the year 2514, out of line.
+#[cold]
+#[inline(never)]
+fn byte_times_late(t: &Transaction) -> (u64, u64) {
+    (nanos(t.first_byte()), nanos(t.last_byte()))
+}
+
+/// The least time to the last byte that may put a transaction among the `top` slowest, given those kept so
+/// far: 0 while there is room, one above the fastest kept once full (`u64::MAX` when none can enter, which
+/// [`RpcStats::add_slow`] checks again).
+fn slow_from(top: usize, slowest: &BinaryHeap<Reverse<Slow>>) -> u64 {
+    if top == 0 {
+        return u64::MAX;
+    }
+    match slowest.peek() {
+        Some(Reverse(s)) if slowest.len() >= top => s.last_byte_ns.saturating_add(1),
+        _ => 0,
+    }
+}
+
 /// Settings of the aggregation.
 #[derive(Debug, Clone, Copy)]
 pub struct StatsConfig {
@@ -166,11 +201,15 @@ pub struct RpcStats {
     ops: Vec<OpStats>,
     last_op: usize,
     slowest: BinaryHeap<Reverse<Slow>>,
+    /// A transaction whose time to the last byte is below this cannot be among the slowest ([`slow_from`]).
+    slow_from: u64,
     anomalies: BTreeMap<(Proto, AnomalyKind), u64>,
     intervals: Vec<IntervalRow>,
     cur: Option<(Duration, PairedHistogram)>,
     origin: Option<Duration>,
     conns: BTreeMap<u64, ConnStats>,
+    /// Live intervals, interval rows or connection rows are asked for.
+    live_or_rows: bool,
     transactions: u64,
     /// The live intervals ([`StatsConfig::live_interval`]).
     live: Option<LiveIntervals>,
@@ -196,11 +235,15 @@ impl RpcStats {
             ops: Vec::new(),
             last_op: 0,
             slowest: BinaryHeap::new(),
+            slow_from: slow_from(config.top, &BinaryHeap::new()),
             anomalies: BTreeMap::new(),
             intervals: Vec::new(),
             cur: None,
             origin: None,
             conns: BTreeMap::new(),
+            live_or_rows: config.live_interval.is_some()
+                || config.interval.is_some()
+                || config.by_conn,
             transactions: 0,
             live: config.live_interval.map(LiveIntervals::new),
             live_rows: Vec::new(),
@@ -239,15 +282,51 @@ impl RpcStats {
     }
 
     /// Adds one transaction.
+    #[inline(always)]
     pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
         self.transactions += 1;
-        let ns = nanos(t.last_byte());
-        let first_ns = nanos(t.first_byte());
-        let error = t.status == Status::Error;
+        let (first_ns, ns) = byte_times(t);
+        // The common case costs a few comparisons: the same operation as the last transaction, no live
+        // intervals, no error or byte count, not among the slowest, no interval or connection rows.
+        if !self.live_or_rows
+            && let Some(o) = self.ops.get_mut(self.last_op)
+            && o.proto == conn.proto
+            && same_op(&o.op, &t.op)
+        {
+            o.times.record_ns(first_ns, ns);
+        } else {
+            self.add_times(conn, t, first_ns, ns);
+        }
+        if t.status == Status::Error || t.bytes.is_some() {
+            self.add_error_bytes(t);
+        }
+        if ns >= self.slow_from {
+            self.add_slow(conn, t, first_ns, ns);
+        }
+    }
+
+    /// [`add`](Self::add) past its common case: finds (or adds) the operation, counts the times in the
+    /// totals or the live intervals, and in the interval and connection rows.
+    #[inline(never)]
+    fn add_times(&mut self, conn: &ConnInfo, t: &Transaction, first_ns: u64, ns: u64) {
+        let idx = match self.ops.get(self.last_op) {
+            Some(o) if o.proto == conn.proto && same_op(&o.op, &t.op) => self.last_op,
+            _ => self.find_op(conn, t),
+        };
+        if self.live.is_some() {
+            self.add_live(conn, t, idx, first_ns, ns);
+        } else {
+            self.ops[idx].times.record_ns(first_ns, ns);
+        }
+        self.add_rows(conn, t, first_ns, ns);
+    }
+
+    /// The index of `t`'s operation in `ops` (added when new), remembered as the last one.
+    #[cold]
+    #[inline(never)]
+    fn find_op(&mut self, conn: &ConnInfo, t: &Transaction) -> usize {
         let hit = |o: &OpStats| o.proto == conn.proto && same_op(&o.op, &t.op);
-        let idx = if self.ops.get(self.last_op).is_some_and(hit) {
-            self.last_op
-        } else if let Some(i) = self.ops.iter().position(hit) {
+        let idx = if let Some(i) = self.ops.iter().position(hit) {
             i
         } else {
             self.ops.push(OpStats {
@@ -261,20 +340,43 @@ impl RpcStats {
             self.ops.len() - 1
         };
         self.last_op = idx;
-        if let Some(live) = &mut self.live {
-            // The intervals that ended before this response: their buckets go to the totals.
-            let ops = &mut self.ops;
-            let rows =
-                live.close_folding(t.response_end_ts, &mut |p, op, h| fold_live(ops, p, op, h));
-            self.live_rows.extend(rows);
-            live.add(conn, t);
-            self.ops[idx]
-                .times
-                .record_ns_without_last_bucket(first_ns, ns);
-        } else {
-            self.ops[idx].times.record_ns(first_ns, ns);
+        idx
+    }
+
+    /// [`add`](Self::add) with live intervals: the intervals that ended before this response give their
+    /// buckets to the totals, and the time to the last byte is counted in the current interval's buckets only.
+    fn add_live(&mut self, conn: &ConnInfo, t: &Transaction, idx: usize, first_ns: u64, ns: u64) {
+        let now = t.response_end_ts;
+        if self.live.as_ref().is_some_and(|l| l.end <= now) {
+            self.close_live_at(now);
         }
-        let e = &mut self.ops[idx];
+        if let Some(live) = &mut self.live {
+            live.add_ns(conn, t, ns);
+        }
+        self.ops[idx]
+            .times
+            .record_ns_without_last_bucket(first_ns, ns);
+    }
+
+    /// The live intervals that ended before `now` close: their buckets go to the totals, their rows wait to
+    /// be taken (out of line: once an interval).
+    #[cold]
+    #[inline(never)]
+    fn close_live_at(&mut self, now: Duration) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        let ops = &mut self.ops;
+        let rows = live.close_folding(now, &mut |p, op, h| fold_live(ops, p, op, h));
+        self.live_rows.extend(rows);
+    }
+
+    /// Counts an error (by its name when it has one) and the bytes moved, for the last operation.
+    #[cold]
+    #[inline(never)]
+    fn add_error_bytes(&mut self, t: &Transaction) {
+        let e = &mut self.ops[self.last_op];
+        let error = t.status == Status::Error;
         e.errors += error as u64;
         if let (true, Some(name)) = (error, &t.error) {
             *e.error_names.entry(name.to_string()).or_insert(0) += 1;
@@ -282,30 +384,40 @@ impl RpcStats {
         if let Some(b) = t.bytes {
             e.bytes = Some(e.bytes.unwrap_or(0).saturating_add(b));
         }
-        if self.config.top > 0 {
-            let worth = self.slowest.len() < self.config.top
+    }
+
+    /// Keeps `t` when it is among the slowest so far.
+    #[inline(never)]
+    fn add_slow(&mut self, conn: &ConnInfo, t: &Transaction, first_ns: u64, ns: u64) {
+        let top = self.config.top;
+        let worth = top > 0
+            && (self.slowest.len() < top
                 || self
                     .slowest
                     .peek()
-                    .is_some_and(|Reverse(s)| s.last_byte_ns < ns);
-            if worth {
-                self.slowest.push(Reverse(Slow {
-                    last_byte_ns: ns,
-                    first_byte_ns: first_ns,
-                    proto: conn.proto,
-                    op: t.op.to_string(),
-                    request_unix_s: t.request_ts.as_secs_f64(),
-                    client: conn.client,
-                    server: conn.server,
-                    xid: t.xid,
-                    request_seq: t.request_seq,
-                    error,
-                }));
-                if self.slowest.len() > self.config.top {
-                    self.slowest.pop();
-                }
+                    .is_some_and(|Reverse(s)| s.last_byte_ns < ns));
+        if worth {
+            self.slowest.push(Reverse(Slow {
+                last_byte_ns: ns,
+                first_byte_ns: first_ns,
+                proto: conn.proto,
+                op: t.op.to_string(),
+                request_unix_s: t.request_ts.as_secs_f64(),
+                client: conn.client,
+                server: conn.server,
+                xid: t.xid,
+                request_seq: t.request_seq,
+                error: t.status == Status::Error,
+            }));
+            if self.slowest.len() > top {
+                self.slowest.pop();
             }
         }
+        self.slow_from = slow_from(top, &self.slowest);
+    }
+
+    /// Counts `t` in its interval row and its connection row, those asked for.
+    fn add_rows(&mut self, conn: &ConnInfo, t: &Transaction, first_ns: u64, ns: u64) {
         if let Some(iv) = self.config.interval {
             let origin = *self.origin.get_or_insert(t.request_ts);
             let at = t.response_end_ts.saturating_sub(origin);
@@ -321,6 +433,7 @@ impl RpcStats {
             }
         }
         if self.config.by_conn {
+            let error = t.status == Status::Error;
             let c = self.conns.entry(conn.id).or_insert_with(|| ConnStats {
                 conn: conn.clone(),
                 count: 0,
@@ -528,6 +641,134 @@ mod live_tests {
 mod nanos_tests {
     use super::*;
 
+    /// `byte_times` gives `nanos` of the first and last byte times, on either side of the year 2514 and with
+    /// responses before their requests.
+    #[test]
+    fn byte_times_are_nanos_of_the_durations() {
+        let at = [
+            Duration::ZERO,
+            Duration::new(1, 999_999_999),
+            Duration::new(1_700_000_000, 5),
+            Duration::new((1 << 34) - 1, 999_999_999),
+            Duration::new(1 << 34, 0),
+            Duration::new(18_446_744_073, 709_551_615),
+            Duration::MAX,
+        ];
+        for &a in &at {
+            for &b in &at {
+                for &c in &at {
+                    let t = Transaction {
+                        conn: 0,
+                        op: "X".into(),
+                        request_ts: a,
+                        request_end_ts: a,
+                        response_ts: b,
+                        response_end_ts: c,
+                        request_seq: None,
+                        xid: None,
+                        content: None,
+                        bytes: None,
+                        error: None,
+                        status: Status::Ok,
+                    };
+                    assert_eq!(
+                        byte_times(&t),
+                        (nanos(t.first_byte()), nanos(t.last_byte())),
+                        "{a:?} {b:?} {c:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The slowest requests kept are the `top` slowest (the earliest first among equal times), whatever the
+    /// order they come in, and none when `top` is 0.
+    #[test]
+    fn slowest_are_the_top_slowest() {
+        let conn = ConnInfo {
+            id: 1,
+            client: "10.0.0.1:40000".parse().unwrap(),
+            server: "10.0.0.2:5432".parse().unwrap(),
+            proto: Proto::Pgsql,
+            carrier: crate::capture::rpc::Carrier::Tcp,
+        };
+        for top in [0usize, 1, 3, 10] {
+            let mut stats = RpcStats::new(StatsConfig {
+                top,
+                ..StatsConfig::default()
+            });
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut all = Vec::new();
+            for i in 0..2000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let last = match i {
+                    7 | 8 => u64::MAX / 4,
+                    _ => x % 1000,
+                };
+                let req = Duration::from_secs(1_700_000_000) + Duration::from_millis(i);
+                let t = Transaction {
+                    conn: 1,
+                    op: "SELECT".into(),
+                    request_ts: req,
+                    request_end_ts: req,
+                    response_ts: req + Duration::from_nanos(last),
+                    response_end_ts: req + Duration::from_nanos(last),
+                    request_seq: Some(i as u32),
+                    xid: None,
+                    content: None,
+                    bytes: None,
+                    error: None,
+                    status: Status::Ok,
+                };
+                all.push((last, Reverse(i)));
+                stats.add(&conn, &t);
+            }
+            all.sort_unstable_by(|a, b| b.cmp(a));
+            let want: Vec<(u64, Option<u32>)> = all
+                .iter()
+                .take(top)
+                .map(|&(l, Reverse(i))| (l, Some(i as u32)))
+                .collect();
+            let got: Vec<(u64, Option<u32>)> = stats
+                .finish()
+                .slowest
+                .iter()
+                .map(|s| (s.last_byte_ns, s.request_seq))
+                .collect();
+            assert_eq!(got, want, "top {top}");
+        }
+    }
+
+    /// Not a check: `capture rpc`'s statistics on a capture for callgrind (the per-request cost of
+    /// `Tee::transaction`, live intervals included with `RT_STATS_LIVE=1`):
+    /// `RT_STATS_PCAP=/work/wt/pgS.pcap valgrind --tool=callgrind TESTBIN --ignored --exact
+    /// capture::rpc::stats::nanos_tests::stats_cost_harness`.
+    #[test]
+    #[ignore]
+    fn stats_cost_harness() {
+        let Some(path) = std::env::var_os("RT_STATS_PCAP") else {
+            return;
+        };
+        let live = std::env::var_os("RT_STATS_LIVE").is_some();
+        let config = StatsConfig {
+            live_interval: live.then_some(Duration::from_secs(1)),
+            ..StatsConfig::default()
+        };
+        let pk = crate::capture::Packets::open(std::path::Path::new(&path)).unwrap();
+        let r = super::super::run::run_rpc_on(
+            pk,
+            &crate::capture::Filter::default(),
+            super::super::driver::ProtoChoice::Force(Proto::Pgsql),
+            config,
+            None,
+            None,
+            &mut super::super::run::NoSink,
+        );
+        eprintln!("{} transactions", r.report.transactions);
+    }
+
     #[test]
     fn nanos_is_as_nanos_saturated() {
         for d in [
@@ -666,6 +907,8 @@ pub struct LiveIntervals {
     interval: Duration,
     /// Start of the current interval (since the Unix epoch).
     start: Option<Duration>,
+    /// End of the current interval (`start` + `interval`; zero before the first), checked per transaction.
+    end: Duration,
     ops: Vec<(Proto, Cow<'static, str>, LatencyHistogram, u64)>,
     /// The operation of the last transaction (an index into `ops`).
     last_op: usize,
@@ -677,9 +920,16 @@ impl LiveIntervals {
         LiveIntervals {
             interval: interval.max(Duration::from_millis(1)),
             start: None,
+            end: Duration::ZERO,
             ops: Vec::new(),
             last_op: 0,
         }
+    }
+
+    /// The current interval starts at `start`.
+    fn set_start(&mut self, start: Duration) {
+        self.start = Some(start);
+        self.end = start + self.interval;
     }
 
     fn floor(&self, t: Duration) -> Duration {
@@ -699,9 +949,10 @@ impl LiveIntervals {
         now: Duration,
         fold: &mut dyn FnMut(Proto, &str, &LatencyHistogram),
     ) -> LiveRows {
-        match self.start {
-            Some(start) if start + self.interval > now => Vec::new(),
-            _ => self.close_ended(now, fold),
+        if self.end > now {
+            Vec::new()
+        } else {
+            self.close_ended(now, fold)
         }
     }
 
@@ -712,7 +963,7 @@ impl LiveIntervals {
     ) -> LiveRows {
         let mut out = Vec::new();
         let Some(mut start) = self.start else {
-            self.start = Some(self.floor(now));
+            self.set_start(self.floor(now));
             return out;
         };
         while start + self.interval <= now {
@@ -737,7 +988,7 @@ impl LiveIntervals {
                 break;
             }
         }
-        self.start = Some(start);
+        self.set_start(start);
         out
     }
 
@@ -758,16 +1009,36 @@ impl LiveIntervals {
 
     /// Adds one transaction (after [`close_before`](Self::close_before) its response time).
     pub fn add(&mut self, conn: &ConnInfo, t: &Transaction) {
-        if self.start.is_none() {
-            self.start = Some(self.floor(t.response_end_ts));
+        self.add_ns(conn, t, nanos(t.last_byte()));
+    }
+
+    /// [`add`](Self::add) given the time to the last byte (`ns`) already.
+    #[inline(always)]
+    fn add_ns(&mut self, conn: &ConnInfo, t: &Transaction, ns: u64) {
+        if self.start.is_some()
+            && let Some(o) = self.ops.get_mut(self.last_op)
+            && o.0 == conn.proto
+            && same_op(&o.1, &t.op)
+        {
+            o.2.record_ns(ns);
+            o.3 += u64::from(t.status == Status::Error);
+        } else {
+            self.add_other(conn, t, ns);
         }
-        let ns = nanos(t.last_byte());
+    }
+
+    /// [`add_ns`](Self::add_ns) for the first transaction of an interval or of another operation than the
+    /// last one.
+    #[cold]
+    #[inline(never)]
+    fn add_other(&mut self, conn: &ConnInfo, t: &Transaction, ns: u64) {
+        if self.start.is_none() {
+            self.set_start(self.floor(t.response_end_ts));
+        }
         let hit = |o: &(Proto, Cow<'static, str>, LatencyHistogram, u64)| {
             o.0 == conn.proto && same_op(&o.1, &t.op)
         };
-        let i = if self.ops.get(self.last_op).is_some_and(hit) {
-            self.last_op
-        } else if let Some(i) = self.ops.iter().position(hit) {
+        let i = if let Some(i) = self.ops.iter().position(hit) {
             i
         } else {
             self.ops
