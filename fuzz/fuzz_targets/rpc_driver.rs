@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let wire = len as u32 + (h[0] >> 4) as u32 * 50;
         d.segment(
-            &Segment { ts: Duration::from_micros(t), src: a, dst: b, l4, payload, wire_len: wire },
+            &Segment::new(Duration::from_micros(t), a, b, l4, payload, wire),
             &mut sink,
         );
         rest = tail;

@@ -131,7 +131,7 @@ impl FlightRecorder {
 
     /// Remembers a packet of the connection `seg` belongs to.
     pub fn packet(&mut self, p: &Packet<'_>, seg: &Segment<'_>) {
-        let k = key(seg.src, seg.dst);
+        let k = key(seg.src(), seg.dst());
         let r = self.rings.entry(k).or_default();
         r.packets.push_back((p.ts_ns, p.orig_len, p.data.to_vec()));
         r.bytes += p.data.len();

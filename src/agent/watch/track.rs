@@ -281,7 +281,8 @@ impl Sink for Tracker {
         else {
             return;
         };
-        let k = key(seg.src, seg.dst, p.interface);
+        let (src, ts) = (seg.src(), seg.ts());
+        let k = key(src, seg.dst(), p.interface);
         let syn = f & flags::SYN != 0;
         let ack = f & flags::ACK != 0;
         if !self.conns.contains_key(&k) {
@@ -298,11 +299,11 @@ impl Sink for Tracker {
                 k,
                 Conn {
                     server,
-                    syn_ts: (syn && !ack).then_some(seg.ts),
+                    syn_ts: (syn && !ack).then_some(ts),
                     rtt_done: false,
                     high: [None; 2],
                     fin: [false; 2],
-                    last_ts: seg.ts,
+                    last_ts: ts,
                     resp_bytes: 0,
                     pending: None,
                     unacked: 0,
@@ -314,16 +315,16 @@ impl Sink for Tracker {
         let Some(c) = self.conns.get_mut(&k) else {
             return;
         };
-        c.last_ts = seg.ts;
-        let from_server = seg.src == c.server;
+        c.last_ts = ts;
+        let from_server = src == c.server;
         let dir = usize::from(from_server);
         if syn && !ack && c.syn_ts.is_none() {
-            c.syn_ts = Some(seg.ts);
+            c.syn_ts = Some(ts);
         }
         // The client's ACK that completes the handshake: SYN to it is one round trip through this point.
         if !syn && ack && !from_server && !c.rtt_done {
             if let Some(t0) = c.syn_ts {
-                self.rtts.push((c.server, seg.ts.saturating_sub(t0)));
+                self.rtts.push((c.server, ts.saturating_sub(t0)));
             }
             c.rtt_done = true;
         }
@@ -337,7 +338,7 @@ impl Sink for Tracker {
                 && f & (flags::FIN | flags::SYN | flags::RST) == 0
                 && c.unacked > c.max_seg
             {
-                self.rtts.push((c.server, seg.ts.saturating_sub(t0)));
+                self.rtts.push((c.server, ts.saturating_sub(t0)));
             }
             c.pending = None;
         }
@@ -361,7 +362,7 @@ impl Sink for Tracker {
                 _ => {
                     c.high[dir] = Some(end);
                     if !from_server && seg.wire_len > 0 {
-                        c.pending = Some((end, seg.ts));
+                        c.pending = Some((end, ts));
                     }
                 }
             }

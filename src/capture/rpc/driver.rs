@@ -10,7 +10,7 @@ use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,6 +21,8 @@ pub const MAX_OOO_BYTES: usize = 4 << 20;
 pub const MAX_OOO_SEGMENTS: usize = 2048;
 /// UDP address pairs idle this long are closed (their open requests reported).
 pub const UDP_IDLE: Duration = Duration::from_secs(120);
+/// [`UDP_IDLE`] in nanoseconds (the driver keeps time as nanoseconds).
+const UDP_IDLE_NS: u64 = UDP_IDLE.as_nanos() as u64;
 
 /// TCP flag bits.
 pub mod flags {
@@ -50,21 +52,68 @@ pub enum L4 {
     Udp,
 }
 
-/// One decoded packet, as the capture reader gives it.
+/// One decoded packet, as the capture reader gives it: time in nanoseconds and addresses and ports apart, as
+/// the driver keys and compares them per packet ([`Segment::ts`], [`Segment::src`] and [`Segment::dst`] give
+/// them as `Duration` and `SocketAddr`).
 #[derive(Debug, Clone, Copy)]
 pub struct Segment<'a> {
-    /// Capture timestamp (since the Unix epoch).
-    pub ts: Duration,
-    /// Source address and port.
-    pub src: SocketAddr,
-    /// Destination address and port.
-    pub dst: SocketAddr,
+    /// Capture timestamp in nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// Source address.
+    pub src_ip: IpAddr,
+    /// Destination address.
+    pub dst_ip: IpAddr,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
     /// TCP or UDP header fields.
     pub l4: L4,
     /// The payload bytes that are in the capture.
     pub payload: &'a [u8],
     /// Payload length on the wire (more than `payload.len()` when the snap length cut the packet).
     pub wire_len: u32,
+}
+
+impl<'a> Segment<'a> {
+    /// A segment at `ts` (in whole nanoseconds, saturating past `u64::MAX`) from `src` to `dst`.
+    pub fn new(
+        ts: Duration,
+        src: SocketAddr,
+        dst: SocketAddr,
+        l4: L4,
+        payload: &'a [u8],
+        wire_len: u32,
+    ) -> Self {
+        Segment {
+            ts_ns: crate::units::nanos(ts),
+            src_ip: src.ip(),
+            dst_ip: dst.ip(),
+            src_port: src.port(),
+            dst_port: dst.port(),
+            l4,
+            payload,
+            wire_len,
+        }
+    }
+
+    /// Capture timestamp (since the Unix epoch).
+    #[inline]
+    pub fn ts(&self) -> Duration {
+        Duration::from_nanos(self.ts_ns)
+    }
+
+    /// Source address and port.
+    #[inline]
+    pub fn src(&self) -> SocketAddr {
+        SocketAddr::new(self.src_ip, self.src_port)
+    }
+
+    /// Destination address and port.
+    #[inline]
+    pub fn dst(&self) -> SocketAddr {
+        SocketAddr::new(self.dst_ip, self.dst_port)
+    }
 }
 
 /// What the driver knows about one connection.
@@ -122,12 +171,10 @@ pub enum ProtoChoice {
 struct Half {
     /// Next expected sequence number.
     next: Option<u32>,
-    /// Segments ahead of `next`: offset from `next` at insertion time is not stable, so keyed by absolute
-    /// distance from `base`.
-    ooo: BTreeMap<u64, (Duration, Vec<u8>, u32)>,
-    /// Sequence number that offsets in `ooo` are counted from.
-    base: u32,
-    /// Stream offset of `next` from `base`.
+    /// Segments ahead of `next` (time in nanoseconds, bytes, length on the wire): offset from `next` at
+    /// insertion time is not stable, so keyed by stream offset (as `pos`).
+    ooo: BTreeMap<u64, (u64, Vec<u8>, u32)>,
+    /// Stream offset of `next` (from the first sequence number seen, or the SYN's).
     pos: u64,
     ooo_bytes: usize,
     fin: bool,
@@ -139,68 +186,115 @@ struct Conn {
     client_is_src_of_key: bool,
     matcher: Option<Box<dyn ConnMatcher + Send>>,
     halves: [Half; 2],
-    last_ts: Duration,
-    closed: bool,
+    /// Time of the last packet, in nanoseconds.
+    last_ts: u64,
     /// The protocol was fixed by port or by force; otherwise decided on the first payload.
     decided: bool,
 }
 
-/// Both ends in canonical order (addresses as 128-bit numbers, IPv4 in the low 32 bits), their ports, the
-/// interface (0 unless keyed by interface) and in `flags` UDP or not and each end's address family: a few
-/// words to hash and compare per packet instead of two address enums.
+/// A connection's two ends in canonical order, its interface (0 unless keyed by interface) and UDP or not.
+/// Both ends IPv4 (the common case) is two words to hash and compare per packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Key {
-    a: u128,
-    b: u128,
-    /// Port of `a` (high 16 bits), port of `b` (low 16 bits).
-    ports: u32,
-    ifindex: u32,
-    /// Bit 0: UDP; bit 1: `a` is IPv6; bit 2: `b` is IPv6.
-    flags: u8,
+enum Key {
+    /// Both ends IPv4, the `a` end the lower (address, port).
+    V4 {
+        /// UDP.
+        udp: bool,
+        /// Address of `a` (high 32 bits), address of `b` (low 32 bits).
+        addrs: u64,
+        /// Port of `a` (bits 48..64), port of `b` (bits 32..48), interface (low 32 bits).
+        ports: u64,
+    },
+    /// Any end IPv6: addresses as 128-bit numbers (IPv4 in the low 32 bits), the `a` end the lower
+    /// (IPv6?, address, port).
+    Wide {
+        a: u128,
+        b: u128,
+        /// Port of `a` (high 16 bits), port of `b` (low 16 bits).
+        ports: u32,
+        ifindex: u32,
+        /// Bit 0: UDP; bit 1: `a` is IPv6; bit 2: `b` is IPv6.
+        flags: u8,
+    },
+}
+
+/// One FxHash step.
+#[inline]
+fn fx(h: u64, w: u64) -> u64 {
+    (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
 }
 
 impl std::hash::Hash for Key {
+    /// One word: every field folded in, then the well-mixed high bits rotated down, since the table's bucket
+    /// comes from the low bits and FxHash's low bits only see its input's low bits (the ports would not count).
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        h.write_u128(self.a);
-        h.write_u128(self.b);
-        h.write_u64(u64::from(self.ports) << 32 | u64::from(self.ifindex));
-        h.write_u8(self.flags);
+        let w = match *self {
+            Key::V4 { udp, addrs, ports } => fx(fx(u64::from(udp), addrs), ports),
+            Key::Wide {
+                a,
+                b,
+                ports,
+                ifindex,
+                flags,
+            } => {
+                let w = fx(fx(u64::from(flags), a as u64), (a >> 64) as u64);
+                let w = fx(fx(w, b as u64), (b >> 64) as u64);
+                fx(w, u64::from(ports) << 32 | u64::from(ifindex))
+            }
+        };
+        h.write_u64(w.rotate_left(26));
     }
 }
 
 impl Key {
-    fn udp(&self) -> bool {
-        self.flags & 1 != 0
+    /// Sets `k` to the key of segment `s` (UDP if `udp`, seen on interface `ifindex`); true when its source
+    /// is the key's `a` end. (In place: a returned key is copied once more per packet.)
+    #[inline]
+    fn set(k: &mut Key, s: &Segment<'_>, udp: bool, ifindex: u32) -> bool {
+        let (IpAddr::V4(x), IpAddr::V4(y)) = (s.src_ip, s.dst_ip) else {
+            return Self::set_wide(k, s, udp, ifindex);
+        };
+        // An end as address and port in 48 bits: ordered as (address, port), as the wide key orders them.
+        let se = u64::from(x.to_bits()) << 16 | u64::from(s.src_port);
+        let de = u64::from(y.to_bits()) << 16 | u64::from(s.dst_port);
+        let src_is_a = se <= de;
+        let (a, b) = if src_is_a { (se, de) } else { (de, se) };
+        *k = Key::V4 {
+            udp,
+            addrs: (a >> 16) << 32 | b >> 16,
+            ports: (a & 0xffff) << 48 | (b & 0xffff) << 32 | u64::from(ifindex),
+        };
+        src_is_a
     }
-}
 
-/// An end as (IPv6?, address, port): ordered as the `SocketAddr`s are.
-#[inline]
-fn end_of(s: SocketAddr) -> (bool, u128, u16) {
-    match s {
-        SocketAddr::V4(a) => (false, u128::from(a.ip().to_bits()), a.port()),
-        SocketAddr::V6(a) => (true, a.ip().to_bits(), a.port()),
-    }
-}
-
-/// The key of a packet from `src` to `dst`, and whether `src` is the key's `a` end.
-#[inline]
-fn key(src: SocketAddr, dst: SocketAddr, udp: bool, ifindex: u32) -> (Key, bool) {
-    let s = end_of(src);
-    let d = end_of(dst);
-    let src_is_a = s <= d;
-    let (x, y) = if src_is_a { (s, d) } else { (d, s) };
-    (
-        Key {
+    /// [`Key::set`] when an end is IPv6.
+    #[inline(never)]
+    fn set_wide(k: &mut Key, s: &Segment<'_>, udp: bool, ifindex: u32) -> bool {
+        let end = |ip: IpAddr, port: u16| match ip {
+            IpAddr::V4(a) => (false, u128::from(a.to_bits()), port),
+            IpAddr::V6(a) => (true, a.to_bits(), port),
+        };
+        let se = end(s.src_ip, s.src_port);
+        let de = end(s.dst_ip, s.dst_port);
+        let src_is_a = se <= de;
+        let (x, y) = if src_is_a { (se, de) } else { (de, se) };
+        *k = Key::Wide {
             a: x.1,
             b: y.1,
             ports: u32::from(x.2) << 16 | u32::from(y.2),
             ifindex,
             flags: u8::from(udp) | u8::from(x.0) << 1 | u8::from(y.0) << 2,
-        },
-        src_is_a,
-    )
+        };
+        src_is_a
+    }
+
+    fn udp(&self) -> bool {
+        match *self {
+            Key::V4 { udp, .. } => udp,
+            Key::Wide { flags, .. } => flags & 1 != 0,
+        }
+    }
 }
 
 /// How a connection's client and server were told apart.
@@ -253,9 +347,9 @@ pub fn orient(s: &Segment<'_>, choice: ProtoChoice) -> Orientation {
     let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
     let o = |client_is_src: bool, how: Oriented, proto: Option<Proto>| {
         let (client, server) = if client_is_src {
-            (s.src, s.dst)
+            (s.src(), s.dst())
         } else {
-            (s.dst, s.src)
+            (s.dst(), s.src())
         };
         Orientation {
             client,
@@ -269,7 +363,7 @@ pub fn orient(s: &Segment<'_>, choice: ProtoChoice) -> Orientation {
     {
         return o(f & flags::ACK == 0, Oriented::Handshake, None);
     }
-    let (sp, dp) = (s.src.port(), s.dst.port());
+    let (sp, dp) = (s.src_port, s.dst_port);
     if !s.payload.is_empty() {
         let (by_d, by_s) = (detect::by_port(dp, carrier), detect::by_port(sp, carrier));
         let mut h = [Proto::Generic; 2];
@@ -358,8 +452,10 @@ pub struct Driver {
     next_id: u64,
     out: Out,
     counts: DriverCounts,
-    last_ts: Duration,
-    last_sweep: Duration,
+    /// Latest packet time, in nanoseconds.
+    last_ts: u64,
+    /// Time (nanoseconds) past which the next packet sweeps idle UDP pairs: [`UDP_IDLE`] after the last sweep.
+    next_sweep: u64,
     content: bool,
     keylog: Option<Arc<KeyLog>>,
     max_conns: usize,
@@ -392,8 +488,8 @@ impl Driver {
             next_id: 0,
             out: Out::default(),
             counts: DriverCounts::default(),
-            last_ts: Duration::ZERO,
-            last_sweep: Duration::ZERO,
+            last_ts: 0,
+            next_sweep: UDP_IDLE_NS,
             content: false,
             keylog: None,
             max_conns: usize::MAX,
@@ -421,8 +517,8 @@ impl Driver {
         self.max_conns = n.max(1);
     }
 
-    fn evict_oldest(&mut self, now: Duration, sink: &mut dyn Sink) {
-        let mut by_age: Vec<(Duration, u64, Key)> = self
+    fn evict_oldest(&mut self, now: u64, sink: &mut dyn Sink) {
+        let mut by_age: Vec<(u64, u64, Key)> = self
             .conns
             .iter()
             .map(|(k, c)| (c.last_ts, c.info.id, *k))
@@ -432,7 +528,10 @@ impl Driver {
             return;
         }
         by_age.select_nth_unstable_by_key(n - 1, |x| (x.0, x.1));
-        for (_, _, k) in by_age.into_iter().take(n) {
+        by_age.truncate(n);
+        // Closed in that order, not the map's: what they report comes out the same whatever the hash.
+        by_age.sort_unstable_by_key(|x| (x.0, x.1));
+        for (_, _, k) in by_age {
             if let Some(mut c) = self.conns.remove(&k) {
                 self.counts.evicted_connections += 1;
                 self.close(&mut c, now, sink);
@@ -452,37 +551,50 @@ impl Driver {
 
     #[inline]
     fn flush(out: &mut Out, info: &ConnInfo, sink: &mut dyn Sink) {
-        for t in out.transactions.drain(..) {
+        // Usually one transaction: taken off the end, no drain.
+        if out.transactions.len() == 1
+            && let Some(t) = out.transactions.pop()
+        {
             sink.transaction(info, t);
+        } else if !out.transactions.is_empty() {
+            for t in out.transactions.drain(..) {
+                sink.transaction(info, t);
+            }
         }
-        for a in out.anomalies.drain(..) {
-            sink.anomaly(info, a);
+        if !out.anomalies.is_empty() {
+            for a in out.anomalies.drain(..) {
+                sink.anomaly(info, a);
+            }
         }
     }
 
     /// Feeds one decoded packet.
     pub fn segment(&mut self, s: &Segment<'_>, sink: &mut dyn Sink) {
         self.counts.packets += 1;
-        self.counts.payload_bytes += s.wire_len as u64;
-        self.last_ts = self.last_ts.max(s.ts);
-        let udp = matches!(s.l4, L4::Udp);
-        let (k, src_is_a) = key(s.src, s.dst, udp, self.interface);
-        let tcp_flags = match s.l4 {
-            L4::Tcp { flags, .. } => flags,
-            L4::Udp => 0,
+        self.counts.payload_bytes += u64::from(s.wire_len);
+        let now = s.ts_ns;
+        self.last_ts = self.last_ts.max(now);
+        let (udp, tcp_flags) = match s.l4 {
+            L4::Tcp { flags, .. } => (false, flags),
+            L4::Udp => (true, 0),
         };
-        let syn_only = tcp_flags & flags::SYN != 0 && tcp_flags & flags::ACK == 0;
+        let mut k = Key::V4 {
+            udp,
+            addrs: 0,
+            ports: 0,
+        };
+        let src_is_a = Key::set(&mut k, s, udp, self.interface);
+        let syn_only = tcp_flags & (flags::SYN | flags::ACK) == flags::SYN;
         // One hash lookup for a packet of a known connection; the rest is the slow path.
         let conn = match self.conns.get_mut(&k) {
             // (a SYN on a pair in use is a new connection on a reused address pair)
-            Some(c) if !(syn_only && (c.closed || c.halves.iter().any(|h| h.next.is_some()))) => c,
+            Some(c) if !(syn_only && c.halves.iter().any(|h| h.next.is_some())) => c,
             _ => match self.open_conn(k, s, src_is_a, tcp_flags, sink) {
                 Some(c) => self.conns.entry(k).insert_entry(c).into_mut(),
                 None => return,
             },
         };
-        let (content, keylog) = (self.content, &self.keylog);
-        conn.last_ts = s.ts;
+        conn.last_ts = now;
         let dir = if src_is_a == conn.client_is_src_of_key {
             Dir::Request
         } else {
@@ -493,42 +605,47 @@ impl Driver {
             let carrier = conn.info.carrier;
             if let Some(p) = detect::by_content(dir, s.payload, carrier) {
                 conn.info.proto = p;
-                conn.matcher = Some(build_matcher(p, carrier, content, keylog));
+                conn.matcher = Some(build_matcher(p, carrier, self.content, &self.keylog));
             }
             conn.decided = true;
         }
         let Some(m) = conn.matcher.as_mut() else {
             return;
         };
+        let ts = s.ts();
+        let mut closed = false;
         match s.l4 {
             L4::Udp => {
-                m.on_data(dir, s.ts, 0, s.payload, &mut self.out);
+                m.on_data(dir, ts, 0, s.payload, &mut self.out);
                 if (s.payload.len() as u32) < s.wire_len {
                     m.on_gap(
                         dir,
-                        s.ts,
+                        ts,
                         (s.wire_len as usize - s.payload.len()) as u64,
                         &mut self.out,
                     );
                 }
             }
             L4::Tcp { seq, ack, flags: f } => {
-                // What the other side acknowledges but the capture never showed is a gap.
+                // What the other side acknowledges but the capture never showed is a gap (only a hole before
+                // held segments counts: otherwise the bytes may still come).
                 if f & flags::ACK != 0 {
                     let other = 1 - dir.index();
-                    let odir = if other == 0 {
-                        Dir::Request
-                    } else {
-                        Dir::Response
-                    };
                     let h = &mut conn.halves[other];
-                    if let Some(next) = h.next {
+                    if !h.ooo.is_empty()
+                        && let Some(next) = h.next
+                    {
                         let ahead = ack.wrapping_sub(next) as i32;
-                        if ahead > 0 && !h.ooo.is_empty() {
+                        if ahead > 0 {
+                            let odir = if other == 0 {
+                                Dir::Request
+                            } else {
+                                Dir::Response
+                            };
                             Self::acked_hole(
                                 h,
                                 odir,
-                                s.ts,
+                                ts,
                                 next,
                                 ahead as u64,
                                 m.as_mut(),
@@ -543,14 +660,10 @@ impl Driver {
                 if f & flags::SYN != 0 {
                     seq = seq.wrapping_add(1);
                     h.next = Some(seq);
-                    h.base = seq;
                     h.pos = 0;
                 }
                 if !s.payload.is_empty() || s.wire_len > 0 {
-                    let next = *h.next.get_or_insert_with(|| {
-                        h.base = seq;
-                        seq
-                    });
+                    let next = *h.next.get_or_insert(seq);
                     let rel = seq.wrapping_sub(next) as i32;
                     if rel > 0 {
                         Self::ahead_of_next(
@@ -572,7 +685,7 @@ impl Driver {
                             Self::deliver(
                                 h,
                                 dir,
-                                s.ts,
+                                ts,
                                 seq.wrapping_add(skip),
                                 &s.payload[cut..],
                                 s.wire_len - skip,
@@ -583,11 +696,12 @@ impl Driver {
                         }
                     }
                 }
-                if f & flags::FIN != 0 {
-                    h.fin = true;
-                }
-                if f & flags::RST != 0 || conn.halves.iter().all(|h| h.fin) {
-                    conn.closed = true;
+                // Both FINs seen (each set by a FIN) or a RST: closed.
+                if f & (flags::FIN | flags::RST) != 0 {
+                    if f & flags::FIN != 0 {
+                        h.fin = true;
+                    }
+                    closed = f & flags::RST != 0 || conn.halves.iter().all(|h| h.fin);
                 }
             }
         }
@@ -596,17 +710,16 @@ impl Driver {
         {
             conn.info.proto = p;
         }
-        let closed = conn.closed;
         if !self.out.transactions.is_empty() || !self.out.anomalies.is_empty() {
             Self::flush(&mut self.out, &conn.info, sink);
         }
         if closed {
             let mut c = self.conns.remove(&k).expect("present");
-            self.close(&mut c, s.ts, sink);
+            self.close(&mut c, now, sink);
         }
-        if s.ts.saturating_sub(self.last_sweep) > UDP_IDLE {
-            self.last_sweep = s.ts;
-            self.sweep_udp(s.ts, sink);
+        if now > self.next_sweep {
+            self.next_sweep = now.saturating_add(UDP_IDLE_NS);
+            self.sweep_udp(now, sink);
         }
     }
 
@@ -624,13 +737,13 @@ impl Driver {
     ) -> Option<Conn> {
         let udp = k.udp();
         if let Some(mut c) = self.conns.remove(&k) {
-            self.close(&mut c, s.ts, sink);
+            self.close(&mut c, s.ts_ns, sink);
         }
         if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
             return None; // a bare ACK/FIN/RST of a connection we never saw carry data
         }
         if self.conns.len() >= self.max_conns {
-            self.evict_oldest(s.ts, sink);
+            self.evict_oldest(s.ts_ns, sink);
         }
         self.new_conn(s, src_is_a, udp)
     }
@@ -681,19 +794,21 @@ impl Driver {
             h.ooo_bytes += s.payload.len();
             h.ooo
                 .entry(off)
-                .or_insert((s.ts, s.payload.to_vec(), s.wire_len));
+                .or_insert((s.ts_ns, s.payload.to_vec(), s.wire_len));
         } else {
             // Give up on the hole.
+            let ts = s.ts();
             counts.gap_bytes += rel;
-            m.on_gap(dir, s.ts, rel, out);
+            m.on_gap(dir, ts, rel, out);
             h.next = Some(seq);
             h.pos += rel;
-            Self::deliver(h, dir, s.ts, seq, s.payload, s.wire_len, m, out);
+            Self::deliver(h, dir, ts, seq, s.payload, s.wire_len, m, out);
             Self::drain_ooo(h, dir, m, out);
         }
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn deliver(
         h: &mut Half,
         dir: Dir,
@@ -725,6 +840,7 @@ impl Driver {
         Self::drain_held(h, dir, m, out);
     }
 
+    #[inline(never)]
     fn drain_held(h: &mut Half, dir: Dir, m: &mut (dyn ConnMatcher + Send), out: &mut Out) {
         while let Some((&off, _)) = h.ooo.iter().next() {
             if off > h.pos {
@@ -738,6 +854,7 @@ impl Driver {
             }
             let next = h.next.unwrap_or(0);
             let cut = (skip as usize).min(data.len());
+            let ts = Duration::from_nanos(ts);
             Self::deliver(h, dir, ts, next, &data[cut..], wire - skip as u32, m, out);
         }
     }
@@ -746,7 +863,7 @@ impl Driver {
         let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
         let or = orient(s, self.choice);
         let (client, server) = (or.client, or.server);
-        let src_is_client = client == s.src;
+        let src_is_client = client == s.src();
         let (proto, decided) = match self.choice {
             ProtoChoice::Force(p) => (p, true),
             ProtoChoice::Auto => match detect::by_port(server.port(), carrier).or(or.proto) {
@@ -781,27 +898,28 @@ impl Driver {
             client_is_src_of_key: src_is_client == src_is_a,
             matcher,
             halves: [Half::default(), Half::default()],
-            last_ts: s.ts,
-            closed: false,
+            last_ts: s.ts_ns,
             decided,
         })
     }
 
-    fn close(&mut self, c: &mut Conn, ts: Duration, sink: &mut dyn Sink) {
+    /// Closes `c` at `ts` (nanoseconds; its last packet's time if later).
+    fn close(&mut self, c: &mut Conn, ts: u64, sink: &mut dyn Sink) {
         self.out.conn = c.info.id;
         if let Some(m) = c.matcher.as_mut() {
+            let t = Duration::from_nanos(ts);
             for (i, h) in c.halves.iter_mut().enumerate() {
                 let dir = if i == 0 { Dir::Request } else { Dir::Response };
                 if let Some((&off, _)) = h.ooo.iter().next() {
                     let hole = off - h.pos;
-                    m.on_gap(dir, ts, hole, &mut self.out);
+                    m.on_gap(dir, t, hole, &mut self.out);
                     self.counts.gap_bytes += hole;
                     h.next = Some(h.next.unwrap_or(0).wrapping_add(hole as u32));
                     h.pos = off;
                     Self::drain_ooo(h, dir, m.as_mut(), &mut self.out);
                 }
             }
-            m.on_close(ts.max(c.last_ts), &mut self.out);
+            m.on_close(Duration::from_nanos(ts.max(c.last_ts)), &mut self.out);
             if let Some(t) = m.tls().filter(|t| t.seen) {
                 self.counts.tls_connections += 1;
                 self.counts.tls_decrypted += t.decrypted as u64;
@@ -811,14 +929,16 @@ impl Driver {
         Self::flush(&mut self.out, &c.info, sink);
     }
 
-    fn sweep_udp(&mut self, now: Duration, sink: &mut dyn Sink) {
-        let idle: Vec<Key> = self
+    fn sweep_udp(&mut self, now: u64, sink: &mut dyn Sink) {
+        let mut idle: Vec<(u64, Key)> = self
             .conns
             .iter()
-            .filter(|(k, c)| k.udp() && now.saturating_sub(c.last_ts) > UDP_IDLE)
-            .map(|(k, _)| *k)
+            .filter(|(k, c)| k.udp() && now.saturating_sub(c.last_ts) > UDP_IDLE_NS)
+            .map(|(k, c)| (c.info.id, *k))
             .collect();
-        for k in idle {
+        // In connection order, not the map's: what they report comes out the same whatever the hash.
+        idle.sort_unstable_by_key(|x| x.0);
+        for (_, k) in idle {
             if let Some(mut c) = self.conns.remove(&k) {
                 let last = c.last_ts;
                 self.close(&mut c, last, sink);
@@ -882,18 +1002,18 @@ mod cap_tests {
         for i in 0..5000u32 {
             let src = SocketAddr::new("10.9.0.1".parse().unwrap(), 1024 + (i % 60000) as u16);
             d.segment(
-                &Segment {
-                    ts: Duration::from_micros(u64::from(i)),
+                &Segment::new(
+                    Duration::from_micros(u64::from(i)),
                     src,
                     dst,
-                    l4: L4::Tcp {
+                    L4::Tcp {
                         seq: i,
                         ack: 0,
                         flags: flags::SYN,
                     },
-                    payload: &[],
-                    wire_len: 0,
-                },
+                    &[],
+                    0,
+                ),
                 &mut sink,
             );
             assert!(d.open_connections() <= 100);
@@ -917,17 +1037,19 @@ mod cap_tests {
     fn a_connection_caught_mid_stream_is_oriented_by_its_protocol() {
         let client: SocketAddr = "127.0.0.1:30000".parse().unwrap();
         let server: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let seg = |ts: u64, src, dst, seq, payload: &'static [u8]| Segment {
-            ts: Duration::from_micros(ts),
-            src,
-            dst,
-            l4: L4::Tcp {
-                seq,
-                ack: 1,
-                flags: flags::ACK,
-            },
-            payload,
-            wire_len: payload.len() as u32,
+        let seg = |ts: u64, src, dst, seq, payload: &'static [u8]| {
+            Segment::new(
+                Duration::from_micros(ts),
+                src,
+                dst,
+                L4::Tcp {
+                    seq,
+                    ack: 1,
+                    flags: flags::ACK,
+                },
+                payload,
+                payload.len() as u32,
+            )
         };
         let req = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
         let o = orient(&seg(0, client, server, 100, req), ProtoChoice::Auto);
@@ -955,5 +1077,205 @@ mod cap_tests {
         );
         assert_eq!(&*t.op, "GET");
         assert_eq!(t.first_byte(), Duration::from_micros(50));
+    }
+
+    /// `Segment::new` keeps what its accessors give back, IPv4 and IPv6.
+    #[test]
+    fn a_segment_gives_back_its_addresses_and_time() {
+        for (src, dst) in [
+            ("10.0.0.1:40000", "10.0.0.2:5432"),
+            ("[fd00::1]:40000", "[fd00::2]:5432"),
+        ] {
+            let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+            let ts = Duration::new(1_700_000_000, 123_456_789);
+            let s = Segment::new(ts, src, dst, L4::Udp, b"x", 1);
+            assert_eq!((s.ts(), s.src(), s.dst()), (ts, src, dst));
+            assert_eq!(s.ts_ns, 1_700_000_000_123_456_789);
+        }
+        // Past u64 nanoseconds (year 2554) the time saturates.
+        let s = Segment::new(
+            Duration::MAX,
+            ([1, 2, 3, 4], 1).into(),
+            ([1, 2, 3, 5], 2).into(),
+            L4::Udp,
+            b"",
+            0,
+        );
+        assert_eq!(s.ts_ns, u64::MAX);
+    }
+
+    fn key_of(src: &str, dst: &str, udp: bool, ifindex: u32) -> (Key, bool) {
+        let l4 = if udp {
+            L4::Udp
+        } else {
+            L4::Tcp {
+                seq: 0,
+                ack: 0,
+                flags: 0,
+            }
+        };
+        let s = Segment::new(
+            Duration::ZERO,
+            src.parse().unwrap(),
+            dst.parse().unwrap(),
+            l4,
+            b"",
+            0,
+        );
+        let mut k = Key::V4 {
+            udp: false,
+            addrs: 0,
+            ports: 0,
+        };
+        let a = Key::set(&mut k, &s, udp, ifindex);
+        (k, a)
+    }
+
+    fn hash_of(k: &Key) -> u64 {
+        use std::hash::BuildHasher;
+        std::hash::BuildHasherDefault::<super::super::FxHasher>::default().hash_one(k)
+    }
+
+    /// Both directions of a pair are one key (the source the `a` end in one of them); family, interface,
+    /// ports and UDP tell keys apart; the ends are ordered by (family, address, port).
+    #[test]
+    fn keys_pair_both_directions_and_tell_pairs_apart() {
+        let pairs = [
+            ("10.0.0.1:40000", "10.0.0.2:5432"),
+            ("10.0.0.2:40000", "10.0.0.1:5432"),
+            ("10.0.0.1:5432", "10.0.0.1:40000"),
+            ("10.0.0.1:40001", "10.0.0.2:5432"),
+            ("[::ffff:10.0.0.1]:40000", "10.0.0.2:5432"),
+            ("[::ffff:10.0.0.1]:40000", "[::ffff:10.0.0.2]:5432"),
+            ("[fd00::1]:40000", "[fd00::2]:5432"),
+            ("[fd00::2]:40000", "[fd00::1]:5432"),
+        ];
+        let mut all = Vec::new();
+        for (a, b) in pairs {
+            for udp in [false, true] {
+                for ifindex in [0, 7] {
+                    let (k, src_is_a) = key_of(a, b, udp, ifindex);
+                    let (k2, src_is_a2) = key_of(b, a, udp, ifindex);
+                    assert_eq!(k, k2, "{a} {b}");
+                    assert_eq!(hash_of(&k), hash_of(&k2));
+                    assert_ne!(src_is_a, src_is_a2);
+                    assert_eq!(k.udp(), udp);
+                    let (sa, sb): (SocketAddr, SocketAddr) =
+                        (a.parse().unwrap(), b.parse().unwrap());
+                    let end = |s: SocketAddr| (s.is_ipv6(), s.ip(), s.port());
+                    assert_eq!(src_is_a, end(sa) <= end(sb), "{a} {b}");
+                    all.push(k);
+                }
+            }
+        }
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        // IPv4 pairs hash the ports into the table's bucket bits, not only into the high bits.
+        let buckets: std::collections::HashSet<u64> = (0..64u16)
+            .map(|p| {
+                hash_of(
+                    &key_of(
+                        &format!("127.0.0.1:{}", 40000 + p),
+                        "127.0.0.1:5432",
+                        false,
+                        0,
+                    )
+                    .0,
+                ) & 63
+            })
+            .collect();
+        assert!(buckets.len() > 24, "{}", buckets.len());
+    }
+
+    #[derive(Default)]
+    struct Ids(Vec<u64>);
+    impl Sink for Ids {
+        fn transaction(&mut self, c: &ConnInfo, _: Transaction) {
+            self.0.push(c.id);
+        }
+        fn anomaly(&mut self, c: &ConnInfo, _: Anomaly) {
+            self.0.push(c.id);
+        }
+    }
+
+    fn dns_query(id: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        for w in [id, 0x0100, 1, 0, 0, 0] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01");
+        v
+    }
+
+    /// Idle UDP pairs are closed by the next packet past `UDP_IDLE`, in the order they were first seen (not
+    /// the map's), and not before.
+    #[test]
+    fn idle_udp_pairs_close_in_connection_order() {
+        let mut d = Driver::new(ProtoChoice::Auto);
+        let mut sink = Ids::default();
+        let server: SocketAddr = "10.0.0.53:53".parse().unwrap();
+        let q = dns_query(1);
+        for i in 0..40u16 {
+            let client = SocketAddr::new([10, 1, (i % 7) as u8, i as u8].into(), 30000 + i);
+            d.segment(
+                &Segment::new(
+                    Duration::from_millis(u64::from(i)),
+                    client,
+                    server,
+                    L4::Udp,
+                    &q,
+                    q.len() as u32,
+                ),
+                &mut sink,
+            );
+        }
+        // (from new clients: a second query with the same id would be reported)
+        let at = |t, host| {
+            let late = SocketAddr::new([10, 2, 0, host].into(), 30000);
+            Segment::new(t, late, server, L4::Udp, &q, q.len() as u32)
+        };
+        d.segment(&at(UDP_IDLE, 1), &mut sink);
+        assert!(sink.0.is_empty(), "{:?}", sink.0);
+        assert_eq!(d.open_connections(), 41);
+        d.segment(&at(UDP_IDLE + Duration::from_millis(100), 2), &mut sink);
+        assert_eq!(sink.0, (0..40).collect::<Vec<u64>>());
+        assert_eq!(d.open_connections(), 2);
+    }
+
+    /// Past the connection cap the longest silent connections are closed, oldest first.
+    #[test]
+    fn evicted_connections_close_oldest_first() {
+        let mut d = Driver::new(ProtoChoice::Force(Proto::Generic));
+        d.set_max_connections(16);
+        let mut sink = Ids::default();
+        let server: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        for i in 0..17u32 {
+            let client = SocketAddr::new([10, 9, 0, (i * 37 % 251) as u8].into(), 1024 + i as u16);
+            // Connections seen in id order but silent since times in the reverse order.
+            let ts = Duration::from_micros(u64::from(1000 - i));
+            d.segment(
+                &Segment::new(
+                    ts,
+                    client,
+                    server,
+                    L4::Tcp {
+                        seq: 1,
+                        ack: 1,
+                        flags: flags::ACK,
+                    },
+                    b"GET",
+                    3,
+                ),
+                &mut sink,
+            );
+        }
+        assert_eq!(d.counts().evicted_connections, 2);
+        // Evicted: the two silent longest (15 and 14, the latest numbers), 15 first.
+        let mut ids = sink.0.clone();
+        ids.dedup();
+        assert_eq!(ids, vec![15, 14]);
     }
 }

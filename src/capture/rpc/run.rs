@@ -8,7 +8,6 @@ use super::{Driver, Proto};
 use crate::capture::decode::Transport;
 use crate::capture::{CaptureError, CaptureInfo, Filter, Next, Packets};
 use serde::Serialize;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,19 +63,24 @@ pub fn feed_on(
     pk.set_tcp_options(crate::capture::decode::TcpOptions::Skip);
     let live = pk.is_live();
     let by_if = pk.keys_by_interface();
-    while let Some(ev) = pk.next_event(true) {
-        let (p, d) = match ev {
-            Next::Packet(p, d) => (p, d),
-            Next::Tick(now) => {
-                sink.tick(Duration::from_nanos(now.max(0) as u64));
+    // No --host/--port/--flow (the usual case): no per-packet call.
+    let check = !filter.fields_empty();
+    loop {
+        // Read in place: moving the event (or the decoded packet) out copies it per packet.
+        let ev = pk.next_event(true);
+        let (p, d) = match &ev {
+            None => break,
+            Some(Next::Packet(p, Some(d))) => (p, d),
+            Some(Next::Packet(_, None)) => continue,
+            Some(Next::Tick(now)) => {
+                sink.tick(Duration::from_nanos((*now).max(0) as u64));
                 continue;
             }
         };
-        let Some(d) = d else { continue };
-        if !filter.matches(Some(&d)) {
+        if check && !filter.matches(Some(d)) {
             continue;
         }
-        let (sp, dp, l4) = match d.transport {
+        let (src_port, dst_port, l4) = match d.transport {
             Transport::Tcp(t) => (
                 t.src_port,
                 t.dst_port,
@@ -91,15 +95,17 @@ pub fn feed_on(
         };
         matched += 1;
         let seg = Segment {
-            ts: Duration::from_nanos(p.ts_ns.max(0) as u64),
-            src: SocketAddr::new(d.src, sp),
-            dst: SocketAddr::new(d.dst, dp),
+            ts_ns: p.ts_ns.max(0) as u64,
+            src_ip: d.src,
+            dst_ip: d.dst,
+            src_port,
+            dst_port,
             l4,
             payload: d.payload,
             wire_len: d.payload_len.max(d.payload.len() as u32),
         };
         if live {
-            sink.packet(&p, &seg);
+            sink.packet(p, &seg);
         }
         if by_if {
             driver.set_interface(p.interface);
