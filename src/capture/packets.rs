@@ -128,7 +128,7 @@ impl Packets {
     }
 
     /// The next packet (decoded when `decode`), or on a live interface a [`Next::Tick`] when time went on.
-    #[inline(always)]
+    #[inline]
     pub fn next_event(&mut self, decode_it: bool) -> Option<Next<'_>> {
         let p = match raw_step(
             &mut self.src,
