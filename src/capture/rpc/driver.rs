@@ -711,6 +711,10 @@ impl Driver {
             conn.info.proto = p;
         }
         if !self.out.transactions.is_empty() || !self.out.anomalies.is_empty() {
+            // A TLS layer around a protocol that ruled TLS out hands over its matcher: one call less a segment.
+            if let Some(p) = conn.matcher.as_mut().and_then(|m| m.take_plain()) {
+                conn.matcher = Some(p);
+            }
             Self::flush(&mut self.out, &conn.info, sink);
         }
         if closed {

@@ -268,6 +268,14 @@ impl ConnMatcher for Fingerprint {
         self.inner.on_close(ts, &mut self.scratch);
         self.release(true, out);
     }
+
+    fn take_plain(&mut self) -> Option<Box<dyn ConnMatcher + Send>> {
+        // The fingerprints stay: the layer inside them is replaced.
+        if let Some(p) = self.inner.take_plain() {
+            self.inner = p;
+        }
+        None
+    }
 }
 
 /// Something that could not be paired or parsed.
@@ -342,6 +350,18 @@ impl Out {
         self.transactions.push(t);
     }
 
+    /// Adds the transaction `make` gives (stamps the connection number), written straight into the list: a
+    /// transaction is ~180 bytes, which [`push`](Self::push) builds aside and then copies.
+    #[inline]
+    pub fn push_with(&mut self, make: impl FnOnce() -> Transaction) {
+        let conn = self.conn;
+        self.transactions.extend(std::iter::once_with(|| {
+            let mut t = make();
+            t.conn = conn;
+            t
+        }));
+    }
+
     /// Adds an anomaly.
     pub fn anomaly(&mut self, ts: Duration, kind: AnomalyKind) {
         self.anomalies.push(Anomaly {
@@ -365,6 +385,18 @@ pub trait ConnMatcher {
     /// What the TLS layer saw, for a matcher that handles TLS (None otherwise).
     fn tls(&self) -> Option<tls::TlsStatus> {
         None
+    }
+    /// For a layer around a clear-text matcher that is no longer needed (a TLS layer once the protocol inside
+    /// rules TLS out): that matcher, which the caller then drives in place of this one (this one must not be
+    /// driven again). None otherwise (a wrapper may hand over the layer inside it and keep itself).
+    fn take_plain(&mut self) -> Option<Box<dyn ConnMatcher + Send>> {
+        None
+    }
+    /// This clear-text matcher's protocol can no longer switch to TLS on its connection (it negotiates TLS
+    /// only before the point it has passed), so a TLS layer around it may hand it over
+    /// ([`take_plain`](Self::take_plain)).
+    fn tls_ruled_out(&self) -> bool {
+        false
     }
 }
 
@@ -534,6 +566,11 @@ pub trait Protocol {
         let _ = (dir, ts, seq, data, out);
         0
     }
+    /// The connection is past the point where this protocol can switch to TLS
+    /// ([`ConnMatcher::tls_ruled_out`]); by default never.
+    fn tls_ruled_out(&self) -> bool {
+        false
+    }
     /// Framing was lost in `dir` (garbage or a gap inside a header): drop pairing state that depended on it.
     fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out);
     /// End of the connection.
@@ -646,8 +683,11 @@ impl<P: Protocol> Framed<P> {
     }
 }
 
-impl<P: Protocol> ConnMatcher for Framed<P> {
-    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, mut data: &[u8], out: &mut Out) {
+impl<P: Protocol> Framed<P> {
+    /// [`ConnMatcher::on_data`] past its fast path: UDP, lost framing, a message in progress or buffered, and
+    /// what the protocol's [`Protocol::take_complete`] left.
+    #[inline(never)]
+    fn on_data_slow(&mut self, dir: Dir, ts: Duration, seq: u32, mut data: &[u8], out: &mut Out) {
         if self.carrier == Carrier::Udp {
             return self.udp(dir, ts, data, out);
         }
@@ -751,6 +791,30 @@ impl<P: Protocol> ConnMatcher for Framed<P> {
                 }
             }
         }
+    }
+}
+
+impl<P: Protocol> ConnMatcher for Framed<P> {
+    fn on_data(&mut self, dir: Dir, ts: Duration, seq: u32, data: &[u8], out: &mut Out) {
+        // The common case, kept small: a TCP segment at a message boundary (nothing buffered or being
+        // skipped) whose messages the protocol takes whole. The slow path starts at what it left (where it
+        // would ask take_complete again, which takes nothing more there).
+        let st = &self.dirs[dir.index()];
+        if self.carrier == Carrier::Tcp && !st.lost && st.skip == 0 && st.buf.is_empty() {
+            if data.is_empty() {
+                return;
+            }
+            let n = self.proto.take_complete(dir, ts, seq, data, out);
+            if n >= data.len() {
+                return;
+            }
+            return self.on_data_slow(dir, ts, seq.wrapping_add(n as u32), &data[n..], out);
+        }
+        self.on_data_slow(dir, ts, seq, data, out)
+    }
+
+    fn tls_ruled_out(&self) -> bool {
+        self.proto.tls_ruled_out()
     }
 
     fn on_gap(&mut self, dir: Dir, ts: Duration, len: u64, out: &mut Out) {
@@ -948,6 +1012,24 @@ pub(crate) fn sql_verb(text: &[u8]) -> Cow<'static, str> {
     }
 }
 
+/// [`sql_verb`] of a statement when its first 8 bytes alone decide it (the statement starts with a listed
+/// keyword of fewer than 8 letters: SELECT, INSERT, ...), with those 8 bytes as a little-endian number: a
+/// statement with the same first 8 bytes has the same verb, so a caller may keep the pair and compare 8 bytes
+/// the next time. None for a statement shorter than 8 bytes or one that needs [`sql_verb`].
+#[inline]
+pub(crate) fn sql_verb8(text: &[u8]) -> Option<(u64, &'static str)> {
+    let b: [u8; 8] = text.get(..8)?.try_into().ok()?;
+    if !b[0].is_ascii_alphabetic() {
+        return None;
+    }
+    let (n, w) = keyword8(&b);
+    if n >= 8 {
+        return None;
+    }
+    let k = SQL_VERB_WORDS.iter().position(|&v| v == w)?;
+    Some((u64::from_le_bytes(b), SQL_VERBS[k]))
+}
+
 /// How many of the first 8 bytes of `t` are ASCII letters or underscores before the first that is not (8: all
 /// of them), and those bytes upper-cased as a little-endian number (the others zero). Bytewise arithmetic on
 /// one u64 (no byte's sum carries into the next).
@@ -1025,6 +1107,54 @@ mod tests {
             sql_verb(b"vacuum_full_analyze_everything_now"),
             "VACUUM_FULL_ANALYZE_EVER"
         );
+    }
+
+    #[test]
+    fn sql_verb8_agrees_with_sql_verb() {
+        let mut cases: Vec<Vec<u8>> = vec![b"SELECT abalance FROM x".to_vec(), b"select".to_vec()];
+        for v in SQL_VERBS {
+            for tail in [
+                &b" x = 1"[..],
+                b"_x y z w",
+                b"s abc de",
+                b"(1,2,3)",
+                b"\0\0\0\0\0\0\0",
+            ] {
+                let mut c = v.to_ascii_lowercase().into_bytes();
+                c.extend_from_slice(tail);
+                cases.push(c.clone());
+                cases.push(c.to_ascii_uppercase());
+                cases.push([b" ", &c[..]].concat());
+            }
+        }
+        for pos in 0..8 {
+            for b in 0..=255u8 {
+                let mut c = b"select x".to_vec();
+                c[pos] = b;
+                cases.push(c);
+            }
+        }
+        let mut hits = 0;
+        for c in &cases {
+            if let Some((key, v)) = sql_verb8(c) {
+                hits += 1;
+                assert_eq!(key.to_le_bytes(), c[..8], "{c:?}");
+                assert!(matches!(sql_verb(c), Cow::Borrowed(s) if s == v), "{c:?}");
+                // Whatever follows the 8 bytes, the verb is the same.
+                let mut longer = c[..8].to_vec();
+                longer.extend_from_slice(b"zzzz_y(");
+                assert_eq!(sql_verb(&longer), v, "{c:?}");
+            }
+        }
+        assert!(hits > 100, "{hits}");
+        assert_eq!(
+            sql_verb8(b"SELECT 1"),
+            Some((u64::from_le_bytes(*b"SELECT 1"), "SELECT"))
+        );
+        assert_eq!(sql_verb8(b"SELECT"), None);
+        assert_eq!(sql_verb8(b" SELECT 1"), None);
+        assert_eq!(sql_verb8(b"ROLLBACK"), None);
+        assert_eq!(sql_verb8(b"SELECTED x"), None);
     }
 
     /// The keyword as a byte loop reads it: at most 24 letters or underscores, upper-cased.

@@ -4,7 +4,9 @@
 //! the first SQL keyword (SELECT, INSERT, ...), EXECUTE for a Bind/Execute of an already prepared statement.
 #![forbid(unsafe_code)]
 
-use super::{AnomalyKind, Dir, Frame, Out, Pdu, Protocol, Status, Transaction, be32, sql_verb};
+use super::{
+    AnomalyKind, Dir, Frame, Out, Pdu, Protocol, Status, Transaction, be32, sql_verb, sql_verb8,
+};
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -48,7 +50,18 @@ fn frontend_type(t: u8) -> bool {
     )
 }
 
-fn backend_type(t: u8) -> bool {
+/// [`backend_type`] of every byte value: one load per message on the response fast path.
+const BACKEND_TYPES: [bool; 256] = {
+    let mut m = [false; 256];
+    let mut t = 0;
+    while t < 256 {
+        m[t] = backend_type(t as u8);
+        t += 1;
+    }
+    m
+};
+
+const fn backend_type(t: u8) -> bool {
     matches!(
         t,
         b'R' | b'K'
@@ -90,6 +103,11 @@ pub struct Pgsql {
     queue: VecDeque<(Cow<'static, str>, Duration, Duration, u32)>,
     /// The response to the front request: first ts, error seen.
     resp: Option<(Duration, bool)>,
+    /// A request was answered: the session is past its startup, where encryption is negotiated.
+    answered: bool,
+    /// The first 8 bytes of the last simple Query and its verb, when those bytes decide it ([`sql_verb8`]):
+    /// a connection repeats a handful of statements.
+    last_verb: Option<(u64, &'static str)>,
 }
 
 impl Pgsql {
@@ -101,24 +119,93 @@ impl Pgsql {
     /// [`Protocol::take_complete`] of the request direction: the whole simple Query messages at the start of
     /// `data`, queued as `frame` and `on_pdu` would (a Query is queued the same inside an extended-query
     /// batch, which it leaves as it is).
+    #[inline(never)]
     fn take_queries(&mut self, ts: Duration, seq: u32, data: &[u8]) -> usize {
         let mut at = 0;
         while self.queue.len() < 1 << 16
-            && let (Some(&b'Q'), Some(len)) = (data.get(at), be32(data, at + 1))
+            && let Some(&[b'Q', a, b, c, d]) = data.get(at..at + 5)
         {
+            let len = u32::from_be_bytes([a, b, c, d]);
             if !(4..=MAX_MSG).contains(&len) {
+                break;
+            }
+            let end = at + 1 + len as usize;
+            let Some(body) = data.get(at + 5..end) else {
+                break;
+            };
+            let verb = self.query_verb(body);
+            self.queue
+                .push_back((verb, ts, ts, seq.wrapping_add(at as u32)));
+            at = end;
+        }
+        at
+    }
+
+    /// [`sql_verb`] of a Query's text, from [`Self::last_verb`] when its first 8 bytes are the last one's.
+    #[inline(always)]
+    fn query_verb(&mut self, body: &[u8]) -> Cow<'static, str> {
+        if let (Some((key, verb)), Some(b)) = (self.last_verb, body.get(..8))
+            && u64::from_le_bytes(b.try_into().expect("8 bytes")) == key
+        {
+            return Cow::Borrowed(verb);
+        }
+        match sql_verb8(body) {
+            Some((key, verb)) => {
+                self.last_verb = Some((key, verb));
+                Cow::Borrowed(verb)
+            }
+            None => sql_verb(&body[..body.len().min(SQL_PEEK)]),
+        }
+    }
+
+    /// [`Protocol::take_complete`] of the response direction, with a request waiting: the whole backend
+    /// messages at the start of `data`, up to the ReadyForQuery that answers the last request waiting, as
+    /// `on_pdu` takes them (the response to the front request starts at its first message, an ErrorResponse
+    /// marks it failed, a ReadyForQuery ends it).
+    #[inline(never)]
+    fn take_responses(&mut self, ts: Duration, data: &[u8], out: &mut Out) -> usize {
+        let mut at = 0;
+        // The response in progress, in locals: written back once.
+        let mut open = self.resp.is_some();
+        let (mut first, mut error) = self.resp.unwrap_or((ts, false));
+        while let Some(&[t, a, b, c, d]) = data.get(at..at + 5) {
+            let len = u32::from_be_bytes([a, b, c, d]);
+            if !BACKEND_TYPES[t as usize] || !(4..=MAX_MSG).contains(&len) {
                 break;
             }
             let end = at + 1 + len as usize;
             if end > data.len() {
                 break;
             }
-            let body = &data[at + 5..end];
-            let verb = sql_verb(&body[..body.len().min(SQL_PEEK)]);
-            self.queue
-                .push_back((verb, ts, ts, seq.wrapping_add(at as u32)));
             at = end;
+            open = true;
+            if t == b'E' {
+                error = true;
+            } else if t == b'Z' {
+                if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
+                    self.answered = true;
+                    out.push_with(|| Transaction {
+                        conn: 0,
+                        op,
+                        request_ts: req_ts,
+                        request_end_ts: end_ts,
+                        response_ts: first,
+                        response_end_ts: ts,
+                        request_seq: Some(req_seq),
+                        xid: None,
+                        content: None,
+                        bytes: None,
+                        error: None,
+                        status: if error { Status::Error } else { Status::Ok },
+                    });
+                }
+                (open, first, error) = (false, ts, false);
+                if self.queue.is_empty() {
+                    break;
+                }
+            }
         }
+        self.resp = open.then_some((first, error));
         at
     }
 }
@@ -226,6 +313,7 @@ impl Protocol for Pgsql {
         ok_type && be32(seg, 1).is_some_and(|l| (4..=MAX_MSG).contains(&l))
     }
 
+    #[inline(always)]
     fn take_complete(
         &mut self,
         dir: Dir,
@@ -245,46 +333,11 @@ impl Protocol for Pgsql {
         if self.queue.is_empty() {
             return 0;
         }
-        let mut at = 0;
-        while let (Some(&t), Some(len)) = (data.get(at), be32(data, at + 1)) {
-            if !backend_type(t) || !(4..=MAX_MSG).contains(&len) {
-                break;
-            }
-            let end = at + 1 + len as usize;
-            if end > data.len() {
-                break;
-            }
-            at = end;
-            // What on_pdu does for each message: the response to the front request started (an
-            // ErrorResponse marks it failed); a ReadyForQuery ends it.
-            let r = self.resp.get_or_insert((ts, false));
-            if t == b'E' {
-                r.1 = true;
-            }
-            if t == b'Z' {
-                let (first, error) = self.resp.take().unwrap_or((ts, false));
-                if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
-                    out.push(Transaction {
-                        conn: 0,
-                        op,
-                        request_ts: req_ts,
-                        request_end_ts: end_ts,
-                        response_ts: first,
-                        response_end_ts: ts,
-                        request_seq: Some(req_seq),
-                        xid: None,
-                        content: None,
-                        bytes: None,
-                        error: None,
-                        status: if error { Status::Error } else { Status::Ok },
-                    });
-                }
-                if self.queue.is_empty() {
-                    break;
-                }
-            }
-        }
-        at
+        self.take_responses(ts, data, out)
+    }
+
+    fn tls_ruled_out(&self) -> bool {
+        self.answered
     }
 
     fn on_pdu(&mut self, pdu: Pdu<PgMsg>, out: &mut Out) {
@@ -346,6 +399,7 @@ impl Protocol for Pgsql {
                 }
                 let (first, error) = self.resp.take().unwrap_or((pdu.first_ts, false));
                 if let Some((op, ts, end_ts, seq)) = self.queue.pop_front() {
+                    self.answered = true;
                     out.push(Transaction {
                         conn: 0,
                         op,
@@ -377,6 +431,18 @@ impl Protocol for Pgsql {
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
         for _ in self.queue.drain(..) {
             out.anomaly(ts, AnomalyKind::NoResponse);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_type_table_is_backend_type() {
+        for t in 0..=255u8 {
+            assert_eq!(BACKEND_TYPES[t as usize], backend_type(t), "{t}");
         }
     }
 }

@@ -3,7 +3,8 @@
 //! reply) and push messages (`>`) are not replies.
 //!
 //! Each RESP element (a line, or a bulk string's line and body) is one framed unit; a nesting stack per
-//! direction tells when a top-level value ends.
+//! direction tells when a top-level value ends. A whole top-level value in one segment (the common case) is
+//! taken at once ([`Protocol::take_complete`]).
 #![forbid(unsafe_code)]
 
 use super::{AnomalyKind, Dir, Frame, Out, Pdu, Protocol, Status, Transaction};
@@ -82,14 +83,67 @@ const COMMON: [&str; 24] = [
     "ZRANGE", "AUTH", "HELLO",
 ];
 
+/// [`COMMON`] as little-endian numbers of their bytes, padded with zeros to 8 (each at most 8 long).
+const COMMON_WORDS: [u64; COMMON.len()] = {
+    let mut w = [0u64; COMMON.len()];
+    let mut k = 0;
+    while k < COMMON.len() {
+        let b = COMMON[k].as_bytes();
+        assert!(b.len() <= 8);
+        let mut j = 0;
+        while j < b.len() {
+            w[k] |= (b[j] as u64) << (8 * j);
+            j += 1;
+        }
+        k += 1;
+    }
+    w
+};
+
 /// The upper-cased command name.
 fn command_name(raw: &[u8]) -> Cow<'static, str> {
-    for c in COMMON {
-        if raw.eq_ignore_ascii_case(c.as_bytes()) {
-            return Cow::Borrowed(c);
+    // A common name (all capitals, at most 8 bytes) is matched as one number: `raw` matches it ignoring
+    // ASCII case exactly when `raw` upper-cased is it.
+    if raw.len() <= 8 {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        let mut b = [0u8; 8];
+        b[..raw.len()].copy_from_slice(raw);
+        let x = u64::from_le_bytes(b);
+        // Bytewise: the ASCII small letters (below 0x80, from 'a' to 'z') lose bit 5; no sum carries over.
+        let low = x & (0x7f * ONES);
+        let at_least_a = low + (0x80 - b'a' as u64) * ONES;
+        let past_z = low + (0x80 - b'z' as u64 - 1) * ONES;
+        let small = at_least_a & !past_z & !x & (0x80 * ONES);
+        let w = x - (small >> 2);
+        if let Some(k) = COMMON_WORDS.iter().position(|&c| c == w)
+            && COMMON[k].len() == raw.len()
+        {
+            return Cow::Borrowed(COMMON[k]);
         }
     }
     Cow::Owned(String::from_utf8_lossy(raw).to_ascii_uppercase())
+}
+
+/// The integer of a RESP line starting at `buf[0]` (optional minus sign, then digits) when it ends with CRLF
+/// right after its digits, and the offset past that CRLF. The same as [`find_crlf`] then [`parse_int`] when
+/// they succeed; when this answers None, they answer None too (the line holds a byte that is not a digit, or
+/// is empty, longer than 18 bytes or not ended yet).
+#[inline]
+fn int_line(buf: &[u8]) -> Option<(i64, usize)> {
+    let neg = buf.first() == Some(&b'-');
+    let mut i = neg as usize;
+    let mut v: i64 = 0;
+    while let Some(&c) = buf.get(i) {
+        if !c.is_ascii_digit() {
+            break;
+        }
+        v = v.wrapping_mul(10).wrapping_add((c - b'0') as i64);
+        i += 1;
+    }
+    if i == neg as usize || i > 18 || buf.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((if neg { -v } else { v }, i + 2))
 }
 
 /// Fast path: a whole top-level value present in `buf`. Returns its length, the command name (first bulk string
@@ -103,6 +157,44 @@ fn whole_value(buf: &[u8], want_name: bool) -> Option<(usize, Option<Cow<'static
     let mut name = None;
     while pending > 0 {
         let t = *buf.get(pos)?;
+        // Lengths and integers: read as the digits go (what the line search and parse_int below conclude).
+        if matches!(t, b':' | b'$' | b'*') {
+            let (n, used) = int_line(&buf[pos + 1..])?;
+            let after = pos + 1 + used;
+            pending -= 1;
+            match t {
+                b':' => pos = after,
+                b'$' => {
+                    if n == -1 {
+                        pos = after;
+                    } else if (0..=MAX_LEN).contains(&n) {
+                        let end = after + n as usize;
+                        if end + 2 > buf.len() {
+                            return None;
+                        }
+                        if want_name && index == 1 && top == b'*' {
+                            name = Some(command_name(&buf[after..end]));
+                        }
+                        pos = end + 2;
+                    } else {
+                        return None;
+                    }
+                }
+                _ => {
+                    if n > 0 {
+                        if n > MAX_LEN {
+                            return None;
+                        }
+                        pending += n;
+                    } else if n < -1 {
+                        return None;
+                    }
+                    pos = after;
+                }
+            }
+            index += 1;
+            continue;
+        }
         let window = &buf[pos..buf.len().min(pos + 4096)];
         let rel = find_crlf(window)?;
         if rel == 0 {
@@ -163,6 +255,8 @@ pub struct Redis {
     nest: [Nest; 2],
     queue: VecDeque<(Duration, Duration, u32, Cow<'static, str>)>,
     reply_first: Option<Duration>,
+    /// A command was answered in clear text (Redis has no STARTTLS: TLS starts at the first byte or never).
+    answered: bool,
 }
 
 impl Redis {
@@ -388,6 +482,78 @@ impl Protocol for Redis {
         }
     }
 
+    fn take_complete(
+        &mut self,
+        dir: Dir,
+        ts: Duration,
+        seq: u32,
+        data: &[u8],
+        out: &mut Out,
+    ) -> usize {
+        // Whole top-level values at a top-level boundary: what `frame` answers from `whole_value` (commands
+        // are arrays; an inline command, a reply's attribute or a RESP3 null go the element way), each taken
+        // as on_pdu takes a one-segment PDU of it, without the token round trip through Frame and Pdu.
+        if !self.nest[dir.index()].stack.is_empty() {
+            return 0;
+        }
+        let mut at = 0;
+        while let Some(&t) = data.get(at) {
+            let whole = match dir {
+                Dir::Request => t == b'*',
+                Dir::Response => t != b'|' && t != b'_',
+            };
+            if !whole {
+                break;
+            }
+            let Some((len, command, ty)) = whole_value(&data[at..], dir == Dir::Request) else {
+                break;
+            };
+            let s = seq.wrapping_add(at as u32);
+            at += len;
+            // What on_pdu does with a whole value (top_start and top_end), without building the PDU.
+            match dir {
+                Dir::Request => {
+                    let op = command.unwrap_or(Cow::Borrowed("UNKNOWN"));
+                    self.queue.push_back((ts, ts, s, op));
+                    if self.queue.len() > MAX_PENDING {
+                        self.queue.pop_front();
+                        out.anomaly(ts, AnomalyKind::NoResponse);
+                    }
+                }
+                Dir::Response => {
+                    let first = self.reply_first.take().unwrap_or(ts);
+                    if ty == b'>' {
+                        continue;
+                    }
+                    let Some((req_ts, end_ts, req_seq, op)) = self.queue.pop_front() else {
+                        out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
+                        continue;
+                    };
+                    self.answered = true;
+                    out.push_with(|| Transaction {
+                        conn: 0,
+                        op,
+                        request_ts: req_ts,
+                        request_end_ts: end_ts,
+                        response_ts: first,
+                        response_end_ts: ts,
+                        request_seq: Some(req_seq),
+                        xid: None,
+                        content: None,
+                        bytes: None,
+                        error: None,
+                        status: if matches!(ty, b'-' | b'!') {
+                            Status::Error
+                        } else {
+                            Status::Ok
+                        },
+                    });
+                }
+            }
+        }
+        at
+    }
+
     fn on_pdu(&mut self, pdu: Pdu<RespToken>, out: &mut Out) {
         let t = pdu.info;
         match pdu.dir {
@@ -432,7 +598,8 @@ impl Protocol for Redis {
                     out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
                     return;
                 };
-                out.push(Transaction {
+                self.answered = true;
+                out.push_with(|| Transaction {
                     conn: 0,
                     op,
                     request_ts: ts,
@@ -450,6 +617,10 @@ impl Protocol for Redis {
         }
     }
 
+    fn tls_ruled_out(&self) -> bool {
+        self.answered
+    }
+
     fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out) {
         self.nest[dir.index()] = Nest::default();
         // Order is all that pairs Redis replies: after a loss, the open requests cannot be paired.
@@ -463,5 +634,78 @@ impl Protocol for Redis {
         for _ in self.queue.drain(..) {
             out.anomaly(ts, AnomalyKind::NoResponse);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The name as the loop over [`COMMON`] gives it.
+    fn command_name_by_loop(raw: &[u8]) -> Cow<'static, str> {
+        for c in COMMON {
+            if raw.eq_ignore_ascii_case(c.as_bytes()) {
+                return Cow::Borrowed(c);
+            }
+        }
+        Cow::Owned(String::from_utf8_lossy(raw).to_ascii_uppercase())
+    }
+
+    #[test]
+    fn command_name_is_the_loop() {
+        let mut cases: Vec<Vec<u8>> = vec![b"GET\0".to_vec(), b"".to_vec(), b"getx".to_vec()];
+        for c in COMMON {
+            for cut in 0..=c.len() {
+                for b in 0..=255u8 {
+                    let mut v = c.as_bytes()[..cut].to_vec();
+                    v.push(b);
+                    cases.push(v.clone());
+                    cases.push(v.to_ascii_lowercase());
+                    let mut w = c.as_bytes().to_vec();
+                    if cut < w.len() {
+                        w[cut] = b;
+                        cases.push(w);
+                    }
+                }
+            }
+        }
+        for c in cases {
+            let (a, b) = (command_name(&c), command_name_by_loop(&c));
+            assert_eq!(a, b, "{c:?}");
+            assert_eq!(matches!(a, Cow::Borrowed(_)), matches!(b, Cow::Borrowed(_)));
+        }
+    }
+
+    #[test]
+    fn int_line_is_find_crlf_then_parse_int() {
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        let alphabet = [b'0', b'7', b'9', b'-', b'\r', b'\n', b'a', b' ', b'+', 0];
+        // Every string of up to 4 bytes of the alphabet, then with CRLF and more after.
+        let mut stack: Vec<Vec<u8>> = vec![vec![]];
+        while let Some(v) = stack.pop() {
+            cases.push(v.clone());
+            cases.push([&v[..], b"\r\n"].concat());
+            cases.push([&v[..], b"\r\nxx\r\n"].concat());
+            if v.len() < 4 {
+                for &b in &alphabet {
+                    let mut w = v.clone();
+                    w.push(b);
+                    stack.push(w);
+                }
+            }
+        }
+        for n in [17, 18, 19, 20] {
+            cases.push([&vec![b'9'; n][..], b"\r\n"].concat());
+            cases.push([b"-", &vec![b'9'; n][..], b"\r\n"].concat());
+        }
+        for c in cases {
+            let want = find_crlf(&c).and_then(|e| Some((parse_int(&c[..e])?, e + 2)));
+            match int_line(&c) {
+                Some(got) => assert_eq!(Some(got), want, "{c:?}"),
+                None => assert_eq!(want, None, "{c:?}"),
+            }
+        }
+        assert_eq!(int_line(b"-1\r\n"), Some((-1, 4)));
+        assert_eq!(int_line(b"123\r\n$"), Some((123, 5)));
     }
 }

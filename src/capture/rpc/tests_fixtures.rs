@@ -334,6 +334,216 @@ fn pgsql_startup_simple_extended_pipelined_error() {
     assert!(out.anomalies.is_empty(), "{:?}", out.anomalies);
 }
 
+/// Feeds `packets` (direction, time in ms, bytes) to a fresh matcher of `proto`, packet `cut` (if any) split
+/// into segments at the offsets `at` (all at the packet's time), then closes.
+fn run_split(proto: Proto, packets: &[(Dir, u64, Vec<u8>)], cut: Option<(usize, &[usize])>) -> Out {
+    let mut evs = Vec::new();
+    for (i, (d, t, b)) in packets.iter().enumerate() {
+        match cut {
+            Some((c, at)) if c == i => {
+                let mut from = 0;
+                for &k in at.iter().chain([b.len()].iter()) {
+                    evs.push(D(*d, *t, &b[from..k]));
+                    from = k;
+                }
+            }
+            _ => evs.push(D(*d, *t, b)),
+        }
+    }
+    evs.push(Close(1000));
+    run(proto, Carrier::Tcp, &evs)
+}
+
+/// Every packet split in two at every byte offset, and cut into single bytes, gives the transactions and
+/// anomalies of the unsplit packets (the whole-message fast paths agree with the byte-by-byte framing).
+fn assert_split_anywhere_is_the_same(proto: Proto, packets: &[(Dir, u64, Vec<u8>)]) -> Out {
+    let whole = run_split(proto, packets, None);
+    for (i, (_, _, b)) in packets.iter().enumerate() {
+        for k in 0..=b.len() {
+            let split = run_split(proto, packets, Some((i, &[k])));
+            assert_eq!(
+                split.transactions, whole.transactions,
+                "packet {i} split at {k}"
+            );
+            assert_eq!(split.anomalies, whole.anomalies, "packet {i} split at {k}");
+        }
+        let bytes: Vec<usize> = (1..b.len()).collect();
+        let split = run_split(proto, packets, Some((i, &bytes)));
+        assert_eq!(
+            split.transactions, whole.transactions,
+            "packet {i} in bytes"
+        );
+        assert_eq!(split.anomalies, whole.anomalies, "packet {i} in bytes");
+    }
+    whole
+}
+
+#[test]
+fn pgsql_split_anywhere_gives_the_same_transactions() {
+    let ready = pg(b'Z', b"I");
+    let q = |sql: &str| pg(b'Q', format!("{sql}\0").as_bytes());
+    let resp = |rows: usize| {
+        let mut r = pg(
+            b'T',
+            &[
+                0, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ],
+        );
+        for _ in 0..rows {
+            r.extend(pg(b'D', &[0, 1, 0, 0, 0, 2, b'4', b'2']));
+        }
+        r.extend(pg(b'C', b"SELECT 1\0"));
+        r.extend(ready.clone());
+        r
+    };
+    let mut err = pg(b'E', b"SERROR\0C42601\0\0");
+    err.extend(ready.clone());
+    let mut notice_resp = pg(b'N', b"SNOTICE\0\0");
+    notice_resp.extend(resp(2));
+    let mut pipelined = q("SELECT abalance FROM pgbench_accounts WHERE aid = 1");
+    pipelined.extend(q("  update x set a = 1"));
+    pipelined.extend(q("BEGIN"));
+    let mut three = resp(1);
+    three.extend(pg(b'C', b"UPDATE 1\0"));
+    three.extend(ready.clone());
+    three.extend(pg(b'C', b"BEGIN\0"));
+    three.extend(ready.clone());
+    let mut ext = pg(b'P', b"s1\0select $1\0\0\0");
+    ext.extend(pg(b'B', b"\0s1\0\0\0\0\0\0\0"));
+    ext.extend(pg(b'E', b"\0\0\0\0\0"));
+    ext.extend(pg(b'S', b""));
+    let mut ext_resp = pg(b'1', b"");
+    ext_resp.extend(pg(b'2', b""));
+    ext_resp.extend(resp(1));
+    // COPY FROM STDIN: CopyInResponse, CopyData, CopyDone, then CommandComplete.
+    let copy_in = pg(b'G', &[0, 0, 0]);
+    let mut copy_data = pg(b'd', b"1\t2\n");
+    copy_data.extend(pg(b'c', b""));
+    let mut copy_done = pg(b'C', b"COPY 1\0");
+    copy_done.extend(ready.clone());
+    let packets = vec![
+        (
+            Q,
+            1,
+            q("SELECT abalance FROM pgbench_accounts WHERE aid = 1"),
+        ),
+        (R, 2, resp(1)),
+        (
+            Q,
+            3,
+            q("SELECT abalance FROM pgbench_accounts WHERE aid = 2"),
+        ),
+        (R, 4, resp(3)),
+        (Q, 5, q("selec x")),
+        (R, 6, err),
+        (Q, 7, q("/* c */ select 1")),
+        (R, 8, notice_resp),
+        (Q, 9, pipelined),
+        (R, 10, three),
+        (Q, 11, ext),
+        (R, 12, ext_resp),
+        (Q, 13, q("copy t from stdin")),
+        (R, 14, copy_in),
+        (Q, 15, copy_data),
+        (R, 16, copy_done),
+        (Q, 17, q("SELECT 1")),
+        (R, 18, resp(0)),
+    ];
+    let out = assert_split_anywhere_is_the_same(Proto::Pgsql, &packets);
+    assert_eq!(
+        ops(&out)
+            .into_iter()
+            .map(|(op, _, st)| (op, st))
+            .collect::<Vec<_>>(),
+        [
+            ("SELECT", Status::Ok),
+            ("SELECT", Status::Ok),
+            ("SELEC", Status::Error),
+            ("SELECT", Status::Ok),
+            ("SELECT", Status::Ok),
+            ("UPDATE", Status::Ok),
+            ("BEGIN", Status::Ok),
+            ("SELECT", Status::Ok),
+            ("COPY", Status::Ok),
+            ("SELECT", Status::Ok),
+        ]
+        .map(|(op, st)| (op.to_string(), st))
+    );
+    assert!(out.anomalies.is_empty(), "{:?}", out.anomalies);
+}
+
+/// The TLS layer around a clear-text PostgreSQL connection hands its matcher over once a request was
+/// answered (TLS can only be negotiated at the start), and the matcher goes on as if it had been alone.
+#[test]
+fn pgsql_tls_layer_hands_over_after_the_first_answer() {
+    let ready = pg(b'Z', b"I");
+    let q = pg(b'Q', b"select 1\0");
+    let mut resp = pg(b'C', b"SELECT 1\0");
+    resp.extend(ready);
+    let mut alone = Proto::Pgsql.matcher(Carrier::Tcp);
+    let mut m: Box<dyn ConnMatcher + Send> = Box::new(tls::Tls::wrap(
+        Proto::Pgsql,
+        Proto::Pgsql.matcher(Carrier::Tcp),
+        None,
+    ));
+    let (mut a, mut b) = (Out::default(), Out::default());
+    let mut handed = 0;
+    for i in 0..4u32 {
+        let seq = i * q.len() as u32;
+        alone.on_data(Q, ms(10 * i as u64), seq, &q, &mut a);
+        alone.on_data(R, ms(10 * i as u64 + 1), seq, &resp, &mut a);
+        m.on_data(Q, ms(10 * i as u64), seq, &q, &mut b);
+        assert!(m.take_plain().is_none(), "nothing answered yet");
+        m.on_data(R, ms(10 * i as u64 + 1), seq, &resp, &mut b);
+        if let Some(p) = m.take_plain() {
+            m = p;
+            handed += 1;
+        }
+    }
+    alone.on_close(ms(100), &mut a);
+    m.on_close(ms(100), &mut b);
+    assert_eq!(handed, 1);
+    assert!(m.tls().is_none());
+    assert_eq!(a.transactions, b.transactions);
+    assert_eq!(a.transactions.len(), 4);
+    // Before any answer (an SSLRequest may still come), and on a TLS connection, nothing is handed over.
+    let mut m = tls::Tls::wrap(Proto::Pgsql, Proto::Pgsql.matcher(Carrier::Tcp), None);
+    m.on_data(Q, ms(1), 0, &q, &mut b);
+    assert!(m.take_plain().is_none());
+    assert!(tls::Tls::new(None).take_plain().is_none());
+}
+
+/// Request fingerprints around the TLS layer keep themselves and swap the layer inside them for the matcher it
+/// hands over: the same transactions and content hashes as without the hand-over.
+#[test]
+fn fingerprint_keeps_itself_when_the_tls_layer_hands_over() {
+    let q = pg(b'Q', b"select 1\0");
+    let mut resp = pg(b'C', b"SELECT 1\0");
+    resp.extend(pg(b'Z', b"I"));
+    let make = || -> Box<dyn ConnMatcher + Send> {
+        Box::new(Fingerprint::new(Box::new(tls::Tls::wrap(
+            Proto::Pgsql,
+            Proto::Pgsql.matcher(Carrier::Tcp),
+            None,
+        ))))
+    };
+    let (mut kept, mut handed) = (make(), make());
+    let (mut a, mut b) = (Out::default(), Out::default());
+    for i in 0..3u32 {
+        let seq = i * q.len() as u32;
+        for (d, t, bytes) in [(Q, 10 * i as u64, &q), (R, 10 * i as u64 + 1, &resp)] {
+            kept.on_data(d, ms(t), seq, bytes, &mut a);
+            handed.on_data(d, ms(t), seq, bytes, &mut b);
+            assert!(handed.take_plain().is_none());
+        }
+    }
+    kept.on_close(ms(100), &mut a);
+    handed.on_close(ms(100), &mut b);
+    assert_eq!(a.transactions.len(), 3);
+    assert!(a.transactions.iter().all(|t| t.content.is_some()));
+    assert_eq!(a.transactions, b.transactions);
+}
+
 #[test]
 fn pgsql_garbage_on_the_port() {
     let out = run(
@@ -445,6 +655,57 @@ fn redis_pipelined_resp2_resp3_errors_inline() {
             ("PING".into(), 7, Status::Error),
             ("PING".into(), 2, Status::Ok),
         ]
+    );
+    assert!(out.anomalies.is_empty(), "{:?}", out.anomalies);
+}
+
+#[test]
+fn redis_split_anywhere_gives_the_same_transactions() {
+    let set = b"*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$3\r\nxxx\r\n".to_vec();
+    let get = b"*2\r\n$3\r\nget\r\n$16\r\nkey:__rand_int__\r\n".to_vec();
+    let lpush = b"*3\r\n$5\r\nLPUSH\r\n$6\r\nmylist\r\n$3\r\nxxx\r\n".to_vec();
+    let mut pipelined = b"*2\r\n$4\r\nINCR\r\n$7\r\ncounter\r\n".repeat(3);
+    // (no inline command: one split between its CR and LF is taken for garbage, fast path or not)
+    pipelined.extend_from_slice(b"*1\r\n$10\r\nCLIENTLIST\r\n*1\r\n$4\r\nping\r\n*0\r\n*-1\r\n");
+    let packets = vec![
+        (Q, 1, set),
+        (R, 2, b"+OK\r\n".to_vec()),
+        (Q, 3, get.clone()),
+        (R, 4, b"$3\r\nxxx\r\n".to_vec()),
+        (Q, 5, get),
+        (R, 6, b"$-1\r\n".to_vec()),
+        (Q, 7, lpush),
+        (R, 8, b":1\r\n".to_vec()),
+        (Q, 9, pipelined),
+        (
+            R,
+            10,
+            b":1\r\n:2\r\n-ERR no\r\n*2\r\n$1\r\na\r\n*1\r\n:5\r\n+PONG\r\n_\r\n>1\r\n+x\r\n|1\r\n+a\r\n+b\r\n%1\r\n+k\r\n#t\r\n".to_vec(),
+        ),
+        (Q, 11, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec()),
+        (R, 12, b"!5\r\nERR x\r\n".to_vec()),
+    ];
+    let out = assert_split_anywhere_is_the_same(Proto::Redis, &packets);
+    assert_eq!(
+        ops(&out)
+            .into_iter()
+            .map(|(op, _, st)| (op, st))
+            .collect::<Vec<_>>(),
+        [
+            ("SET", Status::Ok),
+            ("GET", Status::Ok),
+            ("GET", Status::Ok),
+            ("LPUSH", Status::Ok),
+            ("INCR", Status::Ok),
+            ("INCR", Status::Ok),
+            ("INCR", Status::Error),
+            ("CLIENTLIST", Status::Ok),
+            ("PING", Status::Ok),
+            ("UNKNOWN", Status::Ok),
+            ("UNKNOWN", Status::Ok),
+            ("GET", Status::Error),
+        ]
+        .map(|(op, st)| (op.to_string(), st))
     );
     assert!(out.anomalies.is_empty(), "{:?}", out.anomalies);
 }

@@ -7,7 +7,9 @@
 //! - with the session's keys from a key log ([`super::tlskeys`]), the records are decrypted and the plaintext
 //!   goes to the matcher of the protocol inside (PostgreSQL statements, HTTP methods, or generic turns).
 //!
-//! Records whose keys are missing or wrong fall back to turn timing.
+//! Records whose keys are missing or wrong fall back to turn timing. A clear-text connection whose protocol
+//! rules TLS out once it is past its start (PostgreSQL, Redis: a request answered in clear) gets its matcher
+//! handed over ([`ConnMatcher::take_plain`]), so the layer costs nothing per segment from there on.
 #![forbid(unsafe_code)]
 
 use super::tlskeys::{KeyLog, Negotiated, RecordKey, supported, tls12_keys, tls13_key};
@@ -557,6 +559,16 @@ impl ConnMatcher for Tls {
 
     fn tls(&self) -> Option<TlsStatus> {
         Some(self.status)
+    }
+
+    fn take_plain(&mut self) -> Option<Box<dyn ConnMatcher + Send>> {
+        // Still clear text past the first segment, and the protocol inside can no longer start TLS: this layer
+        // would only pass segments on (and has nothing to report: TLS was not seen).
+        if !self.active && self.seen_data && self.plain.as_ref().is_some_and(|p| p.tls_ruled_out())
+        {
+            return self.plain.take();
+        }
+        None
     }
 }
 
