@@ -307,21 +307,20 @@ fn decode_ipv4(ip: &[u8], wire_len: u32, opts: TcpOptions) -> Result<Decoded<'_>
     let l4_len = total - ihl as u32;
     let first_fragment = frag & 0x1fff == 0;
     let l4 = ip.get(ihl..).unwrap_or(&[]);
-    let (transport, payload_len, payload) = if first_fragment {
-        decode_l4(proto, l4, l4_len, opts)
-    } else {
-        (Transport::Other(proto), l4_len, &[][..])
-    };
-    Ok(Decoded {
+    let mut d = Decoded {
         ip_version: 4,
         src,
         dst,
-        transport,
-        payload_len,
-        payload,
+        transport: Transport::Other(proto),
+        payload_len: l4_len,
+        payload: &[],
         vlan_tags: 0,
         sll_pkttype: None,
-    })
+    };
+    if first_fragment {
+        decode_l4(&mut d, proto, l4, l4_len, opts);
+    }
+    Ok(d)
 }
 
 fn decode_ipv6(ip: &[u8], wire_len: u32, opts: TcpOptions) -> Result<Decoded<'_>, NotIp> {
@@ -386,8 +385,9 @@ fn decode_ipv6(ip: &[u8], wire_len: u32, opts: TcpOptions) -> Result<Decoded<'_>
         }
     }
     let l4 = ip.get(off..).unwrap_or(&[]);
-    let (transport, payload_len, payload) = decode_l4(next, l4, remaining, opts);
-    Ok(v6(src, dst, transport, payload_len, payload))
+    let mut d = v6(src, dst, Transport::Other(next), remaining, &[]);
+    decode_l4(&mut d, next, l4, remaining, opts);
+    Ok(d)
 }
 
 fn v6<'a>(
@@ -409,72 +409,79 @@ fn v6<'a>(
     }
 }
 
-/// Decodes TCP or UDP from `l4` (captured bytes) with `l4_len` the length the IP header gives.
+/// Decodes TCP or UDP from `l4` (captured bytes) into `d`, whose transport the caller set to
+/// `Transport::Other(proto)` with `l4_len` (the length the IP header gives) and no payload: left so when `l4`
+/// holds no valid TCP/UDP header. Written in place: the 72-byte TCP header is not moved through return values.
 #[inline]
-fn decode_l4(proto: u8, l4: &[u8], l4_len: u32, opts: TcpOptions) -> (Transport, u32, &[u8]) {
+fn decode_l4<'a>(d: &mut Decoded<'a>, proto: u8, l4: &'a [u8], l4_len: u32, opts: TcpOptions) {
     match proto {
-        6 => match decode_tcp_with(l4, opts) {
-            Some(t) => {
-                let plen = l4_len.saturating_sub(t.header_len as u32);
-                let start = (t.header_len as usize).min(l4.len());
-                let end = (t.header_len as usize + plen as usize).min(l4.len());
-                (Transport::Tcp(t), plen, &l4[start..end.max(start)])
+        6 => {
+            let Some(header_len) = tcp_header_len(l4) else {
+                return;
+            };
+            d.transport = Transport::Tcp(Tcp::default());
+            if let Transport::Tcp(t) = &mut d.transport {
+                fill_tcp(t, l4, header_len, opts);
             }
-            None => (Transport::Other(proto), l4_len, &[]),
-        },
-        17 => match (be16(l4, 0), be16(l4, 2)) {
-            (Some(s), Some(d)) if l4.len() >= 8 => {
+            let plen = l4_len.saturating_sub(u32::from(header_len));
+            let start = usize::from(header_len).min(l4.len());
+            let end = (usize::from(header_len) + plen as usize).min(l4.len());
+            d.payload_len = plen;
+            d.payload = &l4[start..end.max(start)];
+        }
+        17 => {
+            if let (Some(s), Some(p)) = (be16(l4, 0), be16(l4, 2))
+                && l4.len() >= 8
+            {
                 let plen = l4_len.saturating_sub(8);
                 let end = (8 + plen as usize).min(l4.len());
-                (
-                    Transport::Udp(Udp {
-                        src_port: s,
-                        dst_port: d,
-                    }),
-                    plen,
-                    &l4[8..end],
-                )
+                d.transport = Transport::Udp(Udp {
+                    src_port: s,
+                    dst_port: p,
+                });
+                d.payload_len = plen;
+                d.payload = &l4[8..end];
             }
-            _ => (Transport::Other(proto), l4_len, &[]),
-        },
-        _ => (Transport::Other(proto), l4_len, &[]),
+        }
+        _ => {}
     }
 }
 
 /// Decodes a TCP header and its options; `None` when the fixed header was not captured or is invalid.
 pub fn decode_tcp(b: &[u8]) -> Option<Tcp> {
-    decode_tcp_with(b, TcpOptions::All)
+    let header_len = tcp_header_len(b)?;
+    let mut t = Tcp::default();
+    fill_tcp(&mut t, b, header_len, TcpOptions::All);
+    Some(t)
 }
 
-/// [`decode_tcp`], parsing the options `opts` says.
-#[inline]
-fn decode_tcp_with(b: &[u8], opts: TcpOptions) -> Option<Tcp> {
-    if b.len() < 20 {
-        return None;
-    }
-    let header_len = ((b[12] >> 4) as u16) * 4;
-    if header_len < 20 {
-        return None;
-    }
-    let mut t = Tcp {
-        src_port: be16(b, 0)?,
-        dst_port: be16(b, 2)?,
-        seq: be32(b, 4)?,
-        ack: be32(b, 8)?,
-        flags: b[13],
-        window: be16(b, 14)?,
-        header_len,
-        ..Tcp::default()
-    };
+/// The TCP header's length, when its fixed part was captured and the length is valid.
+#[inline(always)]
+fn tcp_header_len(b: &[u8]) -> Option<u16> {
+    let header_len = u16::from(*b.get(12)? >> 4) * 4;
+    (b.len() >= 20 && header_len >= 20).then_some(header_len)
+}
+
+/// Fills `t` (all defaults) from the TCP header `b` ([`tcp_header_len`] gave `header_len`), parsing the
+/// options `opts` says.
+#[inline(always)]
+fn fill_tcp(t: &mut Tcp, b: &[u8], header_len: u16, opts: TcpOptions) {
+    let Some(h) = b.get(..20) else { return };
+    t.src_port = u16::from_be_bytes([h[0], h[1]]);
+    t.dst_port = u16::from_be_bytes([h[2], h[3]]);
+    t.seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+    t.ack = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+    t.flags = h[13];
+    t.window = u16::from_be_bytes([h[14], h[15]]);
+    t.header_len = header_len;
     let parse = match opts {
         TcpOptions::All => true,
         TcpOptions::SynOnly => t.flags & flags::SYN != 0,
         TcpOptions::Skip => false,
     };
     if parse && header_len > 20 {
-        parse_options(&mut t, &b[20..(header_len as usize).min(b.len())]);
+        parse_options(t, &b[20..(header_len as usize).min(b.len())]);
     }
-    Some(t)
 }
 
 /// Fills `t`'s option fields from `opts` (the options as far as they were captured).
