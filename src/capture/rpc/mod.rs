@@ -1066,11 +1066,15 @@ fn keyword8(t: &[u8]) -> (usize, u64) {
 }
 
 /// [`SQL_VERBS`] as the little-endian numbers of their bytes padded with zeros to 8 (each at most 8 long).
-const SQL_VERB_WORDS: [u64; SQL_VERBS.len()] = {
-    let mut w = [0u64; SQL_VERBS.len()];
+const SQL_VERB_WORDS: [u64; SQL_VERBS.len()] = words8(SQL_VERBS);
+
+/// `names` as the little-endian numbers of their bytes, padded with zeros to 8 (each at most 8 long): a name
+/// read 8 bytes at once is then compared as one number.
+pub(crate) const fn words8<const N: usize>(names: [&str; N]) -> [u64; N] {
+    let mut w = [0u64; N];
     let mut k = 0;
-    while k < SQL_VERBS.len() {
-        let b = SQL_VERBS[k].as_bytes();
+    while k < N {
+        let b = names[k].as_bytes();
         assert!(b.len() <= 8);
         let mut j = 0;
         while j < b.len() {
@@ -1080,7 +1084,7 @@ const SQL_VERB_WORDS: [u64; SQL_VERBS.len()] = {
         k += 1;
     }
     w
-};
+}
 
 #[cfg(test)]
 mod tests {

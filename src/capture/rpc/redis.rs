@@ -84,21 +84,7 @@ const COMMON: [&str; 24] = [
 ];
 
 /// [`COMMON`] as little-endian numbers of their bytes, padded with zeros to 8 (each at most 8 long).
-const COMMON_WORDS: [u64; COMMON.len()] = {
-    let mut w = [0u64; COMMON.len()];
-    let mut k = 0;
-    while k < COMMON.len() {
-        let b = COMMON[k].as_bytes();
-        assert!(b.len() <= 8);
-        let mut j = 0;
-        while j < b.len() {
-            w[k] |= (b[j] as u64) << (8 * j);
-            j += 1;
-        }
-        k += 1;
-    }
-    w
-};
+const COMMON_WORDS: [u64; COMMON.len()] = super::words8(COMMON);
 
 /// The upper-cased command name.
 fn command_name(raw: &[u8]) -> Cow<'static, str> {
