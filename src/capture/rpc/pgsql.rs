@@ -158,6 +158,29 @@ impl Pgsql {
         }
     }
 
+    /// A ReadyForQuery at `end` ends the response that began at `first`: it answers the front request waiting,
+    /// if any (`take_responses` and `on_pdu` alike).
+    #[inline]
+    fn answer(&mut self, first: Duration, end: Duration, error: bool, out: &mut Out) {
+        if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
+            self.answered = true;
+            out.push_with(|| Transaction {
+                conn: 0,
+                op,
+                request_ts: req_ts,
+                request_end_ts: end_ts,
+                response_ts: first,
+                response_end_ts: end,
+                request_seq: Some(req_seq),
+                xid: None,
+                content: None,
+                bytes: None,
+                error: None,
+                status: if error { Status::Error } else { Status::Ok },
+            });
+        }
+    }
+
     /// [`Protocol::take_complete`] of the response direction, with a request waiting: the whole backend
     /// messages at the start of `data`, up to the ReadyForQuery that answers the last request waiting, as
     /// `on_pdu` takes them (the response to the front request starts at its first message, an ErrorResponse
@@ -182,23 +205,7 @@ impl Pgsql {
             if t == b'E' {
                 error = true;
             } else if t == b'Z' {
-                if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
-                    self.answered = true;
-                    out.push_with(|| Transaction {
-                        conn: 0,
-                        op,
-                        request_ts: req_ts,
-                        request_end_ts: end_ts,
-                        response_ts: first,
-                        response_end_ts: ts,
-                        request_seq: Some(req_seq),
-                        xid: None,
-                        content: None,
-                        bytes: None,
-                        error: None,
-                        status: if error { Status::Error } else { Status::Ok },
-                    });
-                }
+                self.answer(first, ts, error, out);
                 (open, first, error) = (false, ts, false);
                 if self.queue.is_empty() {
                     break;
@@ -398,23 +405,7 @@ impl Protocol for Pgsql {
                     return;
                 }
                 let (first, error) = self.resp.take().unwrap_or((pdu.first_ts, false));
-                if let Some((op, ts, end_ts, seq)) = self.queue.pop_front() {
-                    self.answered = true;
-                    out.push(Transaction {
-                        conn: 0,
-                        op,
-                        request_ts: ts,
-                        request_end_ts: end_ts,
-                        response_ts: first,
-                        response_end_ts: pdu.last_ts,
-                        request_seq: Some(seq),
-                        xid: None,
-                        content: None,
-                        bytes: None,
-                        error: None,
-                        status: if error { Status::Error } else { Status::Ok },
-                    });
-                }
+                self.answer(first, pdu.last_ts, error, out);
             }
         }
     }

@@ -255,6 +255,31 @@ impl Redis {
     pub fn open_requests(&self) -> usize {
         self.queue.len()
     }
+
+    /// A top-level reply that began at `first` ended at `end`: it answers the front command waiting, or is
+    /// reported as a reply without a request (`take_complete` and `on_pdu` alike).
+    #[inline]
+    fn answer(&mut self, first: Duration, end: Duration, error: bool, out: &mut Out) {
+        let Some((req_ts, end_ts, req_seq, op)) = self.queue.pop_front() else {
+            out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
+            return;
+        };
+        self.answered = true;
+        out.push_with(|| Transaction {
+            conn: 0,
+            op,
+            request_ts: req_ts,
+            request_end_ts: end_ts,
+            response_ts: first,
+            response_end_ts: end,
+            request_seq: Some(req_seq),
+            xid: None,
+            content: None,
+            bytes: None,
+            error: None,
+            status: if error { Status::Error } else { Status::Ok },
+        });
+    }
 }
 
 impl Protocol for Redis {
@@ -511,29 +536,7 @@ impl Protocol for Redis {
                     if ty == b'>' {
                         continue;
                     }
-                    let Some((req_ts, end_ts, req_seq, op)) = self.queue.pop_front() else {
-                        out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
-                        continue;
-                    };
-                    self.answered = true;
-                    out.push_with(|| Transaction {
-                        conn: 0,
-                        op,
-                        request_ts: req_ts,
-                        request_end_ts: end_ts,
-                        response_ts: first,
-                        response_end_ts: ts,
-                        request_seq: Some(req_seq),
-                        xid: None,
-                        content: None,
-                        bytes: None,
-                        error: None,
-                        status: if matches!(ty, b'-' | b'!') {
-                            Status::Error
-                        } else {
-                            Status::Ok
-                        },
-                    });
+                    self.answer(first, ts, matches!(ty, b'-' | b'!'), out);
                 }
             }
         }
@@ -580,25 +583,7 @@ impl Protocol for Redis {
                 if t.push {
                     return;
                 }
-                let Some((ts, end_ts, seq, op)) = self.queue.pop_front() else {
-                    out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
-                    return;
-                };
-                self.answered = true;
-                out.push_with(|| Transaction {
-                    conn: 0,
-                    op,
-                    request_ts: ts,
-                    request_end_ts: end_ts,
-                    response_ts: first,
-                    response_end_ts: pdu.last_ts,
-                    request_seq: Some(seq),
-                    xid: None,
-                    content: None,
-                    bytes: None,
-                    error: None,
-                    status: if t.error { Status::Error } else { Status::Ok },
-                });
+                self.answer(first, pdu.last_ts, t.error, out);
             }
         }
     }
