@@ -698,9 +698,13 @@ fn duplicates_are_binomial_and_counted() {
     );
     let b = stop_json(&mut net);
     let counted = u(&b, &["total", "a_to_b", "duplicated"]) as f64;
-    // The first (uncounted) datagram and ARP may have been duplicated too.
+    // Frames other than the counted datagrams crossed too (the first datagram, ARP, the endpoints' IPv6
+    // neighbour discovery and MLD reports), and each of them may have been duplicated: the bridge's count
+    // lies between the datagrams seen twice and that plus every other frame it took in.
+    let others = u(&b, &["total", "a_to_b", "frames_in"]) - n;
+    assert!(others < 100, "{others} frames besides the stream crossed");
     assert!(
-        counted >= twice && counted <= twice + 3.0,
-        "bridge counted {counted}, {twice} arrived twice"
+        counted >= twice && counted <= twice + others as f64,
+        "bridge counted {counted}, {twice} arrived twice, {others} other frames crossed"
     );
 }
