@@ -12,6 +12,7 @@
 #   FILE: a capture of PostgreSQL traffic (default: records 5 s of `pgbench -S -c 4` through a relay port on
 #         loopback; needs root, tcpdump, pgbench, socat and PostgreSQL on 127.0.0.1:5432 with trust auth).
 #   BINARY: roundtrip binaries to compare (default: this tree's release build).
+#   PROTO (environment): the protocol the file holds (default pgsql; e.g. PROTO=redis for a redis-benchmark capture).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${1:-}
@@ -53,7 +54,7 @@ fi
 printf '%-50s %14s %14s %10s %10s %10s\n' binary "instr (all)" "instr (feed)" requests "all/req" "feed/req"
 for b in "${BINS[@]}"; do
     out=$WORK/cg.out
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$b" capture rpc --proto pgsql "$FILE" \
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$b" capture rpc --proto "${PROTO:-pgsql}" "$FILE" \
         >"$WORK/rpc.txt" 2>"$WORK/vg.txt"
     all=$(grep -oE 'Collected : [0-9]+' "$WORK/vg.txt" | awk '{print $3}')
     feed=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null | grep -E 'run::feed_on \[' | head -1 |
