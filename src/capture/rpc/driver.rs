@@ -9,7 +9,8 @@
 use super::tlskeys::KeyLog;
 use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,30 +193,37 @@ struct Conn {
     decided: bool,
 }
 
-/// A connection's two ends in canonical order, its interface (0 unless keyed by interface) and UDP or not.
-/// Both ends IPv4 (the common case) is two words to hash and compare per packet.
+/// A connection's two ends in canonical order (the `a` end the lower), its interface (0 unless keyed by
+/// interface) and UDP or not. Both ends IPv4 on an interface below 2^31 (every file, every real interface
+/// index) is a [`Key4`], two words in a map of its own; anything else a [`WideKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
-    /// Both ends IPv4, the `a` end the lower (address, port).
-    V4 {
-        /// UDP.
-        udp: bool,
-        /// Address of `a` (high 32 bits), address of `b` (low 32 bits).
-        addrs: u64,
-        /// Port of `a` (bits 48..64), port of `b` (bits 32..48), interface (low 32 bits).
-        ports: u64,
-    },
-    /// Any end IPv6: addresses as 128-bit numbers (IPv4 in the low 32 bits), the `a` end the lower
-    /// (IPv6?, address, port).
-    Wide {
-        a: u128,
-        b: u128,
-        /// Port of `a` (high 16 bits), port of `b` (low 16 bits).
-        ports: u32,
-        ifindex: u32,
-        /// Bit 0: UDP; bit 1: `a` is IPv6; bit 2: `b` is IPv6.
-        flags: u8,
-    },
+    /// Both ends IPv4.
+    V4(Key4),
+    /// An end IPv6, or an interface index from 2^31 on.
+    Wide(WideKey),
+}
+
+/// Both ends IPv4: each end as address and port in 48 bits (ordered by address, then port, as
+/// [`WideKey`] orders them). `lo`: `a` (bits 0..48) and the port of `b` (bits 48..64); `hi`: the address of
+/// `b` (bits 32..64), UDP (bit 31) and the interface (bits 0..31).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key4 {
+    lo: u64,
+    hi: u64,
+}
+
+/// Any end IPv6: addresses as 128-bit numbers (IPv4 in the low 32 bits), the `a` end the lower
+/// (IPv6?, address, port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WideKey {
+    a: u128,
+    b: u128,
+    /// Port of `a` (high 16 bits), port of `b` (low 16 bits).
+    ports: u32,
+    ifindex: u32,
+    /// Bit 0: UDP; bit 1: `a` is IPv6; bit 2: `b` is IPv6.
+    flags: u8,
 }
 
 /// One FxHash step.
@@ -224,53 +232,81 @@ fn fx(h: u64, w: u64) -> u64 {
     (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
 }
 
-impl std::hash::Hash for Key {
+impl std::hash::Hash for Key4 {
+    /// One folded multiply of the two words (foldhash's mixing step, with the digits of pi as seeds): every
+    /// input bit reaches both the bucket (the low bits) and the control tag (the top 7 bits) of the table;
+    /// [`Passthrough`] takes the word as the hash. (Per packet: about 5 instructions, where the Fx steps of
+    /// the wide key and the map's own Fx step took 12.)
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let p = u128::from(self.lo ^ 0x243f_6a88_85a3_08d3)
+            * u128::from(self.hi ^ 0x1319_8a2e_0370_7344);
+        h.write_u64(p as u64 ^ (p >> 64) as u64);
+    }
+}
+
+/// The hasher of the [`Key4`] map: the key mixes its own bits, so the one word it writes is the hash.
+#[derive(Debug, Default, Clone, Copy)]
+struct Passthrough(u64);
+
+impl std::hash::Hasher for Passthrough {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = fx(self.0, u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, w: u64) {
+        self.0 = w;
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl std::hash::Hash for WideKey {
     /// One word: every field folded in, then the well-mixed high bits rotated down, since the table's bucket
     /// comes from the low bits and FxHash's low bits only see its input's low bits (the ports would not count).
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        let w = match *self {
-            Key::V4 { udp, addrs, ports } => fx(fx(u64::from(udp), addrs), ports),
-            Key::Wide {
-                a,
-                b,
-                ports,
-                ifindex,
-                flags,
-            } => {
-                let w = fx(fx(u64::from(flags), a as u64), (a >> 64) as u64);
-                let w = fx(fx(w, b as u64), (b >> 64) as u64);
-                fx(w, u64::from(ports) << 32 | u64::from(ifindex))
-            }
-        };
+        let w = fx(
+            fx(u64::from(self.flags), self.a as u64),
+            (self.a >> 64) as u64,
+        );
+        let w = fx(fx(w, self.b as u64), (self.b >> 64) as u64);
+        let w = fx(w, u64::from(self.ports) << 32 | u64::from(self.ifindex));
         h.write_u64(w.rotate_left(26));
     }
 }
 
-impl Key {
-    /// Sets `k` to the key of segment `s` (UDP if `udp`, seen on interface `ifindex`); true when its source
-    /// is the key's `a` end. (In place: a returned key is copied once more per packet.)
+impl Key4 {
+    /// The key of segment `s` (UDP if `udp`, seen on interface `ifindex`) and whether its source is the `a`
+    /// end; None unless both ends are IPv4 and `ifindex` is below 2^31.
     #[inline]
-    fn set(k: &mut Key, s: &Segment<'_>, udp: bool, ifindex: u32) -> bool {
+    fn of(s: &Segment<'_>, udp: bool, ifindex: u32) -> Option<(Key4, bool)> {
         let (IpAddr::V4(x), IpAddr::V4(y)) = (s.src_ip, s.dst_ip) else {
-            return Self::set_wide(k, s, udp, ifindex);
+            return None;
         };
-        // An end as address and port in 48 bits: ordered as (address, port), as the wide key orders them.
+        if ifindex >> 31 != 0 {
+            return None;
+        }
         let se = u64::from(x.to_bits()) << 16 | u64::from(s.src_port);
         let de = u64::from(y.to_bits()) << 16 | u64::from(s.dst_port);
         let src_is_a = se <= de;
         let (a, b) = if src_is_a { (se, de) } else { (de, se) };
-        *k = Key::V4 {
-            udp,
-            addrs: (a >> 16) << 32 | b >> 16,
-            ports: (a & 0xffff) << 48 | (b & 0xffff) << 32 | u64::from(ifindex),
+        let k = Key4 {
+            lo: a | b << 48,
+            hi: (b >> 16) << 32 | u64::from(udp) << 31 | u64::from(ifindex),
         };
-        src_is_a
+        Some((k, src_is_a))
     }
+}
 
-    /// [`Key::set`] when an end is IPv6.
-    #[inline(never)]
-    fn set_wide(k: &mut Key, s: &Segment<'_>, udp: bool, ifindex: u32) -> bool {
+impl WideKey {
+    /// [`Key4::of`] for the other segments.
+    fn of(s: &Segment<'_>, udp: bool, ifindex: u32) -> (WideKey, bool) {
         let end = |ip: IpAddr, port: u16| match ip {
             IpAddr::V4(a) => (false, u128::from(a.to_bits()), port),
             IpAddr::V6(a) => (true, a.to_bits(), port),
@@ -279,20 +315,34 @@ impl Key {
         let de = end(s.dst_ip, s.dst_port);
         let src_is_a = se <= de;
         let (x, y) = if src_is_a { (se, de) } else { (de, se) };
-        *k = Key::Wide {
+        let k = WideKey {
             a: x.1,
             b: y.1,
             ports: u32::from(x.2) << 16 | u32::from(y.2),
             ifindex,
             flags: u8::from(udp) | u8::from(x.0) << 1 | u8::from(y.0) << 2,
         };
-        src_is_a
+        (k, src_is_a)
+    }
+}
+
+impl Key {
+    /// The key of segment `s` (UDP if `udp`, seen on interface `ifindex`) and whether its source is the `a`
+    /// end.
+    fn of(s: &Segment<'_>, udp: bool, ifindex: u32) -> (Key, bool) {
+        match Key4::of(s, udp, ifindex) {
+            Some((k, a)) => (Key::V4(k), a),
+            None => {
+                let (k, a) = WideKey::of(s, udp, ifindex);
+                (Key::Wide(k), a)
+            }
+        }
     }
 
     fn udp(&self) -> bool {
-        match *self {
-            Key::V4 { udp, .. } => udp,
-            Key::Wide { flags, .. } => flags & 1 != 0,
+        match self {
+            Key::V4(k) => k.hi & 1 << 31 != 0,
+            Key::Wide(k) => k.flags & 1 != 0,
         }
     }
 }
@@ -448,7 +498,10 @@ impl DriverCounts {
 /// Routes decoded packets to per-connection matchers.
 pub struct Driver {
     choice: ProtoChoice,
-    conns: FxHashMap<Key, Conn>,
+    /// Connections between IPv4 ends (one hash lookup of two words per packet).
+    conns: HashMap<Key4, Conn, BuildHasherDefault<Passthrough>>,
+    /// The other connections.
+    wide: FxHashMap<WideKey, Conn>,
     next_id: u64,
     out: Out,
     counts: DriverCounts,
@@ -484,7 +537,8 @@ impl Driver {
     pub fn new(choice: ProtoChoice) -> Self {
         Driver {
             choice,
-            conns: FxHashMap::default(),
+            conns: HashMap::default(),
+            wide: FxHashMap::default(),
             next_id: 0,
             out: Out::default(),
             counts: DriverCounts::default(),
@@ -517,11 +571,23 @@ impl Driver {
         self.max_conns = n.max(1);
     }
 
+    /// Every connection with its key, in no particular order.
+    fn keyed(&self) -> impl Iterator<Item = (Key, &Conn)> {
+        let v4 = self.conns.iter().map(|(k, c)| (Key::V4(*k), c));
+        v4.chain(self.wide.iter().map(|(k, c)| (Key::Wide(*k), c)))
+    }
+
+    fn remove(&mut self, k: &Key) -> Option<Conn> {
+        match k {
+            Key::V4(k) => self.conns.remove(k),
+            Key::Wide(k) => self.wide.remove(k),
+        }
+    }
+
     fn evict_oldest(&mut self, now: u64, sink: &mut dyn Sink) {
         let mut by_age: Vec<(u64, u64, Key)> = self
-            .conns
-            .iter()
-            .map(|(k, c)| (c.last_ts, c.info.id, *k))
+            .keyed()
+            .map(|(k, c)| (c.last_ts, c.info.id, k))
             .collect();
         let n = (by_age.len() / 8).max(1).min(by_age.len());
         if n == 0 {
@@ -532,7 +598,7 @@ impl Driver {
         // Closed in that order, not the map's: what they report comes out the same whatever the hash.
         by_age.sort_unstable_by_key(|x| (x.0, x.1));
         for (_, _, k) in by_age {
-            if let Some(mut c) = self.conns.remove(&k) {
+            if let Some(mut c) = self.remove(&k) {
                 self.counts.evicted_connections += 1;
                 self.close(&mut c, now, sink);
             }
@@ -546,7 +612,7 @@ impl Driver {
 
     /// Connections currently tracked.
     pub fn open_connections(&self) -> usize {
-        self.conns.len()
+        self.conns.len() + self.wide.len()
     }
 
     #[inline]
@@ -578,19 +644,18 @@ impl Driver {
             L4::Tcp { flags, .. } => (false, flags),
             L4::Udp => (true, 0),
         };
-        let mut k = Key::V4 {
-            udp,
-            addrs: 0,
-            ports: 0,
-        };
-        let src_is_a = Key::set(&mut k, s, udp, self.interface);
         let syn_only = tcp_flags & (flags::SYN | flags::ACK) == flags::SYN;
         // One hash lookup for a packet of a known connection; the rest is the slow path.
-        let conn = match self.conns.get_mut(&k) {
+        let found = match Key4::of(s, udp, self.interface) {
+            Some((k, src_is_a)) => self.conns.get_mut(&k).map(|c| (c, src_is_a)),
+            None => Self::find_wide(&mut self.wide, s, udp, self.interface),
+        };
+        let (conn, src_is_a) = match found {
             // (a SYN on a pair in use is a new connection on a reused address pair)
-            Some(c) if !(syn_only && c.halves.iter().any(|h| h.next.is_some())) => c,
-            _ => match self.open_conn(k, s, src_is_a, tcp_flags, sink) {
-                Some(c) => self.conns.entry(k).insert_entry(c).into_mut(),
+            Some((c, a)) if !(syn_only && c.halves.iter().any(|h| h.next.is_some())) => (c, a),
+            _ => match self.open_conn(s, udp, tcp_flags, sink) {
+                Some((Key::V4(k), c, a)) => (self.conns.entry(k).insert_entry(c).into_mut(), a),
+                Some((Key::Wide(k), c, a)) => (self.wide.entry(k).insert_entry(c).into_mut(), a),
                 None => return,
             },
         };
@@ -718,7 +783,8 @@ impl Driver {
             Self::flush(&mut self.out, &conn.info, sink);
         }
         if closed {
-            let mut c = self.conns.remove(&k).expect("present");
+            let (k, _) = Key::of(s, udp, self.interface);
+            let mut c = self.remove(&k).expect("present");
             self.close(&mut c, now, sink);
         }
         if now > self.next_sweep {
@@ -727,29 +793,42 @@ impl Driver {
         }
     }
 
+    /// The connection of a segment whose ends are not both IPv4 ([`WideKey`]), and whether its source is
+    /// the key's `a` end. Out of line, so the IPv4 lookup stays small in [`segment`](Self::segment).
+    #[inline(never)]
+    fn find_wide<'m>(
+        wide: &'m mut FxHashMap<WideKey, Conn>,
+        s: &Segment<'_>,
+        udp: bool,
+        ifindex: u32,
+    ) -> Option<(&'m mut Conn, bool)> {
+        let (k, src_is_a) = WideKey::of(s, udp, ifindex);
+        wide.get_mut(&k).map(|c| (c, src_is_a))
+    }
+
     /// The slow path of [`segment`](Self::segment): a packet of no tracked connection (or a SYN reusing a
-    /// tracked pair, whose old connection closes). The connection to track for it, if any. Kept out of line
-    /// so the per-packet path stays small (and its one hash lookup inlined).
+    /// tracked pair, whose old connection closes). The connection to track for it, if any, with its key and
+    /// whether its source is the key's `a` end. Kept out of line so the per-packet path stays small (and its
+    /// one hash lookup inlined).
     #[inline(never)]
     fn open_conn(
         &mut self,
-        k: Key,
         s: &Segment<'_>,
-        src_is_a: bool,
+        udp: bool,
         tcp_flags: u8,
         sink: &mut dyn Sink,
-    ) -> Option<Conn> {
-        let udp = k.udp();
-        if let Some(mut c) = self.conns.remove(&k) {
+    ) -> Option<(Key, Conn, bool)> {
+        let (k, src_is_a) = Key::of(s, udp, self.interface);
+        if let Some(mut c) = self.remove(&k) {
             self.close(&mut c, s.ts_ns, sink);
         }
         if !udp && s.payload.is_empty() && tcp_flags & (flags::SYN) == 0 {
             return None; // a bare ACK/FIN/RST of a connection we never saw carry data
         }
-        if self.conns.len() >= self.max_conns {
+        if self.open_connections() >= self.max_conns {
             self.evict_oldest(s.ts_ns, sink);
         }
-        self.new_conn(s, src_is_a, udp)
+        Some((k, self.new_conn(s, src_is_a, udp)?, src_is_a))
     }
 
     /// The other side acknowledged `ahead` bytes past `next` while segments are held out of order: the bytes
@@ -935,15 +1014,14 @@ impl Driver {
 
     fn sweep_udp(&mut self, now: u64, sink: &mut dyn Sink) {
         let mut idle: Vec<(u64, Key)> = self
-            .conns
-            .iter()
+            .keyed()
             .filter(|(k, c)| k.udp() && now.saturating_sub(c.last_ts) > UDP_IDLE_NS)
-            .map(|(k, c)| (c.info.id, *k))
+            .map(|(k, c)| (c.info.id, k))
             .collect();
         // In connection order, not the map's: what they report comes out the same whatever the hash.
         idle.sort_unstable_by_key(|x| x.0);
         for (_, k) in idle {
-            if let Some(mut c) = self.conns.remove(&k) {
+            if let Some(mut c) = self.remove(&k) {
                 let last = c.last_ts;
                 self.close(&mut c, last, sink);
             }
@@ -953,6 +1031,7 @@ impl Driver {
     /// The capture ended: every connection still open is closed (open requests are reported).
     pub fn finish(&mut self, sink: &mut dyn Sink) {
         let mut all: Vec<Conn> = self.conns.drain().map(|(_, c)| c).collect();
+        all.extend(self.wide.drain().map(|(_, c)| c));
         all.sort_by_key(|c| c.info.id);
         let end = self.last_ts;
         for mut c in all {
@@ -1126,22 +1205,21 @@ mod cap_tests {
             b"",
             0,
         );
-        let mut k = Key::V4 {
-            udp: false,
-            addrs: 0,
-            ports: 0,
-        };
-        let a = Key::set(&mut k, &s, udp, ifindex);
-        (k, a)
+        Key::of(&s, udp, ifindex)
     }
 
+    /// The hash the key's map gives it.
     fn hash_of(k: &Key) -> u64 {
         use std::hash::BuildHasher;
-        std::hash::BuildHasherDefault::<super::super::FxHasher>::default().hash_one(k)
+        match k {
+            Key::V4(k) => BuildHasherDefault::<Passthrough>::default().hash_one(k),
+            Key::Wide(k) => BuildHasherDefault::<super::super::FxHasher>::default().hash_one(k),
+        }
     }
 
     /// Both directions of a pair are one key (the source the `a` end in one of them); family, interface,
-    /// ports and UDP tell keys apart; the ends are ordered by (family, address, port).
+    /// ports and UDP tell keys apart; the ends are ordered by (family, address, port); IPv4 pairs on an
+    /// interface from 2^31 on have a wide key.
     #[test]
     fn keys_pair_both_directions_and_tell_pairs_apart() {
         let pairs = [
@@ -1157,8 +1235,10 @@ mod cap_tests {
         let mut all = Vec::new();
         for (a, b) in pairs {
             for udp in [false, true] {
-                for ifindex in [0, 7] {
+                for ifindex in [0, 7, 1 << 31, u32::MAX] {
                     let (k, src_is_a) = key_of(a, b, udp, ifindex);
+                    let v4 = !a.starts_with('[') && !b.starts_with('[') && ifindex < 1 << 31;
+                    assert_eq!(matches!(k, Key::V4(_)), v4, "{a} {b} {ifindex}");
                     let (k2, src_is_a2) = key_of(b, a, udp, ifindex);
                     assert_eq!(k, k2, "{a} {b}");
                     assert_eq!(hash_of(&k), hash_of(&k2));
@@ -1177,21 +1257,22 @@ mod cap_tests {
                 assert_ne!(x, y);
             }
         }
-        // IPv4 pairs hash the ports into the table's bucket bits, not only into the high bits.
-        let buckets: std::collections::HashSet<u64> = (0..64u16)
-            .map(|p| {
-                hash_of(
-                    &key_of(
-                        &format!("127.0.0.1:{}", 40000 + p),
-                        "127.0.0.1:5432",
-                        false,
-                        0,
-                    )
-                    .0,
-                ) & 63
-            })
-            .collect();
-        assert!(buckets.len() > 24, "{}", buckets.len());
+        // IPv4 pairs hash the ports into the table's bucket bits (the low bits) and its control tags (the
+        // top 7 bits), the client's port on either end of the key.
+        for server in ["127.0.0.1:5432", "127.0.0.2:5432", "127.0.0.0:5432"] {
+            let hashes: Vec<u64> = (0..64u16)
+                .map(|p| hash_of(&key_of(&format!("127.0.0.1:{}", 40000 + p), server, false, 0).0))
+                .collect();
+            let spread = |f: &dyn Fn(u64) -> u64| {
+                hashes
+                    .iter()
+                    .map(|&h| f(h))
+                    .collect::<std::collections::HashSet<u64>>()
+                    .len()
+            };
+            assert!(spread(&|h| h & 63) > 24, "{server}");
+            assert!(spread(&|h| h >> 57) > 24, "{server}");
+        }
     }
 
     #[derive(Default)]
