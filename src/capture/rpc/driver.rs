@@ -191,6 +191,9 @@ struct Conn {
     last_ts: u64,
     /// The protocol was fixed by port or by force; otherwise decided on the first payload.
     decided: bool,
+    /// The matcher may still hand over the clear-text matcher inside its TLS layer
+    /// ([`ConnMatcher::take_plain`]): TCP, until it has (the one handed over is clear text, with no layer).
+    layered: bool,
 }
 
 /// A connection's two ends in canonical order (the `a` end the lower), its interface (0 unless keyed by
@@ -671,6 +674,7 @@ impl Driver {
             if let Some(p) = detect::by_content(dir, s.payload, carrier) {
                 conn.info.proto = p;
                 conn.matcher = Some(build_matcher(p, carrier, self.content, &self.keylog));
+                conn.layered = carrier == Carrier::Tcp;
             }
             conn.decided = true;
         }
@@ -776,9 +780,13 @@ impl Driver {
             conn.info.proto = p;
         }
         if !self.out.transactions.is_empty() || !self.out.anomalies.is_empty() {
-            // A TLS layer around a protocol that ruled TLS out hands over its matcher: one call less a segment.
-            if let Some(p) = conn.matcher.as_mut().and_then(|m| m.take_plain()) {
+            // A TLS layer around a protocol that ruled TLS out hands over its matcher: one call less a segment
+            // (and, once it has, none to ask it: 9 instructions per request).
+            if conn.layered
+                && let Some(p) = conn.matcher.as_mut().and_then(|m| m.take_plain())
+            {
                 conn.matcher = Some(p);
+                conn.layered = false;
             }
             Self::flush(&mut self.out, &conn.info, sink);
         }
@@ -983,6 +991,7 @@ impl Driver {
             halves: [Half::default(), Half::default()],
             last_ts: s.ts_ns,
             decided,
+            layered: carrier == Carrier::Tcp,
         })
     }
 
