@@ -223,23 +223,46 @@ pub(crate) fn decode_into<'a, 's>(
 ) -> Result<&'s mut Decoded<'a>, NotIp> {
     let mut vlan_tags = 0u8;
     let mut sll_pkttype = None;
-    let (ethertype, off) = match link {
-        LinkType::ETHERNET => {
-            let mut et = be16(data, 12).ok_or(NotIp::Truncated)?;
-            let mut off = 14;
-            while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
-                et = be16(data, off + 2).ok_or(NotIp::Truncated)?;
-                off += 4;
-                vlan_tags = vlan_tags.saturating_add(1);
-            }
-            (et, off)
+    // Ethernet (files, and live on most interfaces, loopback included) is tested first: in the `match` it
+    // went through a tree of comparisons.
+    let (ethertype, off) = if link == LinkType::ETHERNET {
+        let mut et = be16(data, 12).ok_or(NotIp::Truncated)?;
+        let mut off = 14;
+        while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
+            et = be16(data, off + 2).ok_or(NotIp::Truncated)?;
+            off += 4;
+            vlan_tags = vlan_tags.saturating_add(1);
         }
+        (et, off)
+    } else {
+        link_header(link, data, &mut sll_pkttype)?
+    };
+    let ip = data.get(off..).ok_or(NotIp::Truncated)?;
+    let link_len = off as u32;
+    let d = match ethertype {
+        ETH_IPV4 => decode_ipv4(ip, orig_len.saturating_sub(link_len), opts, slot)?,
+        ETH_IPV6 => decode_ipv6(ip, orig_len.saturating_sub(link_len), opts, slot)?,
+        other => return Err(NotIp::OtherProtocol(other as u32)),
+    };
+    d.vlan_tags = vlan_tags;
+    d.sll_pkttype = sll_pkttype;
+    Ok(d)
+}
+
+/// The EtherType and length of a link header other than Ethernet's, and the Linux cooked packet type.
+#[inline(always)]
+fn link_header(
+    link: LinkType,
+    data: &[u8],
+    sll_pkttype: &mut Option<u8>,
+) -> Result<(u16, usize), NotIp> {
+    Ok(match link {
         LinkType::LINUX_SLL => {
-            sll_pkttype = data.get(1).copied();
+            *sll_pkttype = data.get(1).copied();
             (be16(data, 14).ok_or(NotIp::Truncated)?, 16)
         }
         LinkType::LINUX_SLL2 => {
-            sll_pkttype = data.get(10).copied();
+            *sll_pkttype = data.get(10).copied();
             (be16(data, 0).ok_or(NotIp::Truncated)?, 20)
         }
         LinkType::NULL | LinkType::LOOP => {
@@ -263,17 +286,7 @@ pub(crate) fn decode_into<'a, 's>(
         LinkType::IPV4 => (ETH_IPV4, 0),
         LinkType::IPV6 => (ETH_IPV6, 0),
         other => return Err(NotIp::UnsupportedLink(other)),
-    };
-    let ip = data.get(off..).ok_or(NotIp::Truncated)?;
-    let link_len = off as u32;
-    let d = match ethertype {
-        ETH_IPV4 => decode_ipv4(ip, orig_len.saturating_sub(link_len), opts, slot)?,
-        ETH_IPV6 => decode_ipv6(ip, orig_len.saturating_sub(link_len), opts, slot)?,
-        other => return Err(NotIp::OtherProtocol(other as u32)),
-    };
-    d.vlan_tags = vlan_tags;
-    d.sll_pkttype = sll_pkttype;
-    Ok(d)
+    })
 }
 
 fn ip_ethertype(first: Option<u8>) -> Result<u16, NotIp> {
@@ -427,15 +440,17 @@ fn decode_l4<'a>(d: &mut Decoded<'a>, proto: u8, l4: &'a [u8], l4_len: u32, opts
             let Some((h, header_len)) = tcp_header(l4) else {
                 return;
             };
-            d.transport = Transport::Tcp(tcp_fixed(h, header_len));
-            if let Transport::Tcp(t) = &mut d.transport {
-                fill_options(t, l4, header_len, opts);
-            }
             let plen = l4_len.saturating_sub(u32::from(header_len));
             let start = usize::from(header_len).min(l4.len());
             let end = (usize::from(header_len) + plen as usize).min(l4.len());
             d.payload_len = plen;
             d.payload = &l4[start..end.max(start)];
+            d.transport = Transport::Tcp(tcp_fixed(h, header_len));
+            // Options last: the call that parses them is then a tail call, and the usual segment (options
+            // skipped, or none) saves no registers around it.
+            if let Transport::Tcp(t) = &mut d.transport {
+                fill_options(t, l4, header_len, opts);
+            }
         }
         17 => {
             if let (Some(s), Some(p)) = (be16(l4, 0), be16(l4, 2))

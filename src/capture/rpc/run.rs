@@ -69,14 +69,13 @@ pub fn feed_on(
         // The decoding is written into this slot and read in place: moving it out of an event copied its
         // 136 bytes twice per packet.
         let mut slot = None;
-        let (p, d) = match pk.next_into(true, &mut slot) {
-            None => break,
-            Some(Step::Packet(p)) => match &slot {
-                Some(d) => (p, d),
-                None => continue,
-            },
-            Some(Step::Tick(now)) => {
-                sink.tick(Duration::from_nanos(now.max(0) as u64));
+        let step = pk.next_into(true, &mut slot);
+        let (p, d) = match (&step, &slot) {
+            (None, _) => break,
+            (Some(Step::Packet(p)), Some(d)) => (p, d),
+            (Some(Step::Packet(_)), None) => continue,
+            (Some(Step::Tick(now)), _) => {
+                sink.tick(Duration::from_nanos((*now).max(0) as u64));
                 continue;
             }
         };
@@ -108,7 +107,7 @@ pub fn feed_on(
             wire_len: d.payload_len.max(d.payload.len() as u32),
         };
         if live {
-            sink.packet(&p, &seg);
+            sink.packet(p, &seg);
         }
         if by_if {
             driver.set_interface(p.interface);
