@@ -39,7 +39,7 @@ mod packets;
 mod runners;
 
 pub use filter::{Filter, FilterError};
-pub use packets::{Next, Packets};
+pub use packets::{Next, Packets, Step};
 pub use runners::flows::{
     FLOW_SERIES_BUCKETS, FlowSeries, FlowsResult, LIVE_MAX_FINISHED, SeriesBucket, flow_series,
     run_flows, run_flows_fanout, run_flows_on,
