@@ -119,7 +119,9 @@ impl Pgsql {
     /// [`Protocol::take_complete`] of the request direction: the whole simple Query messages at the start of
     /// `data`, queued as `frame` and `on_pdu` would (a Query is queued the same inside an extended-query
     /// batch, which it leaves as it is).
-    #[inline(never)]
+    // Inlined into `Framed::on_data`'s fast path: one stack frame per segment, not two (-61 instructions
+    // per request with take_responses, on a pgbench -S capture).
+    #[inline(always)]
     fn take_queries(&mut self, ts: Duration, seq: u32, data: &[u8]) -> usize {
         let mut at = 0;
         while self.queue.len() < 1 << 16
@@ -185,7 +187,9 @@ impl Pgsql {
     /// messages at the start of `data`, up to the ReadyForQuery that answers the last request waiting, as
     /// `on_pdu` takes them (the response to the front request starts at its first message, an ErrorResponse
     /// marks it failed, a ReadyForQuery ends it).
-    #[inline(never)]
+    // Inlined into `Framed::on_data`'s fast path: one stack frame per segment, not two (-61 instructions
+    // per request with take_responses, on a pgbench -S capture).
+    #[inline(always)]
     fn take_responses(&mut self, ts: Duration, data: &[u8], out: &mut Out) -> usize {
         let mut at = 0;
         // The response in progress, in locals: written back once.

@@ -206,6 +206,22 @@ impl Sink for Tee<'_> {
             self.also.transaction(conn, t);
         }
     }
+    fn transactions(&mut self, conn: &super::driver::ConnInfo, ts: &mut Vec<super::Transaction>) {
+        if self.also_wants {
+            for t in ts.drain(..) {
+                self.transaction(conn, t);
+            }
+            return;
+        }
+        // Nothing kept: the statistics read each transaction in place (no copy of it).
+        for t in ts.iter() {
+            self.stats.add(conn, t);
+            if self.stats.has_live_rows() {
+                self.pass_live_rows();
+            }
+        }
+        ts.clear();
+    }
     fn anomaly(&mut self, conn: &super::driver::ConnInfo, a: super::Anomaly) {
         self.stats.add_anomaly(conn, &a);
         self.also.anomaly(conn, a);

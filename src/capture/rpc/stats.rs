@@ -793,6 +793,13 @@ impl Sink for RpcStats {
     fn transaction(&mut self, conn: &ConnInfo, t: Transaction) {
         self.add(conn, &t);
     }
+    fn transactions(&mut self, conn: &ConnInfo, ts: &mut Vec<Transaction>) {
+        // Read in place: none is kept.
+        for t in ts.iter() {
+            self.add(conn, t);
+        }
+        ts.clear();
+    }
     fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly) {
         self.add_anomaly(conn, &a);
     }
