@@ -16,6 +16,11 @@
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
+//! - [`sys`]: the plain system calls (socket options, interfaces, signals), the home of the unsafe code.
+//!
+//! Unsafe code is denied crate-wide; the files that need it say so with an `allow` and a reason (the list is
+//! checked by tests/house.rs).
+#![deny(unsafe_code)]
 
 pub mod agent;
 pub mod capture;
@@ -29,6 +34,7 @@ pub mod replay;
 pub mod report;
 pub mod server;
 pub mod stats;
+pub mod sys;
 pub mod tcpwatch;
 pub mod units;
 pub mod whatif;

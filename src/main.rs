@@ -1,4 +1,5 @@
 //! The `roundtrip` command line: one call into the CLI layer.
+#![deny(unsafe_code)]
 
 mod cli;
 

@@ -138,24 +138,10 @@ fn source_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// Set by SIGHUP: reload the configuration.
-static RELOAD: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_hup(_: libc::c_int) {
-    RELOAD.store(true, Ordering::SeqCst);
-}
-
-/// Makes SIGHUP ask for a reload (installed after ctrlc's handler, which would take it as a stop).
-fn catch_hup() {
-    // SAFETY: the sigaction struct is fully initialised (zeroed, then the handler and an empty mask), and
-    // the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_hup as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
-    }
+/// Makes SIGHUP ask for a reload (installed after ctrlc's handler, which would take it as a stop); the flag
+/// SIGHUP sets.
+fn catch_hup() -> &'static AtomicBool {
+    roundtrip::sys::sighup_flag()
 }
 
 /// A file's modification time and size, to notice changes.
@@ -203,7 +189,7 @@ impl Watch {
     fn tick(&mut self, engine: &Engine) {
         if let Some(path) = self.config_path.clone() {
             let now_stamp = stamp(&path);
-            let asked = RELOAD.swap(false, Ordering::SeqCst);
+            let asked = roundtrip::sys::sighup_flag().swap(false, Ordering::SeqCst);
             if asked || now_stamp != self.config_stamp {
                 self.config_stamp = now_stamp;
                 match config::load(&path) {
@@ -374,7 +360,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         let _ = tx.send(());
     })
     .context("installing the SIGTERM/Ctrl-C handler")?;
-    catch_hup();
+    let _ = catch_hup();
     announce(&a, &placed, responder.as_ref(), http.local_addr());
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = spawn_watcher(&a, placed, &engine, &stop)?;

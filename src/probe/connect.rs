@@ -281,28 +281,12 @@ fn classify(e: &io::Error) -> Option<(PortState, String)> {
 /// (`IP_RECVERR` / `IPV6_RECVERR`). Without it a connected raw or ICMP socket only hears of "hard" errors
 /// such as port unreachable, and host or network unreachable would look like silence.
 pub(crate) fn set_recv_err(sock: &Socket, v6: bool) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let (level, name) = if v6 {
         (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
     } else {
         (libc::IPPROTO_IP, libc::IP_RECVERR)
     };
-    let on: libc::c_int = 1;
-    // SAFETY: `on` is a live c_int and its exact size is passed; the fd is borrowed from a live socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::setsockopt_on(sock, level, name)
 }
 
 fn new_socket(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<Socket> {

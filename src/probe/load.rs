@@ -472,18 +472,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
 
 /// Makes the calling thread a SCHED_FIFO real-time thread at priority 1.
 fn set_realtime() -> io::Result<()> {
-    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
-    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = 1;
-    // SAFETY: pthread_self() names the calling thread, which is alive; `param` is a valid sched_param that
-    // outlives the call.
-    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(rc))
-    }
+    crate::sys::set_thread_sched(crate::sys::Sched::Fifo(1))
 }
 
 /// The receiver thread: matches answers to their send times until every requested answer came, or the

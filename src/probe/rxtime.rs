@@ -4,6 +4,7 @@
 //! Two `unsafe` calls live here, `setsockopt` and `recvmsg`; the control messages the kernel fills are decoded
 //! by offsets with bounds checks. Only 64-bit Linux layouts are decoded; elsewhere no timestamp is returned
 //! and callers fall back to their own clock.
+#![allow(unsafe_code)] // recvmsg and its control messages (SO_TIMESTAMPNS) are decoded here
 
 use socket2::Socket;
 use std::io;
@@ -12,22 +13,7 @@ use std::time::{Duration, SystemTime};
 
 /// Asks the kernel to stamp every received packet (`SO_TIMESTAMPNS`).
 pub fn enable(sock: &Socket) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: `on` is a live c_int and its exact size is passed; the fd is borrowed from a live socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::setsockopt_on(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS)
 }
 
 /// Receives one packet into `buf`; returns its length and the kernel's receive time when it came with one.

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 /// What `TCP_INFO` says about a connection's round trip.
@@ -40,24 +40,9 @@ pub fn decode(buf: &[u8]) -> Option<TcpRtt> {
 }
 
 /// Reads `TCP_INFO` from a connected TCP socket.
-pub fn read(sock: &impl AsRawFd) -> io::Result<TcpRtt> {
+pub fn read(sock: &impl AsFd) -> io::Result<TcpRtt> {
     let mut buf = [0u8; INFO_LEN];
-    let mut len = INFO_LEN as libc::socklen_t;
-    // SAFETY: `buf` is a live, writable buffer of `len` bytes; the kernel writes at most `len` bytes and
-    // stores the count it wrote in `len`. The fd is borrowed from a live socket.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let len = (len as usize).min(INFO_LEN);
+    let len = crate::sys::getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
     decode(&buf[..len]).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::Unsupported,

@@ -14,6 +14,7 @@
 //! (`/dev/cpu_dma_latency`, the Linux PM QoS interface): the kernel wakes idle CPUs then (off the critical
 //! path) and lets them poll instead of halting until the data is written, so the receiver wakes at once.
 //! Where that device cannot be opened (not root) it is skipped. Off by default: it is a machine-wide setting.
+#![allow(unsafe_code)] // recvmsg control messages, clock_nanosleep and the timerfd of the delay line
 
 use super::impairment::JitterDist;
 use std::sync::Mutex;
@@ -130,10 +131,7 @@ impl DelayLine {
 
 /// Lowers this thread's timer slack to 1 ns (Linux), so sleeps end on time.
 pub fn precise_timers_for_this_thread() {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and only changes this thread's slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
+    let _ = crate::sys::set_timer_slack(std::time::Duration::from_nanos(1));
 }
 
 /// Asks for real-time scheduling (SCHED_FIFO, lowest priority) for this thread, so that on a loaded machine it
@@ -141,39 +139,17 @@ pub fn precise_timers_for_this_thread() {
 /// CAP_SYS_NICE, RLIMIT_RTPRIO 0). Returns whether it worked. The kernel's real-time throttling keeps such
 /// threads from starving the machine.
 pub fn realtime_for_this_thread() -> bool {
-    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
-    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = 1;
-    // SAFETY: pthread_self() is always valid for the calling thread, and param is a valid sched_param.
-    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
+    crate::sys::set_thread_sched(crate::sys::Sched::Fifo(1)).is_ok()
 }
 
 /// Returns this thread to normal scheduling (after [`realtime_for_this_thread`]).
 pub fn normal_for_this_thread() {
-    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
-    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = 0;
-    // SAFETY: as in realtime_for_this_thread.
-    unsafe {
-        libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);
-    }
+    let _ = crate::sys::set_thread_sched(crate::sys::Sched::Normal);
 }
 
 /// Asks the kernel to timestamp arriving data on `fd` (SO_TIMESTAMPNS), read with [`read_stamped`].
-pub fn enable_rx_timestamps(fd: std::os::fd::RawFd) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt with a valid int option value and its size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+pub fn enable_rx_timestamps(fd: impl std::os::fd::AsFd) -> bool {
+    crate::sys::setsockopt_on(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS).is_ok()
 }
 
 /// Reads like `read(2)` and returns when the data arrived: the kernel's receive timestamp (SO_TIMESTAMPNS, the

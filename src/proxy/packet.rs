@@ -15,8 +15,8 @@
 //! Receiving is one `recvmmsg` per batch (up to [`BATCH`] frames, waiting for the first only), sending one
 //! `sendmmsg` per batch. A TPACKET_V3 ring would save the copy out of the kernel; the batch calls were measured
 //! sufficient (docs/proxy-bridge.md, bench/bridge.sh) and keep this file small.
+#![allow(unsafe_code)] // the bridge's AF_PACKET socket: socket, bind, recvmmsg/sendmmsg batches
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant, SystemTime};
@@ -46,54 +46,17 @@ pub struct PacketSocket {
     ifindex: i32,
 }
 
-fn setopt(fd: i32, level: i32, name: i32, val: &impl Sized) -> io::Result<()> {
-    // SAFETY: `val` is a live value of the option's type; its pointer and size are passed together.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            val as *const _ as *const libc::c_void,
-            std::mem::size_of_val(val) as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// The index of interface `name` in this thread's network namespace, if there is one.
 pub fn ifindex(name: &str) -> Option<i32> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: a NUL-terminated string that lives across the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i as i32)
+    crate::sys::if_nametoindex(name).map(|i| i as i32)
 }
 
 /// The names of the interfaces in this thread's network namespace.
 pub fn interfaces() -> Vec<String> {
-    let mut out = Vec::new();
-    // SAFETY: if_nameindex returns an array ended by a zero entry (or NULL), freed once below.
-    unsafe {
-        let list = libc::if_nameindex();
-        if list.is_null() {
-            return out;
-        }
-        let mut p = list;
-        while (*p).if_index != 0 && !(*p).if_name.is_null() {
-            out.push(
-                std::ffi::CStr::from_ptr((*p).if_name)
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-            p = p.add(1);
-        }
-        libc::if_freenameindex(list);
-    }
-    out.sort();
-    out
+    crate::sys::interfaces()
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect()
 }
 
 fn permission(e: &io::Error) -> bool {
@@ -124,25 +87,25 @@ impl PacketSocket {
         let io = |what| move |e| OpenError::Io(what, e);
         let one: libc::c_int = 1;
         // Older kernels lack it: the pkttype check in recv() covers them.
-        let _ = setopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one);
-        setopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
+        let _ = crate::sys::setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one);
+        crate::sys::setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
             .map_err(io("asking for virtio-net headers (PACKET_VNET_HDR)"))?;
-        let _ = setopt(raw, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one);
-        setopt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
+        let _ = crate::sys::setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one);
+        crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
             .map_err(io("asking for receive timestamps"))?;
         let buf: libc::c_int = 8 << 20;
         // Larger buffers than the default when permitted (FORCE needs CAP_NET_ADMIN).
-        if setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &buf).is_err() {
-            let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &buf);
+        if crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &buf).is_err() {
+            let _ = crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &buf);
         }
-        if setopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &buf).is_err() {
-            let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &buf);
+        if crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &buf).is_err() {
+            let _ = crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &buf);
         }
         let tv = libc::timeval {
             tv_sec: 0,
             tv_usec: 100_000,
         };
-        setopt(raw, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
+        crate::sys::setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
             .map_err(io("setting the receive timeout"))?;
         // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value, filled in below.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -163,17 +126,21 @@ impl PacketSocket {
                 io::Error::last_os_error(),
             ));
         }
-        // SAFETY: packet_mreq is plain data; all zeroes is valid, filled in below.
-        let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
-        mreq.mr_ifindex = ifindex;
-        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
-        setopt(raw, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(|e| {
-            if permission(&e) {
-                OpenError::NotPermitted
-            } else {
-                OpenError::Io("making the interface promiscuous", e)
-            }
-        })?;
+        let mreq = libc::packet_mreq {
+            mr_ifindex: ifindex,
+            mr_type: libc::PACKET_MR_PROMISC as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        crate::sys::setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(
+            |e| {
+                if permission(&e) {
+                    OpenError::NotPermitted
+                } else {
+                    OpenError::Io("making the interface promiscuous", e)
+                }
+            },
+        )?;
         Ok(PacketSocket { fd, ifindex })
     }
 

@@ -22,6 +22,7 @@
 //! meanwhile), the same wait-then-spin as [`delay::sleep_until`]: the oversleeps of the timer feed the same
 //! adaptive margin. While it has delayed data pending, the loop thread runs at real-time priority when
 //! permitted, and holds the CPU-latency request around releases when `--cpu-wake` is on.
+#![allow(unsafe_code)] // splice through a pipe, pipe sizing and a zero-timeout poll of the relay
 
 use super::delay::{self, CpusAwake, DelayLine, LoopTimer, Rng};
 use super::faults::FaultKind;
@@ -460,7 +461,7 @@ impl Relay {
                     .map(|n| (n, Instant::now()))
             } else {
                 if !d.stamped {
-                    d.stamped = delay::enable_rx_timestamps(src.as_raw_fd());
+                    d.stamped = delay::enable_rx_timestamps(&src);
                 }
                 delay::read_stamped(src.as_raw_fd(), &mut buf[..reserved])
             };

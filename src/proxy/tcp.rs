@@ -307,47 +307,12 @@ impl Drop for ActiveGuard {
 /// The destination the client dialled before a NAT rule (REDIRECT/DNAT) sent it here: netfilter's
 /// SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6); None without such a rule or without conntrack.
 fn original_destination(s: &TcpStream) -> Option<SocketAddr> {
-    use std::os::fd::AsRawFd;
     const SO_ORIGINAL_DST: libc::c_int = 80; // linux/netfilter_ipv4.h; IP6T_SO_ORIGINAL_DST has the same value
     let v6 = s.local_addr().ok()?.is_ipv6();
-    // SAFETY: getsockopt(2) writes at most `len` bytes into the zeroed sockaddr_storage, which outlives the call.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let level = if v6 { libc::SOL_IPV6 } else { libc::SOL_IP };
-    // SAFETY: as above; the fd is the open socket `s`.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            level,
-            SO_ORIGINAL_DST,
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into the storage.
-            let a: libc::sockaddr_in =
-                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into the storage.
-            let a: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-            )))
-        }
-        _ => None,
-    }
+    let (ss, _) =
+        crate::sys::getsockopt::<libc::sockaddr_storage>(s, level, SO_ORIGINAL_DST).ok()?;
+    crate::sys::socket_addr(&ss)
 }
 
 /// Closes a socket with a reset: a connection of a relay loop has nothing to deliver.

@@ -502,23 +502,9 @@ pub fn is_loopback(ip: IpAddr) -> bool {
 /// Raises this process's soft limit on open files to its hard limit (a server holds one per client); returns
 /// the limit now in force.
 pub fn raise_fd_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the rlimit we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
+    let (soft, hard) = crate::sys::nofile_limit()?;
+    if soft < hard && crate::sys::set_nofile_soft(hard, hard).is_ok() {
+        return Ok(hard);
     }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit reads the rlimit we pass.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    Ok(lim.rlim_cur)
+    Ok(soft)
 }

@@ -7,6 +7,7 @@
 //! destination (`IP_PKTINFO`, `IPV6_RECVPKTINFO`; on a dual-stack socket IPv4 arrives as v4-mapped) and
 //! answers with it as the source (`IP_PKTINFO` / `IPV6_PKTINFO` on `sendmsg`). A socket bound to one address
 //! needs none of this and uses plain `recv_from` / `send_to`.
+#![allow(unsafe_code)] // recvmsg/sendmsg with IP_PKTINFO control messages
 
 use socket2::SockAddr;
 use std::io;
@@ -24,24 +25,11 @@ pub(super) fn enable(sock: &UdpSocket) -> io::Result<bool> {
     if !local.ip().is_unspecified() {
         return Ok(false);
     }
-    let on: libc::c_int = 1;
     let (level, name) = match local {
         SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO),
         SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO),
     };
-    // SAFETY: a valid socket descriptor and a c_int option value of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    crate::sys::setsockopt_on(sock, level, name)?;
     Ok(true)
 }
 

@@ -90,21 +90,7 @@ pub(super) fn spawn(
 /// Discards up to `len` bytes of what `stream` received, without copying them (`recv` with `MSG_TRUNC`, which
 /// TCP on Linux treats as "consume and drop").
 fn discard(stream: &TcpStream, len: usize) -> io::Result<usize> {
-    // SAFETY: with MSG_TRUNC, TCP copies nothing to the buffer; a null pointer with a length is what the
-    // kernel documents for this use, and the call touches no memory of ours.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            std::ptr::null_mut(),
-            len,
-            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    crate::sys::tcp_discard(stream, len)
 }
 
 /// The payload byte at offset `j` of a message (recognisable, not zeros: compressing links would flatter zeros).

@@ -1,6 +1,7 @@
 //! A precise wake-up for the event loop: a `timerfd` armed to an absolute `CLOCK_MONOTONIC` deadline and
 //! registered in the loop's poll (epoll's own timeout counts whole milliseconds; replay answers are delayed by
 //! server times of tens of microseconds).
+#![allow(unsafe_code)] // the server loop's timerfd (create, arm, read) and its poll
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -100,10 +101,7 @@ impl AsRawFd for TimerFd {
 /// Asks the kernel for the tightest timer slack on this thread, so timed wake-ups are not deferred by the
 /// default 50 us.
 pub(crate) fn tight_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes an integer argument and no pointers.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-    }
+    let _ = crate::sys::set_timer_slack(std::time::Duration::from_nanos(1));
 }
 
 #[cfg(test)]

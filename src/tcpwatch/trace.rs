@@ -5,6 +5,7 @@
 //! The record layout is read from the tracepoint's `format` file, so a kernel that moves a field still
 //! decodes; a field the format lacks is an error naming it. The only unsafe code of the engine is here: the
 //! `perf_event_open` system call and the shared ring buffer mapping.
+#![allow(unsafe_code)] // perf_event_open and the mmap'd perf ring buffer
 
 use std::collections::HashMap;
 use std::io;

@@ -207,16 +207,7 @@ impl Loop {
     /// timers (that timer wake-up is saved).
     pub(super) fn run(mut self) {
         // The kernel may also fire our timeout late by KERNEL_SLACK, to share a wake-up with other timers.
-        // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and only sets this thread's timer slack.
-        unsafe {
-            libc::prctl(
-                libc::PR_SET_TIMERSLACK,
-                KERNEL_SLACK.as_nanos() as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            );
-        }
+        let _ = crate::sys::set_timer_slack(KERNEL_SLACK);
         let mut events = Events::with_capacity(1024);
         while !self.stop {
             let due = self.heap.next().map(|at| self.heap.wake_at(at));

@@ -67,38 +67,7 @@ impl SelfFilter {
 
 /// This host's addresses (every interface of this network namespace), from getifaddrs.
 pub fn local_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list and stores its head in ifap; it is freed below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return out;
-    }
-    let mut p = ifap;
-    while !p.is_null() {
-        // SAFETY: p is a node of the list returned by getifaddrs, valid until freeifaddrs.
-        let ifa = unsafe { &*p };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
-            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-            }
-        }
-        p = ifa.ifa_next;
-    }
-    // SAFETY: ifap came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(ifap) };
-    out.sort();
-    out.dedup();
-    out
+    crate::sys::interface_addresses().unwrap_or_default()
 }
 
 /// The local address the kernel would use toward `to` (a connected UDP socket; nothing is sent).
@@ -116,14 +85,7 @@ pub fn local_address_toward(to: SocketAddr) -> Option<IpAddr> {
 
 /// This host's name (empty when it cannot be read).
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its whole length; gethostname NUL-terminates within it (or truncates).
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::sys::hostname().unwrap_or_default()
 }
 
 /// The default `source` label: the local address toward the first target, else the host name.

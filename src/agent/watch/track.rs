@@ -202,13 +202,7 @@ impl Tracker {
 
 /// CPU time of the calling thread, seconds.
 fn thread_cpu_seconds() -> Option<f64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (r == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    crate::sys::thread_cpu_time().ok().map(|d| d.as_secs_f64())
 }
 
 impl Sink for Tracker {

@@ -4,8 +4,9 @@
 //! Everything that reads bytes out of a block is safe code in [`super::block`]; this file only decides
 //! *when* a block may be read (its status word says `TP_STATUS_USER`) and gives it back (status
 //! `TP_STATUS_KERNEL`).
-#![allow(unsafe_code)]
+#![allow(unsafe_code)] // the packet socket, the mmap'd TPACKET_V3 ring and its block status words
 
+use crate::sys::Plain;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,7 +27,6 @@ pub const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
 pub const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
-const SO_ATTACH_FILTER: libc::c_int = 26;
 const SO_LOCK_FILTER: libc::c_int = 44;
 /// Block status: owned by user space.
 pub const TP_STATUS_USER: u32 = 1;
@@ -62,6 +62,7 @@ struct TpacketStatsV3 {
 
 /// `struct packet_mreq`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct PacketMreq {
     ifindex: libc::c_int,
     kind: libc::c_ushort,
@@ -77,17 +78,20 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` is a valid, initialised `T` for the duration of the call and the length passed is its size.
-    check(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    })
+// SAFETY: the three option structs are plain `u32`/`c_int`/`c_ushort` fields and a byte array.
+unsafe impl Plain for TpacketReq3 {}
+// SAFETY: as above.
+unsafe impl Plain for TpacketStatsV3 {}
+// SAFETY: as above.
+unsafe impl Plain for PacketMreq {}
+
+fn setsockopt<T: Plain>(
+    s: &PacketSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
+    crate::sys::setsockopt(&s.fd, level, name, v)
 }
 
 /// An AF_PACKET socket: `SOCK_RAW` (link-layer header included) or `SOCK_DGRAM` (cooked, as libpcap's `any`).
@@ -126,24 +130,15 @@ impl PacketSocket {
 
     /// Asks for TPACKET_V3 (must come before the ring).
     pub fn set_v3(&self) -> io::Result<()> {
-        setsockopt(self.raw(), SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
+        setsockopt(self, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
     }
 
     /// Attaches a classic BPF program (instructions in `struct sock_filter` layout) and, when `lock`, locks
     /// it so it cannot be replaced.
     pub fn attach_filter(&self, insns: &[libc::sock_filter], lock: bool) -> io::Result<()> {
-        let prog = libc::sock_fprog {
-            len: insns.len() as libc::c_ushort,
-            filter: insns.as_ptr() as *mut libc::sock_filter,
-        };
-        setsockopt(self.raw(), libc::SOL_SOCKET, SO_ATTACH_FILTER, &prog)?;
+        crate::sys::attach_filter(&self.fd, insns)?;
         if lock {
-            setsockopt(
-                self.raw(),
-                libc::SOL_SOCKET,
-                SO_LOCK_FILTER,
-                &1 as &libc::c_int,
-            )?;
+            setsockopt(self, libc::SOL_SOCKET, SO_LOCK_FILTER, &1 as &libc::c_int)?;
         }
         Ok(())
     }
@@ -169,19 +164,9 @@ impl PacketSocket {
     /// a new group) and returns the group's id. The socket must be bound.
     pub fn join_fanout(&self, id: u16, mode: u32) -> io::Result<u16> {
         let v: libc::c_int = (u32::from(id) | (mode << 16)) as libc::c_int;
-        setsockopt(self.raw(), SOL_PACKET, PACKET_FANOUT, &v)?;
-        let mut out: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `out` is writable for `len` bytes.
-        check(unsafe {
-            libc::getsockopt(
-                self.raw(),
-                SOL_PACKET,
-                PACKET_FANOUT,
-                (&mut out as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        })?;
+        setsockopt(self, SOL_PACKET, PACKET_FANOUT, &v)?;
+        let (out, _): (libc::c_int, _) =
+            crate::sys::getsockopt(&self.fd, SOL_PACKET, PACKET_FANOUT)?;
         Ok((out as u32 & 0xffff) as u16)
     }
 
@@ -193,41 +178,21 @@ impl PacketSocket {
             alen: 0,
             address: [0; 8],
         };
-        setsockopt(self.raw(), SOL_PACKET, PACKET_ADD_MEMBERSHIP, &m)
+        setsockopt(self, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &m)
     }
 
     /// Kernel counters since the previous call: (packets passed to the socket, packets dropped).
     pub fn stats(&self) -> io::Result<(u64, u64)> {
-        let mut s = TpacketStatsV3::default();
-        let mut len = std::mem::size_of::<TpacketStatsV3>() as libc::socklen_t;
-        // SAFETY: `s` is writable for `len` bytes; the kernel writes at most that and updates `len`.
-        check(unsafe {
-            libc::getsockopt(
-                self.raw(),
-                SOL_PACKET,
-                PACKET_STATISTICS,
-                (&mut s as *mut TpacketStatsV3).cast(),
-                &mut len,
-            )
-        })?;
+        let (s, _): (TpacketStatsV3, _) =
+            crate::sys::getsockopt(&self.fd, SOL_PACKET, PACKET_STATISTICS)?;
         Ok((u64::from(s.packets), u64::from(s.drops)))
     }
 
     /// The pending socket error (e.g. ENETDOWN when the interface went down), if any.
     pub fn take_error(&self) -> Option<io::Error> {
-        let mut e: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `e` is writable for `len` bytes.
-        let r = unsafe {
-            libc::getsockopt(
-                self.raw(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut e as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0 && e != 0).then(|| io::Error::from_raw_os_error(e))
+        let (e, _): (libc::c_int, _) =
+            crate::sys::getsockopt(&self.fd, libc::SOL_SOCKET, libc::SO_ERROR).ok()?;
+        (e != 0).then(|| io::Error::from_raw_os_error(e))
     }
 
     /// Waits up to `timeout_ms` for a block (or an error). Returns (readable, error/hang-up).
@@ -268,7 +233,7 @@ unsafe impl Send for Ring {}
 impl Ring {
     /// Sets up the ring on `sock` (after [`PacketSocket::set_v3`], before bind) and maps it.
     pub fn new(sock: &PacketSocket, req: TpacketReq3) -> io::Result<Self> {
-        setsockopt(sock.raw(), SOL_PACKET, PACKET_RX_RING, &req)?;
+        setsockopt(sock, SOL_PACKET, PACKET_RX_RING, &req)?;
         let len = req.block_size as usize * req.block_nr as usize;
         // SAFETY: mapping the ring the kernel just allocated for this socket, shared, at a kernel-chosen
         // address; the result is checked against MAP_FAILED.

@@ -1,0 +1,411 @@
+//! The plain system calls the engine makes through `libc`, behind safe, typed functions: socket options,
+//! interface lookups, signal handlers, thread scheduling and clocks, resource limits.
+//!
+//! This is the home of the crate's unsafe code (see ARCHITECTURE.md, "Unsafe code"): the crate denies
+//! `unsafe_code`, and only this module and the files listed in tests/house.rs (`unsafe_allow_list_is_documented`)
+//! allow it, each for what is genuinely local to it (a memory-mapped ring, `recvmsg` control messages, ...).
+//! Every function here checks its result and returns `io::Result`; callers add the operation and address.
+#![allow(unsafe_code)] // the one home of the raw system calls: each block below says why it is sound
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem::{MaybeUninit, size_of};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+/// A socket option value the kernel may read or fill byte for byte: plain integers and structs of them, for
+/// which every bit pattern (all zeroes included) is a valid value, with no pointers.
+///
+/// # Safety
+/// Implement only for `Copy` types without padding-sensitive invariants, references or pointers, for which
+/// any bytes the kernel writes are a valid value.
+pub unsafe trait Plain: Copy {}
+
+// SAFETY: integers: every bit pattern is valid.
+unsafe impl Plain for libc::c_int {}
+// SAFETY: as above.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for u64 {}
+// SAFETY: plain integers and arrays of them (the kernel's `struct sockaddr_storage`).
+unsafe impl Plain for libc::sockaddr_storage {}
+// SAFETY: plain integers (`struct packet_mreq`).
+unsafe impl Plain for libc::packet_mreq {}
+// SAFETY: plain integers (`struct timeval`).
+unsafe impl Plain for libc::timeval {}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `setsockopt(fd, level, name, value)`.
+pub fn setsockopt<T: Plain>(
+    fd: impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live, initialised `T` for the duration of the call and its exact size is passed;
+    // the descriptor is borrowed from an open file.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_fd().as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+}
+
+/// `setsockopt` of an `int` option set to 1 (a boolean option switched on).
+pub fn setsockopt_on(fd: impl AsFd, level: libc::c_int, name: libc::c_int) -> io::Result<()> {
+    setsockopt(fd, level, name, &(1 as libc::c_int))
+}
+
+/// `getsockopt(fd, level, name)` into a `T` (zeroed first): the value and the bytes the kernel wrote.
+pub fn getsockopt<T: Plain>(
+    fd: impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<(T, usize)> {
+    let mut v = MaybeUninit::<T>::zeroed();
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is writable for `len` bytes; the kernel writes at most `len` bytes and stores the count.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            level,
+            name,
+            v.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    // SAFETY: `T: Plain`: all zeroes, and any bytes the kernel wrote over them, are a valid `T`.
+    Ok((unsafe { v.assume_init() }, len as usize))
+}
+
+/// `getsockopt(fd, level, name)` into a byte buffer; the bytes the kernel wrote.
+pub fn getsockopt_bytes(
+    fd: impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most `len` and stores the count.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            level,
+            name,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    Ok((len as usize).min(buf.len()))
+}
+
+/// Attaches a classic BPF program (`SO_ATTACH_FILTER`) to a socket.
+pub fn attach_filter(fd: impl AsFd, insns: &[libc::sock_filter]) -> io::Result<()> {
+    let len = libc::c_ushort::try_from(insns.len()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} instructions: a classic BPF program holds at most 65535",
+                insns.len()
+            ),
+        )
+    })?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: insns.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `len` live instructions for the duration of the call (the kernel copies them).
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&prog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    })
+}
+
+/// A socket address the kernel wrote into a `sockaddr_storage` (IPv4 or IPv6; None for another family).
+pub fn socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: a storage of family AF_INET holds a sockaddr_in, which is smaller and less aligned.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: a storage of family AF_INET6 holds a sockaddr_in6, which is smaller and less aligned.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// The index of interface `name` in this thread's network namespace (None when there is none).
+pub fn if_nametoindex(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: a NUL-terminated string that lives across the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+/// The interfaces of this thread's network namespace: (index, name), sorted by name.
+pub fn interfaces() -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    // SAFETY: if_nameindex returns an array ended by a zero entry (or NULL), read before it is freed once.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return out;
+        }
+        let mut p = list;
+        while (*p).if_index != 0 && !(*p).if_name.is_null() {
+            let name = CStr::from_ptr((*p).if_name).to_string_lossy().into_owned();
+            out.push(((*p).if_index, name));
+            p = p.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out
+}
+
+/// Every IPv4 and IPv6 address of this network namespace's interfaces (`getifaddrs`), sorted, deduplicated.
+pub fn interface_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut out = Vec::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list and stores its head in ifap; it is freed below.
+    check(unsafe { libc::getifaddrs(&mut ifap) })?;
+    let mut p = ifap;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list returned by getifaddrs, valid until freeifaddrs.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: ifap came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// This host's name (`gethostname`).
+pub fn hostname() -> io::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its whole length; gethostname NUL-terminates within it (or truncates).
+    check(unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) })?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Installs `handler` for signal `signal` (`SA_RESTART`, empty mask). The handler must only do what is
+/// async-signal-safe (store to an atomic).
+pub fn on_signal(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    // SAFETY: the sigaction struct is fully initialised (zeroed, then the handler and an empty mask); the
+    // handler is a plain function the caller promises is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = libc::SA_RESTART;
+        check(libc::sigaction(signal, &sa, std::ptr::null_mut()))
+    }
+}
+
+static HANGUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes SIGHUP set a flag instead of ending the process (installed on the first call; a failure to install
+/// leaves the flag false for ever) and returns the flag: take it with `swap(false, ..)`.
+pub fn sighup_flag() -> &'static std::sync::atomic::AtomicBool {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = on_signal(libc::SIGHUP, on_hangup);
+    });
+    &HANGUP
+}
+
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`; at least 1 ns: 0 would mean "the default").
+pub fn set_timer_slack(slack: Duration) -> io::Result<()> {
+    let ns = slack.as_nanos().clamp(1, u128::from(libc::c_ulong::MAX)) as libc::c_ulong;
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and only sets this thread's timer slack.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            ns,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+}
+
+/// Scheduling of the calling thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sched {
+    /// `SCHED_FIFO` real time at this priority (1 is the lowest).
+    Fifo(i32),
+    /// `SCHED_OTHER`, the normal time sharing.
+    Normal,
+}
+
+/// Sets the calling thread's scheduling (`pthread_setschedparam`). Fails with EPERM without CAP_SYS_NICE.
+pub fn set_thread_sched(s: Sched) -> io::Result<()> {
+    let (policy, prio) = match s {
+        Sched::Fifo(p) => (libc::SCHED_FIFO, p),
+        Sched::Normal => (libc::SCHED_OTHER, 0),
+    };
+    // SAFETY: sched_param is plain integers (and, on musl, timespecs): all zeroes is a valid value. Built
+    // field by field because musl's has more fields than glibc's (static builds, deploy/docker).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = prio;
+    // SAFETY: pthread_self() names the calling thread, which is alive; `param` outlives the call.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// A clock's current value (`clock_gettime`) as a [`Duration`] since the clock's origin.
+pub fn clock_now(clock: libc::clockid_t) -> io::Result<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    check(unsafe { libc::clock_gettime(clock, &mut ts) })?;
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> io::Result<Duration> {
+    clock_now(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The open-file limit (`RLIMIT_NOFILE`): (soft, hard).
+pub fn nofile_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit we pass.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Sets the open-file limit's soft value (at most the hard one).
+pub fn set_nofile_soft(soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads the rlimit we pass.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })
+}
+
+/// Discards up to `len` bytes a TCP socket received, copying nothing (`recv(MSG_TRUNC | MSG_DONTWAIT)`,
+/// which TCP on Linux treats as "consume and drop"); the bytes dropped.
+pub fn tcp_discard(fd: impl AsFd, len: usize) -> io::Result<usize> {
+    // SAFETY: with MSG_TRUNC, TCP copies nothing to the buffer; a null pointer with a length is what the
+    // kernel documents for this use, and the call touches no memory of ours.
+    let n = unsafe {
+        libc::recv(
+            fd.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_listed_and_found() {
+        let lo = if_nametoindex("lo").expect("lo has an index");
+        assert!(interfaces().iter().any(|(i, n)| *i == lo && n == "lo"));
+        assert_eq!(if_nametoindex("no-such-interface-x"), None);
+        assert_eq!(if_nametoindex("bad\0name"), None);
+    }
+
+    #[test]
+    fn socket_options_round_trip() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt(
+            &s,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &(65536 as libc::c_int),
+        )
+        .unwrap();
+        let (v, n): (libc::c_int, usize) =
+            getsockopt(&s, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap();
+        assert_eq!(n, size_of::<libc::c_int>());
+        // The kernel doubles what it is given.
+        assert_eq!(v, 131072);
+        let e = setsockopt(&s, libc::SOL_SOCKET, 9999, &(1 as libc::c_int)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOPROTOOPT));
+    }
+
+    #[test]
+    fn clocks_move() {
+        let a = thread_cpu_time().unwrap();
+        let mut x = 0u64;
+        for i in 0..1_000_000u64 {
+            x = x.wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(x);
+        assert!(thread_cpu_time().unwrap() >= a);
+    }
+}
