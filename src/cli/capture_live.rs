@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
 use roundtrip::capture::read::LinkType;
-use roundtrip::capture::{CaptureInfo, Filter, Packets, bpf, write};
+use roundtrip::capture::{CaptureInfo, Filter, Packets, write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,36 +126,6 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             more: Vec::new(),
         });
     };
-    // --host/--port/--flow join the expression in the kernel, so `--count` counts the packets that pass every
-    // filter and the rest never reach user space (the analyses still check them: same result).
-    let kernel_expr = kernel_expression(filter).map_err(super::output::refused)?;
-    let program = match &kernel_expr {
-        Some(e) => {
-            let target = match live::link_of(iface) {
-                Some(l) => bpf::Target::Link(l),
-                None => bpf::Target::Cooked,
-            };
-            let opts = bpf::Options {
-                drop_outgoing: false,
-                snaplen: a.snaplen,
-            };
-            let p = e
-                .compile(target, &opts)
-                .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.text()))?;
-            Some(
-                p.insns()
-                    .iter()
-                    .map(|i| libc::sock_filter {
-                        code: i.code,
-                        jt: i.jt,
-                        jf: i.jf,
-                        k: i.k,
-                    })
-                    .collect(),
-            )
-        }
-        None => None,
-    };
     let stop = super::common::cancel_on_ctrl_c();
     let cfg = LiveConfig {
         interface: iface.clone(),
@@ -164,9 +134,18 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         promisc: a.promisc,
         duration: a.duration,
         count: a.count,
-        filter: program,
+        // --host/--port/--flow join the expression in the kernel, so `--count` counts the packets that pass
+        // every filter and the rest never reach user space (the analyses still check them: same result).
+        filter: filter.clone(),
     };
-    let mut group = live::LiveCapture::open_fanout(cfg, a.threads, stop)?.into_iter();
+    let mut group = live::LiveCapture::open_fanout(cfg, a.threads, stop)
+        .map_err(|e| match e {
+            live::LiveError::Filter { source, .. } => {
+                anyhow::anyhow!("--filter '{}': {}", source.expr, source.source)
+            }
+            e => e.into(),
+        })?
+        .into_iter();
     let cap = group.next().context("no capture opened")?;
     let more: Vec<Packets> = group
         .map(|c| Packets::live(c, filter.expr_text()))
@@ -188,9 +167,8 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             i.ring_blocks,
             i.block_bytes / 1024,
             i.snaplen,
-            kernel_expr
-                .as_ref()
-                .map(|e| format!(", filter '{}' in the kernel", e.text()))
+            cap.kernel_filter()
+                .map(|e| format!(", filter '{e}' in the kernel"))
                 .unwrap_or_default()
         ));
     }
@@ -205,48 +183,6 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         counters: Some(counters),
         more,
     })
-}
-
-/// The expression the kernel runs live: `--filter`'s, and `--host`, `--port`, `--flow` as pcap-filter
-/// primitives (`ip host A`, `tcp port P or udp port P`, both directions of the address pair), so every
-/// filter is applied before a packet reaches user space. `None` when there is no filter at all.
-pub fn kernel_expression(filter: &Filter) -> anyhow::Result<Option<bpf::Expr>> {
-    fn host(dir: &str, a: std::net::IpAddr) -> String {
-        let fam = if a.is_ipv4() { "ip" } else { "ip6" };
-        format!("{fam} {dir}host {a}")
-    }
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(e) = filter.expr.as_ref().filter(|e| !e.is_empty()) {
-        parts.push(format!("({})", e.text()));
-    }
-    if let Some(h) = filter.host {
-        parts.push(host("", h));
-    }
-    if let Some(p) = filter.port {
-        parts.push(format!("(tcp port {p} or udp port {p})"));
-    }
-    if let Some((a, b)) = filter.flow {
-        let one_way = |x: std::net::SocketAddr, y: std::net::SocketAddr| {
-            format!(
-                "({} and {} and (tcp or udp) and src port {} and dst port {})",
-                host("src ", x.ip()),
-                host("dst ", y.ip()),
-                x.port(),
-                y.port()
-            )
-        };
-        parts.push(format!("({} or {})", one_way(a, b), one_way(b, a)));
-    }
-    if parts.is_empty() {
-        return Ok(None);
-    }
-    if parts.len() == 1 && filter.fields_empty() {
-        return Ok(filter.expr.clone());
-    }
-    let text = parts.join(" and ");
-    bpf::Expr::parse(&text)
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!("--host/--port/--flow as a kernel filter '{text}': {e}"))
 }
 
 /// Interface names by index (live `any` keys connections by interface), read from /sys/class/net once per

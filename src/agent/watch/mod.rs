@@ -99,6 +99,14 @@ pub struct WatchSpec {
 }
 
 impl WatchSpec {
+    /// The filter the watch's kernel runs (its expression alone).
+    pub fn kernel_filter(&self) -> Filter {
+        Filter {
+            expr: self.filter.clone(),
+            ..Filter::default()
+        }
+    }
+
     /// Watches `interface` with the defaults (all protocols, no filter, no labels).
     pub fn new(interface: &str) -> WatchSpec {
         WatchSpec {
@@ -452,39 +460,13 @@ pub enum WatchError {
 /// Checks a watch before anything starts: the interface exists and the filter compiles for it.
 pub fn check(spec: &WatchSpec) -> Result<(), WatchError> {
     live::check_interface(&spec.interface)?;
-    program(spec).map(|_| ())
-}
-
-fn program(spec: &WatchSpec) -> Result<Option<Vec<libc::sock_filter>>, WatchError> {
-    let Some(e) = &spec.filter else {
-        return Ok(None);
-    };
-    let target = match live::link_of(&spec.interface) {
-        Some(l) => bpf::Target::Link(l),
-        None => bpf::Target::Cooked,
-    };
-    let opts = bpf::Options {
-        drop_outgoing: false,
-        snaplen: live::DEFAULT_SNAPLEN,
-    };
-    let p = e
-        .compile(target, &opts)
-        .map_err(|source| WatchError::Filter {
-            expr: e.text().to_string(),
+    live::kernel::check(&spec.interface, &spec.kernel_filter(), SNAPLEN)
+        .map(|_| ())
+        .map_err(|e| WatchError::Filter {
+            expr: e.expr,
             interface: spec.interface.clone(),
-            source,
-        })?;
-    Ok(Some(
-        p.insns()
-            .iter()
-            .map(|i| libc::sock_filter {
-                code: i.code,
-                jt: i.jt,
-                jf: i.jf,
-                k: i.k,
-            })
-            .collect(),
-    ))
+            source: e.source,
+        })
 }
 
 /// Running watchers.
@@ -573,14 +555,6 @@ fn run(idx: usize, spec: WatchSpec, shared: &Arc<Shared>, stop: &Arc<AtomicBool>
                 RETRY.as_secs()
             ));
         };
-        let prog = match program(&spec) {
-            Ok(p) => p,
-            Err(e) => {
-                failed(shared, e.to_string());
-                sleep_unless(stop, RETRY);
-                continue;
-            }
-        };
         let cfg = LiveConfig {
             interface: spec.interface.clone(),
             snaplen: SNAPLEN,
@@ -588,10 +562,20 @@ fn run(idx: usize, spec: WatchSpec, shared: &Arc<Shared>, stop: &Arc<AtomicBool>
             promisc: false,
             duration: None,
             count: None,
-            filter: prog,
+            filter: spec.kernel_filter(),
         };
         let cap = match LiveCapture::open(cfg, stop.clone()) {
             Ok(c) => c,
+            Err(live::LiveError::Filter { interface, source }) => {
+                let e = WatchError::Filter {
+                    expr: source.expr,
+                    interface,
+                    source: source.source,
+                };
+                failed(shared, e.to_string());
+                sleep_unless(stop, RETRY);
+                continue;
+            }
             Err(e) => {
                 failed(shared, e.to_string());
                 sleep_unless(stop, RETRY);

@@ -128,6 +128,12 @@ impl Expr {
         Expr::parse(&text.join(" "))
     }
 
+    /// An expression built as a tree rather than parsed (the live capture's `--host/--port/--flow` terms):
+    /// `text` is what is shown for it, `root` what is compiled (None accepts everything).
+    pub fn from_tree(text: String, root: Option<parse::Node>) -> Expr {
+        Expr { text, root }
+    }
+
     /// The expression as given (whitespace normalised).
     pub fn text(&self) -> &str {
         &self.text

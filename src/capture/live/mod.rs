@@ -37,12 +37,19 @@
 //! by the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`), so another capture on the host is never joined by mistake.
 //! Kernel counters (packets, drops) of every ring are summed in one [`LiveCounters`].
 //!
-//! The unsafe code (socket options, the mapping, the block ownership word) is in [`ring`] alone; reading
-//! bytes out of a block is safe code in [`block`].
+//! The unsafe code (the packet socket, the mapping, the block ownership word) is in [`ring`] alone (socket
+//! options go through [`crate::sys`]); reading bytes out of a block is safe code in [`block`].
+//!
+//! # The filter
+//! [`LiveCapture::open`] takes the parsed [`Filter`] (`--filter` and `--host/--port/--flow`), joins it into
+//! one expression ([`kernel::kernel_expr`]), compiles it for the interface's link type and attaches it after
+//! the drop of `lo`'s outgoing copies: callers never handle instructions.
 
 pub mod block;
+pub mod kernel;
 pub mod ring;
 
+use super::Filter;
 use super::read::{LinkType, Packet};
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -69,6 +76,18 @@ pub const MAX_DRAIN: Duration = Duration::from_secs(2);
 pub const TICK: Duration = Duration::from_millis(100);
 
 const PAGE: u32 = 4096;
+/// Bytes the kernel charges a socket for a filter beyond its instructions (the header of its `struct bpf_prog`);
+/// each instruction is 8 bytes (more once the kernel has translated it).
+pub const PROG_OVERHEAD: usize = 72;
+
+/// `net.core.optmem_max` of this thread's network namespace, bytes.
+pub fn optmem_max() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/net/core/optmem_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
 const PACKET_OUTGOING: u8 = 4;
 
 /// Where to capture and what to keep.
@@ -86,9 +105,10 @@ pub struct LiveConfig {
     pub duration: Option<Duration>,
     /// Stop after this many packets (that passed the kernel filter).
     pub count: Option<u64>,
-    /// A compiled filter (classic BPF, `struct sock_filter` layout) for the interface's link type; it runs after
-    /// the drop of `lo`'s outgoing copies.
-    pub filter: Option<Vec<libc::sock_filter>>,
+    /// The filter the kernel runs (`--filter` and `--host/--port/--flow`, see [`kernel::kernel_expr`]),
+    /// compiled by [`LiveCapture::open`] for the interface's link type; it runs after the drop of `lo`'s
+    /// outgoing copies.
+    pub filter: Filter,
 }
 
 impl LiveConfig {
@@ -101,7 +121,7 @@ impl LiveConfig {
             promisc: false,
             duration: None,
             count: None,
-            filter: None,
+            filter: Filter::default(),
         }
     }
 }
@@ -125,6 +145,33 @@ pub enum LiveError {
     Permission {
         /// The interface.
         interface: String,
+    },
+    /// The filter does not compile for the interface's link type.
+    #[error("{source}")]
+    Filter {
+        /// The interface.
+        interface: String,
+        /// The expression and why.
+        source: kernel::FilterError,
+    },
+    /// The kernel refused the filter program's memory (`SO_ATTACH_FILTER` ENOMEM): the socket's option memory
+    /// is bounded by `net.core.optmem_max`, per network namespace.
+    #[error(
+        "live capture on {interface}: the kernel refused the filter program ({instructions} instructions, at \
+         least {needed} bytes as the kernel holds it: {instructions} x 8 + {PROG_OVERHEAD}, more once translated) \
+         because a socket's filter must fit in net.core.optmem_max ({}) of this network namespace: shorten \
+         the filter (fewer terms), or raise the limit (sysctl -w net.core.optmem_max=N)",
+        .optmem_max.map_or("unreadable".to_string(), |m| format!("{m} bytes"))
+    )]
+    FilterMemory {
+        /// The interface.
+        interface: String,
+        /// Classic BPF instructions in the program attached (the drop of outgoing copies included).
+        instructions: usize,
+        /// The least the kernel charges for it: instructions x 8 + [`PROG_OVERHEAD`].
+        needed: usize,
+        /// `/proc/sys/net/core/optmem_max` now (None when it cannot be read).
+        optmem_max: Option<u64>,
     },
     /// Another system call failed.
     #[error("live capture on {interface}: {what}: {source}")]
@@ -375,6 +422,33 @@ impl LiveCapture {
             65534 => (false, LinkType::RAW),
             _ => (true, LinkType::LINUX_SLL2),
         };
+        // The filter first: a mistake in it is reported before any socket is opened.
+        let user = match kernel::kernel_expr(&config.filter) {
+            Some(e) => {
+                let linked = (!cooked).then_some(link);
+                let p = kernel::compile(&e, linked, config.snaplen).map_err(|source| {
+                    LiveError::Filter {
+                        interface: name.clone(),
+                        source: kernel::FilterError {
+                            expr: e.text().to_string(),
+                            source,
+                        },
+                    }
+                })?;
+                Some(
+                    p.insns()
+                        .iter()
+                        .map(|i| libc::sock_filter {
+                            code: i.code,
+                            jt: i.jt,
+                            jf: i.jf,
+                            k: i.k,
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            }
+            None => None,
+        };
         let io_err = |what: &'static str| {
             let interface = name.clone();
             move |source: io::Error| LiveError::Io {
@@ -397,11 +471,21 @@ impl LiveCapture {
         let prog = kernel_program(
             drop_out,
             any.then_some(lo_index),
-            config.filter.as_deref(),
+            user.as_deref(),
             config.snaplen,
         );
-        sock.attach_filter(&prog, true)
-            .map_err(io_err("attaching the filter program"))?;
+        sock.attach_filter(&prog, true).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOMEM) {
+                LiveError::FilterMemory {
+                    interface: name.clone(),
+                    instructions: prog.len(),
+                    needed: prog.len() * 8 + PROG_OVERHEAD,
+                    optmem_max: optmem_max(),
+                }
+            } else {
+                io_err("attaching the filter program")(e)
+            }
+        })?;
         sock.set_v3().map_err(io_err("asking for TPACKET_V3"))?;
         let (block_size, block_nr) = geometry(config.buffer);
         let req = ring::TpacketReq3 {
@@ -454,6 +538,11 @@ impl LiveCapture {
             config,
             drain_until: None,
         })
+    }
+
+    /// The expression the kernel runs (`--filter` and `--host/--port/--flow` joined), None without a filter.
+    pub fn kernel_filter(&self) -> Option<String> {
+        kernel::kernel_expr(&self.config.filter).map(|e| e.text().to_string())
     }
 
     /// The link type of the packets delivered.
