@@ -8,6 +8,9 @@
 //! heads of at most [`MAX_HEAD`], complete within [`READ_TIMEOUT`]; answers read within [`WRITE_TIMEOUT`];
 //! at most [`MAX_CONNECTIONS`] connections (past it the one that has waited longest for its request head is
 //! closed to make room) and [`MAX_RENDERING`] answers rendering at once (past it: 503).
+//!
+//! The request parser ([`parse_request`], [`parse_head`]) is fuzzed (fuzz/fuzz_targets/agent_http.rs).
+#![forbid(unsafe_code)]
 
 mod site;
 
@@ -104,6 +107,19 @@ pub fn parse_head(head: &[u8]) -> Option<Request> {
         path,
         accept,
     })
+}
+
+/// What the server makes of the bytes a client sent so far, as its event loop decides: `Ok(None)` while the
+/// request head is incomplete (and within [`MAX_HEAD`]), `Ok(Some(request))` once it is complete, `Err(status)`
+/// for the answer a bad head gets (400 not HTTP/1.x, 431 over [`MAX_HEAD`]). Bytes after the head are ignored
+/// (one request per connection, no body is read).
+pub fn parse_request(bytes: &[u8]) -> Result<Option<Request>, u16> {
+    match bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) if i <= MAX_HEAD => parse_head(&bytes[..i]).map(Some).ok_or(400),
+        Some(_) => Err(431),
+        None if bytes.len() > MAX_HEAD => Err(431),
+        None => Ok(None),
+    }
 }
 
 /// What serves the requests.

@@ -15,7 +15,6 @@
 pub mod diag;
 pub mod info;
 pub mod procfs;
-#[allow(unsafe_code)]
 pub mod trace;
 
 use diag::{DiagSocket, Family, LIVE_STATES, NETLINK_SOCK_DIAG};

@@ -1,5 +1,6 @@
 //! The agent's pages on the server: [`Site`] answers `/metrics`, `/api/results` and `/`; [`results_json`] and
 //! [`matrix`] make the JSON and the HTML matrix from a snapshot.
+#![forbid(unsafe_code)]
 
 use super::{Request, Response};
 use crate::agent::metrics::{self, AgentInfo, Format};

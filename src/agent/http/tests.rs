@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 use super::super::{Histogram, ProbeKind, TargetSnapshot, TargetSpec, WindowStats};
 use super::*;
 use crate::agent::Snapshot;
@@ -175,4 +176,19 @@ fn idle_and_half_sent_requests_hold_no_one() {
     assert!(r.starts_with("HTTP/1.1 405") && r.ends_with("\n"), "{r}");
     drop(idle);
     server.shutdown();
+}
+
+#[test]
+fn parse_request_decides_as_the_loop() {
+    assert_eq!(parse_request(b"GET /metrics HTTP/1.1\r\nHost"), Ok(None));
+    let r = parse_request(b"GET /metrics?x HTTP/1.1\r\nAccept: text/plain\r\n\r\nrest").unwrap();
+    assert_eq!(
+        r.map(|r| (r.method, r.path)),
+        Some(("GET".into(), "/metrics".into()))
+    );
+    assert_eq!(parse_request(b"junk\r\n\r\n"), Err(400));
+    assert_eq!(parse_request(&vec![b'a'; MAX_HEAD + 1]), Err(431));
+    let mut long = vec![b'a'; MAX_HEAD + 1];
+    long.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(parse_request(&long), Err(431));
 }

@@ -76,9 +76,11 @@ pub const MAX_DRAIN: Duration = Duration::from_secs(2);
 pub const TICK: Duration = Duration::from_millis(100);
 
 const PAGE: u32 = 4096;
-/// Bytes the kernel charges a socket for a filter beyond its instructions (the header of its `struct bpf_prog`);
-/// each instruction is 8 bytes (more once the kernel has translated it).
-pub const PROG_OVERHEAD: usize = 72;
+/// About what the kernel charges a socket's option memory per classic BPF instruction of its filter: it keeps
+/// the program translated to eBPF, about five 8-byte instructions for each classic one (measured on Linux 6.18
+/// by the smallest `net.core.optmem_max` that takes a program: 40 to 49 bytes per instruction from 27 to 2,438
+/// instructions; docs/capture-live.md).
+pub const BYTES_PER_INSN: usize = 45;
 
 /// `net.core.optmem_max` of this thread's network namespace, bytes.
 pub fn optmem_max() -> Option<u64> {
@@ -154,13 +156,13 @@ pub enum LiveError {
         /// The expression and why.
         source: kernel::FilterError,
     },
-    /// The kernel refused the filter program's memory (`SO_ATTACH_FILTER` ENOMEM): the socket's option memory
-    /// is bounded by `net.core.optmem_max`, per network namespace.
+    /// The kernel refused the filter program's memory (`SO_ATTACH_FILTER` ENOMEM): a socket's filter, as the
+    /// kernel holds it once translated to eBPF, must fit in `net.core.optmem_max` (per network namespace).
     #[error(
-        "live capture on {interface}: the kernel refused the filter program ({instructions} instructions, at \
-         least {needed} bytes as the kernel holds it: {instructions} x 8 + {PROG_OVERHEAD}, more once translated) \
-         because a socket's filter must fit in net.core.optmem_max ({}) of this network namespace: shorten \
-         the filter (fewer terms), or raise the limit (sysctl -w net.core.optmem_max=N)",
+        "live capture on {interface}: the kernel refused the filter program: its {instructions} classic \
+         instructions need about {needed} bytes once the kernel has translated them (about {BYTES_PER_INSN} \
+         bytes each), more than net.core.optmem_max ({}) of this network namespace allows: shorten the filter \
+         (fewer terms), or raise the limit (sysctl -w net.core.optmem_max=N)",
         .optmem_max.map_or("unreadable".to_string(), |m| format!("{m} bytes"))
     )]
     FilterMemory {
@@ -168,7 +170,7 @@ pub enum LiveError {
         interface: String,
         /// Classic BPF instructions in the program attached (the drop of outgoing copies included).
         instructions: usize,
-        /// The least the kernel charges for it: instructions x 8 + [`PROG_OVERHEAD`].
+        /// About what the kernel charges for it: instructions x [`BYTES_PER_INSN`].
         needed: usize,
         /// `/proc/sys/net/core/optmem_max` now (None when it cannot be read).
         optmem_max: Option<u64>,
@@ -479,7 +481,7 @@ impl LiveCapture {
                 LiveError::FilterMemory {
                     interface: name.clone(),
                     instructions: prog.len(),
-                    needed: prog.len() * 8 + PROG_OVERHEAD,
+                    needed: prog.len() * BYTES_PER_INSN,
                     optmem_max: optmem_max(),
                 }
             } else {
