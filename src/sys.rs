@@ -11,7 +11,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::mem::{MaybeUninit, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::time::Duration;
 
 /// A socket option value the kernel may read or fill byte for byte: plain integers and structs of them, for
@@ -192,6 +192,32 @@ pub fn interfaces() -> Vec<(u32, String)> {
     }
     out.sort_by(|a, b| a.1.cmp(&b.1));
     out
+}
+
+/// The hardware type of interface `name` (`ARPHRD_*`: 1 Ethernet, 772 loopback, 65534 none (tun, WireGuard),
+/// ...), from `SIOCGIFHWADDR`; None when there is no such interface.
+pub fn interface_hwtype(name: &str) -> Option<u16> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return None;
+    }
+    // SAFETY: plain socket(2); the result is checked before it is owned.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data (a name and a union of plain fields): all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq with a NUL-terminated name (zeroed past it); SIOCGIFHWADDR writes the
+    // hardware address into its union, inside the struct.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) }).ok()?;
+    // SAFETY: after SIOCGIFHWADDR the union holds `ifru_hwaddr` (a sockaddr; every field plain).
+    Some(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
 }
 
 /// Every IPv4 and IPv6 address of this network namespace's interfaces (`getifaddrs`), sorted, deduplicated.
@@ -377,6 +403,9 @@ mod tests {
         assert!(interfaces().iter().any(|(i, n)| *i == lo && n == "lo"));
         assert_eq!(if_nametoindex("no-such-interface-x"), None);
         assert_eq!(if_nametoindex("bad\0name"), None);
+        assert_eq!(interface_hwtype("lo"), Some(772));
+        assert_eq!(interface_hwtype("no-such-interface-x"), None);
+        assert_eq!(interface_hwtype("x".repeat(40).as_str()), None);
     }
 
     #[test]

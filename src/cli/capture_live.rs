@@ -185,8 +185,8 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
     })
 }
 
-/// Interface names by index (live `any` keys connections by interface), read from /sys/class/net once per
-/// index; an interface that is gone is shown by its index (`if7`).
+/// Interface names by index (live `any` keys connections by interface), looked up once per index; an
+/// interface that is gone is shown by its index (`if7`).
 #[derive(Debug, Default)]
 pub struct InterfaceNames(std::collections::HashMap<u32, String>);
 
@@ -195,17 +195,7 @@ impl InterfaceNames {
     pub fn name(&mut self, index: u32) -> String {
         self.0
             .entry(index)
-            .or_insert_with(|| {
-                live::interfaces()
-                    .into_iter()
-                    .find(|n| {
-                        std::fs::read_to_string(format!("/sys/class/net/{n}/ifindex"))
-                            .ok()
-                            .and_then(|s| s.trim().parse::<u32>().ok())
-                            == Some(index)
-                    })
-                    .unwrap_or_else(|| format!("if{index}"))
-            })
+            .or_insert_with(|| live::ifname(index).unwrap_or_else(|| format!("if{index}")))
             .clone()
     }
 }

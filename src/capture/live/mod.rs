@@ -273,25 +273,25 @@ pub enum LiveNext<'a> {
     End,
 }
 
-/// The interfaces of this host, by name.
+/// The interfaces of this network namespace, by name.
 pub fn interfaces() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    crate::sys::interfaces()
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect()
 }
 
-fn sys_u32(iface: &str, what: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/{what}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The index of interface `name` (None when there is none).
+pub fn ifindex(name: &str) -> Option<u32> {
+    crate::sys::if_nametoindex(name)
+}
+
+/// The name of interface `index` (None when there is none).
+pub fn ifname(index: u32) -> Option<String> {
+    crate::sys::interfaces()
+        .into_iter()
+        .find(|(i, _)| *i == index)
+        .map(|(_, n)| n)
 }
 
 /// Unix time now, ns.
@@ -355,7 +355,7 @@ pub fn link_of(iface: &str) -> Option<LinkType> {
     if iface == "any" {
         return None;
     }
-    match sys_u32(iface, "type")? {
+    match crate::sys::interface_hwtype(iface)? {
         1 | 772 => Some(LinkType::ETHERNET),
         65534 => Some(LinkType::RAW),
         _ => None,
@@ -402,12 +402,8 @@ impl LiveCapture {
         let (ifindex, hatype) = if any {
             (0, 0)
         } else {
-            match sys_u32(&name, "ifindex") {
-                Some(i)
-                    if !name.contains('/') && !name.is_empty() && name != "." && name != ".." =>
-                {
-                    (i, sys_u32(&name, "type").unwrap_or(1))
-                }
+            match ifindex(&name) {
+                Some(i) => (i, crate::sys::interface_hwtype(&name).unwrap_or(1)),
                 _ => {
                     return Err(LiveError::NoInterface {
                         name,
@@ -468,7 +464,7 @@ impl LiveCapture {
                 io_err("opening an AF_PACKET socket")(e)
             }
         })?;
-        let lo_index = sys_u32("lo", "ifindex").unwrap_or(1);
+        let lo_index = self::ifindex("lo").unwrap_or(1);
         let drop_out = any || hatype == 772;
         let prog = kernel_program(
             drop_out,
@@ -816,9 +812,7 @@ impl LiveCapture {
 
 /// True when the process may open packet sockets (root or CAP_NET_RAW), without opening one.
 pub fn check_interface(name: &str) -> Result<(), LiveError> {
-    if name == "any"
-        || sys_u32(name, "ifindex").is_some() && !name.contains('/') && !name.is_empty()
-    {
+    if name == "any" || ifindex(name).is_some() {
         return Ok(());
     }
     Err(LiveError::NoInterface {
