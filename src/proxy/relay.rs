@@ -461,7 +461,7 @@ impl Relay {
                     .map(|n| (n, Instant::now()))
             } else {
                 if !d.stamped {
-                    d.stamped = delay::enable_rx_timestamps(&src);
+                    d.stamped = delay::enable_rx_timestamps(src);
                 }
                 delay::read_stamped(src.as_raw_fd(), &mut buf[..reserved])
             };
