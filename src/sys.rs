@@ -352,6 +352,121 @@ pub fn thread_cpu_time() -> io::Result<Duration> {
     clock_now(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// `at` as an absolute `CLOCK_MONOTONIC` time (the clock [`Instant`](std::time::Instant) reads on Linux), for
+/// kernel timers; a time that passed is now (never all zeroes, which would disarm a timerfd).
+fn monotonic_timespec(at: std::time::Instant) -> libc::timespec {
+    let left = at.saturating_duration_since(std::time::Instant::now());
+    let now = clock_now(libc::CLOCK_MONOTONIC).unwrap_or_default();
+    let t = (now + left).max(Duration::from_nanos(1));
+    libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    }
+}
+
+/// Sleeps until `at` on `CLOCK_MONOTONIC` with an absolute deadline (`clock_nanosleep(TIMER_ABSTIME)`: no drift
+/// from a relative sleep that starts late); returns early on a signal, which the caller's loop handles.
+pub fn sleep_until(at: std::time::Instant) {
+    let deadline = monotonic_timespec(at);
+    // SAFETY: a valid absolute timespec; no remainder is asked for with TIMER_ABSTIME.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &deadline,
+            std::ptr::null_mut(),
+        );
+    }
+}
+
+/// A non-blocking `timerfd` on `CLOCK_MONOTONIC`, armed to absolute deadlines (nanosecond resolution), for an
+/// event loop to poll.
+#[derive(Debug)]
+pub struct TimerFd {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl TimerFd {
+    /// A disarmed timer.
+    pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: timerfd_create takes no pointers; a negative result is an error, anything else a new fd.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        check(fd)?;
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(TimerFd {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Fires at `at` (at once if it passed).
+    pub fn arm(&self, at: std::time::Instant) -> io::Result<()> {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: monotonic_timespec(at),
+        };
+        // SAFETY: the fd is ours and `spec` a valid itimerspec; the old value is not asked for.
+        check(unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Consumes a fired timer: the number of expirations (`WouldBlock` when it has not fired).
+    pub fn expirations(&self) -> io::Result<u64> {
+        let mut n = 0u64;
+        // SAFETY: reads at most 8 bytes into a u64 owned by this frame.
+        let r = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut n).cast(), 8) };
+        if r == 8 {
+            Ok(n)
+        } else if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short read of a timerfd",
+            ))
+        }
+    }
+}
+
+impl AsRawFd for TimerFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for TimerFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Waits up to `timeout` for `fd` to be readable (`poll`); true when it is.
+pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    check(n)?;
+    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}
+
 /// The open-file limit (`RLIMIT_NOFILE`): (soft, hard).
 pub fn nofile_limit() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {
@@ -425,6 +540,27 @@ mod tests {
         assert_eq!(v, 131072);
         let e = setsockopt(&s, libc::SOL_SOCKET, 9999, &(1 as libc::c_int)).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOPROTOOPT));
+    }
+
+    #[test]
+    fn a_timer_fires_after_its_deadline() {
+        let t = TimerFd::new().unwrap();
+        let at = std::time::Instant::now() + Duration::from_millis(20);
+        t.arm(at).unwrap();
+        assert!(wait_readable(&t, Duration::from_secs(5)).unwrap());
+        assert!(std::time::Instant::now() >= at, "fired early");
+        assert_eq!(t.expirations().unwrap(), 1);
+        assert_eq!(
+            t.expirations().unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        // A deadline that passed fires at once.
+        t.arm(std::time::Instant::now() - Duration::from_millis(1))
+            .unwrap();
+        assert!(wait_readable(&t, Duration::from_secs(5)).unwrap());
+        let before = std::time::Instant::now();
+        sleep_until(before + Duration::from_millis(5));
+        assert!(std::time::Instant::now() >= before + Duration::from_millis(5));
     }
 
     #[test]

@@ -143,17 +143,13 @@ const UNSAFE_ALLOWED: &[(&str, &str)] = &[
         "the packet socket and the mmap'd TPACKET_V3 ring",
     ),
     ("src/probe/rxtime.rs", "recvmsg with SO_TIMESTAMPNS"),
-    (
-        "src/proxy/delay.rs",
-        "recvmsg control messages, clock_nanosleep, timerfd",
-    ),
+    ("src/proxy/delay.rs", "recvmsg with SO_TIMESTAMPNS"),
     (
         "src/proxy/packet.rs",
         "the bridge's AF_PACKET socket, recvmmsg/sendmmsg",
     ),
     ("src/proxy/relay.rs", "splice through a pipe"),
     ("src/server/pktinfo.rs", "recvmsg/sendmsg with IP_PKTINFO"),
-    ("src/server/timer.rs", "the server loop's timerfd"),
     (
         "src/tcpwatch/trace.rs",
         "perf_event_open and its mmap'd ring",

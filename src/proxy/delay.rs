@@ -14,7 +14,7 @@
 //! (`/dev/cpu_dma_latency`, the Linux PM QoS interface): the kernel wakes idle CPUs then (off the critical
 //! path) and lets them poll instead of halting until the data is written, so the receiver wakes at once.
 //! Where that device cannot be opened (not root) it is skipped. Off by default: it is a machine-wide setting.
-#![allow(unsafe_code)] // recvmsg control messages, clock_nanosleep and the timerfd of the delay line
+#![allow(unsafe_code)] // recvmsg and its SO_TIMESTAMPNS control message (read_stamped)
 
 use super::impairment::JitterDist;
 use std::sync::Mutex;
@@ -306,41 +306,10 @@ impl Drop for CpusAwake {
     }
 }
 
-/// `t` as an absolute CLOCK_MONOTONIC time (the clock [`Instant`] uses), for kernel timers.
-fn abs_timespec(t: Instant) -> libc::timespec {
-    let now = Instant::now();
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let left = t.saturating_duration_since(now);
-    let mut sec = ts.tv_sec + left.as_secs() as libc::time_t;
-    let mut nsec = ts.tv_nsec + left.subsec_nanos() as libc::c_long;
-    if nsec >= 1_000_000_000 {
-        sec += 1;
-        nsec -= 1_000_000_000;
-    }
-    libc::timespec {
-        tv_sec: sec,
-        tv_nsec: nsec,
-    }
-}
-
 /// Kernel sleep until `t` on CLOCK_MONOTONIC with an absolute deadline (no drift from a relative sleep that
 /// starts late); returns early on a signal, which the caller's loop handles.
 fn sleep_abs(t: Instant) {
-    let deadline = abs_timespec(t);
-    // SAFETY: a valid absolute timespec; no remainder is asked for with TIMER_ABSTIME.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &deadline,
-            std::ptr::null_mut(),
-        );
-    }
+    crate::sys::sleep_until(t);
 }
 
 /// A kernel timer an event loop polls (timerfd, absolute CLOCK_MONOTONIC deadline, nanosecond resolution):
@@ -348,27 +317,17 @@ fn sleep_abs(t: Instant) {
 /// next release, and spins (polling its other sockets without waiting) for the rest.
 #[derive(Debug)]
 pub struct LoopTimer {
-    fd: std::os::fd::OwnedFd,
+    fd: crate::sys::TimerFd,
     armed: Option<Instant>,
 }
 
 impl LoopTimer {
     /// A disarmed timer.
     pub fn new() -> std::io::Result<LoopTimer> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: timerfd_create returns a new descriptor or -1.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the descriptor was just created and is owned by nobody else.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        Ok(LoopTimer { fd, armed: None })
+        Ok(LoopTimer {
+            fd: crate::sys::TimerFd::new()?,
+            armed: None,
+        })
     }
 
     /// The descriptor to poll (readable when the timer fired).
@@ -382,32 +341,14 @@ impl LoopTimer {
         if self.armed == Some(t) {
             return;
         }
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: abs_timespec(t.max(Instant::now() + Duration::from_nanos(1))),
-        };
-        // SAFETY: a valid itimerspec; the old value is not asked for.
-        unsafe {
-            libc::timerfd_settime(
-                self.raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &spec,
-                std::ptr::null_mut(),
-            );
-        }
+        let _ = self.fd.arm(t.max(Instant::now() + Duration::from_nanos(1)));
         self.armed = Some(t);
     }
 
     /// After the descriptor was reported readable: consumes the expiry and learns how late it woke (the
     /// oversleep moves the process-wide [`wake_margin`], as [`sleep_until`]'s sleeps do).
     pub fn fired(&mut self) {
-        let mut n = 0u64;
-        // SAFETY: reads at most 8 bytes into a u64 owned by this frame.
-        let r = unsafe { libc::read(self.raw_fd(), (&raw mut n).cast(), 8) };
-        if r == 8
+        if self.fd.expirations().is_ok()
             && let Some(t) = self.armed.take()
         {
             learn_oversleep(Instant::now().saturating_duration_since(t));
