@@ -138,7 +138,8 @@ pub fn attach_filter(fd: impl AsFd, insns: &[libc::sock_filter]) -> io::Result<(
     })
 }
 
-/// A socket address the kernel wrote into a `sockaddr_storage` (IPv4 or IPv6; None for another family).
+/// A socket address the kernel wrote into a `sockaddr_storage` (IPv4 or IPv6, address and port; None for another
+/// family).
 pub fn socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match libc::c_int::from(ss.ss_family) {
         libc::AF_INET => {
@@ -154,11 +155,9 @@ pub fn socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
             // SAFETY: a storage of family AF_INET6 holds a sockaddr_in6, which is smaller and less aligned.
             let a: libc::sockaddr_in6 =
                 unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+            Some(SocketAddr::from((
                 Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
             )))
         }
         _ => None,
