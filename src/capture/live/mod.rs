@@ -37,8 +37,11 @@
 //! clock: at each tick the kernel's counters (`PACKET_STATISTICS`) give the packets it had put in the ring by
 //! then; once that many have been read, every packet received before that moment has been seen. Intervals
 //! closed on ticks thus get their late packets (by kernel timestamp) before their line is printed.
-//! Ctrl-C and `--duration` drain the same way: the capture ends once the packets the kernel had accepted
-//! when the stop came are read (at most [`MAX_DRAIN`]).
+//! A packet can be stamped before a tick and reach the ring after it (it waited in the kernel's receive
+//! backlog): the analyses close an interval a small grace (`LIVE_GRACE_NS`, 50 ms) after the ring was read past
+//! its end, and a packet later still counts in the first interval not printed yet, so the interval lines
+//! always add up to the summary. Ctrl-C and `--duration` drain the same way: the capture ends once the packets
+//! the kernel had accepted [`DRAIN_GRACE`] after the stop came are read (at most [`MAX_DRAIN`]).
 //!
 //! When the ring is full the kernel drops packets and counts them: `PACKET_STATISTICS` is read at every tick
 //! and at the end, and every interval line and summary shows the drops.
@@ -93,6 +96,9 @@ pub const DEFAULT_SNAPLEN: u32 = 262_144;
 pub const MIN_BUFFER: u64 = 16 << 10;
 /// Longest the ring is read after Ctrl-C or `--duration` for the packets the kernel had accepted by then.
 pub const MAX_DRAIN: Duration = Duration::from_secs(2);
+/// A stop reads the packets the kernel had put in the ring this long after it came: a packet sent before the
+/// stop may still wait in the kernel's receive backlog when it comes.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(50);
 /// Block status: the kernel handed the block over on its retire timer, not full.
 const TP_STATUS_BLK_TMO: u32 = 1 << 5;
 /// Most ring-read marks kept while the reader is behind (one per tick).
@@ -380,8 +386,9 @@ pub struct LiveCapture {
     /// `--count` (packets delivered before the capture stops), `u64::MAX` without it.
     count_limit: u64,
     config: LiveConfig,
-    /// A stop is under way: read until this many packets have been taken from the ring, or until the time.
-    drain: Option<(u64, Instant)>,
+    /// A stop is under way since this time: read until the packets the kernel had put in the ring
+    /// [`DRAIN_GRACE`] later are taken from the ring (the count, once read), or [`MAX_DRAIN`].
+    drain: Option<(Instant, Option<u64>)>,
     /// Packets in the blocks taken from the ring so far (read, or being read).
     taken: u64,
     /// (wall clock, packets the kernel had put in the ring by then) of the ticks not yet caught up with.
@@ -649,8 +656,8 @@ impl LiveCapture {
     }
 
     /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: the kernel's counters,
-    /// read when the stop comes, give the packets it had put in the ring by then, and the capture ends once
-    /// that many are read (the last of them reach user space at most one retire period later, when the timer
+    /// read [`DRAIN_GRACE`] after the stop came, give the packets it had put in the ring by then, and the
+    /// capture ends once that many are read (the last of them reach user space at most one retire period later, when the timer
     /// hands their block over), or at the latest [`MAX_DRAIN`] later; `--count` stops at once.
     #[inline(never)]
     fn stopping(&mut self) -> bool {
@@ -671,16 +678,19 @@ impl LiveCapture {
         } else {
             return false;
         };
-        let (target, until) = match self.drain {
-            Some(d) => d,
-            None => {
+        let now = Instant::now();
+        let (since, target) = *self.drain.get_or_insert((now, None));
+        let target = match target {
+            Some(t) => t,
+            None if now >= since + DRAIN_GRACE => {
                 self.read_stats();
-                let d = (self.accepted(), Instant::now() + MAX_DRAIN);
-                self.drain = Some(d);
-                d
+                let t = self.accepted();
+                self.drain = Some((since, Some(t)));
+                t
             }
+            None => return false,
         };
-        if self.seen() >= target || Instant::now() >= until {
+        if self.seen() >= target || now >= since + MAX_DRAIN {
             self.end(why);
             return true;
         }
