@@ -350,13 +350,13 @@ fn interval_rows_printed_during_a_stall_add_up_to_the_summary() {
         times.last().map(|t| t.1)
     );
     assert!(stalled.load(Ordering::SeqCst), "the reader never stalled");
+    assert_eq!(sum, result.total.packets, "the rows printed add up to the summary");
     assert_eq!(
         result.capture.source.as_ref().map(|s| s.kernel_drops),
         Some(0),
         "a 2 s stall at 2,000 packets/s"
     );
     assert_eq!(result.total.packets, n as u64, "the summary counts every packet");
-    assert_eq!(sum, result.total.packets, "the rows printed add up to the summary");
     // Each row holds its interval's packets: those sent entirely inside it at least, those overlapping it at
     // most (the kernel stamps a packet between the sender's clock readings around its send). A packet that
     // waited in the kernel's backlog past the grace counts in a later row (the stated rule), so the check is
