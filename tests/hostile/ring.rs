@@ -373,3 +373,91 @@ fn interval_rows_printed_during_a_stall_add_up_to_the_summary() {
         }
     }
 }
+
+/// `capture rpc --live lo`'s interval lines while the process is stopped (SIGSTOP, 2 s) in the middle of a steady
+/// stream of Redis PINGs (500/s for 5 s from one connection): no interval of the busy seconds says "no
+/// requests" (before, every interval of the stall did, and the late requests were all counted in the interval
+/// after it), and the lines' counts add up to the summary's.
+#[test]
+fn rpc_interval_lines_during_a_stall_hold_their_requests_and_add_up_to_the_summary() {
+    use crate::common::procs::Proc;
+    use std::io::{Read, Write};
+    if !crate::common::require_root("live capture")
+        || !crate::common::service_up(6379, "redis")
+    {
+        return;
+    }
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_roundtrip"));
+    c.args([
+        "capture", "rpc", "--live", "lo", "--proto", "redis", "-i", "1s", "--json", "tcp", "port",
+        "6379",
+    ]);
+    let mut rt = Proc::spawn("roundtrip capture rpc --live", c);
+    rt.wait_line("capturing on", Duration::from_secs(60))
+        .unwrap();
+    let n = 2_500u64;
+    let client = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", 6379)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let t0 = Instant::now();
+        let mut buf = [0u8; 7];
+        for i in 0..n {
+            let due = t0 + Duration::from_millis(i * 2);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            s.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+            s.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"+PONG\r\n");
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    rt.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    rt.signal(libc::SIGCONT);
+    client.join().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    rt.signal(libc::SIGINT);
+    let f = rt.finish(Duration::from_secs(60));
+    assert!(f.ok(), "{}", f.output);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout).unwrap();
+    let summary: u64 = v["report"]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["last_byte"]["count"].as_u64().unwrap())
+        .sum();
+    // Per interval: its requests (0 for "no requests"); an interval has one line per operation.
+    let mut per: Vec<(String, u64)> = Vec::new();
+    for l in f.output.lines().filter_map(|l| l.strip_prefix("stderr: ")) {
+        let at = l.split_whitespace().next().unwrap_or("").to_string();
+        let count = if l.contains("no requests") {
+            Some(0)
+        } else {
+            l.split("  count ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|c| c.parse::<u64>().ok())
+        };
+        let Some(count) = count else { continue };
+        match per.last_mut() {
+            Some((a, c)) if *a == at => *c += count,
+            _ => per.push((at, count)),
+        }
+    }
+    eprintln!(
+        "intervals: {per:?}; summary {summary} requests; kernel drops {}",
+        v["capture"]["source"]["kernel_drops"]
+    );
+    let lines: u64 = per.iter().map(|p| p.1).sum();
+    assert_eq!(lines, summary, "the interval lines add up to the summary");
+    assert!(summary >= n, "every PING was counted: {summary} of {n}");
+    let first = per.iter().position(|p| p.1 > 0).unwrap();
+    let last = per.iter().rposition(|p| p.1 > 0).unwrap();
+    assert!(
+        per[first..=last].iter().all(|p| p.1 > 0),
+        "an interval of the busy seconds printed no requests: {per:?}"
+    );
+}
