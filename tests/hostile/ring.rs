@@ -76,11 +76,31 @@ impl Pair {
         netns::sh(&["sysctl", "-qw", &off]).unwrap();
         netns::sh(&["ip", "link", "set", &pair.dev, "up"]).unwrap();
         let ns = &pair.b.0;
-        netns::sh(&["ip", "-n", ns, "addr", "add", &format!("{addr_b}/24"), "dev", "rb"]).unwrap();
+        netns::sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{addr_b}/24"),
+            "dev",
+            "rb",
+        ])
+        .unwrap();
         netns::sh(&["ip", "-n", ns, "link", "set", "rb", "up"]).unwrap();
         netns::sh(&[
-            "ip", "-n", ns, "neigh", "replace", &addr_a.to_string(), "lladdr", "02:00:00:00:00:01",
-            "dev", "rb", "nud", "permanent",
+            "ip",
+            "-n",
+            ns,
+            "neigh",
+            "replace",
+            &addr_a.to_string(),
+            "lladdr",
+            "02:00:00:00:00:01",
+            "dev",
+            "rb",
+            "nud",
+            "permanent",
         ])
         .unwrap();
         pair
@@ -111,8 +131,8 @@ impl Pair {
                 let t0 = Instant::now();
                 let mut sent = 0;
                 for i in 0..n {
-                    if rate > 0 {
-                        let due = t0 + Duration::from_nanos(i as u64 * 1_000_000_000 / rate);
+                    if let Some(ns) = (i as u64 * 1_000_000_000).checked_div(rate) {
+                        let due = t0 + Duration::from_nanos(ns);
                         let now = Instant::now();
                         // Sleep only when a millisecond ahead: packets leave in small bursts.
                         if due > now + Duration::from_millis(1) {
@@ -152,7 +172,10 @@ fn read_warm_up(cap: &mut LiveCapture, port: u16) -> u64 {
     let until = Instant::now() + Duration::from_secs(20);
     let mut n = 0;
     loop {
-        assert!(Instant::now() < until, "the warm-up datagram never reached the ring");
+        assert!(
+            Instant::now() < until,
+            "the warm-up datagram never reached the ring"
+        );
         match cap.next(false) {
             LiveNext::Packet(p) => {
                 n += 1;
@@ -264,7 +287,8 @@ fn a_stop_that_fills_the_ring_drops_only_the_frames_past_its_bytes() {
         return;
     };
     let per_claim_block = (CLAIM_BLOCK - BLOCK_HDR) / RING_FRAME;
-    let capacity = u64::from(o.info.ring_blocks) * ((u64::from(o.info.block_bytes) - BLOCK_HDR) / RING_FRAME);
+    let capacity =
+        u64::from(o.info.ring_blocks) * ((u64::from(o.info.block_bytes) - BLOCK_HDR) / RING_FRAME);
     let arrived = o.info.kernel_packets;
     let periods = (o.stop_s / CLAIM_PERIOD.as_secs_f64()).ceil() as u64 + 1;
     let past_bytes = arrived.saturating_sub(capacity);
@@ -344,19 +368,29 @@ fn interval_rows_printed_during_a_stall_add_up_to_the_summary() {
     );
     eprintln!(
         "rows at the end: {:?}; first row at {:?}, sends from {:?} to {:?}",
-        result.rows.iter().map(|r| (r.start_s, r.packets)).collect::<Vec<_>>(),
+        result
+            .rows
+            .iter()
+            .map(|r| (r.start_s, r.packets))
+            .collect::<Vec<_>>(),
         printed.first().map(|r| r.0),
         times.first().map(|t| t.0),
         times.last().map(|t| t.1)
     );
     assert!(stalled.load(Ordering::SeqCst), "the reader never stalled");
-    assert_eq!(sum, result.total.packets, "the rows printed add up to the summary");
+    assert_eq!(
+        sum, result.total.packets,
+        "the rows printed add up to the summary"
+    );
     assert_eq!(
         result.capture.source.as_ref().map(|s| s.kernel_drops),
         Some(0),
         "a 2 s stall at 2,000 packets/s"
     );
-    assert_eq!(result.total.packets, n as u64, "the summary counts every packet");
+    assert_eq!(
+        result.total.packets, n as u64,
+        "the summary counts every packet"
+    );
     // Each row holds its interval's packets: those sent entirely inside it at least, those overlapping it at
     // most (the kernel stamps a packet between the sender's clock readings around its send). A packet that
     // waited in the kernel's backlog past the grace counts in a later row (the stated rule), so the check is
@@ -365,8 +399,14 @@ fn interval_rows_printed_during_a_stall_add_up_to_the_summary() {
     let (first, last) = (times[0].0, times[times.len() - 1].1);
     for &(start, got) in &printed {
         let end = start + iv;
-        let inside = times.iter().filter(|&&(a, b)| a >= start && b < end).count() as u64;
-        let touching = times.iter().filter(|&&(a, b)| b >= start && a < end).count() as u64;
+        let inside = times
+            .iter()
+            .filter(|&&(a, b)| a >= start && b < end)
+            .count() as u64;
+        let touching = times
+            .iter()
+            .filter(|&&(a, b)| b >= start && a < end)
+            .count() as u64;
         eprintln!("row at {start}: {got} printed, {inside}..={touching} sent in it");
         if start >= first && end <= last {
             assert!(got > 0, "row at {start}: 0 printed, {inside} sent in it");
@@ -382,9 +422,7 @@ fn interval_rows_printed_during_a_stall_add_up_to_the_summary() {
 fn rpc_interval_lines_during_a_stall_hold_their_requests_and_add_up_to_the_summary() {
     use crate::common::procs::Proc;
     use std::io::{Read, Write};
-    if !crate::common::require_root("live capture")
-        || !crate::common::service_up(6379, "redis")
-    {
+    if !crate::common::require_root("live capture") || !crate::common::service_up(6379, "redis") {
         return;
     }
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_roundtrip"));

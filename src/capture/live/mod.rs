@@ -546,7 +546,9 @@ impl LiveCapture {
 
     /// Packets the kernel put in the ring so far (it counts drops among its packets).
     fn accepted(&self) -> u64 {
-        self.info.kernel_packets.saturating_sub(self.info.kernel_drops)
+        self.info
+            .kernel_packets
+            .saturating_sub(self.info.kernel_drops)
     }
 
     /// Packets taken out of the ring so far: the blocks read, less what is left of the one being read.
