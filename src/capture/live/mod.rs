@@ -28,7 +28,8 @@
 //! `N * T` = 32 s, as long as the 16 MiB hold at 2,000 packets/s of 150 B (35 s), so the bytes bound every
 //! stall at higher rates (2 s at 20,000 packets/s of 150 B, 9.6 MB in the ring, loses nothing); what the
 //! timer still costs is the unused tail of one block per period (on average half a block, 64 KiB, every
-//! 250 ms of the stall). libpcap (tcpdump) uses its read timeout, 1 s, and 256 KiB blocks: with tcpdump's
+//! 250 ms of the stall). One more block is the reader's own during a stall: the block holding the last packet
+//! it handed out (a [`LiveNext::Packet`] borrows it) is given back only when the reader asks for the next one. libpcap (tcpdump) uses its read timeout, 1 s, and 256 KiB blocks: with tcpdump's
 //! 2 MiB buffer, 8 blocks, at most 8 s.
 //!
 //! # Late packets and the time a tick carries
