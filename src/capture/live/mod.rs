@@ -26,11 +26,12 @@
 //! = 0.8 s whatever the rate: a 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of
 //! 2,900 packets, the ring full of blocks holding ~100 packets each. Now 128 blocks of 128 KiB and 250 ms:
 //! `N * T` = 32 s, as long as the 16 MiB hold at 2,000 packets/s of 150 B (35 s), so the bytes bound every
-//! stall at higher rates (2 s at 20,000 packets/s of 150 B, 9.6 MB in the ring, loses nothing); what the
+//! stall at higher rates (2 s at 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the
 //! timer still costs is the unused tail of one block per period (on average half a block, 64 KiB, every
 //! 250 ms of the stall). One more block is the reader's own during a stall: the block holding the last packet
-//! it handed out (a [`LiveNext::Packet`] borrows it) is given back only when the reader asks for the next one. libpcap (tcpdump) uses its read timeout, 1 s, and 256 KiB blocks: with tcpdump's
-//! 2 MiB buffer, 8 blocks, at most 8 s.
+//! it handed out (a [`LiveNext::Packet`] borrows it) is given back only when the reader asks for the next one.
+//! libpcap (tcpdump) uses its read timeout, 1 s, and 256 KiB blocks: with tcpdump's 2 MiB buffer, 8 blocks,
+//! at most 8 s.
 //!
 //! # Late packets and the time a tick carries
 //! Packets reach user space up to one timer period after the kernel stamped them, and later after a stall.
