@@ -23,10 +23,10 @@
 //! timeout, `B` the block size), and the ring starts dropping when that reaches the block count `N`: the
 //! stall it absorbs is `1 / (1 / (N * T) + r * f / (N * B))`, bounded both by the bytes (`N * B / (r * f)`)
 //! and by the timer (`N * T`). The old geometry (16 blocks of 1 MiB, 50 ms) bounded every stall by 16 x 50 ms
-//! = 0.8 s whatever the rate: a 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of
+//! = 0.8 s however few bytes it brought: a 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of
 //! 2,900 packets, the ring full of blocks holding ~100 packets each. Now 128 blocks of 128 KiB and 250 ms:
-//! `N * T` = 32 s, as long as the 16 MiB hold at 2,000 packets/s of 150 B (35 s), so the bytes bound every
-//! stall at higher rates (2 s at 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the
+//! `N * T` = 32 s, about as long as the 16 MiB hold at 2,000 packets/s of 150 B (36 s), so above that rate
+//! the bytes bind more than the timer (2 s at 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the
 //! timer still costs is the unused tail of one block per period (on average half a block, 64 KiB, every
 //! 250 ms of the stall). One more block is the reader's own during a stall: the block holding the last packet
 //! it handed out (a [`LiveNext::Packet`] borrows it) is given back only when the reader asks for the next one.
