@@ -17,21 +17,20 @@
 //!   are 256 KiB); 128 KiB holds the 64 KiB segments of `lo` and of GSO/GRO.
 //!
 //! # What a stalled reader costs
-//! While the reader does not run (descheduled on a loaded machine, stopped, busy printing), the kernel goes
-//! on filling blocks, and every timer period retires the block being filled even when it holds one packet.
-//! So a stall of `S` at `r` packets/s of `f` ring bytes each uses `S / T + S * r * f / B` blocks (`T` the
-//! timeout, `B` the block size), and the ring starts dropping when that reaches the block count `N`: the
-//! stall it absorbs is `1 / (1 / (N * T) + r * f / (N * B))`, bounded both by the bytes (`N * B / (r * f)`)
-//! and by the timer (`N * T`). The old geometry (16 blocks of 1 MiB, 50 ms) bounded every stall by 16 x 50 ms
-//! = 0.8 s however few bytes it brought: a 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of
-//! 2,900 packets, the ring full of blocks holding ~100 packets each. Now 128 blocks of 128 KiB and 250 ms:
-//! `N * T` = 32 s, about as long as the 16 MiB hold at 2,000 packets/s of 150 B (36 s), so above that rate
-//! the bytes bind more than the timer (2 s at 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the
-//! timer still costs is the unused tail of one block per period (on average half a block, 64 KiB, every
-//! 250 ms of the stall). One more block is the reader's own during a stall: the block holding the last packet
-//! it handed out (a [`LiveNext::Packet`] borrows it) is given back only when the reader asks for the next one.
-//! libpcap (tcpdump) uses its read timeout, 1 s, and 256 KiB blocks: with tcpdump's 2 MiB buffer, 8 blocks,
-//! at most 8 s.
+//! While the reader does not run (descheduled on a loaded machine, stopped, busy printing), the kernel goes on
+//! filling blocks, and every timer period retires the block being filled even when it holds one packet. So a stall
+//! of `S` at `r` packets/s of `f` ring bytes each uses `S / T + S * r * f / B` blocks (`T` the timeout, `B` the
+//! block size), and the ring starts dropping when that reaches the block count `N`: the stall it absorbs is `1 / (1
+//! / (N * T) + r * f / (N * B))`, bounded both by the bytes (`N * B / (r * f)`) and by the timer (`N * T`). The old
+//! geometry (16 blocks of 1 MiB, 50 ms) bounded every stall by 16 x 50 ms = 0.8 s however few bytes it brought: a
+//! 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of 2,900 packets, the ring full of
+//! blocks holding ~100 packets each. Now 128 blocks of 128 KiB and 250 ms: `N * T` = 32 s, about as long as the 16
+//! MiB hold at 2,000 packets/s of 150 B (36 s), so above that rate the bytes bind more than the timer (2 s at
+//! 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the timer still costs is the unused tail of
+//! one block per period (on average half a block, 64 KiB, every 250 ms of the stall). One more block is the
+//! reader's own during a stall: the block holding the last packet it handed out (a [`LiveNext::Packet`] borrows it)
+//! is given back only when the reader asks for the next one. libpcap (tcpdump) uses its read timeout, 1 s, and 256
+//! KiB blocks: with tcpdump's 2 MiB buffer, 8 blocks, at most 8 s.
 //!
 //! # Late packets and the time a tick carries
 //! Packets reach user space up to one timer period after the kernel stamped them, and later after a stall.
@@ -661,8 +660,9 @@ impl LiveCapture {
 
     /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: the kernel's counters,
     /// read [`DRAIN_GRACE`] after the stop came, give the packets it had put in the ring by then, and the
-    /// capture ends once that many are read (the last of them reach user space at most one retire period later, when the timer
-    /// hands their block over), or at the latest [`MAX_DRAIN`] later; `--count` stops at once.
+    /// capture ends once that many are read (the last of them reach user space at most one retire period
+    /// later, when the timer hands their block over), or at the latest [`MAX_DRAIN`] later; `--count` stops at
+    /// once.
     #[inline(never)]
     fn stopping(&mut self) -> bool {
         if self.info.stop_reason.is_some() {
