@@ -236,7 +236,7 @@ fn live_equals_file(upstream: u16, proto: &str, traffic: impl FnOnce(u16)) {
     a.extend(filter);
     let rpc = live(&a);
     traffic(port);
-    // Blocks are handed over at most 50 ms after their first packet; tcpdump writes as packets come.
+    // Blocks are handed over at most 250 ms after their first packet; tcpdump writes as packets come.
     std::thread::sleep(Duration::from_millis(1500));
     td.signal(libc::SIGINT);
     let tdf = td.finish(LONG);

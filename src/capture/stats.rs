@@ -224,8 +224,14 @@ impl StatsEngine {
     /// its first and last times stay), so several threads' engines make one set of rows.
     pub fn drain_into(&mut self, master: &mut StatsEngine) {
         self.flush();
-        for (k, a) in std::mem::take(&mut self.done) {
-            master.done.entry(k).or_default().merge(&a);
+        for ((idx, dir), a) in std::mem::take(&mut self.done) {
+            // As in `add`: an interval already handed out counts in the first one not handed out yet.
+            let idx = if master.emitted > 0 {
+                idx.max(master.emitted)
+            } else {
+                idx
+            };
+            master.done.entry((idx, dir)).or_default().merge(&a);
         }
         master.first_ts = master.first_ts.min(self.first_ts);
         master.last_ts = master.last_ts.max(self.last_ts);
@@ -258,7 +264,13 @@ impl StatsEngine {
         let origin = *self.origin.get_or_insert(ts_ns);
         self.first_ts = self.first_ts.min(ts_ns);
         self.last_ts = self.last_ts.max(ts_ns);
-        let idx = (ts_ns.saturating_sub(origin)).div_euclid(self.interval_ns);
+        let mut idx = (ts_ns.saturating_sub(origin)).div_euclid(self.interval_ns);
+        if self.emitted > 0 && idx < self.emitted {
+            // Live: a packet of an interval whose row was already handed out (it reached the ring later than
+            // the read mark said) counts in the first interval not handed out yet, so that the rows handed
+            // out add up to the totals.
+            idx = self.emitted;
+        }
         let key = (
             idx,
             if self.by_direction {

@@ -1,6 +1,6 @@
 //! Reading packets out of one TPACKET_V3 block (bytes the kernel handed to user space), safely.
 //!
-//! Layouts (linux/if_packet.h): the block starts with `tpacket_block_desc` (`num_pkts` at byte 12,
+//! Layouts (linux/if_packet.h): the block starts with `tpacket_block_desc` (`block_status` at byte 8, `num_pkts` at 12,
 //! `offset_to_first_pkt` at 16); each packet starts with `tpacket3_hdr` (`tp_next_offset` 0, `tp_sec` 4,
 //! `tp_nsec` 8, `tp_snaplen` 12, `tp_len` 16, `tp_mac` 24), followed at byte 48 by `sockaddr_ll`
 //! (`sll_protocol` 2, `sll_ifindex` 4, `sll_hatype` 8, `sll_pkttype` 10). Every offset is checked against the
@@ -32,6 +32,12 @@ pub struct FrameHdr {
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The block's status word (`hdr.block_status`, byte 8): `TP_STATUS_USER`, and `TP_STATUS_BLK_TMO` when the
+/// retire timer handed the block over before it was full.
+pub fn block_status(b: &[u8]) -> Option<u32> {
+    u32_at(b, 8)
 }
 
 /// (packets in the block, offset of the first).

@@ -3,15 +3,46 @@
 //!
 //! # The ring
 //! The kernel writes packets into a ring of `block_nr` blocks of `block_size` bytes shared with this process
-//! (no system call per packet: one `poll` when the ring is empty). A block is handed to user space when it is
-//! full or [`BLOCK_TIMEOUT_MS`] after its first packet, so a quiet link still shows its packets within that
-//! time. Sizes:
-//! - `--buffer` (default [`DEFAULT_BUFFER`], 16 MiB) is the whole ring; blocks are [`MAX_BLOCK`] (1 MiB) when
-//!   the buffer holds at least 8 of them, else the buffer / 8 rounded down to whole pages (at least one page),
-//!   so a small buffer still has several blocks to rotate through;
+//! (no system call per packet: one `poll` when the ring is empty). The kernel fills one block at a time and
+//! hands it to user space when it is full, or when its retire timer fires ([`BLOCK_TIMEOUT_MS`]) while the
+//! block holds at least one packet. Since Linux 6.18 that timer is periodic (an hrtimer): every
+//! [`BLOCK_TIMEOUT_MS`] the block being filled is handed over however few packets it holds (older kernels:
+//! after one to two timeouts). Sizes:
+//! - `--buffer` (default [`DEFAULT_BUFFER`], 16 MiB) is the whole ring; blocks are [`MAX_BLOCK`] (128 KiB)
+//!   when the buffer holds at least 8 of them, else the buffer / 8 rounded down to whole pages (at least one
+//!   page), so a small buffer still has several blocks to rotate through;
 //! - frames are nominal in TPACKET_V3 (packets of any size are packed into a block); [`FRAME_SIZE`] is the
 //!   unit the kernel checks the sizes against;
-//! - a packet larger than a block is cut to the block (its wire length is kept), as libpcap does.
+//! - a packet larger than a block is cut to the block (its wire length is kept), as libpcap does (its blocks
+//!   are 256 KiB); 128 KiB holds the 64 KiB segments of `lo` and of GSO/GRO.
+//!
+//! # What a stalled reader costs
+//! While the reader does not run (descheduled on a loaded machine, stopped, busy printing), the kernel goes on
+//! filling blocks, and every timer period retires the block being filled even when it holds one packet. So a stall
+//! of `S` at `r` packets/s of `f` ring bytes each uses `S / T + S * r * f / B` blocks (`T` the timeout, `B` the
+//! block size), and the ring starts dropping when that reaches the block count `N`: the stall it absorbs is `1 / (1
+//! / (N * T) + r * f / (N * B))`, bounded both by the bytes (`N * B / (r * f)`) and by the timer (`N * T`). The old
+//! geometry (16 blocks of 1 MiB, 50 ms) bounded every stall by 16 x 50 ms = 0.8 s however few bytes it brought: a
+//! 1.7 s stop at 1,900 packets/s (300 KB, 2% of the ring's bytes) lost 1,381 of 2,900 packets, the ring full of
+//! blocks holding ~100 packets each. Now 128 blocks of 128 KiB and 250 ms: `N * T` = 32 s, about as long as the 16
+//! MiB hold at 2,000 packets/s of 150 B (36 s), so above that rate the bytes bind more than the timer (2 s at
+//! 20,000 packets/s of 150 B, 9.3 MB in the ring, loses nothing); what the timer still costs is the unused tail of
+//! one block per period (on average half a block, 64 KiB, every 250 ms of the stall). One more block is the
+//! reader's own during a stall: the block holding the last packet it handed out (a [`LiveNext::Packet`] borrows it)
+//! is given back only when the reader asks for the next one. libpcap (tcpdump) uses its read timeout, 1 s, and 256
+//! KiB blocks: with tcpdump's 2 MiB buffer, 8 blocks, at most 8 s.
+//!
+//! # Late packets and the time a tick carries
+//! Packets reach user space up to one timer period after the kernel stamped them, and later after a stall.
+//! A tick ([`LiveNext::Tick`]) therefore carries the time up to which the ring has been read, not the wall
+//! clock: at each tick the kernel's counters (`PACKET_STATISTICS`) give the packets it had put in the ring by
+//! then; once that many have been read, every packet received before that moment has been seen. Intervals
+//! closed on ticks thus get their late packets (by kernel timestamp) before their line is printed.
+//! A packet can be stamped before a tick and reach the ring after it (it waited in the kernel's receive
+//! backlog): the analyses close an interval a small grace (`LIVE_GRACE_NS`, 50 ms) after the ring was read past
+//! its end, and a packet later still counts in the first interval not printed yet, so the interval lines
+//! always add up to the summary. Ctrl-C and `--duration` drain the same way: the capture ends once the packets
+//! the kernel had accepted [`DRAIN_GRACE`] after the stop came are read (at most [`MAX_DRAIN`]).
 //!
 //! When the ring is full the kernel drops packets and counts them: `PACKET_STATISTICS` is read at every tick
 //! and at the end, and every interval line and summary shows the drops.
@@ -60,18 +91,26 @@ use thiserror::Error;
 
 /// Default ring size (`--buffer`).
 pub const DEFAULT_BUFFER: u64 = 16 << 20;
-/// Largest block.
-pub const MAX_BLOCK: u32 = 1 << 20;
+/// Largest block (see the module's "What a stalled reader costs").
+pub const MAX_BLOCK: u32 = 128 << 10;
 /// Nominal frame size.
 pub const FRAME_SIZE: u32 = 2048;
-/// A block that is not full is handed over after this long.
-pub const BLOCK_TIMEOUT_MS: u32 = 50;
+/// The retire timer's period: a block that is not full is handed over at most this long after its first
+/// packet (one period, two on kernels before 6.18). With the default ring, 128 blocks x 250 ms = 32 s.
+pub const BLOCK_TIMEOUT_MS: u32 = 250;
 /// Default snap length (tcpdump's).
 pub const DEFAULT_SNAPLEN: u32 = 262_144;
 /// Smallest `--buffer`.
 pub const MIN_BUFFER: u64 = 16 << 10;
-/// Longest the ring is read after Ctrl-C or `--duration` while the kernel keeps handing over blocks.
+/// Longest the ring is read after Ctrl-C or `--duration` for the packets the kernel had accepted by then.
 pub const MAX_DRAIN: Duration = Duration::from_secs(2);
+/// A stop reads the packets the kernel had put in the ring this long after it came: a packet sent before the
+/// stop may still wait in the kernel's receive backlog when it comes.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(50);
+/// Block status: the kernel handed the block over on its retire timer, not full.
+const TP_STATUS_BLK_TMO: u32 = 1 << 5;
+/// Most ring-read marks kept while the reader is behind (one per tick).
+const MAX_MARKS: usize = 1024;
 /// How often the analyses get a tick (interval rows, drops) when packets do not bring the time forward.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -262,12 +301,28 @@ impl LiveCounters {
     }
 }
 
+/// How the kernel handed the ring's blocks over so far ([`LiveCapture::ring_use`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingUse {
+    /// Blocks read.
+    pub blocks: u64,
+    /// Of those, blocks handed over by the retire timer before they were full.
+    pub blocks_by_timer: u64,
+    /// Packets in the blocks read.
+    pub packets: u64,
+    /// Packets in the blocks the timer handed over.
+    pub packets_in_timer_blocks: u64,
+    /// Most packets one block held.
+    pub max_block_packets: u32,
+}
+
 /// One step of a live capture.
 #[derive(Debug)]
 pub enum LiveNext<'a> {
     /// A packet.
     Packet(Packet<'a>),
-    /// No packet, but time went on: the current wall-clock time, Unix ns.
+    /// No packet for a while: every packet the kernel received before this time (Unix ns) has been read
+    /// (the module's "Late packets"); the wall clock when the reader is not behind.
     Tick(i64),
     /// The capture ended (see [`LiveCapture::info`]).
     End,
@@ -381,7 +436,16 @@ pub struct LiveCapture {
     /// `--count` (packets delivered before the capture stops), `u64::MAX` without it.
     count_limit: u64,
     config: LiveConfig,
-    drain_until: Option<Instant>,
+    /// A stop is under way since this time: read until the packets the kernel had put in the ring
+    /// [`DRAIN_GRACE`] later are taken from the ring (the count, once read), or [`MAX_DRAIN`].
+    drain: Option<(Instant, Option<u64>)>,
+    /// Packets in the blocks taken from the ring so far (read, or being read).
+    taken: u64,
+    /// (wall clock, packets the kernel had put in the ring by then) of the ticks not yet caught up with.
+    marks: std::collections::VecDeque<(i64, u64)>,
+    /// Every packet the kernel received before this time (Unix ns) has been read.
+    read_to: i64,
+    ring_use: RingUse,
 }
 
 impl std::fmt::Debug for LiveCapture {
@@ -505,6 +569,7 @@ impl LiveCapture {
         // Counters from before the bind (other interfaces) are not ours.
         let _ = sock.stats();
         let now = Instant::now();
+        let started_unix_ns = now_unix_ns();
         Ok(LiveCapture {
             info: LiveInfo {
                 interface: name,
@@ -517,7 +582,7 @@ impl LiveCapture {
                 kernel_drops: 0,
                 packets_cut: 0,
                 stop_reason: None,
-                started_unix_ns: now_unix_ns(),
+                started_unix_ns,
                 ended_unix_ns: None,
             },
             sock,
@@ -534,7 +599,11 @@ impl LiveCapture {
             delivered: 0,
             count_limit: config.count.unwrap_or(u64::MAX),
             config,
-            drain_until: None,
+            drain: None,
+            taken: 0,
+            marks: std::collections::VecDeque::new(),
+            read_to: started_unix_ns,
+            ring_use: RingUse::default(),
         })
     }
 
@@ -556,6 +625,44 @@ impl LiveCapture {
     /// What the capture reports (complete after [`LiveNext::End`]).
     pub fn info(&self) -> &LiveInfo {
         &self.info
+    }
+
+    /// How the kernel handed the blocks read so far over (full, or by the retire timer).
+    pub fn ring_use(&self) -> RingUse {
+        self.ring_use
+    }
+
+    /// Packets the kernel put in the ring so far (it counts drops among its packets).
+    fn accepted(&self) -> u64 {
+        self.info
+            .kernel_packets
+            .saturating_sub(self.info.kernel_drops)
+    }
+
+    /// Packets taken out of the ring so far: the blocks read, less what is left of the one being read.
+    fn seen(&self) -> u64 {
+        self.taken - self.cur.map_or(0, |(_, _, left)| u64::from(left))
+    }
+
+    /// The time every packet received before has been read (Unix ns): the kernel's counters read now give the
+    /// packets it had put in the ring by now; once that many are taken from the ring, now is caught up with.
+    fn read_mark(&mut self) -> i64 {
+        let t = now_unix_ns();
+        self.read_stats();
+        if self.marks.len() >= MAX_MARKS {
+            // Keep the oldest (the next to be caught up with) and the newest: the mark stays conservative.
+            self.marks.remove(self.marks.len() - 1);
+        }
+        self.marks.push_back((t, self.accepted()));
+        let seen = self.seen();
+        while let Some(&(t, n)) = self.marks.front() {
+            if n > seen {
+                break;
+            }
+            self.read_to = self.read_to.max(t);
+            self.marks.pop_front();
+        }
+        self.read_to
     }
 
     fn read_stats(&mut self) {
@@ -597,6 +704,7 @@ impl LiveCapture {
             join(&c, id, mode)?;
             c.counters = all[0].counters.clone();
             c.info.started_unix_ns = all[0].info.started_unix_ns;
+            c.read_to = c.info.started_unix_ns;
             c.started = all[0].started;
             all.push(c);
         }
@@ -637,9 +745,11 @@ impl LiveCapture {
         }
     }
 
-    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: for two block timeouts
-    /// (a block is handed over at most [`BLOCK_TIMEOUT_MS`] after its first packet) and until no block handed
-    /// over is left unread, so the packets that arrived before the stop are analysed; `--count` stops at once.
+    /// True once the capture has ended. Ctrl-C and `--duration` first drain the ring: the kernel's counters,
+    /// read [`DRAIN_GRACE`] after the stop came, give the packets it had put in the ring by then, and the
+    /// capture ends once that many are read (the last of them reach user space at most one retire period
+    /// later, when the timer hands their block over), or at the latest [`MAX_DRAIN`] later; `--count` stops at
+    /// once.
     #[inline(never)]
     fn stopping(&mut self) -> bool {
         if self.info.stop_reason.is_some() {
@@ -659,15 +769,19 @@ impl LiveCapture {
         } else {
             return false;
         };
-        let until = *self.drain_until.get_or_insert_with(|| {
-            Instant::now() + Duration::from_millis(2 * u64::from(BLOCK_TIMEOUT_MS))
-        });
-        // Past the drain time, stop once the blocks the kernel handed over are read (a reader that was not
-        // scheduled for a while still analyses them), or at the latest [`MAX_DRAIN`] later under a flood.
         let now = Instant::now();
-        let pending = self.cur.is_some_and(|(_, _, left)| left > 0)
-            || self.ring.user_block(self.next_block).is_some();
-        if now >= until + MAX_DRAIN || (now >= until && !pending) {
+        let (since, target) = *self.drain.get_or_insert((now, None));
+        let target = match target {
+            Some(t) => t,
+            None if now >= since + DRAIN_GRACE => {
+                self.read_stats();
+                let t = self.accepted();
+                self.drain = Some((since, Some(t)));
+                t
+            }
+            None => return false,
+        };
+        if self.seen() >= target || now >= since + MAX_DRAIN {
             self.end(why);
             return true;
         }
@@ -679,7 +793,7 @@ impl LiveCapture {
     #[inline(always)]
     fn quiet(&self) -> bool {
         self.info.stop_reason.is_none()
-            && self.drain_until.is_none()
+            && self.drain.is_none()
             && self.delivered < self.count_limit
             && !self.stop.load(Ordering::Relaxed)
     }
@@ -765,18 +879,24 @@ impl LiveCapture {
             }
             if ticks && self.last_tick.elapsed() >= TICK {
                 self.last_tick = Instant::now();
-                self.read_stats();
-                return LiveNext::Tick(now_unix_ns());
+                return LiveNext::Tick(self.read_mark());
             }
             if let Some(blk) = self.ring.user_block(self.next_block) {
-                match block::block_header(blk) {
-                    Some((n, first)) => self.cur = Some((self.next_block, first, n)),
-                    None => self.cur = Some((self.next_block, 0, 0)),
+                let (n, first) = block::block_header(blk).unwrap_or((0, 0));
+                let u = &mut self.ring_use;
+                u.blocks += 1;
+                u.packets += u64::from(n);
+                u.max_block_packets = u.max_block_packets.max(n);
+                if block::block_status(blk).unwrap_or(0) & TP_STATUS_BLK_TMO != 0 {
+                    u.blocks_by_timer += 1;
+                    u.packets_in_timer_blocks += u64::from(n);
                 }
+                self.taken += u64::from(n);
+                self.cur = Some((self.next_block, first, n));
                 continue;
             }
-            let wait = if self.drain_until.is_some() {
-                BLOCK_TIMEOUT_MS as i32
+            let wait = if self.drain.is_some() {
+                (TICK.as_millis() / 2) as i32
             } else {
                 TICK.as_millis() as i32
             };
@@ -827,7 +947,9 @@ mod tests {
 
     #[test]
     fn ring_geometry() {
-        assert_eq!(geometry(DEFAULT_BUFFER), (1 << 20, 16));
+        // 128 blocks x 250 ms: the timer alone lets the default ring absorb a 32 s stall.
+        assert_eq!(geometry(DEFAULT_BUFFER), (128 << 10, 128));
+        assert_eq!(geometry(2 << 20), (128 << 10, 16));
         assert_eq!(geometry(64 << 10), (8192, 8));
         assert_eq!(geometry(1), (4096, 4));
         let (b, n) = geometry(5 << 20);

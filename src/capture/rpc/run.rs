@@ -230,8 +230,8 @@ impl Sink for Tee<'_> {
         self.also.packet(p, seg);
     }
     fn tick(&mut self, now: Duration) {
-        // The live intervals close a grace period late: a ring hands a block over that much after its
-        // first packet.
+        // `now` is the time the ring has been read up to (live's "Late packets"); the intervals close a
+        // small grace later, for packets still in the kernel's backlog then.
         let grace = Duration::from_nanos(crate::capture::LIVE_GRACE_NS as u64);
         let rows = self.stats.live_close_before(now.saturating_sub(grace));
         if !rows.is_empty() {
@@ -302,8 +302,8 @@ struct Merge<'a> {
 
 impl Merge<'_> {
     /// Thread `i` read up to `mark` (`Duration::MAX`: it ended) and hands over what it found since its last
-    /// call. The transactions whose response ended before every thread's mark (less the grace a ring takes to
-    /// hand a block over) go on, oldest response first, to the statistics and to `also`; then `also` gets the
+    /// call. The transactions whose response ended before every thread's mark (less the grace for packets still in
+    /// the kernel's backlog) go on, oldest response first, to the statistics and to `also`; then `also` gets the
     /// earliest mark as a tick, so the intervals every thread has passed close.
     fn sync(
         &mut self,

@@ -26,9 +26,11 @@ pub struct StatsResult {
     pub total: StatsRow,
 }
 
-/// Live: an interval's row is handed out this long after the interval ended (the ring hands a block over at
-/// most [`live::BLOCK_TIMEOUT_MS`] after its first packet).
-pub const LIVE_GRACE_NS: i64 = 250_000_000;
+/// Live: an interval's row is handed out once the ring has been read this long past the interval's end (a
+/// tick carries the time up to which every packet the kernel had put in the ring was read, see
+/// [`live`]'s "Late packets"): the margin covers a packet stamped before that time that was still in the
+/// kernel's receive backlog when the counters were read.
+pub const LIVE_GRACE_NS: i64 = 50_000_000;
 
 /// `capture stats`: per-interval packet counts, rates and sizes.
 pub fn run_stats(
