@@ -33,7 +33,7 @@ pub const DEFAULT_ROW_BYTES: u64 = 1500 - 35 - 28;
 mod session;
 mod target;
 
-pub use session::LinkSession;
+pub use session::{LinkSession, link_connect_timeout};
 pub use target::LinkTarget;
 
 /// One call through the link, as the local database's clock saw it.
@@ -142,6 +142,8 @@ pub(crate) fn measure(
         config.row_bytes,
         link.create_extension,
         config.timeout,
+        config.cancel.clone(),
+        Default::default(),
     )?;
     let mut lr = LinkResult {
         target: link.target.redacted().to_string(),
@@ -208,7 +210,11 @@ pub(crate) fn measure(
     })();
     ls.close();
     r.link = Some(lr);
-    outcome
+    // A Ctrl-C that gave up on a call is a stop, not a failure: what was measured is printed.
+    match outcome {
+        Err(_) if config.cancel.load(Ordering::SeqCst) => Ok(()),
+        o => o,
+    }
 }
 
 #[cfg(test)]
