@@ -311,7 +311,8 @@ mod tests {
             u.pg_text_with_connect_timeout(5).unwrap().expose(),
             "postgresql://db2/app?connect_timeout=5"
         );
-        let v = LinkTarget::parse("postgresql://db2/app?sslmode=require", Scheme::Postgres).unwrap();
+        let v =
+            LinkTarget::parse("postgresql://db2/app?sslmode=require", Scheme::Postgres).unwrap();
         assert_eq!(
             v.pg_text_with_connect_timeout(5).unwrap().expose(),
             "postgresql://db2/app?sslmode=require&connect_timeout=5"
@@ -331,7 +332,12 @@ mod tests {
         assert!(LinkTarget::parse("bad name", Scheme::Mysql).is_err());
         let u = LinkTarget::parse("mysql://u:pw@h/db", Scheme::Mysql).unwrap();
         assert!(u.warning().unwrap().contains("CREATE SERVER"));
-        assert!(LinkTarget::parse("mysql://u@h/db", Scheme::Mysql).unwrap().warning().is_none());
+        assert!(
+            LinkTarget::parse("mysql://u@h/db", Scheme::Mysql)
+                .unwrap()
+                .warning()
+                .is_none()
+        );
     }
 
     #[test]

@@ -366,10 +366,13 @@ pub(crate) fn connect(
     if !auth.how.is_empty() {
         setup.notes.push(auth.how);
     }
-    Ok((MySession {
-        conn,
-        id: hs.connection_id,
-    }, setup))
+    Ok((
+        MySession {
+            conn,
+            id: hs.connection_id,
+        },
+        setup,
+    ))
 }
 
 impl MySession {

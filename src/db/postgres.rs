@@ -195,7 +195,8 @@ pub(crate) fn connect(
 
 impl PgSession {
     fn run(&mut self, sql: &str, during: &str) -> Result<Fetched, DbError> {
-        self.run_rows(&pg::query(sql), during, false).map(|(f, _)| f)
+        self.run_rows(&pg::query(sql), during, false)
+            .map(|(f, _)| f)
     }
 
     /// Sends `request` (a simple Query, or an extended-protocol statement ending in Sync) and reads its

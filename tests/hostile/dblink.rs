@@ -32,13 +32,19 @@ struct ScratchDb(String);
 impl ScratchDb {
     fn new(what: &str) -> ScratchDb {
         let name = format!("rt_hostile_{what}_{}", std::process::id());
-        psql("test", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        psql(
+            "test",
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
         psql("test", &format!("CREATE DATABASE {name}"));
         psql(&name, "CREATE EXTENSION dblink");
         ScratchDb(name)
     }
     fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{PG}/{}?sslmode=disable", self.0)
+        format!(
+            "postgres://postgres@127.0.0.1:{PG}/{}?sslmode=disable",
+            self.0
+        )
     }
     /// Backends of this database whose statement opens a link: (count, oldest statement age in seconds).
     fn link_opens(&self) -> (u32, f64) {
@@ -129,10 +135,7 @@ fn relay_to(c: TcpStream, upstream: u16) {
     let Ok(u) = TcpStream::connect(("127.0.0.1", upstream)) else {
         return;
     };
-    for (mut a, mut b) in [
-        (c.try_clone().unwrap(), u.try_clone().unwrap()),
-        (u, c),
-    ] {
+    for (mut a, mut b) in [(c.try_clone().unwrap(), u.try_clone().unwrap()), (u, c)] {
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut a, &mut b);
             let _ = b.shutdown(std::net::Shutdown::Both);
@@ -177,7 +180,14 @@ fn pg_log_since(log: &(std::path::PathBuf, u64)) -> String {
 
 fn rt_cmd(args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(common::procs::bin());
-    for v in ["PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE", "MYSQL_PWD"] {
+    for v in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "MYSQL_PWD",
+    ] {
         c.env_remove(v);
     }
     c.args(args);
@@ -275,7 +285,10 @@ fn pg_link_password_is_in_no_statement_text_nor_server_log() {
             "the failing statements were not logged:\n{text}"
         );
         for m in ["StmtMarkA91", "StmtMarkB92"] {
-            assert!(!text.contains(m), "the password {m} is in the server log:\n{text}");
+            assert!(
+                !text.contains(m),
+                "the password {m} is in the server log:\n{text}"
+            );
         }
     }
 }
@@ -291,7 +304,9 @@ fn pg_link_password_ending_in_dollar_rt_opens_the_link() {
         "db",
         &db.url(),
         "--link",
-        &format!("host=127.0.0.1 port={PG} dbname=test user=postgres sslmode=disable password=Pw$rt"),
+        &format!(
+            "host=127.0.0.1 port={PG} dbname=test user=postgres sslmode=disable password=Pw$rt"
+        ),
         "-n",
         "2",
         "--connects",
@@ -334,7 +349,16 @@ fn link_targets_are_redacted_as_libpq_reads_them() {
     ] {
         for json in [false, true] {
             let mut c = common::db::rt(Duration::from_secs(120));
-            c.args(["db", &db.url(), "--link", &target, "-n", "1", "--connects", "1"]);
+            c.args([
+                "db",
+                &db.url(),
+                "--link",
+                &target,
+                "-n",
+                "1",
+                "--connects",
+                "1",
+            ]);
             if json {
                 c.arg("--json");
             }
@@ -413,16 +437,27 @@ fn pg_black_hole_link_backends_end_within_connect_timeout_under_the_agent() {
         oldest = oldest.max(age);
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(bh.held() > 0, "the agent never opened the link: {}", agent.output());
+    assert!(
+        bh.held() > 0,
+        "the agent never opened the link: {}",
+        agent.output()
+    );
     assert!(
         oldest <= 3.0,
         "a link-open backend was {oldest:.1} s old (connect_timeout 2 s + 1 s); at most {most} at once"
     );
     assert!(most <= 1, "{most} link opens at once from one target");
     let took = ctrl_c(&mut agent, Duration::from_secs(20)).expect("the agent stops on Ctrl-C");
-    assert!(took < Duration::from_secs(5), "the agent took {took:?} to stop");
+    assert!(
+        took < Duration::from_secs(5),
+        "the agent took {took:?} to stop"
+    );
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(db.link_opens().0, 0, "link-open backends outlive the agent by 3 s");
+    assert_eq!(
+        db.link_opens().0,
+        0,
+        "link-open backends outlive the agent by 3 s"
+    );
     assert!(!agent.output().contains("AgentMarkG7"));
 }
 
@@ -439,7 +474,10 @@ fn ctrl_c_during_a_black_hole_pg_link_open_returns_at_once() {
             "db",
             &db.url(),
             "--link",
-            &format!("host=127.0.0.1 port={} dbname=test user=postgres sslmode=disable", bh.port),
+            &format!(
+                "host=127.0.0.1 port={} dbname=test user=postgres sslmode=disable",
+                bh.port
+            ),
             "--connects",
             "1",
             "--timeout",
@@ -490,7 +528,13 @@ impl Drop for Federatedx {
         }
         if self.0 {
             let _ = std::process::Command::new("mysql")
-                .args(["-h", "127.0.0.1", "-uroot", "-e", "UNINSTALL SONAME 'ha_federatedx'"])
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-uroot",
+                    "-e",
+                    "UNINSTALL SONAME 'ha_federatedx'",
+                ])
                 .output();
         }
     }
@@ -548,10 +592,20 @@ fn mariadb_agent_starts_one_link_open_per_target_at_a_time() {
         most = most.max(federated_opens(trap.port));
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(most >= 1, "the trap never held a link open: {}", agent.output());
-    assert!(most <= 1, "{most} FEDERATEDX link opens at once from one target");
+    assert!(
+        most >= 1,
+        "the trap never held a link open: {}",
+        agent.output()
+    );
+    assert!(
+        most <= 1,
+        "{most} FEDERATEDX link opens at once from one target"
+    );
     let took = ctrl_c(&mut agent, Duration::from_secs(20)).expect("the agent stops on Ctrl-C");
-    assert!(took < Duration::from_secs(5), "the agent took {took:?} to stop");
+    assert!(
+        took < Duration::from_secs(5),
+        "the agent took {took:?} to stop"
+    );
 }
 
 #[test]
@@ -607,7 +661,9 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
         "1",
     ]));
     assert_eq!(
-        o.stderr.matches("warning: the --link password goes into").count(),
+        o.stderr
+            .matches("warning: the --link password goes into")
+            .count(),
         1,
         "{}",
         o.stderr
@@ -631,7 +687,11 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
     ]));
     mariadb(&format!("DROP SERVER IF EXISTS {server}"));
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    assert!(!o.stderr.contains("warning: the --link password"), "{}", o.stderr);
+    assert!(
+        !o.stderr.contains("warning: the --link password"),
+        "{}",
+        o.stderr
+    );
     let d = common::db::json_of(&o);
     assert_eq!(d["link"]["round_trip"]["count"], 2, "{d}");
     assert_eq!(d["link"]["target"], server.as_str());

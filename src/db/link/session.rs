@@ -182,7 +182,9 @@ impl Runner {
                     return Err(DbError::Link {
                         proto: self.proto,
                         addr: self.addr,
-                        message: format!("{during}: the statement's thread ended without an answer"),
+                        message: format!(
+                            "{during}: the statement's thread ended without an answer"
+                        ),
                     });
                 }
             }
@@ -429,7 +431,8 @@ $rtf$",
                 // A link open to a host that accepts and never answers must end in the local server too:
                 // PostgreSQL 15 does not interrupt dblink_connect on a cancel, so libpq's connect_timeout is
                 // what bounds it.
-                let pg_link_text = target.pg_text_with_connect_timeout(link_connect_timeout(timeout));
+                let pg_link_text =
+                    target.pg_text_with_connect_timeout(link_connect_timeout(timeout));
                 if target.is_server_name() {
                     let (_, opts, _) = session.run(
                         "SELECT array_to_string(srvoptions, ' ') FROM pg_foreign_server WHERE srvname = $1",
@@ -475,7 +478,9 @@ $rtf$",
             }
             Scheme::Mysql => {
                 if !matches!(target.kind, Kind::Url(_) | Kind::MyServer) {
-                    return Err(link_err("a MySQL link needs a mysql:// TARGET or a CREATE SERVER name".into()));
+                    return Err(link_err(
+                        "a MySQL link needs a mysql:// TARGET or a CREATE SERVER name".into(),
+                    ));
                 }
                 let Some(local_db) = local.database.as_ref().map(|d| d.replace('`', "``")) else {
                     return Err(DbError::Config(
@@ -549,34 +554,38 @@ $rtf$",
                 // The remote scratch table, over roundtrip's own connection to the far end (on a thread of
                 // its own: a Ctrl-C does not wait for it).
                 let made = {
-                    let (remote, remote_table, timeout) = (remote.clone(), remote_table.clone(), timeout);
-                    abandonable(&session.cancel, timeout, move |given_up: &dyn Fn() -> bool| {
-                        let mut rs = open_direct(&remote, timeout)
-                            .map_err(|e| (true, e))?;
-                        let r = (|| -> Result<(), DbError> {
-                            rs.query(&format!(
+                    let (remote, remote_table, timeout) =
+                        (remote.clone(), remote_table.clone(), timeout);
+                    abandonable(
+                        &session.cancel,
+                        timeout,
+                        move |given_up: &dyn Fn() -> bool| {
+                            let mut rs = open_direct(&remote, timeout).map_err(|e| (true, e))?;
+                            let r = (|| -> Result<(), DbError> {
+                                rs.query(&format!(
                                 "CREATE TABLE `{remote_table}` (id INT NOT NULL PRIMARY KEY, f LONGTEXT) ENGINE=InnoDB"
                             ))?;
-                            rs.query(&format!("INSERT INTO `{remote_table}` VALUES (0, '')"))?;
-                            if rows > 0 {
-                                if rows > 1000 {
-                                    let _ = rs.query(&format!(
-                                        "SET SESSION cte_max_recursion_depth = {}",
-                                        rows + 1
-                                    ));
-                                }
-                                rs.query(&format!(
+                                rs.query(&format!("INSERT INTO `{remote_table}` VALUES (0, '')"))?;
+                                if rows > 0 {
+                                    if rows > 1000 {
+                                        let _ = rs.query(&format!(
+                                            "SET SESSION cte_max_recursion_depth = {}",
+                                            rows + 1
+                                        ));
+                                    }
+                                    rs.query(&format!(
                                     "INSERT INTO `{remote_table}` WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {rows}) SELECT n, REPEAT('X', {row_bytes}) FROM s"
                                 ))?;
+                                }
+                                Ok(())
+                            })();
+                            if given_up() {
+                                let _ = rs.query(&format!("DROP TABLE IF EXISTS `{remote_table}`"));
                             }
-                            Ok(())
-                        })();
-                        if given_up() {
-                            let _ = rs.query(&format!("DROP TABLE IF EXISTS `{remote_table}`"));
-                        }
-                        rs.close();
-                        r.map_err(|e| (false, e))
-                    })
+                            rs.close();
+                            r.map_err(|e| (false, e))
+                        },
+                    )
                 };
                 let made = match made {
                     None => return Err(session.stopped("creating the remote scratch table")),
@@ -590,8 +599,14 @@ $rtf$",
                     Some(Err((false, e))) => Err(e),
                     Some(Ok(())) => Ok(()),
                 };
-                session.cleanup.lock().unwrap_or_else(|p| p.into_inner()).remote =
-                    Some((remote.clone(), format!("DROP TABLE IF EXISTS `{remote_table}`")));
+                session
+                    .cleanup
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remote = Some((
+                    remote.clone(),
+                    format!("DROP TABLE IF EXISTS `{remote_table}`"),
+                ));
                 let remote_url = remote.clone();
                 let mut ls = LinkSession {
                     runner: session,
@@ -645,8 +660,11 @@ $rtf$",
                 };
                 {
                     let mut c = ls.runner.cleanup.lock().unwrap_or_else(|p| p.into_inner());
-                    c.local.push(format!("DROP PROCEDURE IF EXISTS `{local_db}`.`{proc_name}`"));
-                    c.local.push(format!("DROP TABLE IF EXISTS `{local_db}`.`{table}`"));
+                    c.local.push(format!(
+                        "DROP PROCEDURE IF EXISTS `{local_db}`.`{proc_name}`"
+                    ));
+                    c.local
+                        .push(format!("DROP TABLE IF EXISTS `{local_db}`.`{table}`"));
                 }
                 let steps = [
                     format!(
@@ -831,7 +849,11 @@ END"
                 }
             }
         }
-        *self.runner.cleanup.lock().unwrap_or_else(|p| p.into_inner()) = Cleanup::default();
+        *self
+            .runner
+            .cleanup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Cleanup::default();
     }
 
     /// Cleans up and says goodbye.

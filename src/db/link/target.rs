@@ -225,7 +225,8 @@ impl LinkTarget {
                     "connect_timeout" => has_connect_timeout = true,
                     _ => {}
                 }
-                if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '\'' || c == '\\') {
+                if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '\'' || c == '\\')
+                {
                     shown.push(format!(
                         "{k}='{}'",
                         v.replace('\\', "\\\\").replace('\'', "\\'")
@@ -271,7 +272,7 @@ impl LinkTarget {
             redacted: t.to_string(),
             label: format!("server:{t}"),
             connect_suffix: None,
-                    rebuilt: None,
+            rebuilt: None,
         })
     }
 
