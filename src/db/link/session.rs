@@ -560,7 +560,8 @@ $rtf$",
                         &session.cancel,
                         timeout,
                         move |given_up: &dyn Fn() -> bool| {
-                            let mut rs = open_direct(&remote, timeout).map_err(|e| (true, e))?;
+                            let mut rs =
+                                open_direct(&remote, timeout).map_err(|e| Box::new((true, e)))?;
                             let r = (|| -> Result<(), DbError> {
                                 rs.query(&format!(
                                 "CREATE TABLE `{remote_table}` (id INT NOT NULL PRIMARY KEY, f LONGTEXT) ENGINE=InnoDB"
@@ -583,20 +584,20 @@ $rtf$",
                                 let _ = rs.query(&format!("DROP TABLE IF EXISTS `{remote_table}`"));
                             }
                             rs.close();
-                            r.map_err(|e| (false, e))
+                            r.map_err(|e| Box::new((false, e)))
                         },
                     )
                 };
                 let made = match made {
                     None => return Err(session.stopped("creating the remote scratch table")),
-                    Some(Err((true, e))) => {
+                    Some(Err(b)) if b.0 => {
                         return Err(link_err(format!(
                             "roundtrip needs its own connection to {} to create the remote scratch table, and it failed: {}",
                             target.redacted(),
-                            target.scrub(&e.to_string())
+                            target.scrub(&b.1.to_string())
                         )));
                     }
-                    Some(Err((false, e))) => Err(e),
+                    Some(Err(b)) => Err(b.1),
                     Some(Ok(())) => Ok(()),
                 };
                 session
