@@ -447,7 +447,9 @@ fn pg_black_hole_link_backends_end_within_connect_timeout_under_the_agent() {
         "a link-open backend was {oldest:.1} s old (connect_timeout 2 s + 1 s); at most {most} at once"
     );
     assert!(most <= 1, "{most} link opens at once from one target");
+    eprintln!("oldest link-open backend {oldest:.2} s, at most {most} at once");
     let took = ctrl_c(&mut agent, Duration::from_secs(20)).expect("the agent stops on Ctrl-C");
+    eprintln!("the agent stopped {took:?} after SIGINT");
     assert!(
         took < Duration::from_secs(5),
         "the agent took {took:?} to stop"
@@ -490,6 +492,7 @@ fn ctrl_c_during_a_black_hole_pg_link_open_returns_at_once() {
         p.output()
     );
     let took = ctrl_c(&mut p, Duration::from_secs(10));
+    eprintln!("Ctrl-C during the open: exit after {took:?}");
     assert!(
         took.is_some_and(|t| t < Duration::from_secs(5)),
         "Ctrl-C during a link open took {took:?} (the --timeout is 60 s): {}",
@@ -601,7 +604,9 @@ fn mariadb_agent_starts_one_link_open_per_target_at_a_time() {
         most <= 1,
         "{most} FEDERATEDX link opens at once from one target"
     );
+    eprintln!("at most {most} FEDERATEDX link open at once");
     let took = ctrl_c(&mut agent, Duration::from_secs(20)).expect("the agent stops on Ctrl-C");
+    eprintln!("the agent stopped {took:?} after SIGINT");
     assert!(
         took < Duration::from_secs(5),
         "the agent took {took:?} to stop"
@@ -635,6 +640,7 @@ fn ctrl_c_during_a_black_hole_mariadb_link_open_returns_at_once() {
         p.output()
     );
     let took = ctrl_c(&mut p, Duration::from_secs(10));
+    eprintln!("Ctrl-C during the FEDERATEDX open: exit after {took:?}");
     assert!(
         took.is_some_and(|t| t < Duration::from_secs(5)),
         "Ctrl-C during a FEDERATEDX link open took {took:?} (the --timeout is 60 s): {}",
