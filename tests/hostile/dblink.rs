@@ -702,3 +702,44 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
     assert_eq!(d["link"]["round_trip"]["count"], 2, "{d}");
     assert_eq!(d["link"]["target"], server.as_str());
 }
+
+#[test]
+fn pg_foreign_server_without_connect_timeout_is_warned_about() {
+    if !pg_ready() {
+        return;
+    }
+    let db = ScratchDb::new("fsrv");
+    psql(
+        &db.0,
+        &format!(
+            "CREATE SERVER rt_far FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host '127.0.0.1', port '{PG}', dbname 'test', sslmode 'disable')"
+        ),
+    );
+    psql(
+        &db.0,
+        "CREATE USER MAPPING FOR postgres SERVER rt_far OPTIONS (user 'postgres')",
+    );
+    let args = |t: &'static str| {
+        let mut c = common::db::rt(Duration::from_secs(120));
+        c.args(["db", &db.url(), "--link", t, "-n", "1", "--connects", "1"]);
+        run(&mut c)
+    };
+    let o = args("rt_far");
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(
+        all.contains("foreign server rt_far has no connect_timeout")
+            && all.contains("ALTER SERVER \"rt_far\" OPTIONS (ADD connect_timeout"),
+        "{all}"
+    );
+    psql(
+        &db.0,
+        "ALTER SERVER rt_far OPTIONS (ADD connect_timeout '2')",
+    );
+    let o = args("rt_far");
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        !o.stdout.contains("has no connect_timeout")
+            && !o.stderr.contains("has no connect_timeout")
+    );
+}
