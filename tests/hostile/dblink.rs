@@ -646,6 +646,13 @@ fn ctrl_c_during_a_black_hole_mariadb_link_open_returns_at_once() {
         "Ctrl-C during a FEDERATEDX link open took {took:?} (the --timeout is 60 s): {}",
         p.output()
     );
+    // The remote scratch table (made over roundtrip's own connection) went with it.
+    assert_eq!(
+        mariadb(
+            "SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'roundtrip\\_link\\_%\\_remote'"
+        ),
+        "0"
+    );
 }
 
 #[test]

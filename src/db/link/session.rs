@@ -824,6 +824,32 @@ END"
     /// is cleaned up by the thread that still waits for its statement.
     pub fn cleanup(&mut self) {
         let Some(session) = self.runner.session.as_mut() else {
+            // Given up on: the statement's thread cleans up when the local server answers, but a process
+            // that exits (a Ctrl-C) does not wait for it. The remote scratch table does not depend on the
+            // local server: drop it now (waiting half a second at most; the thread drops it again if need be).
+            if let Backend::My {
+                remote_table,
+                remote,
+                ..
+            } = &self.backend
+            {
+                let (remote, q, timeout) = (
+                    remote.clone(),
+                    format!("DROP TABLE IF EXISTS `{remote_table}`"),
+                    self.timeout,
+                );
+                let (tx, rx) = mpsc::channel();
+                let _ = std::thread::Builder::new()
+                    .name("db-link-remote".into())
+                    .spawn(move || {
+                        if let Ok(mut rs) = open_direct(&remote, timeout) {
+                            let _ = rs.query(&q);
+                            rs.close();
+                        }
+                        let _ = tx.send(());
+                    });
+                let _ = rx.recv_timeout(Duration::from_millis(500));
+            }
             return;
         };
         match &self.backend {
