@@ -682,6 +682,42 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
         o.stderr
     );
     assert!(!o.stdout.contains("InlineMarkH8") && !o.stderr.contains("InlineMarkH8"));
+    // The agent says it once at start, for that target.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interval = \"1s\"\ntimeout = \"1s\"\n[[target]]\nprobe = \"db\"\nurl = \"mysql://root@127.0.0.1:{MY}/test\"\nlink = \"mysql://root:InlineMarkH8@127.0.0.1:{}/test\"\n",
+            closed_port()
+        ),
+    )
+    .unwrap();
+    let mut agent = Proc::spawn(
+        "agent",
+        rt_cmd(&[
+            "agent",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--config",
+            cfg.to_str().unwrap(),
+        ]),
+    );
+    agent
+        .wait_line("metrics on http://", Duration::from_secs(60))
+        .unwrap();
+    let said = agent.wait_line(
+        "warning: the --link password goes into",
+        Duration::from_secs(10),
+    );
+    let out = agent.output();
+    drop(agent);
+    assert!(said.is_ok(), "the agent did not warn: {out}");
+    assert!(!out.contains("InlineMarkH8"), "{out}");
     // A CREATE SERVER entry: CONNECTION names it, no password in the statement.
     let server = format!("rt_hostile_srv_{}", std::process::id());
     mariadb(&format!(
