@@ -109,6 +109,9 @@ struct Entry {
     db: Mutex<Option<pool::DbSession>>,
     /// The kept link session of a `db-link` target.
     link: Mutex<Option<crate::db::link::LinkSession>>,
+    /// Statements of this target's link sessions still running in the local database (a link open given
+    /// up on after the timeout stays counted until the server ends it): no new link open while above 0.
+    link_inflight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct EntryState {
@@ -177,7 +180,8 @@ fn io_failure(what: &str, e: &io::Error) -> Failure {
 struct Shared {
     registry: Mutex<BTreeMap<TargetKey, Arc<Entry>>>,
     lag: Mutex<Histogram>,
-    stop: AtomicBool,
+    /// Set when the engine stops; a `db-link` statement in flight gives up on it within 50 ms.
+    stop: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -221,7 +225,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             registry: Mutex::new(BTreeMap::new()),
             lag: Mutex::new(Histogram::zero()),
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
         });
         let workers = config.workers.max(1);
         let (to_loop, from_engine) = mpsc::channel();
@@ -319,6 +323,7 @@ impl Engine {
                             busy: AtomicBool::new(false),
                             db: Mutex::new(None),
                             link: Mutex::new(None),
+                            link_inflight: Arc::default(),
                         });
                         msgs.push(messages::Msg::Add {
                             entry: entry.clone(),

@@ -638,6 +638,13 @@ fn announce(
              target; bind 127.0.0.1 or firewall it if that is not wanted"
         ));
     }
+    for t in &placed.targets {
+        if let roundtrip::agent::ProbeKind::DbLink { link, .. } = &t.probe
+            && let Some(w) = link.warning()
+        {
+            note(format!("roundtrip agent: target {}: {w}", t.target));
+        }
+    }
     let psk_note = a.guard.psk_path().map_or(String::new(), |p| {
         format!("; probes prove the key in {}", p.display())
     });

@@ -236,6 +236,9 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         )?);
     }
     config.cancel = super::common::cancel_on_ctrl_c();
+    if let Some(w) = config.link.as_ref().and_then(|l| l.target.warning()) {
+        super::output::note(w);
+    }
     if !a.json {
         out(match &config.link {
             Some(l) => link_heading(

@@ -203,6 +203,16 @@ impl Conn {
         }
     }
 
+    /// How long one read may wait from now on (errors ignored: the old timeout stays).
+    pub fn set_read_timeout(&mut self, d: Duration) {
+        let s = match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref(),
+            Stream::Switching => return,
+        };
+        let _ = s.set_read_timeout(Some(d.max(Duration::from_millis(1))));
+    }
+
     /// Sends bytes.
     pub fn send(&mut self, b: &[u8], during: &str) -> Result<(), DbError> {
         self.stream

@@ -33,7 +33,7 @@ pub const DEFAULT_ROW_BYTES: u64 = 1500 - 35 - 28;
 mod session;
 mod target;
 
-pub use session::LinkSession;
+pub use session::{LinkSession, link_connect_timeout};
 pub use target::LinkTarget;
 
 /// One call through the link, as the local database's clock saw it.
@@ -142,6 +142,8 @@ pub(crate) fn measure(
         config.row_bytes,
         link.create_extension,
         config.timeout,
+        config.cancel.clone(),
+        Default::default(),
     )?;
     let mut lr = LinkResult {
         target: link.target.redacted().to_string(),
@@ -208,7 +210,11 @@ pub(crate) fn measure(
     })();
     ls.close();
     r.link = Some(lr);
-    outcome
+    // A Ctrl-C that gave up on a call is a stop, not a failure: what was measured is printed.
+    match outcome {
+        Err(_) if config.cancel.load(Ordering::SeqCst) => Ok(()),
+        o => o,
+    }
 }
 
 #[cfg(test)]
@@ -240,6 +246,98 @@ mod tests {
         let s = LinkTarget::parse("remote_srv", Scheme::Postgres).unwrap();
         assert!(s.is_server_name());
         assert_eq!(s.label(), "server:remote_srv");
+    }
+
+    #[test]
+    fn targets_are_read_as_libpq_reads_them() {
+        // Only ASCII whitespace separates: U+00A0 and U+2003 are part of the password.
+        let t = LinkTarget::parse(
+            "host=db2 password=a\u{a0}b\u{2003}c dbname=app",
+            Scheme::Postgres,
+        )
+        .unwrap();
+        assert_eq!(t.redacted(), "host=db2 password=*** dbname=app");
+        assert_eq!(t.scrub("x a\u{a0}b\u{2003}c y"), "x *** y");
+        // A password ending in U+00A0 keeps it (no Unicode trim).
+        let t = LinkTarget::parse("host=db2 password=ab\u{a0}", Scheme::Postgres).unwrap();
+        assert_eq!(t.scrub("ab\u{a0}"), "***");
+        // sslpassword, in both forms.
+        let t = LinkTarget::parse("host=db2 sslpassword=k3y sslmode=require", Scheme::Postgres)
+            .unwrap();
+        assert_eq!(t.redacted(), "host=db2 sslpassword=*** sslmode=require");
+        assert_eq!(t.scrub("k3y"), "***");
+        let u = LinkTarget::parse(
+            "postgresql://app@db2/app?sslpassword=k%33y&sslmode=require",
+            Scheme::Postgres,
+        )
+        .unwrap();
+        assert_eq!(
+            u.redacted(),
+            "postgresql://app@db2/app?sslpassword=***&sslmode=require"
+        );
+        assert_eq!(u.scrub("k3y k%33y"), "*** ***");
+        // libpq ends the user part at the first '@': a second one is refused, not echoed.
+        for bad in [
+            "postgresql://u:p@hunter2@db2/app",
+            "postgresql://u:p/hunter2@db2/app",
+        ] {
+            let e = LinkTarget::parse(bad, Scheme::Postgres)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("%40") && !e.contains("hunter2"), "{e}");
+        }
+        // A '?' in the password is the password's (libpq looks for '@' or '/', not '?').
+        let q = LinkTarget::parse("postgresql://u:p?w@db2:6432/app", Scheme::Postgres).unwrap();
+        assert_eq!(q.label(), "db2:6432/app");
+        assert_eq!(q.scrub("p?w"), "***");
+    }
+
+    #[test]
+    fn link_strings_get_a_connect_timeout() {
+        let t = LinkTarget::parse("host=db2 password=x\\", Scheme::Postgres).unwrap();
+        // Every value quoted: a trailing backslash (an escape of nothing, for libpq) cannot swallow what is
+        // appended.
+        assert_eq!(
+            t.pg_text_with_connect_timeout(2).unwrap().expose(),
+            "host='db2' password='x' connect_timeout=2"
+        );
+        let k = LinkTarget::parse("host=db2 connect_timeout=7", Scheme::Postgres).unwrap();
+        assert_eq!(
+            k.pg_text_with_connect_timeout(2).unwrap().expose(),
+            "host='db2' connect_timeout='7'"
+        );
+        let u = LinkTarget::parse("postgresql://db2/app", Scheme::Postgres).unwrap();
+        assert_eq!(
+            u.pg_text_with_connect_timeout(5).unwrap().expose(),
+            "postgresql://db2/app?connect_timeout=5"
+        );
+        let v =
+            LinkTarget::parse("postgresql://db2/app?sslmode=require", Scheme::Postgres).unwrap();
+        assert_eq!(
+            v.pg_text_with_connect_timeout(5).unwrap().expose(),
+            "postgresql://db2/app?sslmode=require&connect_timeout=5"
+        );
+        let s = LinkTarget::parse("srv", Scheme::Postgres).unwrap();
+        assert!(s.pg_text_with_connect_timeout(5).is_none());
+        assert_eq!(link_connect_timeout(Duration::from_millis(500)), 2);
+        assert_eq!(link_connect_timeout(Duration::from_millis(2500)), 3);
+        assert_eq!(link_connect_timeout(Duration::from_secs(10)), 10);
+    }
+
+    #[test]
+    fn mariadb_targets_name_a_server_or_warn_about_an_inline_password() {
+        let s = LinkTarget::parse("remote_db2", Scheme::Mysql).unwrap();
+        assert_eq!(s.label(), "server:remote_db2");
+        assert!(s.warning().is_none());
+        assert!(LinkTarget::parse("bad name", Scheme::Mysql).is_err());
+        let u = LinkTarget::parse("mysql://u:pw@h/db", Scheme::Mysql).unwrap();
+        assert!(u.warning().unwrap().contains("CREATE SERVER"));
+        assert!(
+            LinkTarget::parse("mysql://u@h/db", Scheme::Mysql)
+                .unwrap()
+                .warning()
+                .is_none()
+        );
     }
 
     #[test]

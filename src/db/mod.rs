@@ -233,6 +233,25 @@ pub struct Fetched {
     pub bytes: u64,
 }
 
+/// How to interrupt a statement from another connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interrupt {
+    /// A PostgreSQL CancelRequest to the server at `addr` for backend `pid` with its secret `key`.
+    PgCancel {
+        /// The server.
+        addr: std::net::SocketAddr,
+        /// The backend's process id.
+        pid: u32,
+        /// Its cancel secret.
+        key: u32,
+    },
+    /// MySQL/MariaDB `KILL QUERY id` over another session.
+    MyKill {
+        /// The connection (thread) id.
+        id: u32,
+    },
+}
+
 /// What a protocol connection offers once it is ready.
 pub(crate) trait Session {
     /// The cheapest request the protocol has.
@@ -245,6 +264,28 @@ pub(crate) trait Session {
         Err(DbError::Config(
             "this protocol returns no rows to read values from".into(),
         ))
+    }
+    /// Runs a statement whose parameters travel apart from its text (`$1`, `$2`, ... with PostgreSQL's
+    /// extended query protocol: they are not in the statement that logs and `pg_stat_activity` show) and
+    /// returns the values of its first row.
+    fn query_row_params(
+        &mut self,
+        q: &str,
+        params: &[&str],
+        during: &str,
+    ) -> Result<(Fetched, Row), DbError> {
+        let _ = (q, params, during);
+        Err(DbError::Config(
+            "this protocol has no statement parameters".into(),
+        ))
+    }
+    /// How another connection can interrupt the statement this session is running (None: it cannot).
+    fn interrupt(&self) -> Option<Interrupt> {
+        None
+    }
+    /// How long one read may wait from now on (the connection's timeout until then).
+    fn set_read_timeout(&mut self, d: Duration) {
+        let _ = d;
     }
     /// Untimed preparation of the multi-row fetch; returns the statement to time.
     fn prepare_fetch(&mut self, rows: u64, row_bytes: u64) -> Result<String, DbError>;

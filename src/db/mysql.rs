@@ -11,6 +11,8 @@ const PROTO: &str = "MySQL";
 /// An authenticated MySQL/MariaDB connection, ready for commands.
 pub(crate) struct MySession {
     conn: Conn,
+    /// The connection (thread) id from the handshake: what `KILL QUERY` names.
+    id: u32,
 }
 
 fn packet(conn: &mut Conn, during: &str) -> Result<Packet, DbError> {
@@ -364,7 +366,13 @@ pub(crate) fn connect(
     if !auth.how.is_empty() {
         setup.notes.push(auth.how);
     }
-    Ok((MySession { conn }, setup))
+    Ok((
+        MySession {
+            conn,
+            id: hs.connection_id,
+        },
+        setup,
+    ))
 }
 
 impl MySession {
@@ -455,6 +463,12 @@ impl MySession {
 }
 
 impl Session for MySession {
+    fn interrupt(&self) -> Option<super::Interrupt> {
+        Some(super::Interrupt::MyKill { id: self.id })
+    }
+    fn set_read_timeout(&mut self, d: std::time::Duration) {
+        self.conn.set_read_timeout(d);
+    }
     fn ping(&mut self) -> Result<(), DbError> {
         let during = "the protocol ping (COM_PING)";
         self.conn

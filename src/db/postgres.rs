@@ -8,6 +8,8 @@ use crate::wire::scram::ScramClient;
 /// An authenticated PostgreSQL connection, ready for queries.
 pub(crate) struct PgSession {
     conn: Conn,
+    /// BackendKeyData: the backend's process id and the secret a CancelRequest needs.
+    key: Option<(u32, u32)>,
 }
 
 const PROTO: &str = "PostgreSQL";
@@ -122,6 +124,7 @@ pub(crate) fn connect(
         "startup",
     )?;
     let mut scram: Option<ScramClient> = None;
+    let mut key = None;
     loop {
         match next(&mut conn, "startup")? {
             Backend::AuthOk => {}
@@ -181,27 +184,30 @@ pub(crate) fn connect(
             Backend::ParameterStatus(k, v) if k == "server_version" => {
                 setup.server_version = Some(v)
             }
+            Backend::BackendKeyData(pid, secret) => key = Some((pid, secret)),
             Backend::Error(e) => return Err(startup_error(&conn, url, &e)),
             Backend::ReadyForQuery(_) => break,
             _ => {}
         }
     }
-    Ok((PgSession { conn }, setup))
+    Ok((PgSession { conn, key }, setup))
 }
 
 impl PgSession {
     fn run(&mut self, sql: &str, during: &str) -> Result<Fetched, DbError> {
-        self.run_rows(sql, during, false).map(|(f, _)| f)
+        self.run_rows(&pg::query(sql), during, false)
+            .map(|(f, _)| f)
     }
 
-    /// Runs `sql`; with `first`, also returns the values of the first row.
+    /// Sends `request` (a simple Query, or an extended-protocol statement ending in Sync) and reads its
+    /// answer up to ReadyForQuery; with `first`, also returns the values of the first row.
     fn run_rows(
         &mut self,
-        sql: &str,
+        request: &[u8],
         during: &str,
         first: bool,
     ) -> Result<(Fetched, Option<super::Row>), DbError> {
-        self.conn.send(&pg::query(sql), during)?;
+        self.conn.send(request, during)?;
         let mut f = Fetched::default();
         let mut row: Option<super::Row> = None;
         let mut error: Option<DbError> = None;
@@ -252,8 +258,27 @@ impl Session for PgSession {
         self.run(q, "the query")
     }
     fn query_row(&mut self, q: &str, during: &str) -> Result<(Fetched, super::Row), DbError> {
-        self.run_rows(q, during, true)
+        self.run_rows(&pg::query(q), during, true)
             .map(|(f, row)| (f, row.unwrap_or_default()))
+    }
+    fn query_row_params(
+        &mut self,
+        q: &str,
+        params: &[&str],
+        during: &str,
+    ) -> Result<(Fetched, super::Row), DbError> {
+        self.run_rows(&pg::extended_query(q, params), during, true)
+            .map(|(f, row)| (f, row.unwrap_or_default()))
+    }
+    fn interrupt(&self) -> Option<super::Interrupt> {
+        self.key.map(|(pid, key)| super::Interrupt::PgCancel {
+            addr: self.conn.addr,
+            pid,
+            key,
+        })
+    }
+    fn set_read_timeout(&mut self, d: std::time::Duration) {
+        self.conn.set_read_timeout(d);
     }
     fn prepare_fetch(&mut self, rows: u64, row_bytes: u64) -> Result<String, DbError> {
         Ok(format!(

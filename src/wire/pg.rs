@@ -320,6 +320,42 @@ pub fn query(sql: &str) -> Vec<u8> {
     message(Some(b'Q'), &b)
 }
 
+/// The code of a CancelRequest (in place of a protocol version).
+pub const CANCEL_REQUEST_CODE: u32 = 80_877_102;
+
+/// A CancelRequest for the backend `pid` with its secret `key` (sent on a fresh connection, no reply).
+pub fn cancel_request(pid: u32, key: u32) -> Vec<u8> {
+    let mut b = CANCEL_REQUEST_CODE.to_be_bytes().to_vec();
+    b.extend_from_slice(&pid.to_be_bytes());
+    b.extend_from_slice(&key.to_be_bytes());
+    message(None, &b)
+}
+
+/// Parse (unnamed statement, parameter types left to the server), Bind (unnamed portal, every parameter as
+/// text, results as text), Execute (all rows) and Sync: one statement of the extended query protocol whose
+/// parameters travel apart from its text (`$1`, `$2`, ...).
+pub fn extended_query(sql: &str, params: &[&str]) -> Vec<u8> {
+    let mut parse = vec![0u8];
+    parse.extend_from_slice(sql.as_bytes());
+    parse.push(0);
+    parse.extend_from_slice(&0u16.to_be_bytes());
+    let mut bind = vec![0u8, 0u8];
+    bind.extend_from_slice(&0u16.to_be_bytes());
+    bind.extend_from_slice(&(params.len() as u16).to_be_bytes());
+    for p in params {
+        bind.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        bind.extend_from_slice(p.as_bytes());
+    }
+    bind.extend_from_slice(&0u16.to_be_bytes());
+    let mut execute = vec![0u8];
+    execute.extend_from_slice(&0u32.to_be_bytes());
+    let mut out = message(Some(b'P'), &parse);
+    out.extend(message(Some(b'B'), &bind));
+    out.extend(message(Some(b'E'), &execute));
+    out.extend(message(Some(b'S'), &[]));
+    out
+}
+
 /// The Terminate message.
 pub fn terminate() -> Vec<u8> {
     message(Some(b'X'), &[])
@@ -328,6 +364,19 @@ pub fn terminate() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extended_query_keeps_parameters_out_of_the_statement() {
+        let m = extended_query("SELECT $1", &["s3cret"]);
+        assert_eq!(m[0], b'P');
+        let plen = u32::from_be_bytes([m[1], m[2], m[3], m[4]]) as usize;
+        let parse = &m[..1 + plen];
+        assert!(!parse.windows(6).any(|w| w == b"s3cret"));
+        assert_eq!(m[1 + plen], b'B');
+        assert!(m.windows(6).any(|w| w == b"s3cret"));
+        assert_eq!(&m[m.len() - 5..], &[b'S', 0, 0, 0, 4]);
+        assert_eq!(cancel_request(7, 9).len(), 16);
+    }
 
     #[test]
     fn frames_ready_for_query_and_waits_for_more() {

@@ -7,3 +7,4 @@
 mod common;
 mod r#struct;
 mod ring;
+mod dblink;

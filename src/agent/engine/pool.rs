@@ -74,7 +74,7 @@ pub(super) fn spawn(
                             Job::Probe { entry, spec, due } => {
                                 let start = Instant::now();
                                 shared.record_lag(start.saturating_duration_since(due));
-                                let outcome = probe_once(&entry, &spec);
+                                let outcome = probe_once(&entry, &spec, &shared.stop);
                                 let at = Instant::now();
                                 match outcome {
                                     Ok(rtt) => entry.record_ok(at, rtt),
@@ -149,12 +149,16 @@ fn connect_udp(
 }
 
 /// One probe of a pool target: the RTT, or why it failed.
-fn probe_once(entry: &Entry, spec: &TargetSpec) -> Result<Duration, Failure> {
+fn probe_once(
+    entry: &Entry,
+    spec: &TargetSpec,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Duration, Failure> {
     match &spec.probe {
         ProbeKind::Connect => connect_probe(spec),
         ProbeKind::Icmp { size } => icmp_probe(spec, *size),
         ProbeKind::Db { url } => db_probe(entry, spec, url),
-        ProbeKind::DbLink { url, link } => db_link_probe(entry, spec, url, link),
+        ProbeKind::DbLink { url, link } => db_link_probe(entry, spec, url, link, stop),
         ProbeKind::Tcp { .. } | ProbeKind::Udp { .. } => Err(Failure::new(
             ErrorReason::Other,
             "a ping target reached the probe pool",
@@ -270,6 +274,7 @@ fn db_link_probe(
     spec: &TargetSpec,
     url: &DbUrl,
     link: &db::link::LinkTarget,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Duration, Failure> {
     let fail = |e: DbError| db_failure(&link.scrub_error(e));
     let addr = SocketAddr::new(spec.addr.ip(), url.port());
@@ -277,6 +282,19 @@ fn db_link_probe(
     let mut ls = match kept {
         Some(s) => s,
         None => {
+            // One link open per target at a time: a statement given up on (the timeout) may still hold a
+            // backend of the local database inside a link open (FEDERATEDX until net_read_timeout); no
+            // other starts until it has ended.
+            let open = entry.link_inflight.load(Ordering::SeqCst);
+            if open > 0 {
+                return Err(Failure::new(
+                    ErrorReason::Timeout,
+                    format!(
+                        "the previous link open to {} is still running in the local database (given up on after the timeout; the local server ends it): not starting another",
+                        link.redacted()
+                    ),
+                ));
+            }
             // The server version tells MariaDB (FEDERATEDX, INSTALL SONAME) from MySQL in a refusal.
             let (session, version) = open_db_versioned(url, addr, spec.timeout).map_err(fail)?;
             let mut ls = db::link::LinkSession::prepare(
@@ -290,6 +308,8 @@ fn db_link_probe(
                 1,
                 false,
                 spec.timeout,
+                stop.clone(),
+                entry.link_inflight.clone(),
             )
             .map_err(fail)?;
             if let Err(e) = ls.open_link() {
