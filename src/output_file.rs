@@ -283,11 +283,11 @@ impl OutputFile {
             source,
         };
         self.flush().map_err(io_err)?;
-        if let Some(temp) = self.temp.take() {
-            if let Err(e) = std::fs::rename(&temp, &self.path) {
-                let _ = std::fs::remove_file(&temp);
-                return Err(io_err(e));
-            }
+        if let Some(temp) = self.temp.take()
+            && let Err(e) = std::fs::rename(&temp, &self.path)
+        {
+            let _ = std::fs::remove_file(&temp);
+            return Err(io_err(e));
         }
         Ok(())
     }

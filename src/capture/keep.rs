@@ -87,7 +87,9 @@ pub struct KeepSummary {
 #[derive(Debug, Error)]
 pub enum KeepDirError {
     /// The path exists and is not a directory (a regular file, a symbolic link, ...).
-    #[error("{path}: not a directory (it is {what}); give a directory, or a new name to create one")]
+    #[error(
+        "{path}: not a directory (it is {what}); give a directory, or a new name to create one"
+    )]
     NotADirectory {
         /// The path given.
         path: PathBuf,
@@ -366,14 +368,8 @@ impl FlightRecorder {
                 format!("{base}-{n}.pcap")
             };
             let path = self.dir.path.join(&name);
-            match PcapWriter::create_in(
-                &self.dir.dir,
-                &name,
-                &path,
-                self.link,
-                self.snaplen,
-                0o600,
-            ) {
+            match PcapWriter::create_in(&self.dir.dir, &name, &path, self.link, self.snaplen, 0o600)
+            {
                 Err(e) if e.source.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
                     written = Some(Err(e));
@@ -440,8 +436,12 @@ mod tests {
             stamp(Duration::new(1_764_102_216, 123_000_000)),
             "20251125T202336.123Z"
         );
-        assert!(is_recorder_name("20251125T202336.123Z-127.0.0.1_5432-SELECT.pcap"));
-        assert!(is_recorder_name("20251125T202336.123Z-___1__5432-GET-2.pcap"));
+        assert!(is_recorder_name(
+            "20251125T202336.123Z-127.0.0.1_5432-SELECT.pcap"
+        ));
+        assert!(is_recorder_name(
+            "20251125T202336.123Z-___1__5432-GET-2.pcap"
+        ));
         assert!(!is_recorder_name("notes.pcap"));
         assert!(!is_recorder_name("20251125T202336.123Z-x.pcapng"));
         assert!(!is_recorder_name("20251125T202336.123Z-a b.pcap"));

@@ -534,9 +534,9 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     // The flight recorder's directory, opened (or created, 0700) before capturing: a regular file or a
     // symbolic link there is refused now.
     let keep_dir = match (&a.keep_slow, &a.keep_dir) {
-        (Some(_), Some(d)) => Some(
-            KeepDir::open(d).map_err(|e| super::output::refused(format!("--keep-dir {e}")))?,
-        ),
+        (Some(_), Some(d)) => {
+            Some(KeepDir::open(d).map_err(|e| super::output::refused(format!("--keep-dir {e}")))?)
+        }
         _ => None,
     };
     let src = super::capture_live::open(file.as_deref(), &a.live, &filter)

@@ -289,11 +289,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     if let (Some(mut log), Some(path)) = (log, &a.full_log) {
         let committed = !log.failed
             && log.w.flush().is_ok()
-            && log
-                .w
-                .into_inner()
-                .ok()
-                .is_some_and(|f| f.commit().is_ok());
+            && log.w.into_inner().ok().is_some_and(|f| f.commit().is_ok());
         if !committed {
             error_line(format!(
                 "writing the full log {} failed (disk full?)",

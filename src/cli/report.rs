@@ -4,9 +4,9 @@
 use super::output::{Exit, note, out};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use roundtrip::output_file;
 use roundtrip::report::charts::{self, Options, Run};
 use roundtrip::report::json::to_bytes;
-use roundtrip::output_file;
 use roundtrip::report::{html, load};
 use std::path::{Path, PathBuf};
 
