@@ -186,7 +186,7 @@ pub struct ReportArgs {
     /// Name of a result in legends and tables (default: its file name), in the order of the results.
     #[arg(long, value_name = "NAME")]
     name: Vec<String>,
-    /// Write the HTML report here.
+    /// Write the HTML report here (- for standard output; a symbolic link is refused).
     #[arg(short = 'o', long, value_name = "FILE.html")]
     output: Option<PathBuf>,
     /// Page title.

@@ -146,25 +146,39 @@ fn flight_recorder_never_follows_a_link_planted_under_its_names() {
     let victim = dir.path().join("victim");
     std::fs::create_dir(&keep).unwrap();
     std::fs::create_dir(&victim).unwrap();
-    let port = resp_server(Duration::from_millis(400));
+    // The server answers only when the test says so (then after 300 ms): the links are planted between the
+    // request and its answer, under every name the request's time can give (its stamp is taken between the
+    // two clock readings around the send; 50 ms of margin each side), the name and its `-2` variant.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = c.read(&mut buf).unwrap();
+        gate.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        c.write_all(b"+OK\r\n").unwrap();
+        let _ = c.read(&mut buf);
+    });
     let rt = recorder(&keep, port);
-    // Whoever can write the keep directory plants a dangling link under every name the recorder could choose
-    // for the next 20 s of requests (each millisecond; the name and its `-2` variant).
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let from = now.as_millis() as u64 - 500;
-    let window = 20_000;
-    for ms in from..from + window {
-        let base = format!("{}-127.0.0.1_{port}-GET", stamp(ms));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(LONG)).unwrap();
+    let ms = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let t0 = ms();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
+    let t1 = ms();
+    for t in t0 - 50..=t1 + 50 {
+        let base = format!("{}-127.0.0.1_{port}-GET", stamp(t));
         for name in [format!("{base}.pcap"), format!("{base}-2.pcap")] {
             symlink(victim.join(&name), keep.join(&name)).unwrap();
         }
     }
-    let sent = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    assert!(
-        (sent.as_millis() as u64) < from + window,
-        "planting took longer than the window: the request's name is not covered"
-    );
-    resp_client(port, "GET", 1);
+    go.send(()).unwrap();
+    let mut got = [0u8; 5];
+    s.read_exact(&mut got).unwrap();
+    drop(s);
+    server.join().unwrap();
     until("the kept file", || kept(&keep).len() == 1);
     rt.signal(libc::SIGINT);
     let f = rt.finish(LONG);
