@@ -164,7 +164,12 @@ fn flight_recorder_never_follows_a_link_planted_under_its_names() {
     let rt = recorder(&keep, port);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(LONG)).unwrap();
-    let ms = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
     let t0 = ms();
     s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
     let t1 = ms();
@@ -179,7 +184,9 @@ fn flight_recorder_never_follows_a_link_planted_under_its_names() {
     s.read_exact(&mut got).unwrap();
     drop(s);
     server.join().unwrap();
-    until("the kept file", || kept(&keep).len() == 1);
+    until("the kept file", || {
+        kept(&keep).len() == 1 || !names(&victim).is_empty()
+    });
     rt.signal(libc::SIGINT);
     let f = rt.finish(LONG);
     assert!(f.ok(), "{}", f.output);
