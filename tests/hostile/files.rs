@@ -276,6 +276,40 @@ fn flight_recorder_caps_hold_across_runs_and_rotate_its_own_oldest_files() {
 }
 
 #[test]
+fn flight_recorder_byte_cap_holds_across_runs() {
+    if !common::require_root("AF_PACKET capture") {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(300), "keep bytes");
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep");
+    std::fs::create_dir(&keep).unwrap();
+    // An earlier run's files already hold the 256 MiB (sparse: no disk used), the older one first.
+    let older = keep.join("20000101T000000.000Z-127.0.0.1_1-GET.pcap");
+    let newer = keep.join("20000102T000000.000Z-127.0.0.1_1-GET.pcap");
+    for (f, len) in [(&older, 128u64 << 20), (&newer, 128 << 20)] {
+        std::fs::File::create(f).unwrap().set_len(len).unwrap();
+    }
+    let port = resp_server(Duration::from_millis(300));
+    let rt = recorder(&keep, port);
+    resp_client(port, "GET", 1);
+    until("this run's file", || {
+        kept(&keep).iter().any(|n| n.contains(&format!("_{port}-")))
+    });
+    rt.signal(libc::SIGINT);
+    let f = rt.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    assert!(
+        f.output.contains("flight recorder: 1 file(s)")
+            && f.output.contains("; 1 older file(s) rotated out"),
+        "{}",
+        f.output
+    );
+    assert!(!older.exists(), "the oldest file was not rotated out");
+    assert!(newer.exists(), "more than needed was rotated out");
+}
+
+#[test]
 fn flight_recorder_creates_its_directory_0700_whatever_the_umask() {
     if !common::require_root("AF_PACKET capture") {
         return;
