@@ -15,6 +15,7 @@
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
+//! - [`output_file`]: output files never written through a symbolic link (user-named and roundtrip-named).
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 //! - [`sys`]: the plain system calls (socket options, interfaces, signals), the home of the unsafe code.
 //!
@@ -28,6 +29,7 @@ pub mod db;
 pub mod doc;
 pub mod mesh;
 pub mod model;
+pub mod output_file;
 pub mod probe;
 pub mod proxy;
 pub mod replay;

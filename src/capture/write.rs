@@ -2,12 +2,17 @@
 //! interface block with `if_tsresol` = 9, enhanced packet blocks), chosen by the file name (`.pcapng` or
 //! not), so `capture ... --live --write` and the flight recorder leave files every tool reads and that
 //! [`super::read`] reads back to the same packets.
+//!
+//! A path the user names (`--write`) is opened through [`crate::output_file`]: never through a symbolic link,
+//! a regular file written beside the path and renamed over it at [`PcapWriter::finish`], a FIFO or `-`
+//! (standard output) streamed. The flight recorder's files are created in its directory with
+//! [`crate::output_file::at`] ([`PcapWriter::create_in`]).
 #![forbid(unsafe_code)]
 
 use super::read::{LinkType, Packet};
-use std::fs::{File, OpenOptions};
+use crate::output_file::{self, OutputError, OutputFile};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -21,10 +26,49 @@ pub struct WriteError {
     pub source: io::Error,
 }
 
+impl From<OutputError> for WriteError {
+    fn from(e: OutputError) -> Self {
+        match e {
+            OutputError::Io { path, source } => WriteError { path, source },
+            OutputError::Refused { ref path, .. } | OutputError::NoFolder { ref path, .. } => {
+                WriteError {
+                    path: path.clone(),
+                    source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+                }
+            }
+        }
+    }
+}
+
+/// Where a [`PcapWriter`] writes.
+#[derive(Debug)]
+enum Out {
+    /// A path the user named.
+    Named(OutputFile),
+    /// A file created in the flight recorder's directory.
+    File(File),
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Out::Named(f) => f.write(buf),
+            Out::File(f) => f.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Named(f) => f.flush(),
+            Out::File(f) => f.flush(),
+        }
+    }
+}
+
 /// A pcap or pcapng file being written.
 #[derive(Debug)]
 pub struct PcapWriter {
-    out: BufWriter<File>,
+    out: BufWriter<Out>,
     path: PathBuf,
     ng: bool,
     error: Option<io::Error>,
@@ -39,26 +83,38 @@ pub fn is_pcapng(path: &Path) -> bool {
 }
 
 impl PcapWriter {
-    /// Creates (truncates) `path` with permission bits `mode` and writes the file header for `link`.
-    pub fn create(
+    /// Opens `path`, a path the user named, through [`output_file::create`] (a regular file appears, whole,
+    /// at [`finish`](Self::finish); a FIFO or `-` is streamed) and writes the file header for `link`.
+    pub fn create(path: &Path, link: LinkType, snaplen: u32) -> Result<Self, WriteError> {
+        let out = output_file::create(path)?;
+        Self::start(Out::Named(out), path, link, snaplen)
+    }
+
+    /// Creates the new file `name` in the directory `dir` (opened with [`output_file::at::open_dir`]) with
+    /// exactly the permission bits `mode`, never through a symbolic link and never over an existing file
+    /// (`AlreadyExists` then), and writes the file header for `link`. `path` names it in errors.
+    pub fn create_in(
+        dir: &File,
+        name: &str,
         path: &Path,
         link: LinkType,
         snaplen: u32,
         mode: u32,
     ) -> Result<Self, WriteError> {
+        let f = output_file::at::create_new_at(dir, name, mode).map_err(|source| WriteError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::start(Out::File(f), path, link, snaplen)
+    }
+
+    fn start(out: Out, path: &Path, link: LinkType, snaplen: u32) -> Result<Self, WriteError> {
         let err = |source| WriteError {
             path: path.to_path_buf(),
             source,
         };
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(path)
-            .map_err(err)?;
         let mut w = PcapWriter {
-            out: BufWriter::with_capacity(1 << 20, f),
+            out: BufWriter::with_capacity(1 << 20, out),
             path: path.to_path_buf(),
             ng: is_pcapng(path),
             error: None,
@@ -153,7 +209,7 @@ impl PcapWriter {
         self.packets
     }
 
-    /// Flushes and closes the file.
+    /// Flushes and closes the file; a regular file the user named is renamed over its path now.
     pub fn finish(mut self) -> Result<(), WriteError> {
         let r = match self.error.take() {
             Some(e) => Err(e),
@@ -162,7 +218,16 @@ impl PcapWriter {
         r.map_err(|source| WriteError {
             path: self.path.clone(),
             source,
-        })
+        })?;
+        let path = self.path.clone();
+        match self.out.into_inner() {
+            Ok(Out::Named(f)) => f.commit().map_err(WriteError::from),
+            Ok(Out::File(_)) => Ok(()),
+            Err(e) => Err(WriteError {
+                path,
+                source: e.into_error(),
+            }),
+        }
     }
 }
 
@@ -176,7 +241,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for name in ["a.pcap", "b.pcapng"] {
             let path = dir.path().join(name);
-            let mut w = PcapWriter::create(&path, LinkType::ETHERNET, 65535, 0o600).unwrap();
+            let mut w = PcapWriter::create(&path, LinkType::ETHERNET, 65535).unwrap();
             let pkts: Vec<(i64, Vec<u8>, u32)> = vec![
                 (1_700_000_000_123_456_789, vec![1, 2, 3], 3),
                 (1_700_000_001_000_000_001, vec![9; 61], 1500),
@@ -202,11 +267,6 @@ mod tests {
             }
             assert!(r.next_packet().is_none());
             assert!(r.warning().is_none(), "{name}: {:?}", r.warning());
-            use std::os::unix::fs::PermissionsExt;
-            assert_eq!(
-                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-                0o600
-            );
         }
     }
 }

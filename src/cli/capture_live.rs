@@ -33,7 +33,9 @@ pub struct LiveArgs {
     /// Live: put the interface in promiscuous mode (off by default: only this host's traffic).
     #[arg(long)]
     pub promisc: bool,
-    /// Live: also save what was captured (pcap, or pcapng when the name ends in .pcapng; nanosecond times).
+    /// Live: also save what was captured (pcap, or pcapng when the name ends in .pcapng; nanosecond times). A
+    /// file appears whole at the end (written beside it, then renamed); a FIFO or - (standard output, the
+    /// results then go to standard error) is written as packets come. A symbolic link is refused.
     #[arg(long, value_name = "FILE")]
     pub write: Option<PathBuf>,
     /// Live: connections tracked at once; past it the longest silent are finished early (counted).
@@ -100,6 +102,10 @@ impl LiveArgs {
         }
         if let Some(i) = &self.live {
             live::check_interface(i)?;
+        }
+        // The file --write names: refused now (a symbolic link, a directory, a device), not after capturing.
+        if let Some(w) = &self.write {
+            super::report::check_output(w)?;
         }
         Ok(())
     }
@@ -176,7 +182,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
     let link: LinkType = cap.link();
     let mut pk = Packets::live(cap, filter.expr_text());
     if let Some(w) = &a.write {
-        pk.set_writer(write::PcapWriter::create(w, link, a.snaplen, 0o644)?);
+        pk.set_writer(write::PcapWriter::create(w, link, a.snaplen)?);
     }
     Ok(Opened {
         packets: pk,

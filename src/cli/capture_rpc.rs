@@ -5,7 +5,7 @@ use super::args;
 use super::output::{Exit, error_line, note, out};
 use anyhow::Context;
 use clap::Args;
-use roundtrip::capture::keep::FlightRecorder;
+use roundtrip::capture::keep::{FlightRecorder, KeepDir};
 use roundtrip::capture::matching::{self, MatchReport, Verdict};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
@@ -53,7 +53,8 @@ pub struct RpcArgs {
     /// --keep-dir (see the help's end).
     #[arg(long, value_parser = args::positive_duration, value_name = "DURATION", requires = "keep_dir")]
     keep_slow: Option<Duration>,
-    /// Where the flight recorder writes its files (created if missing; files are mode 0600).
+    /// Where the flight recorder writes its files (created mode 0700 if missing; files are mode 0600, never
+    /// written through a symbolic link; at most 100 files and 256 MiB of them, the oldest rotated out).
     #[arg(long, value_name = "DIR", requires = "keep_slow")]
     keep_dir: Option<PathBuf>,
     /// Protocol: auto, nfs (any ONC-RPC), pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
@@ -530,9 +531,17 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         (Some(f), _) => f.display().to_string(),
         (None, i) => format!("{} (live)", i.as_deref().unwrap_or("")),
     };
+    // The flight recorder's directory, opened (or created, 0700) before capturing: a regular file or a
+    // symbolic link there is refused now.
+    let keep_dir = match (&a.keep_slow, &a.keep_dir) {
+        (Some(_), Some(d)) => {
+            Some(KeepDir::open(d).map_err(|e| super::output::refused(format!("--keep-dir {e}")))?)
+        }
+        _ => None,
+    };
     let src = super::capture_live::open(file.as_deref(), &a.live, &filter)
         .with_context(|| format!("cannot analyse {label}"))?;
-    let recorder = match (&a.keep_slow, &a.keep_dir) {
+    let recorder = match (&a.keep_slow, keep_dir) {
         (Some(t), Some(d)) => Some(FlightRecorder::new(
             d,
             *t,
@@ -540,7 +549,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
                 .link()
                 .unwrap_or(roundtrip::capture::read::LinkType::ETHERNET),
             a.live.snaplen,
-        )?),
+        )),
         _ => None,
     };
     let mut also = LiveRpc {
@@ -588,13 +597,23 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         if let Some(rec) = &also.recorder {
             let k = rec.summary();
             note(format!(
-                "flight recorder: {} file(s) written to {} ({} bytes){}{}",
+                "flight recorder: {} file(s) written to {} ({} bytes){}{}{}",
                 k.files.len(),
                 a.keep_dir
                     .as_deref()
                     .map(|d| d.display().to_string())
                     .unwrap_or_default(),
                 k.bytes_written,
+                if k.rotated > 0 {
+                    format!(
+                        "; {} older file(s) rotated out (the directory keeps at most {} of them, {} MiB)",
+                        k.rotated,
+                        roundtrip::capture::keep::MAX_FILES,
+                        roundtrip::capture::keep::MAX_DISK_BYTES >> 20
+                    )
+                } else {
+                    String::new()
+                },
                 if k.not_written > 0 {
                     format!(
                         "; {} slow request(s) not written (limit of files or bytes reached)",

@@ -234,10 +234,11 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
         let title = format!("what-if: {}", a.file.display());
         let svg = stacked_svg(&title, &bars);
         if let Some(p) = &a.svg {
-            std::fs::write(p, &svg).with_context(|| format!("writing {}", p.display()))?;
+            roundtrip::output_file::write(p, svg.as_bytes())
+                .with_context(|| format!("writing {}", p.display()))?;
         }
         if let Some(p) = &a.report {
-            std::fs::write(p, html(&title, &svg, &text))
+            roundtrip::output_file::write(p, html(&title, &svg, &text).as_bytes())
                 .with_context(|| format!("writing {}", p.display()))?;
         }
     }

@@ -8,10 +8,10 @@ use roundtrip::db::link::{self, LinkTarget};
 use roundtrip::db::{self, DbConfig, DbError, DbSample, DbUrl, LinkConfig, Observer, Secret};
 use roundtrip::doc;
 use roundtrip::doc::db::DbDoc;
+use roundtrip::output_file::{self, OutputFile};
 use roundtrip::report::db::link_heading;
 use roundtrip::report::db::{text_heading, text_summary};
 use roundtrip::report::load;
-use std::fs::File;
 use std::io::{BufRead, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,7 +80,7 @@ fn rows(s: &str) -> Result<u64, String> {
 
 /// Writes every sample as one CSV row.
 struct CsvLog {
-    w: BufWriter<File>,
+    w: BufWriter<OutputFile>,
     rows: u64,
     failed: bool,
     /// `--link`: two more columns, the local database's clock around each link call.
@@ -210,7 +210,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
     let mut log = match &a.full_log {
         Some(p) => {
             let mut w = BufWriter::new(
-                File::create(p)
+                output_file::create(p)
                     .with_context(|| format!("cannot create the full log {}", p.display()))?,
             );
             let header = if config.link.is_some() {
@@ -290,7 +290,10 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         out(scrub(text_summary(&config, &result)))?;
     }
     if let (Some(mut log), Some(path)) = (log, &a.full_log) {
-        if log.w.flush().is_err() || log.failed {
+        let committed = !log.failed
+            && log.w.flush().is_ok()
+            && log.w.into_inner().ok().is_some_and(|f| f.commit().is_ok());
+        if !committed {
             error_line(format!(
                 "writing the full log {} failed (disk full?)",
                 path.display()

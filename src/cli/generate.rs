@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::{Args, Command, ValueEnum};
 use clap_complete::Shell;
 use std::io::Write as _;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// What `roundtrip generate` writes.
@@ -27,7 +28,8 @@ pub struct GenerateArgs {
     /// What to generate.
     #[arg(value_enum)]
     what: What,
-    /// Write into this directory instead of standard output (man: every page; it is created if missing).
+    /// Write into this directory instead of standard output (man: every page; it is created if missing, mode
+    /// 0755; files are mode 0644 whatever the umask; a symbolic link is not written through).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
@@ -39,7 +41,7 @@ pub fn run(a: GenerateArgs) -> Result<Exit, anyhow::Error> {
     let mut cmd = super::definitions();
     cmd.build();
     if let Some(dir) = &a.dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        make_dir(dir)?;
     }
     match (a.what, &a.dir) {
         (What::Man, Some(dir)) => {
@@ -63,19 +65,15 @@ pub fn run(a: GenerateArgs) -> Result<Exit, anyhow::Error> {
             };
             match dir {
                 Some(dir) => {
-                    let path = clap_complete::generate_to(shell, &mut cmd, "roundtrip", dir)
-                        .with_context(|| {
-                            format!("writing the {shell} completion into {}", dir.display())
-                        })?;
+                    let mut buf = Vec::new();
+                    clap_complete::generate(shell, &mut cmd, "roundtrip", &mut buf);
                     // bash-completion looks a command's completion up by the command's own name.
-                    let path = if matches!(shell, Shell::Bash) {
-                        let to = dir.join("roundtrip");
-                        std::fs::rename(&path, &to)
-                            .with_context(|| format!("renaming {}", path.display()))?;
-                        to
-                    } else {
-                        path
+                    let name = match shell {
+                        Shell::Bash => "roundtrip".to_string(),
+                        _ => clap_complete::Generator::file_name(&shell, "roundtrip"),
                     };
+                    let path = dir.join(name);
+                    write_file(&path, &buf)?;
                     note(format!("wrote {}", path.display()));
                 }
                 None => {
@@ -106,10 +104,58 @@ fn man_pages(cmd: &Command, dir: &Path) -> Result<usize, anyhow::Error> {
         let name = page_name(&path);
         let file = dir.join(format!("{name}.1"));
         let buf = page(c, &path).with_context(|| format!("rendering {name}.1"))?;
-        std::fs::write(&file, buf).with_context(|| format!("writing {}", file.display()))?;
+        write_file(&file, &buf)?;
         n += 1;
     }
     Ok(n)
+}
+
+/// Man pages and completions are for everyone: directories 0755, files 0644, whatever the umask.
+const DIR_MODE: u32 = 0o755;
+const FILE_MODE: u32 = 0o644;
+
+/// Creates `dir` and its missing parents, each mode [`DIR_MODE`]; an existing directory is used as it is. A
+/// symbolic link or anything else but a directory at `dir` is refused (exit 2).
+fn make_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut missing = Vec::new();
+    for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if m.is_dir() => break,
+            Ok(m) if d == dir => {
+                let what = if m.file_type().is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "not a directory"
+                };
+                return Err(super::output::refused(format!(
+                    "--dir {}: it is {what}; give a directory, or a new name to create one",
+                    dir.display()
+                )));
+            }
+            // A parent that is a link (/usr/share -> ...) is the system's own layout: followed as any path is.
+            Ok(_) => break,
+            Err(_) => missing.push(d.to_path_buf()),
+        }
+    }
+    for d in missing.iter().rev() {
+        std::fs::DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(d)
+            .with_context(|| format!("creating {}", d.display()))?;
+        // fchmod on the directory opened without following a link (not chmod on the path, which a link
+        // planted since would redirect).
+        roundtrip::output_file::at::open_dir(d)
+            .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(DIR_MODE)))
+            .with_context(|| format!("creating {}", d.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes one generated file (never through a symbolic link; whole, by a rename), mode [`FILE_MODE`].
+fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    roundtrip::output_file::write_with_mode(path, bytes, Some(FILE_MODE))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `roundtrip-capture-rpc` for the path "capture rpc".

@@ -96,8 +96,11 @@ pub fn run(a: MeshArgs) -> anyhow::Result<Exit> {
         note(format!("note: {n}"));
     }
     if let Some(path) = &a.report {
-        std::fs::write(path, heatmap::render("roundtrip mesh", &m.matrix))
-            .with_context(|| format!("cannot write the report {}", path.display()))?;
+        roundtrip::output_file::write(
+            path,
+            heatmap::render("roundtrip mesh", &m.matrix).as_bytes(),
+        )
+        .with_context(|| format!("cannot write the report {}", path.display()))?;
         note(format!("report: {}", path.display()));
     }
     if a.json {

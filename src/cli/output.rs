@@ -29,8 +29,27 @@ pub fn refused(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(Refused(e.to_string()))
 }
 
-/// Writes bytes to stdout.
+/// Set when an output file named `-` took standard output.
+static STDOUT_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An output file named `-` takes standard output (as tcpdump's `-w -`): the command's own results then go to
+/// standard error. A second output named `-` is refused (exit 2).
+pub fn take_stdout() -> anyhow::Result<()> {
+    if STDOUT_TAKEN.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return Err(refused(
+            "two outputs name - (standard output): give a file name to all but one",
+        ));
+    }
+    Ok(())
+}
+
+/// Writes bytes to stdout (to stderr when an output file named `-` took stdout: [`take_stdout`]).
 pub fn out(bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    if STDOUT_TAKEN.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut e = io::stderr().lock();
+        e.write_all(bytes.as_ref())?;
+        return e.flush();
+    }
     let mut o = io::stdout().lock();
     o.write_all(bytes.as_ref())?;
     o.flush()

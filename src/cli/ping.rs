@@ -4,12 +4,12 @@ use super::args;
 use super::output::{Exit, error_line, note, out, stderr_is_tty};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::output_file::{self, OutputFile};
 use roundtrip::probe::ping::{self, IntervalRow, Observer, PingConfig, Sample, Stop, Transport};
 use roundtrip::probe::target::Target;
 use roundtrip::report::csv::FullLog;
 use roundtrip::report::{json, text};
 use roundtrip::wire::sockperf::DEFAULT_PORT;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -70,7 +70,7 @@ pub struct PingArgs {
 
 /// Progress and exports while a run goes on.
 struct CliObserver {
-    log: Option<FullLog<BufWriter<File>>>,
+    log: Option<FullLog<BufWriter<OutputFile>>>,
     rows_to_stdout: bool,
     progress: bool,
     last_progress: Instant,
@@ -145,7 +145,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
 
     let log = match &a.full_log {
         Some(p) => Some(
-            File::create(p)
+            output_file::create(p)
                 .map_err(anyhow::Error::from)
                 .and_then(|f| FullLog::new(BufWriter::new(f)).map_err(anyhow::Error::from))
                 .with_context(|| format!("cannot create the full log {}", p.display()))?,
@@ -194,8 +194,12 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         }
     }
     if let (Some(log), Some(path)) = (obs.log.take(), &a.full_log) {
-        let rows = log
-            .finish()
+        let (w, rows) = log
+            .into_inner()
+            .with_context(|| format!("writing the full log {}", path.display()))?;
+        w.into_inner()
+            .map_err(|e| anyhow::Error::from(e.into_error()))
+            .and_then(|f| f.commit().map_err(anyhow::Error::from))
             .with_context(|| format!("writing the full log {}", path.display()))?;
         if !a.json {
             note(format!(

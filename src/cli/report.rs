@@ -4,6 +4,7 @@
 use super::output::{Exit, note, out};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use roundtrip::output_file;
 use roundtrip::report::charts::{self, Options, Run};
 use roundtrip::report::json::to_bytes;
 use roundtrip::report::{html, load};
@@ -144,12 +145,12 @@ impl PictureArgs {
             None => None,
         };
         if let Some(path) = &self.report {
-            std::fs::write(path, html::render(&page))
+            output_file::write(path, html::render(&page).as_bytes())
                 .with_context(|| format!("cannot write the report {}", path.display()))?;
             note(format!("report: {}", path.display()));
         }
         if let Some((path, text)) = svg {
-            std::fs::write(path, text)
+            output_file::write(path, text.as_bytes())
                 .with_context(|| format!("cannot write the SVG {}", path.display()))?;
             note(format!("svg: {}", path.display()));
         }
@@ -157,38 +158,19 @@ impl PictureArgs {
     }
 }
 
-/// Checks an output path before any I/O: not empty, not a folder, its folder exists.
+/// Checks an output path before any I/O (see [`roundtrip::output_file::probe`]): a regular file, a new name in
+/// a folder that exists and can be written, a FIFO or `-` (standard output, taken from the command's own
+/// results: [`super::output::take_stdout`]); a symbolic link, a directory, a device or a socket is refused.
 pub fn check_output(p: &Path) -> anyhow::Result<()> {
-    if p.as_os_str().is_empty() {
-        bail!("an output file name is empty");
-    }
-    if p.is_dir() {
-        bail!("{} is a folder: give a file name", p.display());
-    }
-    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(d) = parent
-        && !d.is_dir()
-    {
-        bail!(
-            "cannot write {}: the folder {} does not exist",
-            p.display(),
-            d.display()
-        );
-    }
-    // Writable at all (permissions, a read-only file system, /proc)? Found now, not after the measurement:
-    // open it for writing without truncating, and take away a file this check created.
-    let existed = p.exists();
-    if let Err(e) = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(p)
-    {
-        bail!("cannot write {}: {e}", p.display());
-    }
-    if !existed {
-        let _ = std::fs::remove_file(p);
+    if output_file::probe(p)? == output_file::Kind::Stdout {
+        super::output::take_stdout()?;
     }
     Ok(())
+}
+
+/// A full log written by this run that can be read back for the report: a regular file (not `-`, not a FIFO).
+pub fn readable_log(p: Option<&Path>) -> Option<&Path> {
+    p.filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
 }
 
 /// Arguments of `roundtrip report`.
@@ -204,7 +186,7 @@ pub struct ReportArgs {
     /// Name of a result in legends and tables (default: its file name), in the order of the results.
     #[arg(long, value_name = "NAME")]
     name: Vec<String>,
-    /// Write the HTML report here.
+    /// Write the HTML report here (- for standard output; a symbolic link is refused).
     #[arg(short = 'o', long, value_name = "FILE.html")]
     output: Option<PathBuf>,
     /// Page title.
@@ -308,7 +290,7 @@ pub fn after_run<T: serde::Serialize>(
 ) -> anyhow::Result<()> {
     let value = serde_json::to_value(doc).context("preparing the report")?;
     let doc = load::from_value("this run", value)?;
-    let (full_log, phase_log) = match full_log {
+    let (full_log, phase_log) = match readable_log(full_log) {
         Some(p) => read_log(p, &doc)?,
         None => (None, None),
     };

@@ -8,10 +8,10 @@ use clap::Args;
 use roundtrip::doc::tcp::{TcpClosed, TcpDoc};
 use roundtrip::doc::tcp_trace::{FIRST_EVENTS, TcpTraceConn, TcpTraceDoc};
 use roundtrip::doc::{self, Header, kind};
+use roundtrip::output_file;
 use roundtrip::report::tcp as text;
 use roundtrip::tcpwatch::{Filter, Sample, Tick, Watcher};
 use roundtrip::units::fmt_duration;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -223,7 +223,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     let mut watcher = Watcher::new(filter.clone())?;
     let mut full_log = match &a.full_log {
         Some(p) => {
-            let f = File::create(p)
+            let f = output_file::create(p)
                 .with_context(|| format!("creating the full log {}", p.display()))?;
             let mut w = BufWriter::new(f);
             w.write_all(text::CSV_HEADER.as_bytes())
@@ -302,8 +302,11 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             break;
         }
     }
-    if let Some(mut w) = full_log.take() {
-        w.flush().context("writing the full log")?;
+    if let Some(w) = full_log.take() {
+        w.into_inner()
+            .map_err(|e| anyhow::Error::from(e.into_error()))
+            .and_then(|f| f.commit().map_err(anyhow::Error::from))
+            .context("writing the full log")?;
         if let Some(p) = &a.full_log {
             note(format!("full log: {sample_count} rows in {}", p.display()));
         }

@@ -50,6 +50,16 @@ impl<W: Write> FullLog<W> {
         self.rows
     }
 
+    /// Flushes, reports the first error met while writing, and hands back the writer (to commit an output
+    /// file) with the rows written.
+    pub fn into_inner(mut self) -> io::Result<(W, u64)> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok((self.out, self.rows))
+    }
+
     /// Flushes and reports the first error met while writing.
     pub fn finish(mut self) -> io::Result<u64> {
         if let Some(e) = self.error.take() {

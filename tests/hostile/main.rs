@@ -8,3 +8,5 @@ mod common;
 mod r#struct;
 mod ring;
 mod dblink;
+
+mod files;
