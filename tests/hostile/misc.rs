@@ -1,0 +1,106 @@
+//! Classes 5, 6 and 9 of issue 34: text from packets and peers never reaches the terminal raw; no test or
+//! example sends a packet off this machine (`*.invalid` is answered inside roundtrip). The control API's
+//! bounds and HTTP points are in tests/proxy_security.rs.
+
+use crate::common;
+use crate::common::procs::{Proc, bin, watchdog};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// A Redis command name holding ESC (with a clear-screen sequence), BEL, NUL, DEL and U+202E RIGHT-TO-LEFT
+/// OVERRIDE, as a RESP array of one bulk string.
+const HOSTILE_NAME: &str = "SET\u{1b}[2J\u{7}\u{0}\u{7f}\u{202e}X";
+
+/// The characters that must never be printed raw.
+const RAW: [char; 5] = ['\u{1b}', '\u{7}', '\u{0}', '\u{7f}', '\u{202e}'];
+
+fn assert_escaped(what: &str, text: &str) {
+    for c in RAW {
+        assert!(
+            !text.contains(c),
+            "{what}: {c:?} reached the terminal raw:\n{text:?}"
+        );
+    }
+    assert!(
+        text.contains("SET\\x1b[2J\\x07\\x00\\x7f\\u{202e}X"),
+        "{what}: the op name is not shown escaped:\n{text}"
+    );
+}
+
+/// Sends the hostile command to the real Redis and reads its error reply.
+fn send_hostile_command() {
+    let mut s = TcpStream::connect(("127.0.0.1", 6379)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let cmd = format!("*1\r\n${}\r\n{HOSTILE_NAME}\r\n", HOSTILE_NAME.len());
+    for _ in 0..3 {
+        s.write_all(cmd.as_bytes()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0 && buf[0] == b'-', "{:?}", &buf[..n]);
+    }
+}
+
+/// `capture rpc --live lo` watching a Redis command whose name holds terminal controls: its interval lines and
+/// the flight recorder's "kept" lines show the name escaped; so does `capture rpc FILE` on the file it wrote
+/// (the operations table).
+#[test]
+fn op_names_from_packets_are_escaped_in_interval_lines_kept_lines_and_tables() {
+    if !common::require_root("AF_PACKET capture") || !common::service_up(6379, "redis") {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(300), "op names escaped");
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep");
+    let file = dir.path().join("hostile.pcap");
+    let mut c = Command::new(bin());
+    c.args([
+        "capture",
+        "rpc",
+        "--live",
+        "lo",
+        "--proto",
+        "redis",
+        "-i",
+        "200ms",
+        "--keep-slow",
+        "1us",
+        "--keep-dir",
+        keep.to_str().unwrap(),
+        "--write",
+        file.to_str().unwrap(),
+        "tcp",
+        "port",
+        "6379",
+    ]);
+    let mut rt = Proc::spawn("capture rpc --live", c);
+    rt.wait_line("capturing on", LONG).unwrap();
+    send_hostile_command();
+    rt.wait_line("kept ", LONG).unwrap();
+    rt.wait_line("count 3", LONG).unwrap();
+    rt.signal(libc::SIGINT);
+    let f = rt.finish(LONG);
+    assert!(f.ok(), "{}", f.output);
+    let interval = f
+        .stdout
+        .lines()
+        .find(|l| l.contains("count 3"))
+        .unwrap()
+        .to_string();
+    assert_escaped("interval line", &interval);
+    let kept = f.output.lines().find(|l| l.contains("kept ")).unwrap();
+    assert_escaped("kept line", kept);
+    assert_escaped("live run", &f.output);
+
+    // The capture file it wrote, read back: the operations table.
+    let out = Command::new(bin())
+        .args(["capture", "rpc", file.to_str().unwrap(), "--proto", "redis"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_escaped("capture rpc FILE", &text);
+}
