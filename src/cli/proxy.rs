@@ -76,8 +76,8 @@ pub struct ProxyArgs {
     /// Rate limit for all connections together, per direction.
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     rate_total: Option<u64>,
-    /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only).
-    #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
+    /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only; 1 byte to 1 GiB).
+    #[arg(long, value_parser = args::window_size, value_name = "BYTES")]
     window: Option<u64>,
     /// Which directions get delay, jitter and rate (up = client to server).
     #[arg(long, value_enum, default_value = "both")]

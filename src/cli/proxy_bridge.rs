@@ -19,8 +19,9 @@ pub struct BridgeArgs {
     /// Bridge: one-way delay of frames from the second interface to the first (default: as --delay).
     #[arg(long, value_parser = args::duration, value_name = "DURATION", requires = "bridge")]
     delay_back: Option<Duration>,
-    /// Bridge: most frame bytes waiting per direction; frames over it are dropped and counted.
-    #[arg(long, value_parser = args::positive_size, value_name = "BYTES", requires = "bridge")]
+    /// Bridge: most frame bytes waiting per direction (64.25 KiB to 1 GiB); frames over it are dropped and
+    /// counted.
+    #[arg(long, value_parser = args::queue_limit, value_name = "BYTES", requires = "bridge")]
     queue_limit: Option<u64>,
     /// Bridge: replay measured delays: a capture (each connection's handshake RTT), a roundtrip --json result
     /// (its rtt_ns values), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare
