@@ -14,6 +14,7 @@
 //! - [`report`]: exporters (text, JSON, CSV).
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
+//! - [`resolve`]: name resolution for every command (`*.invalid` answered here, RFC 6761).
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
 //! - [`terminal`]: text from the network or a file escaped before it reaches a terminal.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
@@ -28,6 +29,7 @@ pub mod probe;
 pub mod proxy;
 pub mod replay;
 pub mod report;
+pub mod resolve;
 pub mod server;
 pub mod stats;
 pub mod tcpwatch;

@@ -104,3 +104,126 @@ fn op_names_from_packets_are_escaped_in_interval_lines_kept_lines_and_tables() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert_escaped("capture rpc FILE", &text);
 }
+
+/// Every command that resolves a name, given a name under `.invalid`, fails with the resolver's "not found"
+/// and sends no DNS query: run in a namespace of ours whose default route leads into a veth pair with both
+/// ends inside it (so even before the fix nothing could leave the machine), with tcpdump on `any` for port 53
+/// there: zero packets.
+#[test]
+fn invalid_names_are_answered_without_a_dns_query() {
+    if !common::require_root("network namespaces") || !common::have("tcpdump") {
+        return;
+    }
+    let _w = watchdog(Duration::from_secs(600), "no dns query");
+    let ns = common::netns::Ns::new(&format!("rtdns{}", std::process::id()));
+    for args in [
+        &["ip", "-n", &ns.0, "link", "set", "lo", "up"][..],
+        &[
+            "ip", "-n", &ns.0, "link", "add", "dns0", "type", "veth", "peer", "name", "dns1",
+        ],
+        &["ip", "-n", &ns.0, "link", "set", "dns0", "up"],
+        &["ip", "-n", &ns.0, "link", "set", "dns1", "up"],
+        &[
+            "ip",
+            "-n",
+            &ns.0,
+            "addr",
+            "add",
+            "192.0.2.1/24",
+            "dev",
+            "dns0",
+        ],
+        // A gateway whose link address is known: a packet to any other address goes out at once (no ARP
+        // request standing in for it), and tcpdump sees it.
+        &[
+            "ip",
+            "-n",
+            &ns.0,
+            "neigh",
+            "add",
+            "192.0.2.2",
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            "dns0",
+            "nud",
+            "permanent",
+        ],
+        &[
+            "ip",
+            "-n",
+            &ns.0,
+            "route",
+            "add",
+            "default",
+            "via",
+            "192.0.2.2",
+        ],
+    ] {
+        common::netns::sh(args).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dns.pcap");
+    let dump = common::tcpdump::Tcpdump::start_in(
+        Some(&ns.0),
+        &[
+            "-i",
+            "any",
+            "-U",
+            "-n",
+            "-w",
+            file.to_str().unwrap(),
+            "udp port 53 or tcp port 53",
+        ],
+    );
+    let host = format!("rt{}.no-such-host.invalid", std::process::id());
+    let hp = format!("{host}:80");
+    let pg = format!("postgres://u@{host}/test");
+    let agent = format!("http://{host}:9100");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["ping", &host, "-n", "1"],
+        vec!["connect", &hp],
+        vec!["icmp", &host, "-n", "1"],
+        vec!["compare", &host],
+        vec!["db", &pg, "-n", "1"],
+        vec!["mesh", "--agent", &agent],
+        vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", &hp],
+        vec!["ping", "INVALID.", "-n", "1"],
+    ];
+    let mut outputs = Vec::new();
+    for args in &cases {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns.0, &bin()]).args(args);
+        outputs.push((
+            args,
+            common::procs::run("roundtrip", c, Duration::from_secs(120)),
+        ));
+    }
+    dump.stop();
+    let bytes = std::fs::read(&file).unwrap();
+    let seen = Command::new("tcpdump")
+        .args(["-n", "-r", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    // A pcap file's header alone is 24 bytes: no packet.
+    assert_eq!(
+        bytes.len(),
+        24,
+        "DNS queries were sent:\n{}",
+        String::from_utf8_lossy(&seen.stdout)
+    );
+    // And each failed as a lookup of a name that does not exist fails (exit 1, the resolver's words).
+    for (args, f) in outputs {
+        assert_eq!(
+            f.status.and_then(|s| s.code()),
+            Some(1),
+            "{args:?}: {}",
+            f.output
+        );
+        assert!(
+            f.output.contains("cannot resolve") && f.output.contains("Name or service not known"),
+            "{args:?}: {}",
+            f.output
+        );
+    }
+}
