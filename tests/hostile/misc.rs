@@ -227,3 +227,43 @@ fn invalid_names_are_answered_without_a_dns_query() {
         );
     }
 }
+
+/// Names are resolved in one place (`src/resolve.rs`), so the `.invalid` rule holds for every command: no other
+/// file of `src/` calls the system resolver.
+#[test]
+fn one_resolver_for_every_command() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, found);
+            } else if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("src/resolve.rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (i, l) in text.lines().enumerate() {
+                    let code = l.split("//").next().unwrap_or("");
+                    if [
+                        "to_socket_addrs",
+                        "ToSocketAddrs",
+                        "lookup_host",
+                        "getaddrinfo",
+                    ]
+                    .iter()
+                    .any(|w| code.contains(w))
+                    {
+                        found.push(format!("{}:{}: {}", p.display(), i + 1, l.trim()));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut found,
+    );
+    assert!(
+        found.is_empty(),
+        "resolve names through roundtrip::resolve::lookup:\n{}",
+        found.join("\n")
+    );
+}
