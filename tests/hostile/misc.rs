@@ -267,3 +267,29 @@ fn one_resolver_for_every_command() {
         found.join("\n")
     );
 }
+
+/// A peer's words inside an error line (a Redis error reply holding ESC, BEL and U+202E) print escaped.
+#[test]
+fn errors_carrying_peer_text_are_escaped() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(8) {
+            let Ok(mut c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = c.read(&mut [0u8; 4096]);
+            let _ = c.write_all("-ERR evil\u{1b}[2J\u{7}\u{202e}X\r\n".as_bytes());
+            let _ = c.read(&mut [0u8; 4096]);
+        }
+    });
+    let out = Command::new(bin())
+        .args(["db", &format!("redis://127.0.0.1:{port}"), "-n", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    for c in RAW {
+        assert!(!err.contains(c), "{c:?} reached the terminal raw: {err:?}");
+    }
+    assert!(err.contains("ERR evil\\x1b[2J\\x07\\u{202e}X"), "{err}");
+}
