@@ -14,8 +14,10 @@
 //! - [`report`]: exporters (text, JSON, CSV).
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
+//! - [`resolve`]: name resolution for every command (`*.invalid` answered here, RFC 6761).
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
 //! - [`output_file`]: output files never written through a symbolic link (user-named and roundtrip-named).
+//! - [`terminal`]: text from the network or a file escaped before it reaches a terminal.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 //! - [`sys`]: the plain system calls (socket options, interfaces, signals), the home of the unsafe code.
 //!
@@ -34,10 +36,12 @@ pub mod probe;
 pub mod proxy;
 pub mod replay;
 pub mod report;
+pub mod resolve;
 pub mod server;
 pub mod stats;
 pub mod sys;
 pub mod tcpwatch;
+pub mod terminal;
 pub mod units;
 pub mod whatif;
 pub mod wire;

@@ -315,7 +315,7 @@ fn a_slow_api_client_blocks_neither_other_api_clients_nor_relayed_traffic() {
 }
 
 #[test]
-fn too_many_api_clients_at_once_are_closed_and_the_api_recovers() {
+fn too_many_api_clients_at_once_get_503_and_the_api_recovers() {
     let p = proxy_with_token();
     let ctl = p.control_addr().unwrap();
     let held: Vec<TcpStream> = (0..proxy::control::MAX_REQUESTS)
@@ -326,13 +326,13 @@ fn too_many_api_clients_at_once_are_closed_and_the_api_recovers() {
         })
         .collect();
     let t = p.shared().totals();
-    // One more is closed without an answer.
-    eventually("an api client over the cap to be refused", || {
+    // One more is answered 503 (not an empty reply).
+    eventually("an api client over the cap to be refused with 503", || {
         let mut s = connect(ctl);
         let _ = s.write_all(b"GET /counters HTTP/1.1\r\n\r\n");
         let mut r = String::new();
         let _ = s.read_to_string(&mut r);
-        r.is_empty() && t.control_refused.load(Ordering::Relaxed) >= 1
+        r.starts_with("HTTP/1.1 503") && t.control_refused.load(Ordering::Relaxed) >= 1
     });
     drop(held);
     eventually("the api to answer again", || {
@@ -387,5 +387,212 @@ fn many_busy_connections_share_a_few_threads() {
             echo(c, &[9, (i % 251) as u8]).unwrap();
         }
         assert!(threads_of(pid) <= bound, "{} threads", threads_of(pid));
+    }
+}
+
+#[test]
+fn the_bearer_scheme_is_accepted_in_any_case() {
+    let p = proxy_with_token();
+    let ctl = p.control_addr().unwrap();
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let (code, body) = http(
+            ctl,
+            "GET",
+            "/impairment",
+            Some(&format!("{scheme} {TOKEN}")),
+            "",
+        );
+        assert_eq!(code, 200, "{scheme}: {body}");
+    }
+    // Another scheme, or the scheme alone, is still refused.
+    for auth in [
+        format!("Basic {TOKEN}"),
+        "Bearer".to_string(),
+        TOKEN.to_string(),
+    ] {
+        assert_eq!(
+            http(ctl, "GET", "/impairment", Some(&auth), "").0,
+            401,
+            "{auth}"
+        );
+    }
+}
+
+#[test]
+fn two_different_content_lengths_get_400_and_change_nothing() {
+    let p = proxy_with_token();
+    let ctl = p.control_addr().unwrap();
+    let put = r#"{"delay_ns": 5000000}"#;
+    let mut s = connect(ctl);
+    write!(
+        s,
+        "PUT /impairment HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 2\r\nContent-Length: {}\r\n\r\n{put}",
+        put.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(
+        resp.contains("two different Content-Length headers"),
+        "{resp}"
+    );
+    assert_eq!(p.shared().impairment().delay_ns, 0);
+    // The same length twice is one length.
+    let mut s = connect(ctl);
+    write!(
+        s,
+        "PUT /impairment HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {n}\r\nContent-Length: {n}\r\n\r\n{put}",
+        n = put.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+}
+
+/// The error line of `roundtrip ARGS` refused before any I/O (exit 2).
+fn refused_line(args: &[&str]) -> String {
+    let out = Command::new(common::procs::bin())
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    err
+}
+
+#[test]
+fn api_fields_get_their_flags_bounds() {
+    // The TCP proxy's API: window_bytes and reorder_delay_ns as --window and --reorder-delay.
+    let p = proxy_with_token();
+    let ctl = p.control_addr().unwrap();
+    let auth = format!("Bearer {TOKEN}");
+    for body in [
+        format!(r#"{{"window_bytes": {}}}"#, u64::MAX),
+        format!(r#"{{"window_bytes": {}}}"#, (1u64 << 30) + 1),
+        format!(r#"{{"reorder_delay_ns": {}}}"#, u64::MAX),
+    ] {
+        let (code, resp) = http(ctl, "PATCH", "/impairment", Some(&auth), &body);
+        assert_eq!(code, 400, "{body}: {resp}");
+    }
+    let (code, resp) = http(
+        ctl,
+        "PATCH",
+        "/impairment",
+        Some(&auth),
+        r#"{"window_bytes": 1073741824}"#,
+    );
+    assert_eq!(code, 200, "{resp}");
+    let (_, resp) = http(
+        ctl,
+        "PATCH",
+        "/impairment",
+        Some(&auth),
+        &format!(r#"{{"window_bytes": {}}}"#, u64::MAX),
+    );
+    let cli = refused_line(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:9",
+        "--window",
+        "2GiB",
+    ]);
+    // One range, one wording: the API names its field, the command line its flag.
+    assert!(
+        resp.contains("out of range: give 1 byte to 1024 MiB"),
+        "{resp}"
+    );
+    assert!(
+        cli.contains("--window 2147483648 bytes is out of range: give 1 byte to 1024 MiB"),
+        "{cli}"
+    );
+
+    // The bridge's API: queue_limit_bytes as --queue-limit (a real bridge between two namespaces).
+    if !common::require_root("network namespaces") {
+        return;
+    }
+    let cli = refused_line(&["proxy", "--bridge", "a0,b0", "--queue-limit", "2GiB"]);
+    assert!(
+        cli.contains(
+            "--queue-limit 2147483648 bytes is out of range: give 65792 bytes to 1024 MiB"
+        ),
+        "{cli}"
+    );
+    let mut net = common::bridge_ns::BridgeNet::new();
+    let ns = net.netns(common::bridge_ns::Side::Bridge).to_string();
+    let port = common::netns::free_port(Some(&ns), std::net::Ipv4Addr::LOCALHOST).unwrap();
+    let control = format!("127.0.0.1:{port}");
+    net.start_bridge(&["--control", &control]);
+    let addr: SocketAddr = control.parse().unwrap();
+    let ask = |method: &str, body: &str| -> String {
+        let mut s = common::netns::connect(Some(&ns), addr, Duration::from_secs(10)).unwrap();
+        write!(
+            s,
+            "{method} /impairment HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        r
+    };
+    let r = ask(
+        "PATCH",
+        &format!(r#"{{"queue_limit_bytes": {}}}"#, u64::MAX),
+    );
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    assert!(r.contains("queue_limit_bytes 18446744073709551615 bytes is out of range: give 65792 bytes to 1024 MiB"), "{r}");
+    let r = ask(
+        "PATCH",
+        &format!(r#"{{"queue_limit_bytes": {}}}"#, (1u64 << 30) + 1),
+    );
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // Nothing changed: the default bound is still in force.
+    let r = ask("GET", "");
+    assert!(r.contains(r#""queue_limit_bytes": 8388608"#), "{r}");
+    let r = ask("PATCH", r#"{"queue_limit_bytes": 1073741824}"#);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let f = net.stop_bridge();
+    assert!(f.ok(), "{}", f.output);
+}
+
+/// `proxy --bridge --control` in a namespace whose `lo` is down: nothing can connect to the control listener,
+/// and SIGTERM (then Ctrl-C) still ends the bridge at once, with its summary.
+#[test]
+fn the_bridge_stops_on_a_signal_when_its_control_address_cannot_be_reached() {
+    if !common::require_root("network namespaces") {
+        return;
+    }
+    let _w = common::procs::watchdog(Duration::from_secs(120), "control shutdown");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut net = common::bridge_ns::BridgeNet::new();
+        let ns = net.netns(common::bridge_ns::Side::Bridge).to_string();
+        common::netns::sh(&["ip", "-n", &ns, "link", "set", "lo", "down"]).unwrap();
+        net.start_bridge(&["--control", "127.0.0.1:0"]);
+        // Nothing reaches it: a connection from inside the namespace fails.
+        let line = net.bridge().output();
+        let port = line
+            .split("http://127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("no control address in {line}"))
+            .to_string();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert!(common::netns::connect(Some(&ns), addr, Duration::from_secs(2)).is_err());
+        let p = net.bridge();
+        p.signal(sig);
+        // Generous: the bridge ends in well under a second; before the fix it never did.
+        let st = p.wait_exit(Duration::from_secs(30));
+        assert!(
+            st.is_some(),
+            "signal {sig}: the bridge did not stop:\n{}",
+            p.output()
+        );
+        let f = net.bridge_exits(Duration::from_secs(5));
+        assert!(f.output.contains("dropped, queue full"), "{}", f.output);
     }
 }

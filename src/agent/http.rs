@@ -7,7 +7,8 @@
 //! rendering threads and their answers come back to the loop to be written without blocking. Limits: request
 //! heads of at most [`MAX_HEAD`], complete within [`READ_TIMEOUT`]; answers read within [`WRITE_TIMEOUT`];
 //! at most [`MAX_CONNECTIONS`] connections (past it the one that has waited longest for its request head is
-//! closed to make room) and [`MAX_RENDERING`] answers rendering at once (past it: 503).
+//! closed to make room; when every one is being answered, the newcomer gets 503) and [`MAX_RENDERING`] answers
+//! rendering at once (past it: 503). A head with two different `Content-Length` values is answered 400.
 //!
 //! The request parser ([`parse_request`], [`parse_head`]) is fuzzed (fuzz/fuzz_targets/agent_http.rs).
 #![forbid(unsafe_code)]
@@ -111,15 +112,38 @@ pub fn parse_head(head: &[u8]) -> Option<Request> {
 
 /// What the server makes of the bytes a client sent so far, as its event loop decides: `Ok(None)` while the
 /// request head is incomplete (and within [`MAX_HEAD`]), `Ok(Some(request))` once it is complete, `Err(status)`
-/// for the answer a bad head gets (400 not HTTP/1.x, 431 over [`MAX_HEAD`]). Bytes after the head are ignored
+/// for the answer a bad head gets (400 not HTTP/1.x or two different `Content-Length` values, 431 over
+/// [`MAX_HEAD`]). Bytes after the head are ignored
 /// (one request per connection, no body is read).
 pub fn parse_request(bytes: &[u8]) -> Result<Option<Request>, u16> {
     match bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) if i <= MAX_HEAD && conflicting_lengths(&bytes[..i]) => Err(400),
         Some(i) if i <= MAX_HEAD => parse_head(&bytes[..i]).map(Some).ok_or(400),
         Some(_) => Err(431),
         None if bytes.len() > MAX_HEAD => Err(431),
         None => Ok(None),
     }
+}
+
+/// True when the head carries two `Content-Length` headers of different values (which one ends the body is
+/// ambiguous: the way to request smuggling, RFC 9112 6.3).
+pub fn conflicting_lengths(head: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return false;
+    };
+    let mut seen: Option<&str> = None;
+    for l in text.split("\r\n").skip(1) {
+        if let Some((k, v)) = l.split_once(':')
+            && k.trim().eq_ignore_ascii_case("content-length")
+        {
+            let v = v.trim();
+            if seen.is_some_and(|s| s != v) {
+                return true;
+            }
+            seen = Some(v);
+        }
+    }
+    false
 }
 
 /// What serves the requests.
@@ -405,7 +429,16 @@ impl Loop {
                 .map(|(i, _)| i as u32);
             match oldest {
                 Some(i) => self.close(i),
-                None => return, // every slot is answering: this one is dropped
+                None => {
+                    // Every slot is answering: this one is told so (the answer fits in a fresh socket's buffer,
+                    // so the write does not wait), then closed.
+                    let busy =
+                        Response::text(503, "busy: every connection is being answered, try again");
+                    let _ = stream.write_all(&encode(&busy, false));
+                    let _ = stream.shutdown(Shutdown::Write);
+                    let _ = stream.read(&mut [0u8; 4096]);
+                    return;
+                }
             }
         }
         self.next_generation = self.next_generation.wrapping_add(1);
@@ -513,6 +546,9 @@ impl Loop {
         };
         let answer = match end {
             Err(()) => return self.close(slot),
+            Ok(Some(i)) if i <= MAX_HEAD && conflicting_lengths(&c.head[..i]) => {
+                Response::text(400, "two different Content-Length headers")
+            }
             Ok(Some(i)) if i <= MAX_HEAD => match parse_head(&c.head[..i]) {
                 None => Response::text(400, "not an HTTP/1.x request"),
                 Some(req) if self.rendering < MAX_RENDERING => {

@@ -153,7 +153,7 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 /// Prints a line on stdout at once (tests and supervisors read it).
 fn say(line: String) {
     let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}");
+    let _ = writeln!(o, "{}", super::output::escape_lines(&line));
     let _ = o.flush();
 }
 

@@ -103,6 +103,22 @@ pub fn positive_size(s: &str) -> Result<u64, String> {
     }
 }
 
+/// An emulated TCP window (`--window`): a byte count in
+/// [`WINDOW_BYTES`](roundtrip::proxy::impairment::WINDOW_BYTES), the range the control API's `window_bytes`
+/// has too.
+pub fn window_size(s: &str) -> Result<u64, String> {
+    use roundtrip::proxy::impairment::{WINDOW_BYTES, check_bytes};
+    check_bytes("--window", size(s)?, &WINDOW_BYTES)
+}
+
+/// The bridge's queue bound per direction (`--queue-limit`): a byte count in
+/// [`QUEUE_LIMIT_BYTES`](roundtrip::proxy::bridge::QUEUE_LIMIT_BYTES), the range the control API's
+/// `queue_limit_bytes` has too.
+pub fn queue_limit(s: &str) -> Result<u64, String> {
+    use roundtrip::proxy::{bridge::QUEUE_LIMIT_BYTES, impairment::check_bytes};
+    check_bytes("--queue-limit", size(s)?, &QUEUE_LIMIT_BYTES)
+}
+
 /// A probability (`0.01`, `1e-4`, `1%`).
 pub fn probability(s: &str) -> Result<f64, String> {
     units::parse_probability(s).map_err(|e| e.to_string())

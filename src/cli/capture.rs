@@ -4,7 +4,7 @@ mod flows;
 
 use super::args;
 use super::capture_live::{self as live_cli, LiveArgs};
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, out_text};
 use clap::{Args, Subcommand};
 use roundtrip::capture::flows::TrackerConfig;
 use roundtrip::capture::{self, CaptureInfo, Filter};
@@ -113,7 +113,7 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
     let p = expr
         .compile(target, &opts)
         .unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
-    out(p.dump())?;
+    out_text(p.dump())?;
     Ok(Exit::Ok)
 }
 
@@ -514,7 +514,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     };
     t.row(cells(&r.total, format!("total {span:.3}s"), a.by_direction));
     s.push_str(&t.render(0));
-    out(s)?;
+    out_text(s)?;
     Ok(finish(&r.capture, false))
 }
 
@@ -653,7 +653,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         return Ok(e);
     }
     let Some(flow) = &r.flow else {
-        out(format!("{}\n", heading(&r.capture)))?;
+        out_text(format!("{}\n", heading(&r.capture)))?;
         let _ = finish(&r.capture, false);
         error_line(no_connection(a.common.file(), &r.capture, &filter));
         return Ok(Exit::Failed);
@@ -736,7 +736,7 @@ fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         );
     }
     let _ = writeln!(s, "diagnosis: {}", flow.diagnosis);
-    out(s)?;
+    out_text(s)?;
     Ok(finish(&r.capture, false))
 }
 

@@ -2,7 +2,7 @@
 //! file or an interface: the analyses do not know which), and the live lines' common parts.
 
 use super::args;
-use super::output::out;
+use super::output::out_text;
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
@@ -227,10 +227,10 @@ pub fn drops_now(c: &Option<Arc<LiveCounters>>) -> u64 {
 /// Prints one live line: to stdout, or to stderr when stdout gets the JSON document.
 pub fn line(json: bool, s: &str) -> std::io::Result<()> {
     if json {
-        eprintln!("{s}");
+        eprintln!("{}", super::output::escape_lines(s));
         Ok(())
     } else {
-        out(format!("{s}\n"))
+        out_text(format!("{s}\n"))
     }
 }
 

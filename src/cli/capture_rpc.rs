@@ -2,7 +2,7 @@
 //! in a client-side and a server-side capture).
 
 use super::args;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::keep::{FlightRecorder, KeepDir};
@@ -16,6 +16,7 @@ use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
 use roundtrip::report::match_verdict;
 use roundtrip::report::text::Table;
+use roundtrip::terminal::escape_for_terminal as esc;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -279,7 +280,7 @@ pub fn rpc_text(r: &RpcResult) -> String {
             .flat_map(|o| {
                 o.errors_by_status
                     .iter()
-                    .map(move |(name, n)| format!("{} {name} x{n}", o.op))
+                    .map(move |(name, n)| format!("{} {} x{n}", esc(&o.op), esc(name)))
             })
             .collect();
         if !named.is_empty() {
@@ -420,7 +421,7 @@ impl LiveRpc {
                         format!(
                             "{at}  {} {}  count {}  p50 {}  p99 {}  max {}  errors {}  | kernel drops {drops}",
                             r.proto.name(),
-                            r.op,
+                            esc(&r.op),
                             r.count,
                             fmt_nanos(r.last_byte.p50_ns as f64),
                             fmt_nanos(r.last_byte.p99_ns as f64),
@@ -453,7 +454,7 @@ impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
                 "kept {} ({} {} took {})",
                 path.display(),
                 conn.proto.name(),
-                t.op,
+                esc(&t.op),
                 fmt_nanos(t.last_byte().as_nanos() as f64)
             ));
         }
@@ -634,7 +635,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
     }
     if !a.json {
-        out(rpc_text(&r))?;
+        out_text(rpc_text(&r))?;
     }
     tls_note(&r, a.keylog.as_deref());
     if let Some(l) = &r.capture.source
@@ -787,7 +788,7 @@ pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
         super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
     }
     if !a.json {
-        out(match_text(&ci, &si, &r, &verdict))?;
+        out_text(match_text(&ci, &si, &r, &verdict))?;
     }
     let e1 = warn_exit(&ci);
     let e2 = warn_exit(&si);

@@ -2,7 +2,7 @@
 //! capture of today's traffic.
 
 use super::args;
-use super::output::{Exit, note, out};
+use super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::Filter;
@@ -263,7 +263,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             note(format!("note: {n}"));
         }
     } else {
-        out(text)?;
+        out_text(text)?;
     }
     Ok(super::capture::damage(&prof.capture))
 }

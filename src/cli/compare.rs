@@ -2,7 +2,7 @@
 
 use super::args;
 use super::connect::dns_words;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, out_text};
 use clap::Args;
 use roundtrip::doc::compare::CompareDoc;
 use roundtrip::doc::{self, Header, Interrupted, kind};
@@ -155,7 +155,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
                 result.addr
             )
         };
-        out(format!(
+        out_text(format!(
             "roundtrip compare {whom}: all times are round trips (RTT)\n"
         ))?;
         let mut t = Table::new(&["probe", "min", "p50", "p99", "count", "note"]);
@@ -176,19 +176,19 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
             });
             t.row(row);
         }
-        out(t.render(0))?;
-        out("\n")?;
+        out_text(t.render(0))?;
+        out_text("\n")?;
         for r in &result.rows {
-            out(format!("{:<24} {}\n", r.label, r.interpretation))?;
+            out_text(format!("{:<24} {}\n", r.label, r.interpretation))?;
             if let Some(e) = &r.error {
-                out(format!("{:<24}   ! {e}\n", ""))?;
+                out_text(format!("{:<24}   ! {e}\n", ""))?;
             }
         }
         if let Some(c) = result.conclusion() {
-            out(format!("\nIn short: {c}.\n"))?;
+            out_text(format!("\nIn short: {c}.\n"))?;
         }
         if let Some(i) = &interrupted {
-            out(format!("\n{}", i.line()))?;
+            out_text(format!("\n{}", i.line()))?;
         }
     }
     if a.pictures.wanted() {

@@ -1,7 +1,7 @@
 //! `roundtrip connect`: TCP handshake time and port state, per attempt and as a summary.
 
 use super::args;
-use super::output::{Exit, error_line, out};
+use super::output::{Exit, error_line, out, out_text};
 use clap::Args;
 use roundtrip::doc::connect::{ConnectCounts, ConnectDoc};
 use roundtrip::doc::{self, Header, Interrupted, kind};
@@ -56,7 +56,7 @@ struct Printer {
 impl ConnectObserver for Printer {
     fn attempt(&mut self, a: &Attempt) {
         if self.enabled {
-            let _ = out(attempt_line(a));
+            let _ = out_text(attempt_line(a));
         }
     }
 }
@@ -111,7 +111,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     config.cancel = super::common::cancel_on_ctrl_c();
     let literal = target.host.parse::<std::net::IpAddr>().is_ok();
     if !a.json {
-        out(format!(
+        out_text(format!(
             "roundtrip connect {target} ({addr}): {} handshake, {} attempts, timeout {}; {}\n",
             config.mode,
             config.count,
@@ -160,7 +160,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(doc::to_bytes(&doc()))?;
     } else {
-        out(format!(
+        out_text(format!(
             "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",
             verdict.map_or("unknown".to_string(), |v| v.to_string()),
             result.attempts.len(),
@@ -185,16 +185,16 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             }
         }
         if rows > 0 {
-            out(t.render(0))?;
+            out_text(t.render(0))?;
         }
         if result.mode == ConnectMode::Raw && counts.open > 0 {
-            out(
+            out_text(
                 "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \
                  (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
             )?;
         }
         if let Some(i) = &interrupted {
-            out(i.line())?;
+            out_text(i.line())?;
         }
     }
     if a.pictures.wanted() {

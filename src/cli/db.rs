@@ -1,7 +1,7 @@
 //! `roundtrip db URL`: round trips to PostgreSQL, MySQL/MariaDB, Redis and Oracle listeners.
 
 use super::args;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::db::link::{self, LinkTarget};
@@ -132,7 +132,7 @@ impl Observer for Both<'_> {
         if self.print_link
             && let Some(line) = roundtrip::report::db::link_call_line(s)
         {
-            let _ = out(format!("{line}\n"));
+            let _ = out_text(format!("{line}\n"));
         }
     }
 }
@@ -240,7 +240,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         super::output::note(w);
     }
     if !a.json {
-        out(match &config.link {
+        out_text(match &config.link {
             Some(l) => link_heading(
                 &config.url.redacted(),
                 config.url.scheme,
@@ -287,7 +287,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         let bytes = doc::to_bytes(&DbDoc::new(&config, &result));
         out(scrub(String::from_utf8_lossy(&bytes).into_owned()))?;
     } else {
-        out(scrub(text_summary(&config, &result)))?;
+        out_text(scrub(text_summary(&config, &result)))?;
     }
     if let (Some(mut log), Some(path)) = (log, &a.full_log) {
         let committed = !log.failed

@@ -1,6 +1,6 @@
 //! `roundtrip demo`: no network and no second machine needed.
 
-use super::output::{Exit, out};
+use super::output::{Exit, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::model;
@@ -68,7 +68,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
     let udp = srv
         .udp_addr()
         .context("embedded server has no UDP address")?;
-    out(format!(
+    out_text(format!(
         "roundtrip demo: embedded server on {tcp}, ping-pong for {:.1}s per row after a short warm-up.\n\
          Times are round trips (RTT) seen by the application, through both TCP/IP stacks of this machine.\n\n",
         a.duration.as_secs_f64()
@@ -135,8 +135,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
             break;
         }
     }
-    out(table.render(0))?;
-    out(
+    out_text(table.render(0))?;
+    out_text(
         "\n\"server p50\" is the time the server itself spent per message (from its timestamps); the rest of the RTT\n\
          is both network stacks and the wire. Try: roundtrip server  (one terminal), roundtrip ping HOST  (another).\n",
     )?;
@@ -150,7 +150,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
     }
     if cancel.load(std::sync::atomic::Ordering::SeqCst) {
         // Interrupted: the rows above are all that was measured; no proxy table made of what did not run.
-        out(format!("\n{}", interrupted(done, measuring)))?;
+        out_text(format!("\n{}", interrupted(done, measuring)))?;
         srv.shutdown();
         return Ok(Exit::Ok);
     }
@@ -168,7 +168,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
     pc.impairment = imp;
     pc.udp = true;
     let udp_proxy = proxy::start(&pc).context("starting the embedded UDP proxy")?;
-    out(format!(
+    out_text(format!(
         "\nThe same probes through an embedded proxy that adds {} of RTT (20 ms each way; roundtrip proxy --rtt 40ms),\n\
          beside what roundtrip model tps predicts from the direct row (processing = 1s/TPS - RTT; TPS' = 1/(processing + RTT')):\n\n",
         fmt_nanos(PROXY_RTT.as_nanos() as f64)
@@ -230,15 +230,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<Exit> {
             break;
         }
     }
-    out(t2.render(0))?;
+    out_text(t2.render(0))?;
     if cancel.load(std::sync::atomic::Ordering::SeqCst) {
-        out(format!("\n{}", interrupted(done, measuring)))?;
+        out_text(format!("\n{}", interrupted(done, measuring)))?;
         tcp_proxy.shutdown();
         udp_proxy.shutdown();
         srv.shutdown();
         return Ok(Exit::Ok);
     }
-    out(
+    out_text(
         "\nOne session does one transaction per round trip: 40 ms away, thousands of transactions per second become\n\
          about 25 (Frits Hoogland, \"Performing in the cloud – network latency\"), and a transfer in 64 KiB requests\n\
          pays 40 ms per request (the blog post \"Network latency matters\": a copy over a 40 ms link). Try:\n  \

@@ -2,7 +2,7 @@
 
 use super::args;
 use super::connect::dns_words;
-use super::output::{Exit, error_line, out};
+use super::output::{Exit, error_line, out, out_text};
 use clap::Args;
 use roundtrip::doc::icmp::IcmpDoc;
 use roundtrip::doc::{self, Header, Interrupted, kind};
@@ -71,7 +71,7 @@ impl IcmpObserver for Printer {
                 ProbeOutcome::Timeout => format!("icmp_seq={}: no reply\n", p.seq),
                 ProbeOutcome::Error { detail } => format!("icmp_seq={}: {detail}\n", p.seq),
             };
-            let _ = out(line);
+            let _ = out_text(line);
         }
         if self.keep {
             self.probes.push(p.clone());
@@ -159,7 +159,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         } else {
             0.0
         };
-        out(format!(
+        out_text(format!(
             "--- {} ICMP echo ({}, {} B payload; {}): sent {}  received {}  lost {} ({pct:.2}%)  errors {} ---\n",
             addr.ip(),
             result.socket,
@@ -177,10 +177,10 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             let mut row = vec!["RTT".to_string()];
             row.extend(summary_cells(&result.rtt.summary()));
             t.row(row);
-            out(t.render(0))?;
+            out_text(t.render(0))?;
         }
         if let Some(i) = &interrupted {
-            out(i.line())?;
+            out_text(i.line())?;
         }
     }
     if a.pictures.wanted() {

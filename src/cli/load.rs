@@ -2,7 +2,7 @@
 //! coordinated omission).
 
 use super::args;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, out_text};
 use super::throughput::message_size;
 use clap::Args;
 use roundtrip::doc::load::LoadDoc;
@@ -80,7 +80,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     config.addr = addr;
     config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
-        out(traffic::load_heading(
+        out_text(traffic::load_heading(
             &target.to_string(),
             &addr.to_string(),
             transport,
@@ -95,7 +95,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
             &a.target, &result, a.duration, a.warmup,
         )))?;
     } else {
-        out(traffic::load_text(&result))?;
+        out_text(traffic::load_text(&result))?;
         if result.cancelled {
             out(json::Interrupted::duration(result.elapsed, a.duration).line())?;
         }

@@ -2,7 +2,7 @@
 //! sources, columns = targets, each cell p50 / p99 RTT and loss, as text, JSON or an HTML heat map.
 
 use super::args;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::mesh::{self, Filter, Mesh, agents, prometheus};
@@ -106,7 +106,7 @@ pub fn run(a: MeshArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(json::envelope_bytes("mesh", doc(&m, &filter)))?;
     } else {
-        out(text(&m.matrix, &filter))?;
+        out_text(text(&m.matrix, &filter))?;
     }
     for e in &m.failed {
         error_line(e);
@@ -196,20 +196,22 @@ fn text(m: &Matrix, filter: &Filter) -> String {
     let _ = writeln!(
         s,
         "roundtrip mesh: {}, probe {}{}, window {}",
-        m.origin,
+        roundtrip::terminal::escape_for_terminal(&m.origin),
         filter.probe,
         filter.size.map_or(String::new(), |n| format!(" size {n}")),
         fmt_window(m.window)
     );
     let corner = "source \\ target";
     let mut cols: Vec<Vec<String>> = Vec::with_capacity(m.targets.len() + 1);
+    // Source and target names come from the agents or Prometheus: escaped for the terminal.
+    let name = |n: &String| roundtrip::terminal::escape_for_terminal(n).into_owned();
     cols.push(
         std::iter::once(corner.to_string())
-            .chain(m.sources.iter().cloned())
+            .chain(m.sources.iter().map(name))
             .collect(),
     );
     for t in &m.targets {
-        let mut col = vec![t.clone()];
+        let mut col = vec![name(t)];
         for src in &m.sources {
             col.push(cell_text(src, t, m.cells.get(&(src.clone(), t.clone()))));
         }

@@ -1,7 +1,7 @@
 //! `roundtrip model`: latency arithmetic, each formula with its published source.
 
 use super::args;
-use super::output::{Exit, out};
+use super::output::{Exit, out, out_text};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use roundtrip::model;
@@ -215,7 +215,7 @@ fn emit<T: Serialize>(
             result,
         }))?;
     } else {
-        out(format!("{text}\nformula: {formula}\n"))?;
+        out_text(format!("{text}\nformula: {formula}\n"))?;
     }
     Ok(Exit::Ok)
 }

@@ -1,5 +1,7 @@
 //! Writing to the terminal: stdout for results, stderr for progress and errors, exit codes.
 
+use roundtrip::terminal::{escape_for_terminal, needs_escape};
+use std::borrow::Cow;
 use std::io::{self, IsTerminal, Write};
 
 /// How a command ended when it did not fail outright.
@@ -55,14 +57,39 @@ pub fn out(bytes: impl AsRef<[u8]>) -> io::Result<()> {
     o.flush()
 }
 
-/// Prints a one-line error to stderr.
-pub fn error_line(msg: impl std::fmt::Display) {
-    let _ = writeln!(io::stderr(), "roundtrip: error: {msg}");
+/// Writes text meant for a terminal to stdout, every line passed through
+/// [`escape_for_terminal`](roundtrip::terminal::escape_for_terminal): the line breaks the text was built with are
+/// kept, and a control or bidi character that came from a packet, a file or a peer (and that the code which built
+/// the text did not already escape) shows as a visible escape instead of acting on the terminal. JSON, CSV and
+/// pcap bytes go through [`out`] unchanged.
+pub fn out_text(s: impl AsRef<str>) -> io::Result<()> {
+    out(escape_lines(s.as_ref()).as_bytes())
 }
 
-/// Prints a one-line note to stderr.
+/// `s` with each line escaped for a terminal and the `\n` between lines kept.
+pub fn escape_lines(s: &str) -> Cow<'_, str> {
+    if !s.contains(|c| c != '\n' && needs_escape(c)) {
+        return Cow::Borrowed(s);
+    }
+    let lines: Vec<Cow<'_, str>> = s.split('\n').map(escape_for_terminal).collect();
+    Cow::Owned(lines.join("\n"))
+}
+
+/// Prints a one-line error to stderr; text from a peer or a file inside it is escaped for the terminal, and a
+/// line break inside the message shows as `\x0a` (an error is one line).
+pub fn error_line(msg: impl std::fmt::Display) {
+    let msg = msg.to_string();
+    let _ = writeln!(
+        io::stderr(),
+        "roundtrip: error: {}",
+        escape_for_terminal(&msg)
+    );
+}
+
+/// Prints a note to stderr, each line escaped for the terminal (see [`out_text`]).
 pub fn note(msg: impl std::fmt::Display) {
-    let _ = writeln!(io::stderr(), "{msg}");
+    let msg = msg.to_string();
+    let _ = writeln!(io::stderr(), "{}", escape_lines(&msg));
 }
 
 /// True when stderr is a terminal (progress indicators go there).

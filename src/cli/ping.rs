@@ -1,7 +1,7 @@
 //! `roundtrip ping`: application-level ping-pong against a roundtrip or sockperf server.
 
 use super::args;
-use super::output::{Exit, error_line, note, out, stderr_is_tty};
+use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::output_file::{self, OutputFile};
@@ -101,7 +101,7 @@ impl Observer for CliObserver {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
         if self.rows_to_stdout {
-            let _ = out(text::interval_line(row));
+            let _ = out_text(text::interval_line(row));
         }
     }
 }
@@ -157,7 +157,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.cancel = super::common::cancel_on_ctrl_c();
 
     if !a.json {
-        out(text::ping_heading(
+        out_text(text::ping_heading(
             &target.to_string(),
             &addr.to_string(),
             &transport.to_string(),
@@ -180,14 +180,14 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         let doc = json::PingDoc::new(&a.target, &result, stop, interval, a.warmup, a.timeout);
         out(json::to_bytes(&doc))?;
     } else {
-        out(text::ping_summary(&result))?;
+        out_text(text::ping_summary(&result))?;
         if let Some(i) =
             json::Interrupted::of_stop(result.cancelled, stop, result.elapsed, result.sent)
         {
-            out(i.line())?;
+            out_text(i.line())?;
         }
         if a.histogram && !result.rtt.is_empty() {
-            out(format!(
+            out_text(format!(
                 "RTT distribution:\n{}",
                 text::histogram(&result.rtt, 40)
             ))?;

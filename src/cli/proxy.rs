@@ -1,7 +1,7 @@
 //! `roundtrip proxy`: put a far-away network between a client and its server.
 
 use super::args;
-use super::output::{Exit, note, out};
+use super::output::{Exit, note, out, out_text};
 use clap::{Args, ValueEnum};
 use roundtrip::probe::target::{Family, Target};
 use roundtrip::proxy::{
@@ -76,8 +76,8 @@ pub struct ProxyArgs {
     /// Rate limit for all connections together, per direction.
     #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
     rate_total: Option<u64>,
-    /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only).
-    #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
+    /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only; 1 byte to 1 GiB).
+    #[arg(long, value_parser = args::window_size, value_name = "BYTES")]
     window: Option<u64>,
     /// Which directions get delay, jitter and rate (up = client to server).
     #[arg(long, value_enum, default_value = "both")]
@@ -347,7 +347,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         proxy::ProxyError::Loop { .. } => super::output::refused(e),
         e => e.into(),
     })?;
-    out(format!(
+    out_text(format!(
         "roundtrip proxy: listening on {} ({}), relaying to {} ({upstream})\n  {}\n",
         handle.listen_addr(),
         if a.udp { "udp" } else { "tcp" },
@@ -355,7 +355,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         describe(&imp)
     ))?;
     if let Some(c) = handle.control_addr() {
-        out(format!(
+        out_text(format!(
             "  control api on http://{c}/impairment and http://{c}/counters ({})\n",
             if config.control_token.is_some() {
                 "bearer token required"
@@ -364,7 +364,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             }
         ))?;
     }
-    out(format!(
+    out_text(format!(
         "  at most {} clients at once, idle connections closed after {}\n  Ctrl-C to stop.\n",
         a.max_clients,
         match config.idle_timeout {
@@ -438,7 +438,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
         }
         table.row(vec!["bytes up".into(), fmt_bytes(t.bytes_up)]);
         table.row(vec!["bytes down".into(), fmt_bytes(t.bytes_down)]);
-        out(format!("\n{}", table.render(2)))?;
+        out_text(format!("\n{}", table.render(2)))?;
     }
     Ok(Exit::Ok)
 }

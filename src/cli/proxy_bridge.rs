@@ -2,7 +2,7 @@
 //! beyond the proxy's, the impairment built from them, the per-interval rows and the summary.
 
 use super::super::args;
-use super::super::output::{Exit, note, out};
+use super::super::output::{Exit, note, out, out_text};
 use super::{Dir, Dist, ProxyArgs};
 use clap::Args;
 use roundtrip::proxy::bridge::{self, BridgeConfig, BridgeCounters, BridgeImpairment, WayDoc};
@@ -19,8 +19,9 @@ pub struct BridgeArgs {
     /// Bridge: one-way delay of frames from the second interface to the first (default: as --delay).
     #[arg(long, value_parser = args::duration, value_name = "DURATION", requires = "bridge")]
     delay_back: Option<Duration>,
-    /// Bridge: most frame bytes waiting per direction; frames over it are dropped and counted.
-    #[arg(long, value_parser = args::positive_size, value_name = "BYTES", requires = "bridge")]
+    /// Bridge: most frame bytes waiting per direction (64.25 KiB to 1 GiB); frames over it are dropped and
+    /// counted.
+    #[arg(long, value_parser = args::queue_limit, value_name = "BYTES", requires = "bridge")]
     queue_limit: Option<u64>,
     /// Bridge: replay measured delays: a capture (each connection's handshake RTT), a roundtrip --json result
     /// (its rtt_ns values), a `ping --full-log` CSV, or a file of RTTs one per line (12.5ms, 800us; bare
@@ -338,7 +339,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             "  Ctrl-C to stop.\n{:>7} {:<22} {:>9} {:>9} {:>7} {:>7} {:>8} {:>6}\n",
             "time", "direction", "frames", "Mbit/s", "lost", "q-full", "queued", "late"
         );
-        out(head)?;
+        out_text(head)?;
     }
     let shared = handle.shared().clone();
     let mut intervals = Vec::new();
@@ -359,7 +360,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
                 b_to_a: delta(&c.b_to_a, &before.b_to_a),
             };
             if !a.json {
-                out(format!(
+                out_text(format!(
                     "{}{}",
                     row(now - started, &ab, &iv.a_to_b, secs),
                     row(now - started, &ba, &iv.b_to_a, secs)
@@ -418,7 +419,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             fmt_duration(Duration::from_nanos(x.max_late_ns)),
             fmt_duration(Duration::from_nanos(y.max_late_ns)),
         ]);
-        out(format!("\n{}", t.render(2)))?;
+        out_text(format!("\n{}", t.render(2)))?;
     }
     Ok(if ended.is_some() {
         Exit::Failed

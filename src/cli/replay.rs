@@ -3,7 +3,7 @@
 //! prediction of `capture whatif` at the path's measured RTT.
 
 use super::args;
-use super::output::{Exit, note, out};
+use super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::Filter;
@@ -190,9 +190,9 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             },
         ))?;
     } else {
-        out(text(&a.file, &r, rtt, predicted))?;
+        out_text(text(&a.file, &r, rtt, predicted))?;
         if let Some(i) = interrupted {
-            out(i.line())?;
+            out_text(i.line())?;
         }
     }
     Ok(super::capture::damage(&generic.capture))

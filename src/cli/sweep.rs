@@ -1,7 +1,7 @@
 //! `roundtrip sweep`: latency percentiles over message size x offered rate.
 
 use super::args;
-use super::output::{Exit, error_line, note, out, stderr_is_tty};
+use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
 use roundtrip::doc::load::LoadSettings;
@@ -125,7 +125,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     config.base.cancel = super::common::cancel_on_ctrl_c();
     let total = config.sizes.len() * config.rates.len();
     if !a.json {
-        out(format!(
+        out_text(format!(
             "roundtrip sweep {transport} {target} ({addr}): {total} cells of {:.1}s (+{:.1}s warm-up), open-loop schedule, one answer per {}; times are round trips (RTT)\n",
             a.duration.as_secs_f64(),
             a.warmup.as_secs_f64(),
@@ -154,9 +154,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(json::to_bytes(&doc()))?;
     } else {
-        out(traffic::sweep_table(&result))?;
+        out_text(traffic::sweep_table(&result))?;
         for c in result.cells.iter().filter(|c| !c.rate_held()) {
-            out(format!(
+            out_text(format!(
                 "{} at {}: {}\n",
                 fmt_bytes(c.size as u64),
                 traffic::fmt_rate(c.rate),
@@ -167,7 +167,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     if !a.json
         && let Some(i) = sweep_interrupted(&result, total)
     {
-        out(i.line())?;
+        out_text(i.line())?;
     }
     if a.pictures.wanted() {
         super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;

@@ -2,7 +2,7 @@
 //! connection per interval, a closed line when one goes away, a verdict per connection and a summary.
 
 use super::args;
-use super::output::{Exit, note, out};
+use super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::doc::tcp::{TcpClosed, TcpDoc};
@@ -71,7 +71,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     let started = SystemTime::now();
     let start = Instant::now();
     if !a.json {
-        out(text::trace_heading(&filter, a.time))?;
+        out_text(text::trace_heading(&filter, a.time))?;
     }
     // Each connection's tally and its previous event.
     let mut conns: HashMap<u64, (TcpTraceConn, Option<ProbeEvent>)> = HashMap::new();
@@ -116,7 +116,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
             *last = Some(*e);
         }
         if !lines.is_empty() {
-            out(&lines)?;
+            out_text(&lines)?;
         }
         if cancel.load(Ordering::SeqCst) || a.time.is_some_and(|t| start.elapsed() >= t) {
             break;
@@ -147,7 +147,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
         }))?;
         return Ok(Exit::Ok);
     }
-    out(text::trace_end(
+    out_text(text::trace_end(
         &list,
         total,
         start.elapsed(),
@@ -236,7 +236,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     let started = SystemTime::now();
     let start = Instant::now();
     if !a.json {
-        out(text::watch_heading(&filter, a.interval, a.time))?;
+        out_text(text::watch_heading(&filter, a.interval, a.time))?;
     }
     // Every sample is kept only when the JSON document or the report needs it (a long watch of many
     // connections would grow without bound otherwise).
@@ -267,7 +267,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             if tick.samples.is_empty() && !said_none {
                 lines.push_str(&text::none_yet_line(tick.at));
             }
-            out(&lines)?;
+            out_text(&lines)?;
         }
         said_none = tick.samples.is_empty();
         for c in &tick.closed {
@@ -331,7 +331,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(doc::to_bytes(&doc))?;
     } else {
-        out(text::watch_end(
+        out_text(text::watch_end(
             &filter,
             &doc.connections,
             sample_count,

@@ -1,7 +1,7 @@
 //! `roundtrip throughput` (alias `tp`): one-way streaming rates per message size.
 
 use super::args;
-use super::output::{Exit, error_line, out};
+use super::output::{Exit, error_line, out, out_text};
 use clap::Args;
 use roundtrip::doc::throughput::{ThroughputDoc, throughput_interrupted};
 use roundtrip::probe::ping::Transport;
@@ -92,7 +92,7 @@ struct Rows {
 impl Observer for Rows {
     fn interval(&mut self, size: usize, row: &RateRow) {
         if self.print {
-            let _ = out(traffic::throughput_interval_line(size, row));
+            let _ = out_text(traffic::throughput_interval_line(size, row));
         }
     }
 }
@@ -123,7 +123,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.addr = addr;
     config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
-        out(traffic::throughput_heading(
+        out_text(traffic::throughput_heading(
             &target.to_string(),
             &addr.to_string(),
             transport,
@@ -160,9 +160,9 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
             config.duration,
         )))?;
     } else {
-        out(traffic::throughput_summary(&result))?;
+        out_text(traffic::throughput_summary(&result))?;
         if let Some(i) = throughput_interrupted(&result, config.sizes.len(), config.duration) {
-            out(i.line())?;
+            out_text(i.line())?;
         }
     }
     if a.pictures.wanted() {

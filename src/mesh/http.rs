@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The largest answer read (headers and body), 64 MiB.
@@ -192,10 +192,8 @@ pub fn get(url: &Url, path_and_query: &str, timeout: Duration) -> io::Result<Res
                 )
             })
     };
-    let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
-        .to_socket_addrs()
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot resolve {}: {e}", url.host)))?
-        .collect();
+    let addrs: Vec<SocketAddr> = crate::resolve::lookup(&url.host, url.port)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot resolve {}: {e}", url.host)))?;
     let mut last = io::Error::new(
         io::ErrorKind::NotFound,
         format!("{} has no address", url.host),

@@ -1,7 +1,7 @@
 //! Targets as users type them (`host`, `host:port`, `[v6]:port`, `v6`) and their resolution.
 #![forbid(unsafe_code)]
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -123,14 +123,13 @@ impl Target {
             }
             return Ok((SocketAddr::new(ip, self.port), Duration::ZERO));
         }
-        let addrs = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(|e| TargetError::Resolve {
+        let addrs =
+            crate::resolve::lookup(&self.host, self.port).map_err(|e| TargetError::Resolve {
                 host: self.host.clone(),
                 detail: e.to_string(),
             })?;
         let elapsed = start.elapsed();
-        let mut addrs: Vec<SocketAddr> = addrs.collect();
+        let mut addrs: Vec<SocketAddr> = addrs;
         // Prefer IPv4 for Any, as most tools do, so "localhost" means 127.0.0.1.
         addrs.sort_by_key(|a| a.is_ipv6());
         addrs

@@ -45,6 +45,15 @@ pub const LATE_AFTER: Duration = Duration::from_micros(250);
 /// Default bound of the frames waiting in one direction, in bytes (frame bytes, virtio-net header excluded).
 pub const DEFAULT_QUEUE_LIMIT: u64 = 8 << 20;
 
+/// Largest bound of the frames waiting in one direction, in bytes: the memory the queues may take, 2 GiB for
+/// both directions.
+pub const MAX_QUEUE_LIMIT: u64 = 1 << 30;
+
+/// The range of `--queue-limit` and of `queue_limit_bytes` over the control API (one definition for both):
+/// from one largest frame to [`MAX_QUEUE_LIMIT`].
+pub const QUEUE_LIMIT_BYTES: std::ops::RangeInclusive<u64> =
+    packet::FRAME_ROOM as u64..=MAX_QUEUE_LIMIT;
+
 const POLL: Duration = Duration::from_millis(100);
 
 /// What the bridge does to the frames, per direction. In JSON (control API) durations carry `_ns`, rates
@@ -111,13 +120,12 @@ impl BridgeImpairment {
                 )));
             }
         }
-        if self.queue_limit_bytes < packet::FRAME_ROOM as u64 {
-            return Err(ImpairmentError(format!(
-                "queue_limit_bytes {} is below one largest frame ({} bytes)",
-                self.queue_limit_bytes,
-                packet::FRAME_ROOM
-            )));
-        }
+        super::impairment::check_bytes(
+            "queue_limit_bytes",
+            self.queue_limit_bytes,
+            &QUEUE_LIMIT_BYTES,
+        )
+        .map_err(ImpairmentError)?;
         if self.delay_samples_ns.len() > MAX_SAMPLES {
             return Err(ImpairmentError(format!(
                 "delay_samples_ns holds {} samples; at most {MAX_SAMPLES}",
@@ -190,6 +198,7 @@ pub struct BridgeConfig {
 pub struct Bridge {
     shared: Arc<BridgeShared>,
     control_addr: Option<SocketAddr>,
+    control_waker: Option<control::AcceptWaker>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -217,11 +226,8 @@ impl Bridge {
     }
     fn stop_now(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(c) = self.control_addr {
-            let _ = std::net::TcpStream::connect_timeout(
-                &super::wake_addr(c),
-                Duration::from_millis(200),
-            );
+        if let Some(w) = &self.control_waker {
+            w.wake();
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -283,6 +289,7 @@ pub fn start(config: &BridgeConfig) -> Result<Bridge, BridgeError> {
     let mut bridge = Bridge {
         shared: shared.clone(),
         control_addr: None,
+        control_waker: None,
         threads: Vec::new(),
     };
     for w in 0..2 {
@@ -310,8 +317,9 @@ pub fn start(config: &BridgeConfig) -> Result<Bridge, BridgeError> {
         );
     }
     if let Some(c) = config.control {
-        let (addr, thread) = control::start_api(c, shared.clone())?;
+        let (addr, waker, thread) = control::start_api(c, shared.clone())?;
         bridge.control_addr = Some(addr);
+        bridge.control_waker = Some(waker);
         bridge.threads.push(thread);
     }
     Ok(bridge)

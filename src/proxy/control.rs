@@ -10,9 +10,12 @@
 //! - `GET /counters`: totals and per-connection counters ([`super::CountersDoc`]).
 //!
 //! Every request runs on its own thread, apart from the data path, so a slow API client never delays relayed
-//! traffic; at most [`MAX_REQUESTS`] run at once (the next is closed at once), each must arrive within
-//! [`REQUEST_DEADLINE`], heads are capped at [`MAX_HEAD`] and bodies at [`MAX_BODY`]. With a token
-//! ([`super::ControlToken`]), a request without `Authorization: Bearer <token>` gets 401.
+//! traffic; at most [`MAX_REQUESTS`] run at once (the next is answered 503 at once), each must arrive within
+//! [`REQUEST_DEADLINE`], heads are capped at [`MAX_HEAD`] and bodies at [`MAX_BODY`]; two different
+//! `Content-Length` values are refused (400). With a token ([`super::ControlToken`]), a request without
+//! `Authorization: Bearer <token>` (the scheme in any case, RFC 7235) gets 401. Stopping never waits on a
+//! blocked accept: the listener is shut down ([`AcceptWaker`]), no connection to it is needed (one may be
+//! impossible, as in a network namespace whose `lo` is down).
 #![forbid(unsafe_code)]
 
 use super::{Impairment, ProxyError, Shared};
@@ -27,7 +30,7 @@ use std::time::{Duration, Instant};
 pub const MAX_HEAD: usize = 16 * 1024;
 /// Largest request body, bytes: 413 beyond.
 pub const MAX_BODY: usize = 64 * 1024;
-/// Requests served at once; one more is closed without an answer.
+/// Requests served at once; one more is answered 503.
 pub const MAX_REQUESTS: usize = 32;
 /// Time a client has to send its whole request (and to take the answer).
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
@@ -36,8 +39,51 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub(crate) fn start(
     addr: SocketAddr,
     shared: Arc<Shared>,
-) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+) -> Result<(SocketAddr, AcceptWaker, JoinHandle<()>), ProxyError> {
     start_api(addr, shared)
+}
+
+/// Wakes a thread blocked in `accept` on a listener without connecting to it: shutdown(2) of the listening
+/// socket makes the blocked accept, and every later one, fail at once (Linux). Connecting to wake it may be
+/// impossible (a network namespace whose `lo` is down, a firewall), and then a stop would wait for ever.
+#[derive(Debug)]
+pub struct AcceptWaker(TcpListener);
+
+impl AcceptWaker {
+    /// A waker for `listener` (a duplicate of its descriptor).
+    pub fn new(listener: &TcpListener) -> std::io::Result<AcceptWaker> {
+        listener.try_clone().map(AcceptWaker)
+    }
+    /// Shuts the listener down; the thread in accept returns (call after setting the stop flag it checks).
+    pub fn wake(&self) {
+        let _ = socket2::SockRef::from(&self.0).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// The token of an `Authorization` header value of the `Bearer` scheme, the scheme matched in any case
+/// (RFC 7235: auth schemes are case-insensitive); None for another scheme or no token.
+pub fn bearer_token(authorization: Option<&str>) -> Option<&str> {
+    let (scheme, token) = authorization?.trim().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The answer to a client over [`MAX_REQUESTS`]: written without blocking the accepting thread (it fits in a
+/// fresh socket's buffer), then the socket is closed.
+fn busy_answer(s: TcpStream) {
+    let body = error_json(&format!(
+        "busy: {MAX_REQUESTS} control requests are being served, try again"
+    ));
+    let head = format!(
+        "HTTP/1.1 503 {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        reason(503),
+        body.len()
+    );
+    let _ = s.set_nonblocking(true);
+    let _ = (&s).write_all(&[head.as_bytes(), &body].concat());
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    // Take what the client sent so far, so that the close is not turned into a reset before it reads.
+    let _ = (&s).read(&mut [0u8; 4096]);
 }
 
 /// What a control API serves: the proxy's [`Shared`] state, or the bridge's ([`super::bridge`]).
@@ -68,7 +114,7 @@ impl Api for Shared {
 pub(crate) fn start_api<A: Api>(
     addr: SocketAddr,
     api: Arc<A>,
-) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+) -> Result<(SocketAddr, AcceptWaker, JoinHandle<()>), ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         what: "the control api",
         addr,
@@ -76,6 +122,7 @@ pub(crate) fn start_api<A: Api>(
     };
     let listener = TcpListener::bind(addr).map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
+    let waker = AcceptWaker::new(&listener).map_err(bind_err)?;
     let thread = std::thread::Builder::new()
         .name("proxy-control".into())
         .spawn(move || {
@@ -84,11 +131,21 @@ pub(crate) fn start_api<A: Api>(
                 if api.stopping() {
                     return;
                 }
-                let Ok(s) = s else { continue };
+                let s = match s {
+                    Ok(s) => s,
+                    // A listener that was shut down fails every accept: nothing more to serve.
+                    Err(e) if e.raw_os_error() == Some(22) => return,
+                    // Out of descriptors, a client gone before accept: keep serving.
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                };
                 if busy.fetch_add(1, Ordering::SeqCst) >= MAX_REQUESTS {
                     busy.fetch_sub(1, Ordering::SeqCst);
                     api.refused();
-                    continue; // closed at once
+                    busy_answer(s);
+                    continue;
                 }
                 let (api, busy2) = (api.clone(), busy.clone());
                 let spawned = std::thread::Builder::new()
@@ -103,7 +160,7 @@ pub(crate) fn start_api<A: Api>(
             }
         })
         .map_err(bind_err)?;
-    Ok((local, thread))
+    Ok((local, waker, thread))
 }
 
 /// A parsed request.
@@ -149,21 +206,27 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
         return Err((400, format!("bad request line '{first}'")));
     };
-    let mut len = 0usize;
+    let mut len: Option<usize> = None;
     let mut authorization = None;
     for l in lines {
         let Some((k, v)) = l.split_once(':') else {
             continue;
         };
         if k.trim().eq_ignore_ascii_case("content-length") {
-            len = v
+            let n: usize = v
                 .trim()
                 .parse()
                 .map_err(|_| (400, format!("bad Content-Length '{}'", v.trim())))?;
+            // Two different lengths: which one ends the body is ambiguous (request smuggling, RFC 9112 6.3).
+            if len.is_some_and(|l| l != n) {
+                return Err((400, "two different Content-Length headers".into()));
+            }
+            len = Some(n);
         } else if k.trim().eq_ignore_ascii_case("authorization") {
             authorization = Some(v.trim().to_string());
         }
     }
+    let len = len.unwrap_or(0);
     if len > MAX_BODY {
         return Err((
             413,
@@ -204,6 +267,7 @@ fn reason(code: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
+        503 => "Service Unavailable",
         431 => "Request Header Fields Too Large",
         _ => "Error",
     }
@@ -306,11 +370,7 @@ fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
 /// Answers one request against `shared`: (status, JSON body).
 pub fn respond(req: &Request, shared: &Shared) -> (u16, Vec<u8>) {
     if let Some(token) = &shared.control_token {
-        let presented = req
-            .authorization
-            .as_deref()
-            .and_then(|a| a.strip_prefix("Bearer "))
-            .map(str::trim);
+        let presented = bearer_token(req.authorization.as_deref());
         if !presented.is_some_and(|p| token.matches(p.as_bytes())) {
             shared
                 .totals()

@@ -6,6 +6,7 @@
 //! their default (no impairment), so `PUT {"delay_ns": 20000000}` means "20 ms each way and nothing else".
 
 use serde::{Deserialize, Serialize};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -149,6 +150,27 @@ pub struct ImpairmentError(pub String);
 /// slower than a sender, like a large TCP window would.
 pub const DEFAULT_PATH_LIMIT: u64 = 32 << 20;
 
+/// Largest emulated TCP window, bytes: what one connection may hold per direction in the emulated path.
+pub const MAX_WINDOW: u64 = 1 << 30;
+
+/// The range of `--window` and of `window_bytes` over the control API (one definition for both).
+pub const WINDOW_BYTES: RangeInclusive<u64> = 1..=MAX_WINDOW;
+
+/// `value` when it lies in `range`, else the one-line refusal naming the setting `what` (a flag such as
+/// `--window`, or an API field such as `window_bytes`) and the range. The command line's value parsers and the
+/// control API's `validate` both call it with the same range constant, so a value one refuses the other
+/// refuses too.
+pub fn check_bytes(what: &str, value: u64, range: &RangeInclusive<u64>) -> Result<u64, String> {
+    if range.contains(&value) {
+        return Ok(value);
+    }
+    Err(format!(
+        "{what} {value} bytes is out of range: give {} to {}",
+        crate::units::fmt_bytes_exact(*range.start()),
+        crate::units::fmt_bytes_exact(*range.end())
+    ))
+}
+
 /// Default hold-back of a reordered UDP datagram.
 pub const DEFAULT_REORDER_DELAY: Duration = Duration::from_millis(10);
 
@@ -197,6 +219,12 @@ impl Impairment {
             return err(
                 "window must be at least 1 byte (leave it out for no window emulation)".into(),
             );
+        }
+        if let Some(w) = self.window_bytes {
+            check_bytes("window_bytes", w, &WINDOW_BYTES).map_err(ImpairmentError)?;
+        }
+        if self.reorder_delay_ns > max {
+            return err("reorder delay must be at most 1h".into());
         }
         if let Some(Trigger::Bytes(0)) | Some(Trigger::AfterNs(0)) = self.reset_after {
             return err("reset-after must be more than 0".into());

@@ -593,18 +593,6 @@ impl Drop for ProxyHandle {
     }
 }
 
-/// The address to connect to in order to wake a thread blocked in accept on `addr` (unspecified -> loopback).
-pub(crate) fn wake_addr(addr: SocketAddr) -> SocketAddr {
-    let mut a = addr;
-    if a.ip().is_unspecified() {
-        a.set_ip(match a {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    a
-}
-
 /// True when `ip` is an address of this host: loopback, unspecified (connecting to it reaches loopback), or
 /// an address a socket can be bound to (the kernel refuses addresses of other hosts with EADDRNOTAVAIL).
 fn is_local(ip: IpAddr) -> bool {
@@ -685,21 +673,15 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         handle.wakers.push(waker);
         handle.threads.push(thread);
     } else {
-        let (addr, thread) = tcp::start(config.listen, shared.clone())?;
+        let (addr, waker, thread) = tcp::start(config.listen, shared.clone())?;
         handle.listen_addr = addr;
-        handle.wakers.push(Box::new(move || {
-            let _ =
-                std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
-        }));
+        handle.wakers.push(Box::new(move || waker.wake()));
         handle.threads.push(thread);
     }
     if let Some(c) = config.control {
-        let (addr, thread) = control::start(c, shared.clone())?;
+        let (addr, waker, thread) = control::start(c, shared.clone())?;
         handle.control_addr = Some(addr);
-        handle.wakers.push(Box::new(move || {
-            let _ =
-                std::net::TcpStream::connect_timeout(&wake_addr(addr), Duration::from_millis(200));
-        }));
+        handle.wakers.push(Box::new(move || waker.wake()));
         handle.threads.push(thread);
     }
     Ok(handle)

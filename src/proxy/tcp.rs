@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 pub(crate) fn start(
     listen: SocketAddr,
     shared: Arc<Shared>,
-) -> Result<(SocketAddr, JoinHandle<()>), ProxyError> {
+) -> Result<(SocketAddr, super::control::AcceptWaker, JoinHandle<()>), ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         what: "tcp clients",
         addr: listen,
@@ -35,12 +35,13 @@ pub(crate) fn start(
     };
     let listener = TcpListener::bind(listen).map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
+    let waker = super::control::AcceptWaker::new(&listener).map_err(bind_err)?;
     let loops = Arc::new(Loops::start(&shared).map_err(bind_err)?);
     let thread = std::thread::Builder::new()
         .name("proxy-accept".into())
         .spawn(move || accept_loop(listener, shared, loops))
         .map_err(bind_err)?;
-    Ok((addr, thread))
+    Ok((addr, waker, thread))
 }
 
 /// Stops the fault timer of a connection that is over.

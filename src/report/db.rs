@@ -4,6 +4,7 @@
 use crate::db::{DbConfig, DbResult, Scheme};
 use crate::report::text::{Table, summary_cells};
 use crate::stats::LatencyHistogram;
+use crate::terminal::escape_for_terminal;
 
 /// One line per call through a link, as seed 001 prints them: the local database's clock before and after.
 pub fn link_call_line(s: &crate::db::DbSample) -> Option<String> {
@@ -91,7 +92,8 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
             .unwrap_or_else(|| "-".into()),
         r.server_version
             .as_ref()
-            .map(|v| format!(", server {v}"))
+            // The version comes from the server's banner.
+            .map(|v| format!(", server {}", escape_for_terminal(v)))
             .unwrap_or_default(),
         r.elapsed.as_secs_f64()
     );

@@ -2,7 +2,9 @@
 
 use crate::probe::ping::{IntervalRow, PeerKind, PingResult};
 use crate::stats::{LatencyHistogram, Summary};
+use crate::terminal::escape_for_terminal;
 use crate::units::{fmt_bytes, fmt_nanos};
+use std::borrow::Cow;
 use std::fmt::Write;
 
 /// A table with a header row; columns after the first are right-aligned.
@@ -16,14 +18,19 @@ impl Table {
     /// A table with these column names.
     pub fn new<S: AsRef<str>>(header: &[S]) -> Self {
         Table {
-            header: header.iter().map(|s| s.as_ref().to_string()).collect(),
+            header: header
+                .iter()
+                .map(|s| cell(s.as_ref().to_string()))
+                .collect(),
             rows: Vec::new(),
         }
     }
 
-    /// Appends a row; missing cells are empty.
+    /// Appends a row; missing cells are empty. Each cell is escaped for the terminal
+    /// ([`escape_for_terminal`]): a cell may hold an operation name, a path or a peer's text, and a control or
+    /// bidi character in it shows as a visible escape (and is counted as such when the columns are aligned).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(cell).collect());
     }
 
     /// Renders with two spaces between columns, each line indented by `indent` spaces.
@@ -54,6 +61,14 @@ impl Table {
             out.push('\n');
         }
         out
+    }
+}
+
+/// A table cell escaped for the terminal (no copy when nothing needed escaping).
+fn cell(s: String) -> String {
+    match escape_for_terminal(&s) {
+        Cow::Borrowed(_) => s,
+        Cow::Owned(e) => e,
     }
 }
 
@@ -208,6 +223,16 @@ pub fn histogram(h: &LatencyHistogram, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_cells_are_escaped_and_aligned() {
+        let mut t = Table::new(&["op", "n"]);
+        t.row(vec!["SET\u{1b}[2J\u{202e}x".into(), "1".into()]);
+        t.row(vec!["GET".into(), "22".into()]);
+        let r = t.render(0);
+        assert!(!r.contains('\u{1b}') && !r.contains('\u{202e}'), "{r:?}");
+        assert!(r.contains("SET\\x1b[2J\\u{202e}x   1"), "{r}");
+    }
 
     #[test]
     fn table_aligns() {

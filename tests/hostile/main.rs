@@ -10,3 +10,4 @@ mod ring;
 mod dblink;
 
 mod files;
+mod misc;

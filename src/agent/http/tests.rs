@@ -191,4 +191,37 @@ fn parse_request_decides_as_the_loop() {
     let mut long = vec![b'a'; MAX_HEAD + 1];
     long.extend_from_slice(b"\r\n\r\n");
     assert_eq!(parse_request(&long), Err(431));
+    assert_eq!(
+        parse_request(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+        Err(400)
+    );
+}
+
+#[test]
+fn two_different_content_lengths_get_400() {
+    assert!(conflicting_lengths(
+        b"GET / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 6"
+    ));
+    assert!(!conflicting_lengths(
+        b"GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5"
+    ));
+    let s = site();
+    let h: Arc<Handler> = {
+        let s = s.clone();
+        Arc::new(move |r: &Request| s.handle(r))
+    };
+    let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), 1, h).unwrap();
+    let a = server.local_addr();
+    let r = get(
+        a,
+        b"GET /metrics HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 40\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    assert!(r.contains("two different Content-Length headers"), "{r}");
+    let r = get(
+        a,
+        b"GET /metrics HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    server.shutdown();
 }

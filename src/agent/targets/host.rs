@@ -4,16 +4,17 @@
 use super::{ProbeKind, TargetSpec};
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// Resolves names: host, port -> every address.
 pub type Lookup = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
 
-/// The system resolver (getaddrinfo): every A/AAAA record of `host`, without duplicates.
+/// The system resolver (getaddrinfo, through [`crate::resolve::lookup`]: `*.invalid` answered without DNS):
+/// every A/AAAA record of `host`, without duplicates.
 pub fn system_lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     let mut seen = HashSet::new();
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()?
+    let addrs: Vec<SocketAddr> = crate::resolve::lookup(host, port)?
+        .into_iter()
         .filter(|a| seen.insert(*a))
         .collect();
     if addrs.is_empty() {

@@ -2,7 +2,7 @@
 //! with the pictures and the JSON document.
 
 use super::super::capture_live as live_cli;
-use super::super::output::{Exit, out};
+use super::super::output::{Exit, out, out_text};
 use super::{FlowsArgs, finish, heading, live_out};
 use roundtrip::capture;
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
@@ -224,6 +224,6 @@ pub(super) fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
             let _ = writeln!(s, "  #{} {}", f.id, f.diagnosis);
         }
     }
-    out(s)?;
+    out_text(s)?;
     Ok(finish(&r.capture, false))
 }

@@ -156,11 +156,7 @@ fn error_json(msg: &str) -> Vec<u8> {
 impl control::Api for BridgeShared {
     fn respond(&self, req: &Request) -> (u16, Vec<u8>) {
         if let Some(token) = &self.token {
-            let presented = req
-                .authorization
-                .as_deref()
-                .and_then(|a| a.strip_prefix("Bearer "))
-                .map(str::trim);
+            let presented = control::bearer_token(req.authorization.as_deref());
             if !presented.is_some_and(|p| token.matches(p.as_bytes())) {
                 self.refused();
                 return (
