@@ -13,6 +13,7 @@ use super::{CompileError, Options, Target};
 use crate::capture::read::LinkType;
 
 mod emit;
+mod normal;
 
 const ETH_IP: u32 = 0x0800;
 const ETH_IP6: u32 = 0x86dd;
@@ -22,7 +23,7 @@ const ETH_RARP: u32 = 0x8035;
 const BSD_AF_INET6: [u32; 3] = [30, 24, 28];
 
 /// A condition over the packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum B {
     Const(bool),
     And(Box<B>, Box<B>),
@@ -93,10 +94,12 @@ struct Gen {
     scratch: u32,
     /// Offset of the Ethernet type field (12, plus 4 for every `vlan` met so far).
     eth_type: u32,
+    /// The IPv4 netmask of `ip broadcast`.
+    netmask: u32,
 }
 
 impl Gen {
-    fn new(target: Target) -> Result<Gen, CompileError> {
+    fn new(target: Target, netmask: u32) -> Result<Gen, CompileError> {
         let nh = match target {
             Target::Cooked => 0,
             Target::Link(l) => match l.0 {
@@ -113,6 +116,7 @@ impl Gen {
             nh,
             scratch: 0,
             eth_type: 12,
+            netmask,
         })
     }
 
@@ -346,11 +350,58 @@ impl Gen {
             Node::Net(p, d, a) => self.net(*p, *d, *a),
             Node::Port(p, d, lo, hi) => self.port(*p, *d, *lo, *hi),
             Node::Rel(op, a, b) => self.relation(*op, a, b)?,
+            Node::EtherHost(d, mac) => {
+                self.ethernet_only("ether host/src/dst")?;
+                let w = u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]);
+                let h = u32::from(u16::from_be_bytes([mac[0], mac[1]]));
+                // libpcap's order: the last four bytes, then the first two.
+                let at = |off: u32| and(cmp(W, off + 2, None, w), cmp(H, off, None, h));
+                Self::dir(*d, at(6), at(0))
+            }
+            Node::EtherBroadcast => {
+                self.ethernet_only("ether broadcast")?;
+                and(cmp(W, 2, None, u32::MAX), cmp(H, 0, None, 0xffff))
+            }
+            Node::EtherMulticast => {
+                self.ethernet_only("ether multicast")?;
+                B::Test {
+                    stmts: vec![Insn::stmt(LD | B | ABS, 0)],
+                    code: JMP | JSET | K,
+                    k: 1,
+                }
+            }
+            Node::EtherProto(et) => self.linktype(u32::from(*et)),
+            Node::IpBroadcast => {
+                // The host part (outside the netmask) all ones or all zeros; a netmask of 0 (files, as
+                // `tcpdump -r`) leaves 255.255.255.255 and 0.0.0.0.
+                let host = !self.netmask;
+                let m = (host != u32::MAX).then_some(host);
+                and(
+                    self.ip(),
+                    or(
+                        cmp(W, self.nh + 16, m, 0),
+                        cmp(W, self.nh + 16, m, host),
+                    ),
+                )
+            }
+            Node::IpMulticast(false) => and(
+                self.ip(),
+                B::Test {
+                    stmts: vec![Insn::stmt(LD | B | ABS, self.nh + 16)],
+                    code: JMP | JGE | K,
+                    k: 0xe0,
+                },
+            ),
+            Node::IpMulticast(true) => and(self.ip6(), cmp(B, self.nh + 24, None, 0xff)),
             Node::Vlan(id) => {
                 if self.target != Target::Link(LinkType::ETHERNET) {
-                    return Err(CompileError::Other(
-                        "vlan is matched on Ethernet captures only (a live socket sees frames with the tag removed)".into(),
-                    ));
+                    let on = match self.target {
+                        Target::Cooked => "the any device (a live socket sees frames with the tag removed)".to_string(),
+                        Target::Link(l) => format!("link type {l}"),
+                    };
+                    return Err(CompileError::Other(format!(
+                        "vlan is matched on Ethernet captures only, not on {on}"
+                    )));
                 }
                 let tpid = any([0x8100, 0x88a8, 0x9100]
                     .iter()
@@ -366,6 +417,19 @@ impl Gen {
                 b
             }
         })
+    }
+
+    /// Ethernet addresses exist on Ethernet captures only: refused elsewhere, as tcpdump refuses them.
+    fn ethernet_only(&self, what: &str) -> Result<(), CompileError> {
+        match self.target {
+            Target::Link(LinkType::ETHERNET) => Ok(()),
+            Target::Cooked => Err(CompileError::Other(format!(
+                "{what} needs Ethernet headers: the any device has none (capture on an Ethernet interface)"
+            ))),
+            Target::Link(l) => Err(CompileError::Other(format!(
+                "{what} needs Ethernet headers: link type {l} has no Ethernet addresses"
+            ))),
+        }
     }
 
     fn slot(&mut self) -> Result<u32, CompileError> {
@@ -560,7 +624,7 @@ pub(super) fn compile_with(
     opts: &Options,
     optimise: bool,
 ) -> Result<Program, CompileError> {
-    let mut g = Gen::new(target)?;
+    let mut g = Gen::new(target, opts.netmask)?;
     let mut b = match root {
         Some(n) => g.node(n)?,
         None => B::Const(true),
@@ -574,7 +638,10 @@ pub(super) fn compile_with(
         b = and(not(outgoing), b);
     }
     let accept = opts.snaplen.max(1);
-    let b = fold(b);
+    let mut b = fold(b);
+    if optimise {
+        b = normal::normalise(b);
+    }
     let insns = match b {
         B::Const(v) => vec![Insn::stmt(RET | K, if v { accept } else { 0 })],
         b => emit::emit(&b, accept, optimise)?,

@@ -67,6 +67,10 @@ pub struct Options {
     pub drop_outgoing: bool,
     /// The value an accepted packet returns: the bytes the kernel keeps (snaplen).
     pub snaplen: u32,
+    /// The IPv4 netmask `ip broadcast` uses (its host part all ones or all zeros is a broadcast): the
+    /// interface's on a live socket, as libpcap; 0 on files, as `tcpdump -r` (only 255.255.255.255 and
+    /// 0.0.0.0 are broadcasts then).
+    pub netmask: u32,
 }
 
 impl Default for Options {
@@ -74,6 +78,7 @@ impl Default for Options {
         Options {
             drop_outgoing: false,
             snaplen: 262_144,
+            netmask: 0,
         }
     }
 }

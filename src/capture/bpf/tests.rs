@@ -52,6 +52,7 @@ fn code_bytes_for_simple_expressions() {
             &Options {
                 drop_outgoing: true,
                 snaplen: 65535,
+                netmask: 0,
             },
         )
         .unwrap();
