@@ -61,10 +61,13 @@ for pair in "EN10MB ethernet" "LINUX_SLL2 linux-sll2"; do
 done
 
 echo
+# libpcap's own compile of 1,600 terms takes minutes and a gigabyte: its count is asked up to 500 only.
 for n in 160 500 1600; do
   e=$(list "$n" port port)
   start=$(date +%s.%N)
-  if out=$("$RT" capture bpf "$e" 2>&1); then c=$(wc -l <<<"$out"); else c="refused: ${out: -70}"; fi
+  if out=$("$RT" capture bpf "$e" 2>&1); then c=$(wc -l <<<"$out"); else c="refused (${out: -60})"; fi
   t=$(echo "$(date +%s.%N) - $start" | bc -l)
-  printf '%5d-port chain: ours %s, libpcap %d; our compile %.3f s\n' "$n" "$c" "$(tcpdump -d -y EN10MB "$e" | wc -l)" "$t"
+  pcap=-
+  [ "$n" -le 500 ] && pcap=$(tcpdump -d -y EN10MB "$e" | wc -l)
+  printf '%5d-port chain: ours %s, libpcap %s; our compile %.3f s\n' "$n" "$c" "$pcap" "$t"
 done

@@ -256,8 +256,11 @@ impl Gen {
                 } else {
                     u128::MAX << (128 - u32::from(len))
                 };
+                // Words outside the prefix are not loaded at all (what libpcap's optimiser leaves of its
+                // `and #0; jeq #0`, so a packet cut inside them gets tcpdump's verdict).
                 let words = |off: u32| {
                     all((0..4)
+                        .filter(|i| (mask >> (96 - 32 * i)) as u32 != 0)
                         .map(|i| {
                             let sh = 96 - 32 * i;
                             let w = (a >> sh) as u32;
@@ -452,7 +455,27 @@ impl Gen {
             RelOp::Ge => (JGE, false),
             RelOp::Lt => (JGE, true),
         };
+        let (a, b) = (&fold_arith(a), &fold_arith(b));
         let mut stmts = Vec::new();
+        // `x & k != 0` / `x & k = 0`: one `jset #k`, as libpcap's optimiser makes it.
+        if let (Arith::Bin(ArOp::And, x, m), Arith::Num(0), JEQ) = (a, b, code) {
+            if let Arith::Num(m) = **m {
+                self.arith(x, &mut stmts, &mut guards)?;
+                let t = B::Test {
+                    stmts,
+                    code: JMP | JSET | K,
+                    k: m,
+                };
+                let mut uniq: Vec<B> = Vec::new();
+                for g in guards {
+                    if !uniq.contains(&g) {
+                        uniq.push(g);
+                    }
+                }
+                uniq.push(if negate { t } else { not(t) });
+                return Ok(all(uniq));
+            }
+        }
         let test = if let Arith::Num(k) = b {
             self.arith(a, &mut stmts, &mut guards)?;
             B::Test {
@@ -605,6 +628,41 @@ impl Gen {
             }
         }
         Ok(())
+    }
+}
+
+/// Arithmetic with its constant parts computed (`tcp-syn|tcp-fin` is 3), with BPF's 32-bit wrapping; division
+/// by zero and shifts of 32 or more stay as they are (code generation refuses them).
+fn fold_arith(e: &Arith) -> Arith {
+    match e {
+        Arith::Bin(o, a, b) => {
+            let (a, b) = (fold_arith(a), fold_arith(b));
+            if let (Arith::Num(x), Arith::Num(y)) = (&a, &b) {
+                let (x, y) = (*x, *y);
+                let v = match o {
+                    ArOp::Add => Some(x.wrapping_add(y)),
+                    ArOp::Sub => Some(x.wrapping_sub(y)),
+                    ArOp::Mul => Some(x.wrapping_mul(y)),
+                    ArOp::Div => x.checked_div(y),
+                    ArOp::Mod => x.checked_rem(y),
+                    ArOp::And => Some(x & y),
+                    ArOp::Or => Some(x | y),
+                    ArOp::Xor => Some(x ^ y),
+                    ArOp::Lsh => (y < 32).then(|| x << y),
+                    ArOp::Rsh => (y < 32).then(|| x >> y),
+                };
+                if let Some(v) = v {
+                    return Arith::Num(v);
+                }
+            }
+            Arith::Bin(*o, Box::new(a), Box::new(b))
+        }
+        Arith::Neg(a) => match fold_arith(a) {
+            Arith::Num(x) => Arith::Num(x.wrapping_neg()),
+            a => Arith::Neg(Box::new(a)),
+        },
+        Arith::Load(base, off, size) => Arith::Load(*base, Box::new(fold_arith(off)), *size),
+        x => x.clone(),
     }
 }
 

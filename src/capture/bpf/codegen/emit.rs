@@ -495,6 +495,12 @@ pub(super) fn emit(b: &B, accept: u32, optimise: bool) -> Result<Vec<Insn>, Comp
         e.merge_tails();
     }
     e.drop_redundant_loads();
+    if optimise {
+        // Blocks left equal once their known loads are gone (the `jeq` chains of a port list on IPv4 and on
+        // IPv6, which compare the same A) are merged too: identical code with identical targets does the same
+        // thing from any state, so this needs no knowledge of the paths.
+        e.merge_tails();
+    }
     if e.code.len() > MAX_INSNS {
         return Err(CompileError::TooLong(e.code.len()));
     }
