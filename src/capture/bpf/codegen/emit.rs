@@ -210,7 +210,14 @@ impl Emit {
                     if known.is_none() && code & X == 0 {
                         fs.push((key.clone(), code, k, outcome));
                         if fs.len() > MAX_FACTS {
-                            fs.remove(0);
+                            // The oldest fact that is not a known value goes first: a known value (`ldh [12]`
+                            // equalled 0x86dd) decides every later test of its load, however long the chain
+                            // of failed comparisons after it.
+                            let i = fs
+                                .iter()
+                                .position(|f| !(f.1 == JMP | JEQ | K && f.3))
+                                .unwrap_or(0);
+                            fs.remove(i);
                         }
                     }
                     // Follow the edge through decided tests.
