@@ -211,7 +211,9 @@ impl Packets {
             // A pcap file has one link type: an expression tcpdump refuses for it is refused before reading.
             if let Source::File(r) = &pk.src {
                 if let Some(link) = r.pcap_link() {
-                    if let Err(source) = e.compile(bpf::Target::Link(link), &bpf::Options::default()) {
+                    if let Err(source) =
+                        e.compile(bpf::Target::Link(link), &bpf::Options::default())
+                    {
                         return Err(CaptureError::Filter {
                             expr: e.text().to_string(),
                             link,

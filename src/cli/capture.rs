@@ -109,7 +109,6 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
     let opts = Options {
         drop_outgoing: a.drop_outgoing,
         snaplen: a.snaplen,
-        ..Default::default()
     };
     let p = expr
         .compile(target, &opts)

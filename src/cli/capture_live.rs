@@ -138,7 +138,6 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             let opts = bpf::Options {
                 drop_outgoing: false,
                 snaplen: a.snaplen,
-                ..Default::default()
             };
             let p = e
                 .compile(target, &opts)

@@ -466,7 +466,6 @@ fn program(spec: &WatchSpec) -> Result<Option<Vec<libc::sock_filter>>, WatchErro
     let opts = bpf::Options {
         drop_outgoing: false,
         snaplen: live::DEFAULT_SNAPLEN,
-        ..Default::default()
     };
     let p = e
         .compile(target, &opts)

@@ -381,10 +381,7 @@ impl Gen {
                 let m = (host != u32::MAX).then_some(host);
                 and(
                     self.ip(),
-                    or(
-                        cmp(W, self.nh + 16, m, 0),
-                        cmp(W, self.nh + 16, m, host),
-                    ),
+                    or(cmp(W, self.nh + 16, m, 0), cmp(W, self.nh + 16, m, host)),
                 )
             }
             Node::IpMulticast(false) => and(
@@ -399,7 +396,10 @@ impl Gen {
             Node::Vlan(id) => {
                 if self.target != Target::Link(LinkType::ETHERNET) {
                     let on = match self.target {
-                        Target::Cooked => "the any device (a live socket sees frames with the tag removed)".to_string(),
+                        Target::Cooked => {
+                            "the any device (a live socket sees frames with the tag removed)"
+                                .to_string()
+                        }
                         Target::Link(l) => format!("link type {l}"),
                     };
                     return Err(CompileError::Other(format!(
@@ -670,8 +670,9 @@ pub(super) fn compile(
     root: Option<&Node>,
     target: Target,
     opts: &Options,
+    netmask: u32,
 ) -> Result<Program, CompileError> {
-    compile_with(root, target, opts, true)
+    compile_with(root, target, opts, netmask, true)
 }
 
 /// [`compile`], with the optimiser (jump threading, merging, dead code) on or off: off only to check that it
@@ -680,9 +681,10 @@ pub(super) fn compile_with(
     root: Option<&Node>,
     target: Target,
     opts: &Options,
+    netmask: u32,
     optimise: bool,
 ) -> Result<Program, CompileError> {
-    let mut g = Gen::new(target, opts.netmask)?;
+    let mut g = Gen::new(target, netmask)?;
     let mut b = match root {
         Some(n) => g.node(n)?,
         None => B::Const(true),

@@ -67,10 +67,6 @@ pub struct Options {
     pub drop_outgoing: bool,
     /// The value an accepted packet returns: the bytes the kernel keeps (snaplen).
     pub snaplen: u32,
-    /// The IPv4 netmask `ip broadcast` uses (its host part all ones or all zeros is a broadcast): the
-    /// interface's on a live socket, as libpcap; 0 on files, as `tcpdump -r` (only 255.255.255.255 and
-    /// 0.0.0.0 are broadcasts then).
-    pub netmask: u32,
 }
 
 impl Default for Options {
@@ -78,7 +74,6 @@ impl Default for Options {
         Options {
             drop_outgoing: false,
             snaplen: 262_144,
-            netmask: 0,
         }
     }
 }
@@ -148,9 +143,22 @@ impl Expr {
         self.root.as_ref()
     }
 
-    /// Compiles for `target`.
+    /// Compiles for `target`. `ip broadcast` uses the netmask 0.0.0.0, as `tcpdump -r` does on files: only
+    /// 255.255.255.255 and 0.0.0.0 are broadcasts.
     pub fn compile(&self, target: Target, opts: &Options) -> Result<Program, CompileError> {
-        codegen::compile(self.root.as_ref(), target, opts)
+        codegen::compile(self.root.as_ref(), target, opts, 0)
+    }
+
+    /// [`compile`](Self::compile) for a live socket whose interface has the IPv4 netmask `netmask` (host
+    /// order): `ip broadcast` is then a destination whose host part is all ones or all zeros, as libpcap
+    /// compiles it for that interface.
+    pub fn compile_with_netmask(
+        &self,
+        target: Target,
+        opts: &Options,
+        netmask: u32,
+    ) -> Result<Program, CompileError> {
+        codegen::compile(self.root.as_ref(), target, opts, netmask)
     }
 }
 

@@ -52,7 +52,9 @@ impl Emit {
                 St::Holds(w) => {
                     let x = if w.1 == v.1 { v.1 } else { None };
                     // An indirect load is the same value only with the same X on both paths.
-                    let a = if w.0 == v.0 && (x.is_some() || v.0.is_none_or(|a| a.code & 0xe0 != IND)) {
+                    let a = if w.0 == v.0
+                        && (x.is_some() || v.0.is_none_or(|a| a.code & 0xe0 != IND))
+                    {
                         v.0
                     } else {
                         None
@@ -386,14 +388,19 @@ impl Emit {
         loop {
             let n = self.code.len();
             let pos = |l: usize, labels: &[Option<usize>]| labels[l].unwrap_or(n).min(n);
-            let far = self.code.iter().enumerate().skip(from).find_map(|(i, it)| match *it {
-                Item::Jump { t, f, .. } => {
-                    let ft = pos(t, &self.labels).saturating_sub(i + 1) > REACH;
-                    let ff = pos(f, &self.labels).saturating_sub(i + 1) > REACH;
-                    (ft || ff).then_some((i, ft))
-                }
-                _ => None,
-            });
+            let far = self
+                .code
+                .iter()
+                .enumerate()
+                .skip(from)
+                .find_map(|(i, it)| match *it {
+                    Item::Jump { t, f, .. } => {
+                        let ft = pos(t, &self.labels).saturating_sub(i + 1) > REACH;
+                        let ff = pos(f, &self.labels).saturating_sub(i + 1) > REACH;
+                        (ft || ff).then_some((i, ft))
+                    }
+                    _ => None,
+                });
             let Some((i, which)) = far else {
                 if from == 0 {
                     return;
@@ -409,9 +416,8 @@ impl Emit {
             let target = pos(to, &self.labels);
             // A trampoline to the same place already within reach?
             let hi = (i + 1 + REACH).min(n.saturating_sub(1));
-            let existing = (i + 1..=hi).find(|&j| {
-                matches!(self.code[j], Item::Ja(l) if pos(l, &self.labels) == target)
-            });
+            let existing = (i + 1..=hi)
+                .find(|&j| matches!(self.code[j], Item::Ja(l) if pos(l, &self.labels) == target));
             let at = match existing {
                 Some(j) => j,
                 None => {

@@ -129,7 +129,8 @@ fn pure(stmts: &[Insn]) -> bool {
     !stmts.is_empty()
         && stmts.iter().all(|i| {
             let cls = i.code & 0x07;
-            (cls == LD && matches!(i.code & 0xe0, ABS | LEN | IMM)) || (cls == ALU && i.code & X == 0)
+            (cls == LD && matches!(i.code & 0xe0, ABS | LEN | IMM))
+                || (cls == ALU && i.code & X == 0)
         })
 }
 
@@ -176,10 +177,7 @@ fn group_exclusive(flat: Vec<B>) -> Vec<B> {
     let n = flat.len();
     let mut flat: Vec<Option<B>> = flat.into_iter().map(Some).collect();
     while i < n {
-        let key: Option<Vec<Insn>> = flat[i]
-            .as_ref()
-            .and_then(eq_head)
-            .map(|(s, _)| s.to_vec());
+        let key: Option<Vec<Insn>> = flat[i].as_ref().and_then(eq_head).map(|(s, _)| s.to_vec());
         let Some(key) = key else {
             out.push(flat[i].take().unwrap_or(B::Const(false)));
             i += 1;

@@ -138,7 +138,9 @@ pub(super) fn kind(w: &str) -> Option<Kind> {
 pub(super) fn unsupported(w: &str) -> Option<String> {
     let advice = match w {
         "gateway" => "write host ADDR with the gateway's IP address",
-        "ether" => "write ether host|src|dst MAC, ether broadcast|multicast, ether proto N or ether[OFFSET]",
+        "ether" => {
+            "write ether host|src|dst MAC, ether broadcast|multicast, ether proto N or ether[OFFSET]"
+        }
         "fddi" | "tr" | "wlan" => "filter on IP addresses: host ADDR / net NET",
         "mpls" | "pppoes" | "pppoed" | "geneve" | "vxlan" => {
             "encapsulations are not decoded (vlan is); write ether[OFFSET] comparisons on a file"
@@ -238,6 +240,8 @@ pub(super) fn is_keyword(w: &str) -> bool {
                 | "proto"
                 | "mask"
                 | "vlan"
+                | "broadcast"
+                | "multicast"
         )
         || unsupported(w).is_some()
 }
