@@ -23,7 +23,7 @@ exprs=(
   "net fd00::/8" "portrange 1-1024" "src port 80" "less 100" "greater 1000"
   "tcp[tcpflags] & (tcp-syn|tcp-fin) != 0" "tcp[13] & 2 != 0" "ip[6:2] & 0x1fff != 0"
   "icmp[icmptype] = icmp-echo" "ip proto 17" "vlan 100 and port 80"
-  "ether host 1:2:3:4:5:6" "ether src 1:2:3:4:5:6" "ether broadcast" "ether multicast" "ether proto arp"
+  "ether host 1:2:3:4:5:6" "ether src 1:2:3:4:5:6" "ether broadcast" "ether multicast" 'ether proto \arp'
   "ip broadcast" "ip multicast" "ip6 multicast"
 )
 list() { # list N WORDS... : "W 1 or W 2 or ..." with ports 1..N or addresses 10.0.x.y
