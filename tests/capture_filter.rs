@@ -1174,3 +1174,35 @@ fn filters_tcpdump_refuses_for_the_link_type_exit_2_before_reading() {
     let v = json(&["capture", "stats", raw, "--filter", "ip broadcast"]);
     assert_eq!(v["capture"]["packets_matched"], 1, "{v}");
 }
+
+/// Live, `ip broadcast` uses the interface's netmask, as libpcap (`lo` is 127.0.0.1/8: 127.255.255.255 and
+/// 127.0.0.0 are broadcasts there); `any` has none (0, as tcpdump).
+#[test]
+fn live_ip_broadcast_uses_the_interfaces_netmask() {
+    use roundtrip::capture::live::netmask_of;
+    assert_eq!(netmask_of("lo"), 0xff00_0000);
+    assert_eq!(netmask_of("any"), 0);
+    let e = Expr::parse("ip broadcast").unwrap();
+    let lo = e
+        .compile_with_netmask(Target::Cooked, &Options::default(), netmask_of("lo"))
+        .unwrap();
+    let file = e.compile(Target::Cooked, &Options::default()).unwrap();
+    let mut ip = vec![0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 127, 0, 0, 1];
+    ip.extend([127, 255, 255, 255]);
+    // The cooked target's ethertype is an ancillary load the interpreter cannot answer: check the Ethernet
+    // program instead, with the same netmask.
+    let eth = |m: u32| {
+        e.compile_with_netmask(
+            Target::Link(roundtrip::capture::read::LinkType::ETHERNET),
+            &Options::default(),
+            m,
+        )
+        .unwrap()
+    };
+    let mut frame = vec![0u8; 12];
+    frame.extend([0x08, 0x00]);
+    frame.extend(&ip);
+    assert_ne!(eth(netmask_of("lo")).run(&frame, frame.len() as u32), 0);
+    assert_eq!(eth(0).run(&frame, frame.len() as u32), 0);
+    assert_ne!(lo.insns(), file.insns());
+}

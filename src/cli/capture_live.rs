@@ -140,7 +140,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
                 snaplen: a.snaplen,
             };
             let p = e
-                .compile(target, &opts)
+                .compile_with_netmask(target, &opts, live::netmask_of(iface))
                 .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.text()))?;
             Some(
                 p.insns()

@@ -468,7 +468,7 @@ fn program(spec: &WatchSpec) -> Result<Option<Vec<libc::sock_filter>>, WatchErro
         snaplen: live::DEFAULT_SNAPLEN,
     };
     let p = e
-        .compile(target, &opts)
+        .compile_with_netmask(target, &opts, live::netmask_of(&spec.interface))
         .map_err(|source| WatchError::Filter {
             expr: e.text().to_string(),
             interface: spec.interface.clone(),

@@ -301,6 +301,13 @@ pub fn kernel_program(
     p
 }
 
+/// The IPv4 netmask (host order) a live filter's `ip broadcast` uses on `iface`: that of its first IPv4
+/// address, as libpcap's `pcap_lookupnet`; 0 without one (`any`), as tcpdump then uses. Compile with
+/// [`bpf::Expr::compile_with_netmask`](crate::capture::bpf::Expr::compile_with_netmask).
+pub fn netmask_of(iface: &str) -> u32 {
+    ring::ipv4_netmask(iface)
+}
+
 /// The link type packets of `iface` are captured with (`None`: cooked, for `any` and unusual interfaces).
 pub fn link_of(iface: &str) -> Option<LinkType> {
     if iface == "any" {
