@@ -458,23 +458,23 @@ impl Gen {
         let (a, b) = (&fold_arith(a), &fold_arith(b));
         let mut stmts = Vec::new();
         // `x & k != 0` / `x & k = 0`: one `jset #k`, as libpcap's optimiser makes it.
-        if let (Arith::Bin(ArOp::And, x, m), Arith::Num(0), JEQ) = (a, b, code) {
-            if let Arith::Num(m) = **m {
-                self.arith(x, &mut stmts, &mut guards)?;
-                let t = B::Test {
-                    stmts,
-                    code: JMP | JSET | K,
-                    k: m,
-                };
-                let mut uniq: Vec<B> = Vec::new();
-                for g in guards {
-                    if !uniq.contains(&g) {
-                        uniq.push(g);
-                    }
+        if let (Arith::Bin(ArOp::And, x, m), Arith::Num(0), JEQ) = (a, b, code)
+            && let Arith::Num(m) = **m
+        {
+            self.arith(x, &mut stmts, &mut guards)?;
+            let t = B::Test {
+                stmts,
+                code: JMP | JSET | K,
+                k: m,
+            };
+            let mut uniq: Vec<B> = Vec::new();
+            for g in guards {
+                if !uniq.contains(&g) {
+                    uniq.push(g);
                 }
-                uniq.push(if negate { t } else { not(t) });
-                return Ok(all(uniq));
             }
+            uniq.push(if negate { t } else { not(t) });
+            return Ok(all(uniq));
         }
         let test = if let Arith::Num(k) = b {
             self.arith(a, &mut stmts, &mut guards)?;
