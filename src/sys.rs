@@ -219,6 +219,40 @@ pub fn interface_hwtype(name: &str) -> Option<u16> {
     Some(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
 }
 
+/// The IPv4 netmask (host order) of the first IPv4 address of `iface`, from getifaddrs (what libpcap's
+/// `pcap_lookupnet` reads); 0 when it has none (`any`, an interface without IPv4), as tcpdump then uses.
+pub fn ipv4_netmask(iface: &str) -> u32 {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list and stores its head in ifap; it is freed below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return 0;
+    }
+    let mut found = 0;
+    let mut p = ifap;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list returned by getifaddrs, valid until freeifaddrs.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_netmask.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        if name.to_bytes() != iface.as_bytes() || family != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: the netmask of an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in) };
+        found = u32::from_be(sin.sin_addr.s_addr);
+        break;
+    }
+    // SAFETY: ifap came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
+}
+
 /// Every IPv4 and IPv6 address of this network namespace's interfaces (`getifaddrs`), sorted, deduplicated.
 pub fn interface_addresses() -> io::Result<Vec<IpAddr>> {
     let mut out = Vec::new();

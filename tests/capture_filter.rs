@@ -980,3 +980,229 @@ fn the_kernel_keeps_what_the_interpreter_keeps_on_lo() {
         assert_eq!(prog.run_meta(&got[0], got[0].len() as u32, &outgoing), 0);
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 34 class 8: the link-layer primitives and long lists, against tcpdump.
+
+fn mac_text(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `ip broadcast`, `ip multicast`, `ip6 multicast`, `ether proto`, and on Ethernet files `ether host/src/dst`,
+/// `ether broadcast`, `ether multicast` (MACs from the file), plus port and host lists of 30 terms holding the
+/// file's own ports and addresses: the packets kept are exactly tcpdump's. On a capture without Ethernet
+/// headers (NULL) both refuse the Ethernet primitives.
+#[test]
+fn link_primitives_and_lists_keep_what_tcpdump_keeps() {
+    let Some(dir) = common::captures_dir() else {
+        return;
+    };
+    if !common::have("tcpdump") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for sub in ["zeek", "chrissanders"] {
+        for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("pcap" | "pcapng")
+            ) {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let (mut kept, mut ethernet, mut other) = (0, 0, 0);
+    for f in &files {
+        let mut r = CaptureReader::open(f).unwrap();
+        let Some(first) = r.next_packet() else {
+            continue;
+        };
+        let link = first.link;
+        let macs = (mac_text(&first.data[6..12]), mac_text(&first.data[0..6]));
+        let mut exprs: Vec<String> = [
+            "ip broadcast",
+            "ip multicast",
+            "ip6 multicast",
+            "not ip multicast and udp",
+            "ether proto \\ip",
+            "ether proto \\ip6",
+            "ether proto \\arp",
+            "ether proto 0x86dd or ether proto 0x806",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let flows = roundtrip::capture::run_flows(f, &Default::default(), Default::default(), None)
+            .unwrap();
+        let mut ports: Vec<u16> = (1..=25).map(|i| 1000 + i).collect();
+        let mut hosts: Vec<String> = (1..=25).map(|i| format!("10.99.0.{i}")).collect();
+        for fl in flows.flows.iter().take(5) {
+            ports.push(fl.server.port());
+            ports.push(fl.client.port());
+            hosts.push(fl.client.ip().to_string());
+            hosts.push(fl.server.ip().to_string());
+        }
+        let list = |word: &str, vals: &[String]| {
+            vals.iter()
+                .map(|v| format!("{word} {v}"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        };
+        let ports: Vec<String> = ports.iter().map(|p| p.to_string()).collect();
+        exprs.push(list("port", &ports));
+        exprs.push(list("dst port", &ports));
+        exprs.push(list("tcp port", &ports));
+        exprs.push(list("host", &hosts));
+        exprs.push(list("src host", &hosts));
+        exprs.push(format!(
+            "({}) and not ({})",
+            list("port", &ports[..20]),
+            list("host", &hosts[..3])
+        ));
+        let eth_only: Vec<String> = vec![
+            "ether broadcast".into(),
+            "broadcast".into(),
+            "ether multicast".into(),
+            "not multicast".into(),
+            format!("ether host {}", macs.0),
+            format!("ether src {}", macs.0),
+            format!("ether dst {}", macs.0),
+            format!("ether src {} and ether dst {}", macs.0, macs.1),
+            format!("ether src and dst {}", macs.0),
+            format!("ether host {} and tcp", macs.1),
+            format!("ether host {} or ether host 02:00:00:00:00:01", macs.0),
+        ];
+        if link == roundtrip::capture::read::LinkType::ETHERNET {
+            ethernet += 1;
+            exprs.extend(eth_only);
+        } else {
+            other += 1;
+            for e in &eth_only {
+                let o = Command::new("tcpdump")
+                    .arg("-r")
+                    .arg(f)
+                    .arg(e)
+                    .output()
+                    .unwrap();
+                assert!(!o.status.success(), "tcpdump took '{e}' on {link}");
+                assert!(
+                    Expr::parse(e)
+                        .unwrap()
+                        .compile(Target::Link(link), &Options::default())
+                        .is_err(),
+                    "'{e}' compiled for {link}"
+                );
+            }
+        }
+        kept += parity(f, &exprs, tmp.path());
+    }
+    assert!(
+        ethernet >= 10 && other >= 1,
+        "{ethernet} Ethernet files, {other} others"
+    );
+    assert!(kept > 1000, "only {kept} packets kept over all expressions");
+}
+
+/// A raw-IP pcap of one packet (LINKTYPE_RAW 101).
+fn raw_ip_pcap(path: &Path) {
+    let mut b = Vec::new();
+    b.extend(0xa1b2_c3d4u32.to_le_bytes());
+    b.extend([2, 0, 4, 0]);
+    b.extend([0u8; 8]);
+    b.extend(262_144u32.to_le_bytes());
+    b.extend(101u32.to_le_bytes());
+    let mut ip = vec![0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0];
+    ip.extend([10, 0, 0, 1, 255, 255, 255, 255]);
+    b.extend(1u32.to_le_bytes());
+    b.extend(0u32.to_le_bytes());
+    b.extend((ip.len() as u32).to_le_bytes());
+    b.extend((ip.len() as u32).to_le_bytes());
+    b.extend(ip);
+    std::fs::write(path, b).unwrap();
+}
+
+/// What tcpdump refuses for a link type (Ethernet addresses without Ethernet headers, `vlan` where there are no
+/// tags) is refused: exit 2, one line, before any packet is read (nothing on standard output); what it takes
+/// there (`ip broadcast` on raw IP) is read.
+#[test]
+fn filters_tcpdump_refuses_for_the_link_type_exit_2_before_reading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let raw = tmp.path().join("raw.pcap");
+    raw_ip_pcap(&raw);
+    let raw = raw.to_str().unwrap();
+    for e in [
+        "ether host 1:2:3:4:5:6",
+        "ether src 1:2:3:4:5:6",
+        "ether broadcast",
+        "multicast",
+        "vlan",
+        "vlan 7 and udp",
+    ] {
+        if common::have("tcpdump") {
+            let o = Command::new("tcpdump")
+                .args(["-r", raw, e])
+                .output()
+                .unwrap();
+            assert!(!o.status.success(), "tcpdump took '{e}' on raw IP");
+        }
+        for cmd in [
+            vec!["capture", "stats", raw, "--filter", e],
+            vec!["capture", "flows", raw, "--filter", e],
+            vec!["capture", "rpc", raw, "--filter", e],
+        ] {
+            let o = roundtrip().args(&cmd).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+            assert!(o.stdout.is_empty(), "{cmd:?} printed results");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd:?}: {err}");
+            assert!(err.contains("raw"), "{cmd:?}: {err}");
+        }
+        for link in ["raw", "linux-sll2", "any", "null"] {
+            let o = roundtrip()
+                .args(["capture", "bpf", "--link", link, e])
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(2), "{link} '{e}'");
+        }
+    }
+    let v = json(&["capture", "stats", raw, "--filter", "ip broadcast"]);
+    assert_eq!(v["capture"]["packets_matched"], 1, "{v}");
+}
+
+/// Live, `ip broadcast` uses the interface's netmask, as libpcap (`lo` is 127.0.0.1/8: 127.255.255.255 and
+/// 127.0.0.0 are broadcasts there); `any` has none (0, as tcpdump).
+#[test]
+fn live_ip_broadcast_uses_the_interfaces_netmask() {
+    use roundtrip::capture::live::netmask_of;
+    assert_eq!(netmask_of("lo"), 0xff00_0000);
+    assert_eq!(netmask_of("any"), 0);
+    let e = Expr::parse("ip broadcast").unwrap();
+    let lo = e
+        .compile_with_netmask(Target::Cooked, &Options::default(), netmask_of("lo"))
+        .unwrap();
+    let file = e.compile(Target::Cooked, &Options::default()).unwrap();
+    let mut ip = vec![0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 127, 0, 0, 1];
+    ip.extend([127, 255, 255, 255]);
+    // The cooked target's ethertype is an ancillary load the interpreter cannot answer: check the Ethernet
+    // program instead, with the same netmask.
+    let eth = |m: u32| {
+        e.compile_with_netmask(
+            Target::Link(roundtrip::capture::read::LinkType::ETHERNET),
+            &Options::default(),
+            m,
+        )
+        .unwrap()
+    };
+    let mut frame = vec![0u8; 12];
+    frame.extend([0x08, 0x00]);
+    frame.extend(&ip);
+    assert_ne!(eth(netmask_of("lo")).run(&frame, frame.len() as u32), 0);
+    assert_eq!(eth(0).run(&frame, frame.len() as u32), 0);
+    assert_ne!(lo.insns(), file.insns());
+}

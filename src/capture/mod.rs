@@ -135,6 +135,18 @@ pub enum CaptureError {
     /// The file could not be opened or is not a capture.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The filter expression cannot be compiled for the file's link type (`ether host` on raw IP, `vlan` on
+    /// a cooked capture), as tcpdump refuses it: found before any packet is read.
+    #[error("--filter '{expr}' on {link} packets")]
+    Filter {
+        /// The expression.
+        expr: String,
+        /// The file's link type.
+        link: crate::capture::read::LinkType,
+        /// Why.
+        #[source]
+        source: crate::capture::bpf::CompileError,
+    },
     /// `--interval` would make more rows than [`MAX_STATS_ROWS`] over the capture's span.
     #[error(
         "--interval {} makes more than {max} rows over this capture (it spans {}); give --interval {} or more",

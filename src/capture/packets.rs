@@ -208,6 +208,17 @@ impl Packets {
     pub fn open_filtered(path: &Path, filter: &Filter) -> Result<Self, CaptureError> {
         let mut pk = Packets::open(path)?;
         if let Some(e) = &filter.expr {
+            // A pcap file has one link type: an expression tcpdump refuses for it is refused before reading.
+            if let Source::File(r) = &pk.src
+                && let Some(link) = r.pcap_link()
+                && let Err(source) = e.compile(bpf::Target::Link(link), &bpf::Options::default())
+            {
+                return Err(CaptureError::Filter {
+                    expr: e.text().to_string(),
+                    link,
+                    source,
+                });
+            }
             pk.info.filter = Some(e.text().to_string());
             pk.bpf = Some(FileBpf {
                 progs: bpf::LinkPrograms::new(e.clone()),

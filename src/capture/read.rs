@@ -326,6 +326,15 @@ impl CaptureReader {
         self.format
     }
 
+    /// The link type of every packet of a pcap file (None for pcapng, whose interfaces each name theirs as
+    /// their blocks come).
+    pub fn pcap_link(&self) -> Option<LinkType> {
+        match self.state {
+            State::Pcap { link, .. } => Some(link),
+            _ => None,
+        }
+    }
+
     /// True when the input was gzip-compressed.
     pub fn is_gzip(&self) -> bool {
         self.gzip

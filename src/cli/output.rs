@@ -111,7 +111,14 @@ pub fn finish(result: anyhow::Result<Exit>) -> i32 {
         Ok(Exit::Ok) => 0,
         Ok(Exit::Failed) => 1,
         Err(e) if is_broken_pipe(&e) => 0,
-        Err(e) if e.downcast_ref::<Refused>().is_some() => {
+        // A filter that cannot be compiled for a file's link type is found before any packet is read.
+        Err(e)
+            if e.downcast_ref::<Refused>().is_some()
+                || e.chain().any(|c| {
+                    c.downcast_ref::<roundtrip::capture::bpf::CompileError>()
+                        .is_some()
+                }) =>
+        {
             error_line(one_line(&e));
             2
         }

@@ -5,9 +5,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-mod r#struct;
-mod ring;
 mod dblink;
-
 mod files;
 mod misc;
+mod ring;
+mod r#struct;

@@ -13,6 +13,7 @@ use super::{CompileError, Options, Target};
 use crate::capture::read::LinkType;
 
 mod emit;
+mod normal;
 
 const ETH_IP: u32 = 0x0800;
 const ETH_IP6: u32 = 0x86dd;
@@ -22,7 +23,7 @@ const ETH_RARP: u32 = 0x8035;
 const BSD_AF_INET6: [u32; 3] = [30, 24, 28];
 
 /// A condition over the packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum B {
     Const(bool),
     And(Box<B>, Box<B>),
@@ -93,10 +94,12 @@ struct Gen {
     scratch: u32,
     /// Offset of the Ethernet type field (12, plus 4 for every `vlan` met so far).
     eth_type: u32,
+    /// The IPv4 netmask of `ip broadcast`.
+    netmask: u32,
 }
 
 impl Gen {
-    fn new(target: Target) -> Result<Gen, CompileError> {
+    fn new(target: Target, netmask: u32) -> Result<Gen, CompileError> {
         let nh = match target {
             Target::Cooked => 0,
             Target::Link(l) => match l.0 {
@@ -113,6 +116,7 @@ impl Gen {
             nh,
             scratch: 0,
             eth_type: 12,
+            netmask,
         })
     }
 
@@ -252,8 +256,11 @@ impl Gen {
                 } else {
                     u128::MAX << (128 - u32::from(len))
                 };
+                // Words outside the prefix are not loaded at all (what libpcap's optimiser leaves of its
+                // `and #0; jeq #0`, so a packet cut inside them gets tcpdump's verdict).
                 let words = |off: u32| {
                     all((0..4)
+                        .filter(|i| (mask >> (96 - 32 * i)) as u32 != 0)
                         .map(|i| {
                             let sh = 96 - 32 * i;
                             let w = (a >> sh) as u32;
@@ -346,11 +353,58 @@ impl Gen {
             Node::Net(p, d, a) => self.net(*p, *d, *a),
             Node::Port(p, d, lo, hi) => self.port(*p, *d, *lo, *hi),
             Node::Rel(op, a, b) => self.relation(*op, a, b)?,
+            Node::EtherHost(d, mac) => {
+                self.ethernet_only("ether host/src/dst")?;
+                let w = u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]);
+                let h = u32::from(u16::from_be_bytes([mac[0], mac[1]]));
+                // libpcap's order: the last four bytes, then the first two.
+                let at = |off: u32| and(cmp(W, off + 2, None, w), cmp(H, off, None, h));
+                Self::dir(*d, at(6), at(0))
+            }
+            Node::EtherBroadcast => {
+                self.ethernet_only("ether broadcast")?;
+                and(cmp(W, 2, None, u32::MAX), cmp(H, 0, None, 0xffff))
+            }
+            Node::EtherMulticast => {
+                self.ethernet_only("ether multicast")?;
+                B::Test {
+                    stmts: vec![Insn::stmt(LD | B | ABS, 0)],
+                    code: JMP | JSET | K,
+                    k: 1,
+                }
+            }
+            Node::EtherProto(et) => self.linktype(u32::from(*et)),
+            Node::IpBroadcast => {
+                // The host part (outside the netmask) all ones or all zeros; a netmask of 0 (files, as
+                // `tcpdump -r`) leaves 255.255.255.255 and 0.0.0.0.
+                let host = !self.netmask;
+                let m = (host != u32::MAX).then_some(host);
+                and(
+                    self.ip(),
+                    or(cmp(W, self.nh + 16, m, 0), cmp(W, self.nh + 16, m, host)),
+                )
+            }
+            Node::IpMulticast(false) => and(
+                self.ip(),
+                B::Test {
+                    stmts: vec![Insn::stmt(LD | B | ABS, self.nh + 16)],
+                    code: JMP | JGE | K,
+                    k: 0xe0,
+                },
+            ),
+            Node::IpMulticast(true) => and(self.ip6(), cmp(B, self.nh + 24, None, 0xff)),
             Node::Vlan(id) => {
                 if self.target != Target::Link(LinkType::ETHERNET) {
-                    return Err(CompileError::Other(
-                        "vlan is matched on Ethernet captures only (a live socket sees frames with the tag removed)".into(),
-                    ));
+                    let on = match self.target {
+                        Target::Cooked => {
+                            "the any device (a live socket sees frames with the tag removed)"
+                                .to_string()
+                        }
+                        Target::Link(l) => format!("link type {l}"),
+                    };
+                    return Err(CompileError::Other(format!(
+                        "vlan is matched on Ethernet captures only, not on {on}"
+                    )));
                 }
                 let tpid = any([0x8100, 0x88a8, 0x9100]
                     .iter()
@@ -366,6 +420,19 @@ impl Gen {
                 b
             }
         })
+    }
+
+    /// Ethernet addresses exist on Ethernet captures only: refused elsewhere, as tcpdump refuses them.
+    fn ethernet_only(&self, what: &str) -> Result<(), CompileError> {
+        match self.target {
+            Target::Link(LinkType::ETHERNET) => Ok(()),
+            Target::Cooked => Err(CompileError::Other(format!(
+                "{what} needs Ethernet headers: the any device has none (capture on an Ethernet interface)"
+            ))),
+            Target::Link(l) => Err(CompileError::Other(format!(
+                "{what} needs Ethernet headers: link type {l} has no Ethernet addresses"
+            ))),
+        }
     }
 
     fn slot(&mut self) -> Result<u32, CompileError> {
@@ -388,7 +455,27 @@ impl Gen {
             RelOp::Ge => (JGE, false),
             RelOp::Lt => (JGE, true),
         };
+        let (a, b) = (&fold_arith(a), &fold_arith(b));
         let mut stmts = Vec::new();
+        // `x & k != 0` / `x & k = 0`: one `jset #k`, as libpcap's optimiser makes it.
+        if let (Arith::Bin(ArOp::And, x, m), Arith::Num(0), JEQ) = (a, b, code)
+            && let Arith::Num(m) = **m
+        {
+            self.arith(x, &mut stmts, &mut guards)?;
+            let t = B::Test {
+                stmts,
+                code: JMP | JSET | K,
+                k: m,
+            };
+            let mut uniq: Vec<B> = Vec::new();
+            for g in guards {
+                if !uniq.contains(&g) {
+                    uniq.push(g);
+                }
+            }
+            uniq.push(if negate { t } else { not(t) });
+            return Ok(all(uniq));
+        }
         let test = if let Arith::Num(k) = b {
             self.arith(a, &mut stmts, &mut guards)?;
             B::Test {
@@ -544,12 +631,48 @@ impl Gen {
     }
 }
 
+/// Arithmetic with its constant parts computed (`tcp-syn|tcp-fin` is 3), with BPF's 32-bit wrapping; division
+/// by zero and shifts of 32 or more stay as they are (code generation refuses them).
+fn fold_arith(e: &Arith) -> Arith {
+    match e {
+        Arith::Bin(o, a, b) => {
+            let (a, b) = (fold_arith(a), fold_arith(b));
+            if let (Arith::Num(x), Arith::Num(y)) = (&a, &b) {
+                let (x, y) = (*x, *y);
+                let v = match o {
+                    ArOp::Add => Some(x.wrapping_add(y)),
+                    ArOp::Sub => Some(x.wrapping_sub(y)),
+                    ArOp::Mul => Some(x.wrapping_mul(y)),
+                    ArOp::Div => x.checked_div(y),
+                    ArOp::Mod => x.checked_rem(y),
+                    ArOp::And => Some(x & y),
+                    ArOp::Or => Some(x | y),
+                    ArOp::Xor => Some(x ^ y),
+                    ArOp::Lsh => (y < 32).then(|| x << y),
+                    ArOp::Rsh => (y < 32).then(|| x >> y),
+                };
+                if let Some(v) = v {
+                    return Arith::Num(v);
+                }
+            }
+            Arith::Bin(*o, Box::new(a), Box::new(b))
+        }
+        Arith::Neg(a) => match fold_arith(a) {
+            Arith::Num(x) => Arith::Num(x.wrapping_neg()),
+            a => Arith::Neg(Box::new(a)),
+        },
+        Arith::Load(base, off, size) => Arith::Load(*base, Box::new(fold_arith(off)), *size),
+        x => x.clone(),
+    }
+}
+
 pub(super) fn compile(
     root: Option<&Node>,
     target: Target,
     opts: &Options,
+    netmask: u32,
 ) -> Result<Program, CompileError> {
-    compile_with(root, target, opts, true)
+    compile_with(root, target, opts, netmask, true)
 }
 
 /// [`compile`], with the optimiser (jump threading, merging, dead code) on or off: off only to check that it
@@ -558,9 +681,10 @@ pub(super) fn compile_with(
     root: Option<&Node>,
     target: Target,
     opts: &Options,
+    netmask: u32,
     optimise: bool,
 ) -> Result<Program, CompileError> {
-    let mut g = Gen::new(target)?;
+    let mut g = Gen::new(target, netmask)?;
     let mut b = match root {
         Some(n) => g.node(n)?,
         None => B::Const(true),
@@ -574,7 +698,10 @@ pub(super) fn compile_with(
         b = and(not(outgoing), b);
     }
     let accept = opts.snaplen.max(1);
-    let b = fold(b);
+    let mut b = fold(b);
+    if optimise {
+        b = normal::normalise(b);
+    }
     let insns = match b {
         B::Const(v) => vec![Insn::stmt(RET | K, if v { accept } else { 0 })],
         b => emit::emit(&b, accept, optimise)?,

@@ -23,6 +23,10 @@
 //! - `and`/`&&`, `or`/`||`, `not`/`!`, parentheses. As in libpcap, `and` and `or` have the same precedence and
 //!   group left to right; a bare value takes the previous primitive's qualifiers: `port 80 or 443`,
 //!   `host 10.0.0.1 and not 10.0.0.2`, `host (10.0.0.1 or 10.0.0.2)`.
+//! - Link layer: `ether [src|dst|src or dst|src and dst] [host] MAC`, `ether broadcast`/`broadcast`,
+//!   `ether multicast`/`multicast` (Ethernet captures only: refused elsewhere, as tcpdump does),
+//!   `ether proto N|\ip|\ip6|\arp|\rarp`; `ip broadcast` (the netmask given to
+//!   [`Expr::compile_with_netmask`], 0 on files as `tcpdump -r`), `ip multicast`, `ip6 multicast`.
 //! - `vlan [ID]` on Ethernet captures: an 802.1Q/802.1ad/0x9100 tag (with that VLAN ID); as in libpcap, every
 //!   primitive AFTER it in the expression reads 4 bytes further (`vlan 100 and port 80`; `port 80 and vlan`
 //!   looks for the port in the untagged position). Not on the cooked socket: the kernel removes tags there.
@@ -33,7 +37,7 @@
 //! look through one fragment header; `tcp[...]` loads are IPv4 only.
 //!
 //! Refused, with one line naming the part and what to write instead: host names and service names (not
-//! resolved: write the address or the number), `gateway`, `ether host`, `broadcast`, `multicast`, `mpls`, `inbound`/`outbound`, `protochain` and the other link-layer protocols.
+//! resolved: write the address or the number), `gateway`, `ip6 broadcast`, `mpls`, `inbound`/`outbound`, `protochain` and the other link-layer protocols.
 //!
 //! # Targets
 //! [`Target::Link`] for files and `SOCK_RAW` sockets: Ethernet (1), Linux SLL (113), SLL2 (276), raw IP
@@ -149,9 +153,22 @@ impl Expr {
         self.root.as_ref()
     }
 
-    /// Compiles for `target`.
+    /// Compiles for `target`. `ip broadcast` uses the netmask 0.0.0.0, as `tcpdump -r` does on files: only
+    /// 255.255.255.255 and 0.0.0.0 are broadcasts.
     pub fn compile(&self, target: Target, opts: &Options) -> Result<Program, CompileError> {
-        codegen::compile(self.root.as_ref(), target, opts)
+        codegen::compile(self.root.as_ref(), target, opts, 0)
+    }
+
+    /// [`compile`](Self::compile) for a live socket whose interface has the IPv4 netmask `netmask` (host
+    /// order): `ip broadcast` is then a destination whose host part is all ones or all zeros, as libpcap
+    /// compiles it for that interface.
+    pub fn compile_with_netmask(
+        &self,
+        target: Target,
+        opts: &Options,
+        netmask: u32,
+    ) -> Result<Program, CompileError> {
+        codegen::compile(self.root.as_ref(), target, opts, netmask)
     }
 }
 

@@ -153,6 +153,10 @@ impl Parser {
             ));
         };
         let w = w.as_str();
+        if let Some(n) = self.link_primitive(w)? {
+            self.last = None;
+            return Ok(n);
+        }
         if let Some(msg) = unsupported(w) {
             // `ether[...]` and `link[...]` are loads, supported.
             if !(matches!(w, "ether" | "link") && matches!(self.peek_at(1), Some(Tok::Sym("[")))) {
@@ -199,6 +203,109 @@ impl Parser {
             "unexpected {} (expected a primitive: host, net, port, tcp, ...)",
             desc(self.peek())
         ))
+    }
+
+    /// `ether ...`, `broadcast`, `multicast`, `ip broadcast`, `ip multicast`, `ip6 multicast` (None: not one
+    /// of them; the position is unchanged).
+    fn link_primitive(&mut self, w: &str) -> R<Option<Node>> {
+        let next = self.word_at(1).map(str::to_string);
+        let node = match (w, next.as_deref()) {
+            ("broadcast", _) => {
+                self.pos += 1;
+                Node::EtherBroadcast
+            }
+            ("multicast", _) => {
+                self.pos += 1;
+                Node::EtherMulticast
+            }
+            ("ip", Some("broadcast")) => {
+                self.pos += 2;
+                Node::IpBroadcast
+            }
+            ("ip", Some("multicast")) => {
+                self.pos += 2;
+                Node::IpMulticast(false)
+            }
+            ("ip6", Some("multicast")) => {
+                self.pos += 2;
+                Node::IpMulticast(true)
+            }
+            ("ip6", Some("broadcast")) => {
+                return err(
+                    "'ip6 broadcast' does not exist (IPv6 has no broadcast): write ip6 multicast or ether broadcast",
+                );
+            }
+            ("ether", Some("broadcast")) => {
+                self.pos += 2;
+                Node::EtherBroadcast
+            }
+            ("ether", Some("multicast")) => {
+                self.pos += 2;
+                Node::EtherMulticast
+            }
+            ("ether", Some("proto")) => {
+                self.pos += 2;
+                let Some(v) = self.word().map(str::to_string) else {
+                    return err(format!(
+                        "'ether proto' takes an ethertype (a number, \\ip, \\ip6, \\arp, \\rarp), found {}",
+                        desc(self.peek())
+                    ));
+                };
+                let et = match v.trim_start_matches('\\') {
+                    "ip" => 0x0800,
+                    "ip6" => 0x86dd,
+                    "arp" => 0x0806,
+                    "rarp" => 0x8035,
+                    x => match number(x) {
+                        Some(n) if (1501..=0xffff).contains(&n) => n,
+                        Some(n) if n <= 1500 => {
+                            return err(format!(
+                                "ether proto {n}: values up to 1500 are 802.3 lengths (LLC frames are not decoded): write ether[14] = {n}"
+                            ));
+                        }
+                        _ => {
+                            return err(format!(
+                                "ether proto {v}: write an ethertype number (0x0600-0xffff) or \\ip, \\ip6, \\arp, \\rarp"
+                            ));
+                        }
+                    },
+                };
+                self.pos += 1;
+                Node::EtherProto(et as u16)
+            }
+            ("ether", Some(n)) if n == "host" || n == "src" || n == "dst" => {
+                self.pos += 1;
+                let mut dir = Dir::Either;
+                if let Some(d) = self.word().filter(|w| *w == "src" || *w == "dst") {
+                    let src = d == "src";
+                    self.pos += 1;
+                    dir = if src { Dir::Src } else { Dir::Dst };
+                    let other = if src { "dst" } else { "src" };
+                    if (self.is_or() || self.is_and()) && self.word_at(1) == Some(other) {
+                        dir = if self.is_or() { Dir::Either } else { Dir::Both };
+                        self.pos += 2;
+                    }
+                }
+                if self.word() == Some("host") {
+                    self.pos += 1;
+                }
+                let Some(a) = self.word().map(str::to_string) else {
+                    return err(format!(
+                        "'ether host' takes an address (01:02:03:04:05:06), found {}",
+                        desc(self.peek())
+                    ));
+                };
+                let Some(mac) = mac(&a) else {
+                    return err(format!(
+                        "'{a}' is not an Ethernet address: write six hex bytes, 01:02:03:04:05:06 (names are not resolved)"
+                    ));
+                };
+                self.pos += 1;
+                Node::EtherHost(dir, mac)
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(node))
     }
 
     fn num_arg(&mut self, what: &str) -> R<u32> {
@@ -665,6 +772,36 @@ impl Parser {
         }
         Ok(Arith::Load(base, Box::new(off), size))
     }
+}
+
+/// An Ethernet address as libpcap reads it: `1:2:3:4:5:6` (also with `-` or `.` between hex groups of one or
+/// two digits), `0102.0304.0506`, or twelve hex digits.
+fn mac(w: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let parts: Vec<&str> = w.split([':', '-']).collect();
+    if parts.len() == 6 {
+        for (o, p) in out.iter_mut().zip(&parts) {
+            if p.is_empty() || p.len() > 2 {
+                return None;
+            }
+            *o = u8::from_str_radix(p, 16).ok()?;
+        }
+        return Some(out);
+    }
+    let hex: String = if w.split('.').count() == 3 && w.split('.').all(|p| p.len() == 4) {
+        w.replace('.', "")
+    } else if parts.len() == 1 && !w.contains('.') {
+        w.to_string()
+    } else {
+        return None;
+    };
+    if hex.len() != 12 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 /// Parses an expression; `None` for an empty one (accept everything).

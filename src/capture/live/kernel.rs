@@ -63,11 +63,13 @@ pub fn kernel_expr(filter: &Filter) -> Option<Expr> {
     Some(Expr::from_tree(text.join(" and "), root))
 }
 
-/// Compiles `expr` for a live socket: `cooked` (`any` and unusual interfaces) or the interface's link type.
+/// Compiles `expr` for a live socket: `cooked` (`any` and unusual interfaces) or the interface's link type;
+/// `netmask` (host order) is what `ip broadcast` uses ([`super::netmask_of`]).
 pub fn compile(
     expr: &Expr,
     link: Option<crate::capture::read::LinkType>,
     snaplen: u32,
+    netmask: u32,
 ) -> Result<Program, CompileError> {
     let target = match link {
         Some(l) => bpf::Target::Link(l),
@@ -77,7 +79,7 @@ pub fn compile(
         drop_outgoing: false,
         snaplen,
     };
-    expr.compile(target, &opts)
+    expr.compile_with_netmask(target, &opts, netmask)
 }
 
 /// `filter` compiled for interface `iface` as [`super::LiveCapture::open`] compiles it (None: no filter), to
@@ -86,7 +88,7 @@ pub fn check(iface: &str, filter: &Filter, snaplen: u32) -> Result<Option<Progra
     let Some(e) = kernel_expr(filter) else {
         return Ok(None);
     };
-    compile(&e, super::link_of(iface), snaplen)
+    compile(&e, super::link_of(iface), snaplen, super::netmask_of(iface))
         .map(Some)
         .map_err(|source| FilterError {
             expr: e.text().to_string(),
@@ -178,8 +180,8 @@ mod tests {
                         assert_eq!(built.tree(), parsed.tree(), "{}", built.text());
                         for link in [Some(LinkType::ETHERNET), Some(LinkType::RAW), None] {
                             assert_eq!(
-                                compile(&built, link, 100).map(|p| p.insns().to_vec()),
-                                compile(&parsed, link, 100).map(|p| p.insns().to_vec()),
+                                compile(&built, link, 100, 0).map(|p| p.insns().to_vec()),
+                                compile(&parsed, link, 100, 0).map(|p| p.insns().to_vec()),
                                 "{}",
                                 built.text()
                             );

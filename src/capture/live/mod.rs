@@ -405,6 +405,13 @@ pub fn kernel_program(
     p
 }
 
+/// The IPv4 netmask (host order) a live filter's `ip broadcast` uses on `iface`: that of its first IPv4
+/// address, as libpcap's `pcap_lookupnet`; 0 without one (`any`), as tcpdump then uses. Compile with
+/// [`bpf::Expr::compile_with_netmask`](crate::capture::bpf::Expr::compile_with_netmask).
+pub fn netmask_of(iface: &str) -> u32 {
+    crate::sys::ipv4_netmask(iface)
+}
+
 /// The link type packets of `iface` are captured with (`None`: cooked, for `any` and unusual interfaces).
 pub fn link_of(iface: &str) -> Option<LinkType> {
     if iface == "any" {
@@ -488,15 +495,14 @@ impl LiveCapture {
         let user = match kernel::kernel_expr(&config.filter) {
             Some(e) => {
                 let linked = (!cooked).then_some(link);
-                let p = kernel::compile(&e, linked, config.snaplen).map_err(|source| {
-                    LiveError::Filter {
+                let p = kernel::compile(&e, linked, config.snaplen, netmask_of(&config.interface))
+                    .map_err(|source| LiveError::Filter {
                         interface: name.clone(),
                         source: kernel::FilterError {
                             expr: e.text().to_string(),
                             source,
                         },
-                    }
-                })?;
+                    })?;
                 Some(
                     p.insns()
                         .iter()

@@ -49,10 +49,18 @@ impl Emit {
         let meet = |slot: &mut St, v: Regs| {
             *slot = match *slot {
                 St::Unreached => St::Holds(v),
-                St::Holds(w) => St::Holds((
-                    if w.0 == v.0 { v.0 } else { None },
-                    if w.1 == v.1 { v.1 } else { None },
-                )),
+                St::Holds(w) => {
+                    let x = if w.1 == v.1 { v.1 } else { None };
+                    // An indirect load is the same value only with the same X on both paths.
+                    let a = if w.0 == v.0
+                        && (x.is_some() || v.0.is_none_or(|a| a.code & 0xe0 != IND))
+                    {
+                        v.0
+                    } else {
+                        None
+                    };
+                    St::Holds((a, x))
+                }
             }
         };
         for i in 0..n {
@@ -65,7 +73,9 @@ impl Emit {
                     let cls = ins.code & 0x07;
                     let mode = ins.code & 0xe0;
                     let mut after = (a, x);
-                    if cls == LD && (mode == ABS || mode == LEN) {
+                    // An indirect load (`ldh [x + 14]`) is known while X keeps the value it was loaded with.
+                    let ind = |r: Option<Insn>| r.is_some_and(|r| r.code & 0xe0 == IND);
+                    if cls == LD && (mode == ABS || mode == LEN || mode == IND) {
                         remove[i] = a == Some(ins);
                         after.0 = Some(ins);
                     } else if cls == LD || cls == ALU || ins.code == MISC | TXA {
@@ -74,8 +84,14 @@ impl Emit {
                     if ins.code == LDX | B | MSH || ins.code == LDX | W | IMM {
                         remove[i] = x == Some(ins);
                         after.1 = Some(ins);
+                        if x != Some(ins) && ind(after.0) {
+                            after.0 = None;
+                        }
                     } else if cls == LDX || ins.code == MISC | TAX {
                         after.1 = None;
+                        if ind(after.0) {
+                            after.0 = None;
+                        }
                     }
                     if cls != RET {
                         meet(&mut at_entry[i + 1], after);
@@ -196,7 +212,14 @@ impl Emit {
                     if known.is_none() && code & X == 0 {
                         fs.push((key.clone(), code, k, outcome));
                         if fs.len() > MAX_FACTS {
-                            fs.remove(0);
+                            // The oldest fact that is not a known value goes first: a known value (`ldh [12]`
+                            // equalled 0x86dd) decides every later test of its load, however long the chain
+                            // of failed comparisons after it.
+                            let i = fs
+                                .iter()
+                                .position(|f| !(f.1 == JMP | JEQ | K && f.3))
+                                .unwrap_or(0);
+                            fs.remove(i);
                         }
                     }
                     // Follow the edge through decided tests.
@@ -354,47 +377,78 @@ impl Emit {
     }
 
     /// Gives every conditional jump whose target is more than 255 instructions away an unconditional `ja`
-    /// right after it (classic BPF's conditional offsets are 8 bits; `ja` takes 32).
+    /// (classic BPF's conditional offsets are 8 bits; `ja` takes 32). The `ja` goes as far forward as the jump
+    /// reaches, at a place no instruction falls through to, and later jumps to the same target share it: a long
+    /// chain of `jeq ... jt accept` needs one `ja` per ~255 instructions, not one per test.
     fn long_jumps(&mut self) {
+        const REACH: usize = 255;
+        /// Room left for `ja`s inserted later between a jump and its trampoline.
+        const SLACK: usize = 32;
+        let mut from = 0;
         loop {
-            let pos = |l: usize, labels: &[Option<usize>]| labels[l].unwrap_or(usize::MAX);
-            let far = self.code.iter().enumerate().find_map(|(i, it)| match *it {
-                Item::Jump { t, f, .. } => {
-                    let (ft, ff) = (
-                        pos(t, &self.labels).saturating_sub(i + 1) > 255,
-                        pos(f, &self.labels).saturating_sub(i + 1) > 255,
-                    );
-                    (ft || ff).then_some((i, ft, ff))
-                }
-                _ => None,
-            });
-            let Some((i, ft, ff)) = far else { return };
-            let mut at = i + 1;
-            for (is_far, which) in [(ft, true), (ff, false)] {
-                if !is_far {
-                    continue;
-                }
-                let Item::Jump { t, f, .. } = self.code[i] else {
+            let n = self.code.len();
+            let pos = |l: usize, labels: &[Option<usize>]| labels[l].unwrap_or(n).min(n);
+            let far = self
+                .code
+                .iter()
+                .enumerate()
+                .skip(from)
+                .find_map(|(i, it)| match *it {
+                    Item::Jump { t, f, .. } => {
+                        let ft = pos(t, &self.labels).saturating_sub(i + 1) > REACH;
+                        let ff = pos(f, &self.labels).saturating_sub(i + 1) > REACH;
+                        (ft || ff).then_some((i, ft))
+                    }
+                    _ => None,
+                });
+            let Some((i, which)) = far else {
+                if from == 0 {
                     return;
-                };
-                let to = if which { t } else { f };
-                for l in self.labels.iter_mut().flatten() {
-                    if *l >= at {
-                        *l += 1;
-                    }
                 }
-                self.code.insert(at, Item::Ja(to));
-                let tramp = self.label();
-                self.labels[tramp] = Some(at);
-                if let Item::Jump { t, f, .. } = &mut self.code[i] {
-                    if which {
-                        *t = tramp;
-                    } else {
-                        *f = tramp;
+                // Inserts may have pushed an earlier jump out of reach: check again from the start.
+                from = 0;
+                continue;
+            };
+            let Item::Jump { t, f, .. } = self.code[i] else {
+                return;
+            };
+            let to = if which { t } else { f };
+            let target = pos(to, &self.labels);
+            // A trampoline to the same place already within reach?
+            let hi = (i + 1 + REACH).min(n.saturating_sub(1));
+            let existing = (i + 1..=hi)
+                .find(|&j| matches!(self.code[j], Item::Ja(l) if pos(l, &self.labels) == target));
+            let at = match existing {
+                Some(j) => j,
+                None => {
+                    // The furthest place within reach that nothing falls through to.
+                    let top = (i + 1 + REACH - SLACK).min(target).min(n);
+                    let at = (i + 2..=top)
+                        .rev()
+                        .find(|&p| match self.code[p - 1] {
+                            Item::Insn(x) => x.code & 0x07 == RET,
+                            _ => true,
+                        })
+                        .unwrap_or(i + 1);
+                    for l in self.labels.iter_mut().flatten() {
+                        if *l >= at {
+                            *l += 1;
+                        }
                     }
+                    self.code.insert(at, Item::Ja(to));
+                    at
                 }
-                at += 1;
+            };
+            let tramp = self.label();
+            self.labels[tramp] = Some(at);
+            if let Item::Jump { t, f, .. } = &mut self.code[i] {
+                if which {
+                    *t = tramp;
+                } else {
+                    *f = tramp;
+                }
             }
+            from = i;
         }
     }
 
@@ -454,6 +508,15 @@ pub(super) fn emit(b: &B, accept: u32, optimise: bool) -> Result<Vec<Insn>, Comp
         e.merge_tails();
     }
     e.drop_redundant_loads();
+    if optimise {
+        // Blocks left equal once their known loads are gone (the `jeq` chains of a port list on IPv4 and on
+        // IPv6, which compare the same A) are merged too: identical code with identical targets does the same
+        // thing from any state, so this needs no knowledge of the paths.
+        e.merge_tails();
+    }
+    if e.code.len() > MAX_INSNS {
+        return Err(CompileError::TooLong(e.code.len()));
+    }
     e.long_jumps();
     let mut out = Vec::with_capacity(e.code.len());
     for (i, it) in e.code.iter().enumerate() {

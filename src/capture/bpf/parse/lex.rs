@@ -138,10 +138,10 @@ pub(super) fn kind(w: &str) -> Option<Kind> {
 pub(super) fn unsupported(w: &str) -> Option<String> {
     let advice = match w {
         "gateway" => "write host ADDR with the gateway's IP address",
-        "ether" | "fddi" | "tr" | "wlan" => "filter on IP addresses: host ADDR / net NET",
-        "broadcast" | "multicast" => {
-            "write dst host 255.255.255.255, dst net 224.0.0.0/4 or dst net ff00::/8"
+        "ether" => {
+            "write ether host|src|dst MAC, ether broadcast|multicast, ether proto N or ether[OFFSET]"
         }
+        "fddi" | "tr" | "wlan" => "filter on IP addresses: host ADDR / net NET",
         "mpls" | "pppoes" | "pppoed" | "geneve" | "vxlan" => {
             "encapsulations are not decoded (vlan is); write ether[OFFSET] comparisons on a file"
         }
@@ -240,6 +240,8 @@ pub(super) fn is_keyword(w: &str) -> bool {
                 | "proto"
                 | "mask"
                 | "vlan"
+                | "broadcast"
+                | "multicast"
         )
         || unsupported(w).is_some()
 }

@@ -174,4 +174,16 @@ pub enum Node {
     /// `vlan [ID]`: an 802.1Q/802.1ad tag (with that VLAN ID); what follows in the expression looks 4 bytes
     /// further, past the tag (libpcap's rule).
     Vlan(Option<u16>),
+    /// `ether [src|dst|src or dst|src and dst] [host] MAC`: Ethernet addresses (Ethernet captures only).
+    EtherHost(Dir, [u8; 6]),
+    /// `ether broadcast` / `broadcast`: the destination is ff:ff:ff:ff:ff:ff (Ethernet captures only).
+    EtherBroadcast,
+    /// `ether multicast` / `multicast`: the destination's group bit is set (Ethernet captures only).
+    EtherMulticast,
+    /// `ether proto N`: the ethertype (N > 1500; `\ip`, `\ip6`, `\arp`, `\rarp`).
+    EtherProto(u16),
+    /// `ip broadcast`: an IPv4 destination whose host part (outside the netmask) is all ones or all zeros.
+    IpBroadcast,
+    /// `ip multicast` (false: 224.0.0.0/4) and `ip6 multicast` (true: ff00::/8).
+    IpMulticast(bool),
 }
