@@ -15,6 +15,7 @@
 //! - [`tcpwatch`]: the kernel's view of live TCP connections (sock_diag), sampled.
 //! - [`whatif`]: an application's structure from a capture, its run time at another RTT, its replay.
 //! - [`replay`]: an application's captured structure played against `roundtrip server --allow-replay`.
+//! - [`terminal`]: text from the network or a file escaped before it reaches a terminal.
 //! - [`units`]: strict parsing and formatting of durations, sizes and rates.
 
 pub mod agent;
@@ -30,6 +31,7 @@ pub mod report;
 pub mod server;
 pub mod stats;
 pub mod tcpwatch;
+pub mod terminal;
 pub mod units;
 pub mod whatif;
 pub mod wire;
