@@ -141,7 +141,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             };
             let p = e
                 .compile(target, &opts)
-                .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.text()))?;
+                .map_err(|err| anyhow::anyhow!("--filter '{}': {err}", e.excerpt()))?;
             Some(
                 p.insns()
                     .iter()
@@ -244,9 +244,12 @@ pub fn kernel_expression(filter: &Filter) -> anyhow::Result<Option<bpf::Expr>> {
         return Ok(filter.expr.clone());
     }
     let text = parts.join(" and ");
-    bpf::Expr::parse(&text)
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!("--host/--port/--flow as a kernel filter '{text}': {e}"))
+    bpf::Expr::parse(&text).map(Some).map_err(|e| {
+        anyhow::anyhow!(
+            "--host/--port/--flow as a kernel filter '{}': {e}",
+            bpf::excerpt(&text, None)
+        )
+    })
 }
 
 /// Interface names by index (live `any` keys connections by interface), read from /sys/class/net once per

@@ -440,7 +440,7 @@ pub enum WatchError {
     /// The filter does not compile for the interface's link type.
     #[error("--watch-filter '{expr}' on {interface}: {source}")]
     Filter {
-        /// The expression.
+        /// The expression, as errors quote it (its start when long, control characters escaped).
         expr: String,
         /// The interface.
         interface: String,
@@ -470,7 +470,7 @@ fn program(spec: &WatchSpec) -> Result<Option<Vec<libc::sock_filter>>, WatchErro
     let p = e
         .compile(target, &opts)
         .map_err(|source| WatchError::Filter {
-            expr: e.text().to_string(),
+            expr: e.excerpt(),
             interface: spec.interface.clone(),
             source,
         })?;
