@@ -271,8 +271,12 @@ fn watch_specs(
     if let Some(i) = &a.watch {
         let mut w = watch::WatchSpec::new(i);
         if let Some(f) = &a.watch_filter {
-            let e = roundtrip::capture::bpf::Expr::parse(f)
-                .map_err(|e| super::output::refused(format!("--watch-filter '{f}': {e}")))?;
+            let e = roundtrip::capture::bpf::Expr::parse(f).map_err(|e| {
+                super::output::refused(format!(
+                    "--watch-filter '{}': {e}",
+                    roundtrip::capture::bpf::excerpt(f, None)
+                ))
+            })?;
             w.filter = (!e.is_empty()).then_some(e);
         }
         w.client_label = a.watch_client_label;

@@ -105,14 +105,15 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
         },
     };
     let text = a.words.join(" ");
-    let expr = Expr::parse(&text).unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+    let shown = roundtrip::capture::bpf::excerpt(&text, None);
+    let expr = Expr::parse(&text).unwrap_or_else(|e| refuse(format!("'{shown}': {e}")));
     let opts = Options {
         drop_outgoing: a.drop_outgoing,
         snaplen: a.snaplen,
     };
     let p = expr
         .compile(target, &opts)
-        .unwrap_or_else(|e| refuse(format!("'{text}': {e}")));
+        .unwrap_or_else(|e| refuse(format!("'{shown}': {e}")));
     out_text(p.dump())?;
     Ok(Exit::Ok)
 }
@@ -152,7 +153,7 @@ impl ExprArgs {
             (None, true) => return None,
             (Some(_), false) => refuse(format!(
                 "the filter expression is given twice (--filter and words after the file '{}'): give one",
-                words.join(" ")
+                roundtrip::capture::bpf::excerpt(&words.join(" "), None)
             )),
             (Some(f), true) => (f.clone(), Expr::parse(f)),
             (None, false) => (words.join(" "), Expr::parse_words(&words)),
@@ -160,7 +161,10 @@ impl ExprArgs {
         match r {
             Ok(e) if e.is_empty() => None,
             Ok(e) => Some(e),
-            Err(e) => refuse(format!("--filter '{}': {e}", text.trim())),
+            Err(e) => refuse(format!(
+                "--filter '{}': {e}",
+                roundtrip::capture::bpf::excerpt(text.trim(), None)
+            )),
         }
     }
 }

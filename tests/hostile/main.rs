@@ -7,6 +7,7 @@
 mod common;
 mod dblink;
 mod files;
+mod filterparse;
 mod misc;
 mod ring;
 mod r#struct;

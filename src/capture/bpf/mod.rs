@@ -116,7 +116,16 @@ pub struct Expr {
 impl Expr {
     /// Parses `text` (pcap-filter syntax, the subset above). The error is one line naming the part.
     pub fn parse(text: &str) -> Result<Expr, CompileError> {
-        let root = parse::parse(text).map_err(|e| CompileError::Parse(e.0))?;
+        let root = parse::parse(text).map_err(|e| {
+            // A caller quotes the expression's first EXCERPT_CHARS characters: past them, say where.
+            let near = match e.at {
+                Some(at) if text.chars().count() > EXCERPT_CHARS => {
+                    format!(" (at byte {at}: '{}')", excerpt(text, Some(at)))
+                }
+                _ => String::new(),
+            };
+            CompileError::Parse(format!("{}{near}", e.msg))
+        })?;
         let e = Expr {
             text: text.split_whitespace().collect::<Vec<_>>().join(" "),
             root,
@@ -141,6 +150,11 @@ impl Expr {
     /// The expression as given (whitespace normalised).
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// The expression as an error line quotes it: [`excerpt`] of its start.
+    pub fn excerpt(&self) -> String {
+        excerpt(&self.text, None)
     }
 
     /// True for the empty expression (accepts everything).
@@ -170,6 +184,42 @@ impl Expr {
     ) -> Result<Program, CompileError> {
         codegen::compile(self.root.as_ref(), target, opts, netmask)
     }
+}
+
+/// Most characters of an expression an error quotes ([`excerpt`]).
+pub const EXCERPT_CHARS: usize = 60;
+
+/// `text` (an expression, from the command line or a file) as an error line quotes it: whole when it has at
+/// most [`EXCERPT_CHARS`] characters, else [`EXCERPT_CHARS`] characters around byte `at` (from the start when
+/// `None`) with `…` where it was cut; blanks (tab, line breaks) shown as spaces and every other control or
+/// bidirectional character escaped ([`crate::terminal::escape_for_terminal`]), so the line stays one line and
+/// shows what the text holds.
+pub fn excerpt(text: &str, at: Option<usize>) -> String {
+    let n = text.chars().count();
+    let (from, to) = if n <= EXCERPT_CHARS {
+        (0, n)
+    } else {
+        let at_char = at.map_or(0, |b| {
+            text.get(..b.min(text.len()))
+                .map_or(0, |head| head.chars().count())
+        });
+        let from = at_char
+            .saturating_sub(EXCERPT_CHARS / 3)
+            .min(n - EXCERPT_CHARS);
+        (from, from + EXCERPT_CHARS)
+    };
+    let body: String = text
+        .chars()
+        .skip(from)
+        .take(to - from)
+        .map(|c| if c.is_ascii_whitespace() { ' ' } else { c })
+        .collect();
+    format!(
+        "{}{}{}",
+        if from > 0 { "…" } else { "" },
+        crate::terminal::escape_for_terminal(&body),
+        if to < n { "…" } else { "" }
+    )
 }
 
 /// Parses and compiles in one step.

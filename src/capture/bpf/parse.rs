@@ -4,6 +4,12 @@
 //! Grammar as libpcap's: `not` binds tightest, `and` and `or` have the SAME precedence and associate left to
 //! right (`a or b and c` is `(a or b) and c`), and a bare value after `and`/`or`/`not` takes the qualifiers of
 //! the previous primitive (`port 80 or 443`, `host a and not b`).
+//!
+//! Bounded: an expression nests at most [`MAX_DEPTH`] levels (parentheses, `not`, alternations of `and` and
+//! `or`, arithmetic), checked BEFORE each level is entered, so no input overflows the stack here or in any walk
+//! over the tree afterwards (code generation, comparison, drop); a run of one operator (`port 1 or port 2 or
+//! ...`) is built as a balanced tree (the same tests in the same order), so a long list is not deep. At most
+//! [`MAX_PRIMITIVES`] primitives and words of at most [`MAX_WORD`] characters.
 #![forbid(unsafe_code)]
 
 mod lex;
@@ -16,21 +22,138 @@ use lex::{
 use std::net::{Ipv4Addr, Ipv6Addr};
 pub use tree::{ArOp, Arith, Dir, HostProto, LoadBase, NetAddr, Node, PortProto, Proto, RelOp};
 
-/// A parse failure: one line naming the part and what to write instead.
+/// Deepest nesting of an expression: parentheses, `not`/`!`, each switch between `and` and `or` in a chain,
+/// unary minus, brackets and operators of arithmetic each count one level. libpcap's parser stops near 10,000
+/// levels (bison's stack: "memory exhausted"); 256 is far beyond any filter written by hand and keeps every
+/// recursive walk over the tree small on a 2 MiB thread stack.
+pub const MAX_DEPTH: usize = 256;
+
+/// Most primitives (`host A`, `port N`, `tcp`, `len > 100`, ...) in one expression: a classic BPF program
+/// holds at most 4,096 instructions and every primitive that is not a repetition costs at least one.
+pub const MAX_PRIMITIVES: usize = 4096;
+
+/// Longest word (address, number, keyword): the longest IPv6 address is 45 characters, the longest named
+/// constant 31.
+pub const MAX_WORD: usize = 64;
+
+/// A parse failure: one line naming the part and what to write instead, and the byte of the expression where
+/// it was found (when known).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError(pub String);
+pub struct ParseError {
+    /// What is wrong and what to write instead.
+    pub msg: String,
+    /// Byte offset in the expression of the token where the error was found.
+    pub at: Option<usize>,
+}
+
+impl ParseError {
+    fn new(msg: impl Into<String>) -> ParseError {
+        ParseError {
+            msg: msg.into(),
+            at: None,
+        }
+    }
+}
 
 type R<T> = Result<T, ParseError>;
 
 fn err<T>(msg: impl Into<String>) -> R<T> {
-    Err(ParseError(msg.into()))
+    Err(ParseError::new(msg))
 }
 
 struct Parser {
     toks: Vec<Tok>,
+    /// Byte offset of each token in the text.
+    starts: Vec<usize>,
+    /// Length of the text (the position of "the end").
+    len: usize,
     pos: usize,
     /// Qualifiers of the last primitive (None: the last one takes no value, e.g. `tcp`, so a bare value is an error).
     last: Option<Quals>,
+    /// Levels entered now (see [`MAX_DEPTH`]).
+    depth: usize,
+}
+
+/// The error of an expression nested deeper than [`MAX_DEPTH`].
+fn too_deep<T>() -> R<T> {
+    err(format!(
+        "the expression nests more than {MAX_DEPTH} levels (parentheses, not, and/or alternations, arithmetic): \
+         simplify it"
+    ))
+}
+
+/// Depth of a tree, without recursion.
+fn node_depth(n: &Node) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(n, 1usize)];
+    while let Some((n, d)) = stack.pop() {
+        max = max.max(d);
+        match n {
+            Node::And(a, b) | Node::Or(a, b) => {
+                stack.push((a, d + 1));
+                stack.push((b, d + 1));
+            }
+            Node::Not(a) => stack.push((a, d + 1)),
+            // The comparison and the root of its arithmetic are one level.
+            Node::Rel(_, a, b) => max = max.max(d - 1 + arith_depth(a).max(arith_depth(b))),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Depth of an arithmetic tree, without recursion.
+fn arith_depth(a: &Arith) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(a, 1usize)];
+    while let Some((a, d)) = stack.pop() {
+        max = max.max(d);
+        match a {
+            Arith::Bin(_, x, y) => {
+                stack.push((x, d + 1));
+                stack.push((y, d + 1));
+            }
+            Arith::Neg(x) | Arith::Load(_, x, _) => stack.push((x, d + 1)),
+            Arith::Num(_) | Arith::Len => {}
+        }
+    }
+    max
+}
+
+/// Primitives (leaves) of a tree, without recursion.
+fn primitives(n: &Node) -> usize {
+    let mut count = 0;
+    let mut stack = vec![n];
+    while let Some(n) = stack.pop() {
+        match n {
+            Node::And(a, b) | Node::Or(a, b) => {
+                stack.push(a);
+                stack.push(b);
+            }
+            Node::Not(a) => stack.push(a),
+            _ => count += 1,
+        }
+    }
+    count
+}
+
+/// `items` (in order) joined by one operator as a balanced tree: the same tests in the same order as the
+/// left-leaning chain the grammar reads (and/or are associative and evaluated left to right), ceil(log2 n)
+/// levels instead of n. Built without recursion.
+fn balanced(and: bool, mut items: Vec<Node>) -> Node {
+    while items.len() > 1 {
+        let mut next = Vec::with_capacity(items.len().div_ceil(2));
+        let mut it = items.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) if and => Node::And(Box::new(a), Box::new(b)),
+                Some(b) => Node::Or(Box::new(a), Box::new(b)),
+                None => a,
+            });
+        }
+        items = next;
+    }
+    items.pop().unwrap_or(Node::Proto(Proto::Ip))
 }
 
 fn desc(t: Option<&Tok>) -> String {
@@ -42,6 +165,65 @@ fn desc(t: Option<&Tok>) -> String {
 }
 
 impl Parser {
+    /// Runs `f` one level deeper, refused before entering when that passes [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Parser) -> R<T>) -> R<T> {
+        if self.depth >= MAX_DEPTH {
+            return too_deep();
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    /// Refused when a tree `tree_depth` deep (a leaf is 1), built at the current level, passes [`MAX_DEPTH`].
+    fn check_depth(&self, tree_depth: usize) -> R<()> {
+        if tree_depth.saturating_sub(1) + self.depth > MAX_DEPTH {
+            return too_deep();
+        }
+        Ok(())
+    }
+
+    /// Byte offset of the current token (the text's length at the end).
+    fn offset(&self) -> usize {
+        self.starts.get(self.pos).copied().unwrap_or(self.len)
+    }
+
+    /// A chain `first (and|or) x (and|or) y ...`, each operand read by `operand`: runs of one operator become
+    /// balanced trees; left to right, as libpcap groups them. Refused past [`MAX_DEPTH`] levels.
+    fn chain(&mut self, first: Node, operand: fn(&mut Parser) -> R<Node>) -> R<Node> {
+        let mut run = vec![first];
+        // Depth of the deepest operand of the run.
+        let mut deepest = node_depth(&run[0]);
+        let mut op: Option<bool> = None;
+        let depth_of =
+            |n: usize, deepest: usize| deepest + (usize::BITS - (n - 1).leading_zeros()) as usize;
+        loop {
+            let and = if self.is_and() {
+                true
+            } else if self.is_or() {
+                false
+            } else {
+                break;
+            };
+            if op.is_some_and(|o| o != and) {
+                // An alternation: the run so far becomes the left operand of the next run.
+                let d = depth_of(run.len(), deepest);
+                let joined = balanced(op == Some(true), std::mem::take(&mut run));
+                run.push(joined);
+                deepest = d;
+            }
+            op = Some(and);
+            self.pos += 1;
+            let right = operand(self)?;
+            deepest = deepest.max(node_depth(&right));
+            run.push(right);
+            self.check_depth(depth_of(run.len(), deepest))?;
+        }
+        self.check_depth(depth_of(run.len(), deepest))?;
+        Ok(balanced(op == Some(true), run))
+    }
+
     fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.pos)
     }
@@ -91,27 +273,14 @@ impl Parser {
     }
 
     fn expr(&mut self) -> R<Node> {
-        let mut left = self.term()?;
-        loop {
-            let and = if self.is_and() {
-                true
-            } else if self.is_or() {
-                false
+        let first = self.term()?;
+        self.chain(first, |p| {
+            if p.at_value() && !p.value_starts_relation() {
+                p.id()
             } else {
-                return Ok(left);
-            };
-            self.pos += 1;
-            let right = if self.at_value() && !self.value_starts_relation() {
-                self.id()?
-            } else {
-                self.term()?
-            };
-            left = if and {
-                Node::And(Box::new(left), Box::new(right))
-            } else {
-                Node::Or(Box::new(left), Box::new(right))
-            };
-        }
+                p.term()
+            }
+        })
     }
 
     fn value_starts_relation(&self) -> bool {
@@ -121,24 +290,35 @@ impl Parser {
     fn term(&mut self) -> R<Node> {
         if self.is_not() {
             self.pos += 1;
-            let inner = if self.at_value() && !self.value_starts_relation() {
-                self.id()?
-            } else {
-                self.term()?
-            };
+            let inner = self.nested(|p| {
+                if p.at_value() && !p.value_starts_relation() {
+                    p.id()
+                } else {
+                    p.term()
+                }
+            })?;
             return Ok(Node::Not(Box::new(inner)));
         }
         if self.sym("(") {
             let save = (self.pos, self.last);
             self.pos += 1;
-            let first = match self.expr() {
+            let first = match self.nested(Parser::expr) {
                 Ok(e) if self.eat_sym(")") && !self.at_relop() && !self.at_arith_op() => {
                     self.last = save.1;
                     return Ok(e);
                 }
-                Ok(_) => ParseError(format!("expected ')' at {}", desc(self.peek()))),
-                Err(e) => e,
+                Ok(_) => ParseError {
+                    msg: format!("expected ')' at {}", desc(self.peek())),
+                    at: Some(self.offset()),
+                },
+                Err(mut e) => {
+                    e.at.get_or_insert(self.offset());
+                    e
+                }
             };
+            if first.msg.starts_with("the expression nests more than") {
+                return Err(first);
+            }
             (self.pos, self.last) = save;
             // Not a parenthesised expression: an arithmetic comparison such as `(tcp[13] & 2) != 0`.
             return self.relation().map_err(|_| first);
@@ -372,7 +552,7 @@ impl Parser {
         if self.sym("(") {
             // `host (a or b)`: a list of values sharing the qualifiers.
             self.pos += 1;
-            let e = self.id_list()?;
+            let e = self.nested(Parser::id_list)?;
             if !self.eat_sym(")") {
                 return err(format!("expected ')' at {}", desc(self.peek())));
             }
@@ -382,23 +562,8 @@ impl Parser {
     }
 
     fn id_list(&mut self) -> R<Node> {
-        let mut left = self.id()?;
-        loop {
-            let and = if self.is_and() {
-                true
-            } else if self.is_or() {
-                false
-            } else {
-                return Ok(left);
-            };
-            self.pos += 1;
-            let right = self.id()?;
-            left = if and {
-                Node::And(Box::new(left), Box::new(right))
-            } else {
-                Node::Or(Box::new(left), Box::new(right))
-            };
-        }
+        let first = self.id()?;
+        self.chain(first, Parser::id)
     }
 
     fn ip_proto(&mut self, p: Option<PQual>) -> R<Node> {
@@ -445,12 +610,12 @@ impl Parser {
     fn id(&mut self) -> R<Node> {
         if self.is_not() {
             self.pos += 1;
-            let inner = self.id()?;
+            let inner = self.nested(Parser::id)?;
             return Ok(Node::Not(Box::new(inner)));
         }
         if self.sym("(") {
             self.pos += 1;
-            let e = self.id_list()?;
+            let e = self.nested(Parser::id_list)?;
             if !self.eat_sym(")") {
                 return err(format!("expected ')' at {}", desc(self.peek())));
             }
@@ -486,7 +651,7 @@ impl Parser {
             }
             Some(Kind::Portrange) => {
                 let (a, b) = w.split_once('-').ok_or_else(|| {
-                    ParseError(format!("portrange '{w}' is not a range: write portrange LOW-HIGH, e.g. portrange 6000-6010"))
+                    ParseError::new(format!("portrange '{w}' is not a range: write portrange LOW-HIGH, e.g. portrange 6000-6010"))
                 })?;
                 let a = self.port_number(a)?;
                 let b = self.port_number(b)?;
@@ -683,6 +848,7 @@ impl Parser {
     /// Precedence climbing: | ^ (0) < & (1) < << >> (2) < + - (3) < * / % (4).
     fn arith(&mut self, min: u8) -> R<Arith> {
         let mut left = self.arith_unary()?;
+        let mut depth = arith_depth(&left);
         loop {
             let (op, prec) = match self.peek() {
                 Some(Tok::Sym("|")) => (ArOp::Or, 0),
@@ -701,17 +867,19 @@ impl Parser {
                 return Ok(left);
             }
             self.pos += 1;
-            let right = self.arith(prec + 1)?;
+            let right = self.nested(|p| p.arith(prec + 1))?;
+            depth = 1 + depth.max(arith_depth(&right));
+            self.check_depth(depth)?;
             left = Arith::Bin(op, Box::new(left), Box::new(right));
         }
     }
 
     fn arith_unary(&mut self) -> R<Arith> {
         if self.eat_sym("-") {
-            return Ok(Arith::Neg(Box::new(self.arith_unary()?)));
+            return Ok(Arith::Neg(Box::new(self.nested(Parser::arith_unary)?)));
         }
         if self.eat_sym("(") {
-            let e = self.arith(0)?;
+            let e = self.nested(|p| p.arith(0))?;
             if !self.eat_sym(")") {
                 return err(format!("expected ')' at {}", desc(self.peek())));
             }
@@ -753,7 +921,7 @@ impl Parser {
                 "'{w}' in a comparison needs an offset: write {w}[OFFSET] or {w}[OFFSET:SIZE]"
             ));
         }
-        let off = self.arith(0)?;
+        let off = self.nested(|p| p.arith(0))?;
         let mut size = 1u8;
         if self.eat_sym(":") {
             size = match self.word().and_then(number) {
@@ -804,21 +972,41 @@ fn mac(w: &str) -> Option<[u8; 6]> {
     Some(out)
 }
 
-/// Parses an expression; `None` for an empty one (accept everything).
+/// Parses an expression; `None` for an empty one (accept everything). Linear in the text's length; bounded
+/// by [`MAX_DEPTH`], [`MAX_PRIMITIVES`] and [`MAX_WORD`].
 pub fn parse(text: &str) -> Result<Option<Node>, ParseError> {
-    let toks = lex(text)?;
+    let (toks, starts) = lex(text)?;
     if toks.is_empty() {
         return Ok(None);
     }
     let mut p = Parser {
         toks,
+        starts,
+        len: text.len(),
         pos: 0,
         last: Some(DEFAULT_Q),
+        depth: 0,
     };
-    let e = p.expr()?;
+    let e = p.expr().map_err(|mut e| {
+        e.at.get_or_insert(p.offset());
+        e
+    })?;
     if p.pos != p.toks.len() {
         let t = desc(p.peek());
-        return err(format!("unexpected {t} (join primitives with and / or)"));
+        return Err(ParseError {
+            msg: format!("unexpected {t} (join primitives with and / or)"),
+            at: Some(p.offset()),
+        });
+    }
+    let n = primitives(&e);
+    if n > MAX_PRIMITIVES {
+        return err(format!(
+            "the expression has {n} primitives, more than the {MAX_PRIMITIVES} a classic BPF program can test: \
+             split it or use net/portrange"
+        ));
     }
     Ok(Some(e))
 }
+
+#[cfg(test)]
+mod tests;

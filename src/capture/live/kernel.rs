@@ -91,7 +91,7 @@ pub fn check(iface: &str, filter: &Filter, snaplen: u32) -> Result<Option<Progra
     compile(&e, super::link_of(iface), snaplen, super::netmask_of(iface))
         .map(Some)
         .map_err(|source| FilterError {
-            expr: e.text().to_string(),
+            expr: e.excerpt(),
             source,
         })
 }
@@ -100,7 +100,8 @@ pub fn check(iface: &str, filter: &Filter, snaplen: u32) -> Result<Option<Progra
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("filter '{expr}': {source}")]
 pub struct FilterError {
-    /// The whole kernel expression (`--filter` and `--host/--port/--flow`).
+    /// The kernel expression (`--filter` and `--host/--port/--flow`) as an error line quotes it: a short
+    /// excerpt, control characters escaped ([`crate::capture::bpf::excerpt`]).
     pub expr: String,
     /// Why.
     pub source: CompileError,

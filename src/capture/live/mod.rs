@@ -499,7 +499,7 @@ impl LiveCapture {
                     .map_err(|source| LiveError::Filter {
                         interface: name.clone(),
                         source: kernel::FilterError {
-                            expr: e.text().to_string(),
+                            expr: e.excerpt(),
                             source,
                         },
                     })?;

@@ -1,7 +1,7 @@
 //! Tokens and words: the lexer, and what each word of the grammar is (protocol and kind qualifiers, numbers,
 //! named constants, keywords outside the subset with advice on what to write instead).
 
-use super::{Dir, R, err};
+use super::{Dir, MAX_WORD, ParseError, R};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Tok {
@@ -14,9 +14,11 @@ const SYMS: [&str; 22] = [
     "+", "-", "*", "/", "%",
 ];
 
-pub(super) fn lex(s: &str) -> R<Vec<Tok>> {
+/// The tokens of `s` and the byte offset each starts at.
+pub(super) fn lex(s: &str) -> R<(Vec<Tok>, Vec<usize>)> {
     let b = s.as_bytes();
     let mut out = Vec::new();
+    let mut starts = Vec::new();
     let mut i = 0;
     let mut depth = 0usize;
     while i < b.len() {
@@ -40,6 +42,16 @@ pub(super) fn lex(s: &str) -> R<Vec<Tok>> {
             while i > st + 1 && b[i - 1] == b'-' {
                 i -= 1;
             }
+            if i - st > MAX_WORD {
+                return Err(ParseError {
+                    msg: format!(
+                        "a word of {} characters: no address, number or keyword is longer than {MAX_WORD}",
+                        i - st
+                    ),
+                    at: Some(st),
+                });
+            }
+            starts.push(st);
             out.push(Tok::Word(s[st..i].to_string()));
             continue;
         }
@@ -55,23 +67,30 @@ pub(super) fn lex(s: &str) -> R<Vec<Tok>> {
                 (b'>', true) => ">>",
                 _ => "==",
             };
+            starts.push(i);
             out.push(Tok::Sym(sym));
             i += if two { 2 } else { 1 };
             continue;
         }
         let Some(sym) = SYMS.iter().find(|sym| b[i..].starts_with(sym.as_bytes())) else {
             let ch = s[i..].chars().next().unwrap_or('?');
-            return err(format!("unexpected character '{ch}'"));
+            let shown =
+                crate::terminal::escape_for_terminal(ch.encode_utf8(&mut [0; 4])).into_owned();
+            return Err(ParseError {
+                msg: format!("unexpected character '{shown}'"),
+                at: Some(i),
+            });
         };
         match *sym {
             "[" => depth += 1,
             "]" => depth = depth.saturating_sub(1),
             _ => {}
         }
+        starts.push(i);
         out.push(Tok::Sym(sym));
         i += sym.len();
     }
-    Ok(out)
+    Ok((out, starts))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
