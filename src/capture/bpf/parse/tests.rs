@@ -90,8 +90,9 @@ fn long_lists_are_balanced_not_deep() {
         for t in TARGETS {
             let o = Options::default();
             assert_eq!(
-                crate::capture::bpf::codegen::compile(balanced.as_ref(), t, &o).map(|p| p.dump()),
-                crate::capture::bpf::codegen::compile(left.as_ref(), t, &o).map(|p| p.dump()),
+                crate::capture::bpf::codegen::compile(balanced.as_ref(), t, &o, 0)
+                    .map(|p| p.dump()),
+                crate::capture::bpf::codegen::compile(left.as_ref(), t, &o, 0).map(|p| p.dump()),
                 "{n} {t:?}"
             );
         }
