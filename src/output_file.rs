@@ -11,11 +11,11 @@
 //! - a FIFO is opened with `O_NOFOLLOW` and written as it goes (no rename), and `-` writes to standard
 //!   output, as tcpdump's `-w -`.
 //!
-//! Names roundtrip chooses itself inside a directory (the flight recorder) use [`at`]: the directory opened
+//! Names roundtrip chooses itself inside a directory (the flight recorder) use [`at`] (`crate::sys::at`): the directory opened
 //! once, each file created relative to it with `O_CREAT|O_EXCL|O_NOFOLLOW`.
 #![deny(unsafe_code)]
 
-pub mod at;
+pub use crate::sys::at;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

@@ -7,6 +7,8 @@
 //! Every function here checks its result and returns `io::Result`; callers add the operation and address.
 #![allow(unsafe_code)] // the one home of the raw system calls: each block below says why it is sound
 
+pub mod at;
+
 use std::ffi::{CStr, CString};
 use std::io;
 use std::mem::{MaybeUninit, size_of};

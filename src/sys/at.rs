@@ -1,10 +1,8 @@
 //! Files roundtrip names itself inside a directory it was given (the flight recorder's `--keep-dir`): the
 //! directory is opened once ([`open_dir`], `O_DIRECTORY|O_NOFOLLOW`) and every file is created, examined and
 //! removed relative to that descriptor, never through a path that could be swapped for a symbolic link
-//! in between. Each system call has its own small function so that it can move to the crate's `sys` module.
-// The three `*at` calls below are not in std; each wraps one libc call on a descriptor the `File` owns and a
-// NUL-terminated name, and checks its result.
-#![allow(unsafe_code)]
+//! in between. The three `*at` calls are not in std; each wraps one libc call on a descriptor the `File` owns
+//! and a NUL-terminated name, and checks its result (unsafe is allowed here by [`crate::sys`]).
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
