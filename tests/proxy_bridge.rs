@@ -420,9 +420,11 @@ fn rate_limit_does_not_burst_and_queue_is_bounded() {
         let secs = (t - prev_t) as f64 / 1e9;
         prev_t = t;
         let bytes = iv["a_to_b"]["bytes_out"].as_f64().unwrap();
-        // One frame of slack: the interval edge can fall inside a frame's serialisation.
+        // Three frames of slack: the interval edge can fall inside a frame's serialisation, and on a loaded
+        // machine the interval's clock and its byte counters are read a moment apart (seen once in CI: 20.1
+        // Mbit/s over 0.261 s, 1.2 frames past one frame's slack). A burst (a queue let go at once) is far more.
         assert!(
-            bytes * 8.0 <= 20e6 * secs + 1514.0 * 8.0,
+            bytes * 8.0 <= 20e6 * secs + 3.0 * 1514.0 * 8.0,
             "{:.1} Mbit/s in an interval of {secs:.3} s",
             bytes * 8.0 / secs / 1e6
         );

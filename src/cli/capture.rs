@@ -114,7 +114,8 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
     let p = expr
         .compile(target, &opts)
         .unwrap_or_else(|e| refuse(format!("'{shown}': {e}")));
-    out_text(p.dump())?;
+    // The program is roundtrip's own text (tcpdump -d's layout, tabs included): nothing from the network in it.
+    out(p.dump())?;
     Ok(Exit::Ok)
 }
 

@@ -182,6 +182,11 @@ pub fn read_request(s: &mut impl Read) -> Result<Request, (u16, String)> {
     let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            // The cap is on the head itself, however the reads fell (a head that ends in the read that
+            // crossed the cap is refused too).
+            if p > MAX_HEAD {
+                return Err((431, "request head too large".into()));
+            }
             break p;
         }
         if buf.len() > MAX_HEAD {
@@ -495,5 +500,42 @@ mod tests {
                 .0,
             413
         );
+    }
+
+    /// A reader that hands out at most `step` bytes per read.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(out.len()).min(self.data.len());
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_head_cap_holds_however_the_reads_fall() {
+        // A head a little over the cap ends inside the read that crosses it: refused whatever the read size.
+        let mut raw = b"GET /x HTTP/1.1\r\nX: ".to_vec();
+        raw.resize(MAX_HEAD + 100, b'a');
+        raw.extend_from_slice(b"\r\n\r\n");
+        for step in [1, 7, 4096, raw.len()] {
+            let r = read_request(&mut Trickle { data: &raw, step });
+            assert_eq!(r.unwrap_err().0, 431, "reads of {step} bytes");
+        }
+        // One just under it is read whatever the read size.
+        let mut ok = b"GET /x HTTP/1.1\r\nX: ".to_vec();
+        ok.resize(MAX_HEAD - 10, b'a');
+        ok.extend_from_slice(b"\r\n\r\n");
+        for step in [1, 7, 4096, ok.len()] {
+            assert!(
+                read_request(&mut Trickle { data: &ok, step }).is_ok(),
+                "reads of {step} bytes"
+            );
+        }
     }
 }

@@ -140,7 +140,7 @@ fn primitives(n: &Node) -> usize {
 /// `items` (in order) joined by one operator as a balanced tree: the same tests in the same order as the
 /// left-leaning chain the grammar reads (and/or are associative and evaluated left to right), ceil(log2 n)
 /// levels instead of n. Built without recursion.
-fn balanced(and: bool, mut items: Vec<Node>) -> Node {
+pub(crate) fn balanced(and: bool, mut items: Vec<Node>) -> Node {
     while items.len() > 1 {
         let mut next = Vec::with_capacity(items.len().div_ceil(2));
         let mut it = items.into_iter();

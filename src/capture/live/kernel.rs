@@ -123,11 +123,9 @@ fn or(a: Node, b: Node) -> Node {
     Node::Or(Box::new(a), Box::new(b))
 }
 
-/// `a and b and c ...`, grouped left to right as the parser groups it.
+/// `a and b and c ...`, grouped as the parser groups a list (a balanced tree, the tests in the same order).
 fn and_all(nodes: Vec<Node>) -> Node {
-    let mut it = nodes.into_iter();
-    let first = it.next().expect("at least one node");
-    it.fold(first, |l, r| Node::And(Box::new(l), Box::new(r)))
+    crate::capture::bpf::parse::balanced(true, nodes)
 }
 
 #[cfg(test)]
