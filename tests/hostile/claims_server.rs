@@ -467,7 +467,8 @@ fn a_client_address_gets_one_reverse_stream_however_often_it_asks() {
     };
     c.send_to(&request(Some(cookie)), udp).unwrap();
     wait_for("the first stream", || started() == 1);
-    for _ in 0..5 {
+    // Two repeats: were each a stream, the limit (4) would still leave room for the other address below.
+    for _ in 0..2 {
         c.send_to(&request(Some(cookie)), udp).unwrap();
     }
     // Another client address meanwhile gets a stream of its own: the repeated requests were taken.
@@ -478,7 +479,7 @@ fn a_client_address_gets_one_reverse_stream_however_often_it_asks() {
         other => panic!("expected a grant, got {other:?}"),
     };
     other.send_to(&request(Some(cookie2)), udp).unwrap();
-    wait_for("the other address's stream", || started() == 2);
+    wait_for("the other address's stream", || started() >= 2);
     assert_eq!(started(), 2, "a repeated request started a second stream");
 }
 
