@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod claims_agent;
 mod dblink;
 mod files;
 mod filterparse;
