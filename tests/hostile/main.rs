@@ -3,9 +3,9 @@
 //! API fields inside their flags' bounds, the live ring that keeps what it has room for, no packet off this
 //! machine. Each test is named for the claim SECURITY.md makes and was seen to fail before its fix.
 
+mod claims_agent;
 #[path = "../common/mod.rs"]
 mod common;
-mod claims_agent;
 mod dblink;
 mod files;
 mod filterparse;
