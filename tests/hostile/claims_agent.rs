@@ -890,3 +890,108 @@ fn deep_json_is_refused_by_report_and_the_control_api() {
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     assert!(p.try_wait().is_none(), "the proxy exited: {}", p.output());
 }
+
+/// The server raises its soft open-file limit to the hard limit at start, and warns in one line when that
+/// is below what `--max-clients` needs (and only then).
+#[test]
+fn the_server_raises_its_open_file_limit_to_the_hard_limit_and_warns_below_max_clients() {
+    if !common::have("prlimit") {
+        return;
+    }
+    for (max_clients, warned) in [("4000", true), ("500", false)] {
+        let mut c = Command::new("prlimit");
+        c.args(["--nofile=512:1000", "--"])
+            .arg(bin())
+            .args(["server", "--bind", "127.0.0.1", "-p", "0", "--tcp-only"])
+            .args(["--max-clients", max_clients]);
+        // prlimit sets the limits and executes the server in its place: the same process.
+        let mut p = Proc::spawn("server", c);
+        p.wait_line("listening on", WAIT).unwrap();
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.pid())).unwrap();
+        let files = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+            .split_whitespace()
+            .skip(3)
+            .take(2)
+            .collect::<Vec<_>>();
+        assert_eq!(files, ["1000", "1000"], "{limits}");
+        p.signal(libc::SIGINT);
+        let out = p.finish(WAIT).output;
+        let warning: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("may open 1000 files"))
+            .collect();
+        if warned {
+            assert_eq!(warning.len(), 1, "{out}");
+            assert!(warning[0].contains("--max-clients 4000"), "{out}");
+        } else {
+            assert!(warning.is_empty(), "{out}");
+        }
+    }
+}
+
+/// VmRSS of a process, bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// Answers a client does not read pause reading from it: a client that sends 64 KiB echo requests and never
+/// reads is soon unable to write (the server stopped reading), and the server holds little for it (at most a
+/// read's worth of answers, not what was sent).
+#[test]
+fn answers_a_client_does_not_read_pause_reading_and_hold_little() {
+    use roundtrip::wire::sockperf::{Flags, Header};
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--bind", "127.0.0.1", "-p", "0", "--tcp-only"])
+        .args(["--message-deadline", "120s"]);
+    let mut p = Proc::spawn("server", cmd);
+    let line = p.wait_line("listening on", WAIT).unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], common::procs::port_in(&line)));
+    let mut m = vec![1u8; 64 * 1024];
+    Header {
+        seq: 1,
+        flags: Flags(3),
+        len: m.len() as u32,
+    }
+    .write(&mut m);
+    // One echo read back whole: the server is warm.
+    let mut s = connect(addr);
+    s.write_all(&m).unwrap();
+    let mut back = vec![0u8; m.len()];
+    s.read_exact(&mut back).unwrap();
+    drop(s);
+    let rss0 = rss(p.pid());
+    let mut s = connect(addr);
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let cap: u64 = 512 << 20;
+    let mut sent = 0u64;
+    while sent < cap {
+        match s.write(&m) {
+            Ok(n) => sent += n as u64,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let rss1 = rss(p.pid());
+    eprintln!("sent {sent} bytes, server RSS {rss0} -> {rss1} bytes");
+    assert!(
+        sent < cap,
+        "the server read {sent} bytes of requests whose answers were never read"
+    );
+    assert!(
+        rss1 < rss0 + (16 << 20),
+        "the server grew from {rss0} to {rss1} bytes for a client that sent {sent} bytes and read none"
+    );
+    drop(s);
+    p.signal(libc::SIGINT);
+    let _ = p.finish(WAIT);
+}
