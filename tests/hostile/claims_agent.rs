@@ -1,7 +1,7 @@
-//! SECURITY.md's claims about the agent's pages, the live readers, the bridge, database links and deep input,
-//! each proved against the real thing: the agent's HTTP loop through the library (with smaller limits than its
-//! defaults, the same code path; the defaults checked apart), the real binary in namespaces of our own, the
-//! real PostgreSQL and Redis on this machine.
+//! SECURITY.md's claims about the agent's pages, the live readers, the bridge, database links, deep input and
+//! the server's memory, each proved against the real thing: the agent's HTTP loop through the library (with
+//! smaller limits than its defaults, the same code path; the defaults checked apart), the real binary in
+//! namespaces of our own, the real PostgreSQL and Redis on this machine.
 
 use crate::common;
 use common::bridge_ns::BridgeNet;
@@ -991,6 +991,75 @@ fn answers_a_client_does_not_read_pause_reading_and_hold_little() {
         rss1 < rss0 + (16 << 20),
         "the server grew from {rss0} to {rss1} bytes for a client that sent {sent} bytes and read none"
     );
+    drop(s);
+    p.signal(libc::SIGINT);
+    let _ = p.finish(WAIT);
+}
+
+/// Replay answers are generated as the socket takes them: four pipelined requests for 16 MiB each, the
+/// first answer read only 1 MiB in, grow the server by far less than one answer; then all four arrive whole.
+#[test]
+fn replay_answers_are_generated_as_the_socket_takes_them() {
+    use roundtrip::wire::sockperf::{
+        Feature, Flags, HELLO_LEN, Header, Hello, REPLAY_MIN_LEN, ReplayRequest,
+    };
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--bind", "127.0.0.1", "-p", "0", "--tcp-only"])
+        .args(["--allow-replay", "--message-deadline", "120s"]);
+    let mut p = Proc::spawn("server", cmd);
+    let line = p.wait_line("listening on", WAIT).unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], common::procs::port_in(&line)));
+    let mut s = connect(addr);
+    s.write_all(
+        &Hello::request(Feature::REPLAY, [1; 16]).encode(Flags::CLIENT.with(Flags::PONG_REQUEST)),
+    )
+    .unwrap();
+    let mut a = [0u8; HELLO_LEN];
+    s.read_exact(&mut a).unwrap();
+    assert!(
+        Hello::decode(&a)
+            .unwrap()
+            .features
+            .contains(Feature::REPLAY)
+    );
+    let rss0 = rss(p.pid());
+    let answer_len: usize = 16 << 20;
+    let mut reqs = Vec::new();
+    for seq in 1..=4u64 {
+        let mut m = vec![0u8; REPLAY_MIN_LEN + 10];
+        Header {
+            seq,
+            flags: Flags::CLIENT.with(Flags::PONG_REQUEST).with(Flags::REPLAY),
+            len: m.len() as u32,
+        }
+        .write(&mut m);
+        ReplayRequest {
+            answer_len: answer_len as u64,
+            delay: Duration::ZERO,
+        }
+        .write(&mut m);
+        reqs.extend(m);
+    }
+    s.write_all(&reqs).unwrap();
+    let mut first = vec![0u8; 1 << 20];
+    s.read_exact(&mut first).unwrap();
+    let rss1 = rss(p.pid());
+    eprintln!("server RSS {rss0} -> {rss1} bytes with 64 MiB of answers asked for and 1 MiB read");
+    assert!(
+        rss1 < rss0 + (8 << 20),
+        "the server grew from {rss0} to {rss1} bytes: answers are held, not generated as taken"
+    );
+    // Every answer comes whole, in order.
+    let mut rest = vec![0u8; answer_len - first.len()];
+    s.read_exact(&mut rest).unwrap();
+    let h = Header::parse(&first, 1 << 25).unwrap();
+    assert_eq!((h.seq, h.len as usize), (1, answer_len));
+    let mut m = vec![0u8; answer_len];
+    for seq in 2..=4u64 {
+        s.read_exact(&mut m).unwrap();
+        let h = Header::parse(&m, 1 << 25).unwrap();
+        assert_eq!((h.seq, h.len as usize), (seq, answer_len));
+    }
     drop(s);
     p.signal(libc::SIGINT);
     let _ = p.finish(WAIT);
