@@ -37,6 +37,31 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// answered 503.
 pub const MAX_RENDERING: usize = 64;
 
+/// The server's limits; [`Limits::default`] holds the constants above, which the agent uses. Tests run the
+/// same loop with smaller ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a client has to send its request head ([`READ_TIMEOUT`]).
+    pub read_timeout: Duration,
+    /// How long a client may take to read the answer ([`WRITE_TIMEOUT`]).
+    pub write_timeout: Duration,
+    /// Connections held at once, at most ([`MAX_CONNECTIONS`]).
+    pub max_connections: usize,
+    /// Answers being rendered at once, at most ([`MAX_RENDERING`]).
+    pub max_rendering: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            read_timeout: READ_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            max_rendering: MAX_RENDERING,
+        }
+    }
+}
+
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -245,6 +270,16 @@ impl HttpServer {
         workers: usize,
         handler: Arc<Handler>,
     ) -> io::Result<HttpServer> {
+        HttpServer::serve_with(listener, workers, handler, Limits::default())
+    }
+
+    /// [`HttpServer::serve`] with other limits than the defaults.
+    pub fn serve_with(
+        listener: TcpListener,
+        workers: usize,
+        handler: Arc<Handler>,
+        limits: Limits,
+    ) -> io::Result<HttpServer> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let mut listener = mio::net::TcpListener::from_std(listener);
@@ -301,6 +336,7 @@ impl HttpServer {
             accept_paused: false,
             chunk: vec![0u8; CHUNK],
             stop: stop.clone(),
+            limits,
         };
         let event_loop = std::thread::Builder::new()
             .name("agent-http".into())
@@ -357,6 +393,7 @@ struct Loop {
     accept_paused: bool,
     chunk: Vec<u8>,
     stop: Arc<AtomicBool>,
+    limits: Limits,
 }
 
 fn token(slot: u32, generation: u32) -> Token {
@@ -418,7 +455,7 @@ impl Loop {
     /// Takes a new connection; at [`MAX_CONNECTIONS`] the one that has waited longest for its request head
     /// makes room (an idle client never keeps a scrape out).
     fn admit(&mut self, mut stream: mio::net::TcpStream) {
-        if self.open >= MAX_CONNECTIONS {
+        if self.open >= self.limits.max_connections {
             let oldest = self
                 .conns
                 .iter()
@@ -468,7 +505,7 @@ impl Loop {
             generation,
             phase: Phase::Head,
             head: Vec::new(),
-            until: Instant::now() + READ_TIMEOUT,
+            until: Instant::now() + self.limits.read_timeout,
         });
         self.open += 1;
     }
@@ -551,7 +588,7 @@ impl Loop {
             }
             Ok(Some(i)) if i <= MAX_HEAD => match parse_head(&c.head[..i]) {
                 None => Response::text(400, "not an HTTP/1.x request"),
-                Some(req) if self.rendering < MAX_RENDERING => {
+                Some(req) if self.rendering < self.limits.max_rendering => {
                     c.phase = Phase::Rendering;
                     c.head = Vec::new();
                     self.rendering += 1;
@@ -580,11 +617,12 @@ impl Loop {
 
     /// An answer is ready: start writing it.
     fn rendered(&mut self, d: Done) {
+        let write_timeout = self.limits.write_timeout;
         let Some(c) = self.conn(d.slot, d.generation) else {
             return;
         };
         c.phase = Phase::Writing { out: d.out, pos: 0 };
-        c.until = Instant::now() + WRITE_TIMEOUT;
+        c.until = Instant::now() + write_timeout;
         self.write(d.slot, d.generation);
     }
 

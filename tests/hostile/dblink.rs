@@ -18,7 +18,7 @@ const MY: u16 = 3306;
 /// MariaDB tests load and unload FEDERATEDX: one at a time.
 static MARIADB: Mutex<()> = Mutex::new(());
 
-fn pg_ready() -> bool {
+pub(crate) fn pg_ready() -> bool {
     common::service_up(PG, "PostgreSQL") && common::have("psql")
 }
 
@@ -27,10 +27,10 @@ fn my_ready() -> bool {
 }
 
 /// A scratch PostgreSQL database with dblink, dropped (with its sessions) when the test ends.
-struct ScratchDb(String);
+pub(crate) struct ScratchDb(pub(crate) String);
 
 impl ScratchDb {
-    fn new(what: &str) -> ScratchDb {
+    pub(crate) fn new(what: &str) -> ScratchDb {
         let name = format!("rt_hostile_{what}_{}", std::process::id());
         psql(
             "test",
@@ -40,7 +40,7 @@ impl ScratchDb {
         psql(&name, "CREATE EXTENSION dblink");
         ScratchDb(name)
     }
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "postgres://postgres@127.0.0.1:{PG}/{}?sslmode=disable",
             self.0
@@ -144,7 +144,7 @@ fn relay_to(c: TcpStream, upstream: u16) {
 }
 
 /// A port on 127.0.0.1 where nothing listens (connections are refused).
-fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -153,7 +153,7 @@ fn closed_port() -> u16 {
 }
 
 /// The PostgreSQL server log and its size now (None: not readable here, the log checks are skipped).
-fn pg_log() -> Option<(std::path::PathBuf, u64)> {
+pub(crate) fn pg_log() -> Option<(std::path::PathBuf, u64)> {
     let current = psql("test", "SELECT coalesce(pg_current_logfile(), '')");
     let path = if current.is_empty() {
         let dir = std::fs::read_dir("/var/log/postgresql").ok()?;
@@ -170,7 +170,7 @@ fn pg_log() -> Option<(std::path::PathBuf, u64)> {
 }
 
 /// What the server log gained since `from`.
-fn pg_log_since(log: &(std::path::PathBuf, u64)) -> String {
+pub(crate) fn pg_log_since(log: &(std::path::PathBuf, u64)) -> String {
     let mut f = std::fs::File::open(&log.0).unwrap();
     f.seek(SeekFrom::Start(log.1)).unwrap();
     let mut s = Vec::new();

@@ -3,6 +3,7 @@
 //! API fields inside their flags' bounds, the live ring that keeps what it has room for, no packet off this
 //! machine. Each test is named for the claim SECURITY.md makes and was seen to fail before its fix.
 
+mod claims_agent;
 mod claims_server;
 #[path = "../common/mod.rs"]
 mod common;
