@@ -66,10 +66,10 @@ fn permission(e: &io::Error) -> bool {
 impl PacketSocket {
     /// Opens a socket on interface `name`, promiscuous, ignoring outgoing copies.
     pub fn open(name: &str) -> Result<PacketSocket, OpenError> {
-        let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
+        // Protocol 0: the socket receives nothing until `bind` names the protocol and the interface, so no
+        // frame of another interface reaches it in between (and the bridge never forwards one), as libpcap.
         // SAFETY: plain socket(2) call; the result is checked before use.
-        let fd =
-            unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             let e = io::Error::last_os_error();
             return Err(if permission(&e) {

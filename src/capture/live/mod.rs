@@ -572,7 +572,8 @@ impl LiveCapture {
         }
         sock.bind(ifindex as i32)
             .map_err(io_err("binding to the interface"))?;
-        // Counters from before the bind (other interfaces) are not ours.
+        // The socket was hooked to no protocol before the bind, so nothing of another interface is in the ring
+        // or its counters; they start here.
         let _ = sock.stats();
         let now = Instant::now();
         let started_unix_ns = now_unix_ns();

@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// `ETH_P_ALL` in network byte order, as `socket()` and `bind()` want it.
+/// `ETH_P_ALL` in network byte order, as `bind()` wants it.
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
@@ -101,7 +101,9 @@ pub struct PacketSocket {
 }
 
 impl PacketSocket {
-    /// Opens the socket for every protocol (`ETH_P_ALL`). Fails with EPERM without CAP_NET_RAW.
+    /// Opens the socket hooked to no protocol: it receives nothing until [`bind`](Self::bind) names `ETH_P_ALL`
+    /// and the interface, so no packet of another interface lands in the ring while it is set up (libpcap's
+    /// order). Fails with EPERM without CAP_NET_RAW.
     pub fn open(cooked: bool) -> io::Result<Self> {
         let kind = if cooked {
             libc::SOCK_DGRAM
@@ -109,13 +111,7 @@ impl PacketSocket {
             libc::SOCK_RAW
         };
         // SAFETY: plain system call; the result is checked before it is used as a descriptor.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                kind | libc::SOCK_CLOEXEC,
-                libc::c_int::from(ETH_P_ALL_BE),
-            )
-        };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, kind | libc::SOCK_CLOEXEC, 0) };
         check(fd)?;
         // SAFETY: `fd` is a fresh descriptor we own and nothing else closes.
         Ok(PacketSocket {
