@@ -221,42 +221,19 @@ pub fn interface_hwtype(name: &str) -> Option<u16> {
     Some(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
 }
 
-/// The IPv4 netmask (host order) of the first IPv4 address of `iface`, from getifaddrs (what libpcap's
-/// `pcap_lookupnet` reads); 0 when it has none (`any`, an interface without IPv4), as tcpdump then uses.
-pub fn ipv4_netmask(iface: &str) -> u32 {
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list and stores its head in ifap; it is freed below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return 0;
-    }
-    let mut found = 0;
-    let mut p = ifap;
-    while !p.is_null() {
-        // SAFETY: p is a node of the list returned by getifaddrs, valid until freeifaddrs.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_netmask.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        if name.to_bytes() != iface.as_bytes() || family != libc::AF_INET {
-            continue;
-        }
-        // SAFETY: the netmask of an AF_INET address is a sockaddr_in.
-        let sin = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in) };
-        found = u32::from_be(sin.sin_addr.s_addr);
-        break;
-    }
-    // SAFETY: ifap came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(ifap) };
-    found
+/// One address of an interface, as `getifaddrs` lists it (IPv4 and IPv6 only).
+struct IfAddr {
+    /// The interface's name.
+    name: String,
+    /// The address.
+    addr: IpAddr,
+    /// For IPv4, the netmask (host order), when the list gives one.
+    netmask_v4: Option<u32>,
 }
 
-/// Every IPv4 and IPv6 address of this network namespace's interfaces (`getifaddrs`), sorted, deduplicated.
-pub fn interface_addresses() -> io::Result<Vec<IpAddr>> {
+/// Every IPv4 and IPv6 address of this network namespace's interfaces, in `getifaddrs`'s order: the one walk
+/// of its list, for [`ipv4_netmask`] and [`interface_addresses`].
+fn if_addrs() -> io::Result<Vec<IfAddr>> {
     let mut out = Vec::new();
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list and stores its head in ifap; it is freed below.
@@ -265,25 +242,57 @@ pub fn interface_addresses() -> io::Result<Vec<IpAddr>> {
     while !p.is_null() {
         // SAFETY: p is a node of the list returned by getifaddrs, valid until freeifaddrs.
         let ifa = unsafe { &*p };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
-            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-            }
-        }
         p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        if family == libc::AF_INET {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            let netmask_v4 = (!ifa.ifa_netmask.is_null()).then(|| {
+                // SAFETY: the netmask of an AF_INET address is a sockaddr_in.
+                let m = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in) };
+                u32::from_be(m.sin_addr.s_addr)
+            });
+            out.push(IfAddr {
+                name,
+                addr: IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                netmask_v4,
+            });
+        } else if family == libc::AF_INET6 {
+            // SAFETY: an AF_INET6 address is a sockaddr_in6.
+            let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+            out.push(IfAddr {
+                name,
+                addr: IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                netmask_v4: None,
+            });
+        }
     }
     // SAFETY: ifap came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(ifap) };
+    Ok(out)
+}
+
+/// The IPv4 netmask (host order) of the first IPv4 address of `iface`, from getifaddrs (what libpcap's
+/// `pcap_lookupnet` reads); 0 when it has none (`any`, an interface without IPv4), as tcpdump then uses.
+pub fn ipv4_netmask(iface: &str) -> u32 {
+    if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|a| (a.name == iface).then_some(a.netmask_v4).flatten())
+        .unwrap_or(0)
+}
+
+/// Every IPv4 and IPv6 address of this network namespace's interfaces (`getifaddrs`), sorted, deduplicated.
+pub fn interface_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut out: Vec<IpAddr> = if_addrs()?.into_iter().map(|a| a.addr).collect();
     out.sort();
     out.dedup();
     Ok(out)
