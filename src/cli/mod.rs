@@ -6,9 +6,6 @@
 mod agent;
 mod args;
 mod capture;
-mod capture_live;
-mod capture_rpc;
-mod capture_whatif;
 mod common;
 mod compare;
 mod connect;

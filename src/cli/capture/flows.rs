@@ -1,15 +1,18 @@
 //! `roundtrip capture flows`: one line per TCP connection, as connections end (live) or as a table at the end,
 //! with the pictures and the JSON document.
 
-use super::super::capture_live as live_cli;
+use super::super::args;
 use super::super::output::{Exit, out, out_text};
-use super::{FlowsArgs, finish, heading, live_out};
+use super::live as live_cli;
+use super::{Common, finish, heading, live_out};
+use clap::Args;
 use roundtrip::capture;
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::doc::capture_flows::FlowsDoc;
 use roundtrip::report::text::Table;
 use roundtrip::units::fmt_nanos;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 fn rtt_cells(d: &DirSummary) -> [String; 3] {
     if d.rtt.count == 0 {
@@ -226,4 +229,15 @@ pub(super) fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
     }
     out_text(s)?;
     Ok(finish(&r.capture, false))
+}
+
+#[derive(Debug, Args)]
+pub(super) struct FlowsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// A connection silent this long (capture time) is finished and its memory freed.
+    #[arg(long, default_value = "300s", value_parser = args::positive_duration)]
+    idle_timeout: Duration,
+    #[command(flatten)]
+    pictures: super::super::report::PictureArgs,
 }

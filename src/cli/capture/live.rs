@@ -1,8 +1,8 @@
 //! `--live IFACE` for `roundtrip capture stats|flows|rpc|timeline`: the options, opening the packet source (a
 //! file or an interface: the analyses do not know which), and the live lines' common parts.
 
-use super::args;
-use super::output::out_text;
+use super::super::args;
+use super::super::output::out_text;
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
@@ -105,7 +105,7 @@ impl LiveArgs {
         }
         // The file --write names: refused now (a symbolic link, a directory, a device), not after capturing.
         if let Some(w) = &self.write {
-            super::report::check_output(w)?;
+            super::super::report::check_output(w)?;
         }
         Ok(())
     }
@@ -132,7 +132,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
             more: Vec::new(),
         });
     };
-    let stop = super::common::cancel_on_ctrl_c();
+    let stop = super::super::common::cancel_on_ctrl_c();
     let cfg = LiveConfig {
         interface: iface.clone(),
         snaplen: a.snaplen,
@@ -158,7 +158,7 @@ pub fn open(file: Option<&Path>, a: &LiveArgs, filter: &Filter) -> anyhow::Resul
         .collect();
     {
         let i = cap.info();
-        super::output::note(format!(
+        super::super::output::note(format!(
             "capturing on {} ({}), {}ring {} blocks x {} KiB, snaplen {}{}; Ctrl-C ends and prints the summary",
             i.interface,
             cap.link(),
@@ -227,7 +227,7 @@ pub fn drops_now(c: &Option<Arc<LiveCounters>>) -> u64 {
 /// Prints one live line: to stdout, or to stderr when stdout gets the JSON document.
 pub fn line(json: bool, s: &str) -> std::io::Result<()> {
     if json {
-        eprintln!("{}", super::output::escape_lines(s));
+        eprintln!("{}", super::super::output::escape_lines(s));
         Ok(())
     } else {
         out_text(format!("{s}\n"))

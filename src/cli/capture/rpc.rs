@@ -1,12 +1,11 @@
 //! `roundtrip capture rpc` (per-request latency per operation) and `roundtrip capture match` (the same requests
 //! in a client-side and a server-side capture).
 
-use super::args;
-use super::output::{Exit, error_line, note, out_text};
+use super::super::args;
+use super::super::output::{Exit, error_line, note, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::keep::{FlightRecorder, KeepDir};
-use roundtrip::capture::matching::{self, MatchReport, Verdict};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
@@ -14,7 +13,6 @@ use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::rpc::tlskeys::KeyLog;
 use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
-use roundtrip::report::match_verdict;
 use roundtrip::report::text::Table;
 use roundtrip::terminal::escape_for_terminal as esc;
 use roundtrip::units::{fmt_bytes, fmt_nanos};
@@ -34,14 +32,6 @@ PostgreSQL's SSLRequest or a STARTTLS): without --keylog its requests are timed 
 ONC-RPC XID, DNS ID or SMB2 message id within the connection, otherwise in order. SMB2 READ/WRITE bytes \
 are shown per operation and errors by NT status.";
 
-/// Help shown after `capture match --help`.
-pub const MATCH_HELP: &str = "Requests are paired by ONC-RPC XID / DNS ID, else by the TCP sequence number of the \
-request's first byte (NAT is fine). Through a box that terminates TCP (proxy, load balancer, pooler), what is \
-left is paired by content (a hash of the request's first 64 bytes: SQL text, Redis command and key, sockperf \
-sequence number) within the connection pair that shares the most contents, then by order; the text counts each \
-method ('paired by:'), --json lists every pair with its method. Times to the response's first and last byte \
-are compared at both ends; their difference is the path between the capture points.";
-
 /// Arguments of `roundtrip capture rpc`.
 #[derive(Debug, Args)]
 pub struct RpcArgs {
@@ -49,7 +39,7 @@ pub struct RpcArgs {
     #[arg(value_name = "FILE")]
     file: Option<PathBuf>,
     #[command(flatten)]
-    live: super::capture_live::LiveArgs,
+    live: super::live::LiveArgs,
     /// Live flight recorder: write the packets of a connection around each request slower than this to
     /// --keep-dir (see the help's end).
     #[arg(long, value_parser = args::positive_duration, value_name = "DURATION", requires = "keep_dir")]
@@ -84,37 +74,16 @@ pub struct RpcArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::ExprArgs,
     /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
     /// and time the protocol inside.
     #[arg(long, value_parser = args::input_file, value_name = "FILE")]
     keylog: Option<PathBuf>,
     #[command(flatten)]
-    pictures: super::report::PictureArgs,
+    pictures: super::super::report::PictureArgs,
 }
 
-/// Arguments of `roundtrip capture match`.
-#[derive(Debug, Args)]
-pub struct MatchArgs {
-    /// Capture taken on (or near) the client.
-    #[arg(value_name = "CLIENT_FILE")]
-    client: PathBuf,
-    /// Capture taken on (or near) the server, at the same time.
-    #[arg(value_name = "SERVER_FILE")]
-    server: PathBuf,
-    /// Protocol: auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic.
-    #[arg(long, default_value = "auto", value_parser = parse_proto)]
-    proto: ProtoChoice,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    expr: super::capture::ExprArgs,
-    #[command(flatten)]
-    pictures: super::report::PictureArgs,
-}
-
-fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
+pub(super) fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     if s.eq_ignore_ascii_case("auto") {
         return Ok(ProtoChoice::Auto);
     }
@@ -148,8 +117,8 @@ fn utc(unix_s: f64) -> String {
     )
 }
 
-fn warn_exit(info: &CaptureInfo) -> Exit {
-    super::capture::damage(info)
+pub(super) fn warn_exit(info: &CaptureInfo) -> Exit {
+    super::damage(info)
 }
 
 fn first_cells(s: &roundtrip::stats::Summary) -> Vec<String> {
@@ -212,7 +181,7 @@ pub fn rpc_text(r: &RpcResult) -> String {
         let _ = writeln!(
             s,
             "{}; {} connections, {} requests answered{}",
-            super::capture_live::heading(c, l),
+            super::live::heading(c, l),
             r.counts.connections,
             r.report.transactions,
             if r.counts.evicted_connections > 0 {
@@ -410,9 +379,9 @@ impl LiveRpc {
         if closed.is_empty() {
             return;
         }
-        let drops = super::capture_live::drops_now(&self.counters);
+        let drops = super::live::drops_now(&self.counters);
         for (start, rows) in closed {
-            let at = super::capture_live::clock(start.as_nanos() as i64);
+            let at = super::live::clock(start.as_nanos() as i64);
             let line = if rows.is_empty() {
                 format!("{at}  no requests  | kernel drops {drops}")
             } else {
@@ -432,7 +401,7 @@ impl LiveRpc {
                     .collect::<Vec<_>>()
                     .join("\n")
             };
-            if let Err(e) = super::capture_live::line(self.json, &line)
+            if let Err(e) = super::live::line(self.json, &line)
                 && e.kind() == std::io::ErrorKind::BrokenPipe
             {
                 std::process::exit(0);
@@ -492,16 +461,16 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         a.file.clone()
     };
     if let Err(e) = a.live.validate(file.as_deref()) {
-        super::capture::refuse(e);
+        super::refuse(e);
     }
     if a.live.threads > 1 && a.keep_slow.is_some() {
-        super::capture::refuse(format!(
+        super::refuse(format!(
             "--threads {} with --keep-slow: the flight recorder needs one reader; use --threads 1",
             a.live.threads
         ));
     }
     if a.keep_slow.is_some() && !a.live.is_live() {
-        super::capture::refuse(
+        super::refuse(
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
         );
     }
@@ -523,7 +492,9 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         // Live: one row per operation and interval as each ends.
         live_interval: live.then(|| a.interval.unwrap_or(Duration::from_secs(1))),
     };
-    a.pictures.validate().map_err(super::output::refused)?;
+    a.pictures
+        .validate()
+        .map_err(super::super::output::refused)?;
     let keylog = match &a.keylog {
         Some(p) => Some(std::sync::Arc::new(KeyLog::load(p)?)),
         None => None,
@@ -535,12 +506,13 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     // The flight recorder's directory, opened (or created, 0700) before capturing: a regular file or a
     // symbolic link there is refused now.
     let keep_dir = match (&a.keep_slow, &a.keep_dir) {
-        (Some(_), Some(d)) => {
-            Some(KeepDir::open(d).map_err(|e| super::output::refused(format!("--keep-dir {e}")))?)
-        }
+        (Some(_), Some(d)) => Some(
+            KeepDir::open(d)
+                .map_err(|e| super::super::output::refused(format!("--keep-dir {e}")))?,
+        ),
         _ => None,
     };
-    let src = super::capture_live::open(file.as_deref(), &a.live, &filter)
+    let src = super::live::open(file.as_deref(), &a.live, &filter)
         .with_context(|| format!("cannot analyse {label}"))?;
     let recorder = match (&a.keep_slow, keep_dir) {
         (Some(t), Some(d)) => Some(FlightRecorder::new(
@@ -632,7 +604,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     }
     if a.pictures.wanted() || a.json {
         let doc = RpcDoc::new(r.clone());
-        super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
+        super::super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
     }
     if !a.json {
         out_text(rpc_text(&r))?;
@@ -649,7 +621,7 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         ));
     }
     let exit = warn_exit(&r.capture);
-    if super::capture_live::failed(&r.capture) {
+    if super::live::failed(&r.capture) {
         if let Some(w) = r
             .capture
             .source
@@ -677,146 +649,6 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     }
     Ok(exit)
-}
-
-fn fmt_signed(v: f64) -> String {
-    if v < 0.0 {
-        format!("-{}", fmt_nanos(-v))
-    } else {
-        fmt_nanos(v)
-    }
-}
-
-/// The text report of `capture match`, its verdict in [`match_verdict::words`].
-pub fn match_text(
-    client: &CaptureInfo,
-    server: &CaptureInfo,
-    r: &MatchReport,
-    verdict: &Verdict,
-) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "client capture {}: {} requests answered; server capture {}: {} requests answered; {} matched",
-        client.file, r.client_requests, server.file, r.server_requests, r.matched
-    );
-    if r.matched > 0 {
-        let mut t = Table::new(&[
-            "operation",
-            "proto",
-            "matched",
-            "first server",
-            "first client",
-            "first diff",
-            "last server",
-            "last client",
-            "last diff",
-            "diff p50",
-            "server p99",
-            "client p99",
-        ]);
-        for o in r.ops.iter().filter(|o| o.matched > 0) {
-            t.row(vec![
-                o.op.clone(),
-                o.proto.name().into(),
-                format!("{} of {}/{}", o.matched, o.client_count, o.server_count),
-                fmt_nanos(o.server_first_byte.mean_ns),
-                fmt_nanos(o.client_first_byte.mean_ns),
-                fmt_signed(o.first_byte_diff_mean_ns),
-                fmt_nanos(o.server.mean_ns),
-                fmt_nanos(o.client.mean_ns),
-                fmt_signed(o.diff_mean_ns),
-                fmt_signed(o.diff_p50_ns as f64),
-                fmt_nanos(o.server.p99_ns as f64),
-                fmt_nanos(o.client.p99_ns as f64),
-            ]);
-        }
-        s.push_str(
-            "mean latency of the matched requests, to the first and to the last response byte (diff = client - \
-             server: the path between the two capture points):\n",
-        );
-        s.push_str(&t.render(2));
-    }
-    if !r.unmatched.is_empty() {
-        s.push_str("unmatched:\n");
-        let mut t = Table::new(&["reason", "count"]);
-        for u in &r.unmatched {
-            t.row(vec![u.text.to_string(), u.count.to_string()]);
-        }
-        s.push_str(&t.render(2));
-    }
-    if r.matched > 0 {
-        let p = &r.paired_by;
-        let _ = writeln!(
-            s,
-            "paired by: {} xid, {} tcp seq, {} content (leading request bytes), {} order",
-            p.xid, p.tcp_seq, p.content, p.order
-        );
-    }
-    if let Some(o) = r.clock_offset_ns {
-        let _ = writeln!(
-            s,
-            "clock offset (server capture - client capture, assuming a symmetric path): {}{}",
-            if o < 0 { "-" } else { "" },
-            fmt_nanos(o.unsigned_abs() as f64)
-        );
-    }
-    let _ = writeln!(s, "verdict: {}", match_verdict::words(verdict));
-    s
-}
-
-/// Runs `roundtrip capture match`.
-pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
-    let filter = Filter {
-        expr: a.expr.expr(),
-        ..Filter::default()
-    };
-    a.pictures.validate().map_err(super::output::refused)?;
-    let (ci, c) = run::collect(&a.client, &filter, a.proto)
-        .with_context(|| format!("cannot analyse the client capture {}", a.client.display()))?;
-    let (si, s) = run::collect(&a.server, &filter, a.proto)
-        .with_context(|| format!("cannot analyse the server capture {}", a.server.display()))?;
-    let (r, verdict) = matching::match_captures(&c.transactions, &s.transactions);
-    let label = format!("{} vs {}", a.client.display(), a.server.display());
-    if a.pictures.wanted() || a.json {
-        let doc = roundtrip::doc::capture_match::MatchDoc::new(
-            ci.clone(),
-            si.clone(),
-            r.clone(),
-            match_verdict::words(&verdict),
-        );
-        super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
-    }
-    if !a.json {
-        out_text(match_text(&ci, &si, &r, &verdict))?;
-    }
-    let e1 = warn_exit(&ci);
-    let e2 = warn_exit(&si);
-    if r.unrelated && (e1 == Exit::Failed || e2 == Exit::Failed) {
-        // The damage already is the error (one line); nothing to compare follows from it.
-        note("note: no request of the damaged capture's readable part is in the other capture");
-        return Ok(Exit::Failed);
-    }
-    if r.unrelated {
-        error_line(format!(
-            "{} and {} do not show the same requests: nothing to compare (were they taken at the same time, on \
-             both ends of the same traffic?)",
-            a.client.display(),
-            a.server.display()
-        ));
-        return Ok(Exit::Failed);
-    }
-    if !a.json
-        && r.matched > 0
-        && (r.matched as f64) < 0.5 * (r.client_requests.min(r.server_requests) as f64)
-    {
-        note("note: fewer than half of the requests matched; see 'unmatched' for why");
-    }
-    Ok(if e1 == Exit::Ok && e2 == Exit::Ok {
-        Exit::Ok
-    } else {
-        Exit::Failed
-    })
 }
 
 #[cfg(test)]

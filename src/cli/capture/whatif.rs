@@ -1,8 +1,8 @@
 //! `roundtrip capture whatif`: an application's run time at another RTT, bandwidth and loss, predicted from a
 //! capture of today's traffic.
 
-use super::args;
-use super::output::{Exit, note, out, out_text};
+use super::super::args;
+use super::super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::Filter;
@@ -63,7 +63,7 @@ pub struct WhatifArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::ExprArgs,
     /// HTML report with stacked breakdown bars per RTT.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
@@ -156,14 +156,14 @@ const MAX_RTTS: usize = 100;
 /// Runs `roundtrip capture whatif`.
 pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
     if a.rtt.len() > MAX_RTTS {
-        return Err(super::output::refused(format!(
+        return Err(super::super::output::refused(format!(
             "--rtt lists {} values, more than the {MAX_RTTS} one run predicts for (each re-runs the whole capture in the model); give {MAX_RTTS} or fewer",
             a.rtt.len()
         )));
     }
     // The output files first: a wrong path is refused before the capture is read.
     for p in a.report.iter().chain(a.svg.iter()) {
-        super::report::check_output(p).map_err(super::output::refused)?;
+        super::super::report::check_output(p).map_err(super::super::output::refused)?;
     }
     let opts = ProfileOptions {
         filter: Filter {
@@ -265,7 +265,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
     } else {
         out_text(text)?;
     }
-    Ok(super::capture::damage(&prof.capture))
+    Ok(super::damage(&prof.capture))
 }
 
 fn ms(s: f64) -> String {
