@@ -27,6 +27,7 @@ mod server;
 mod sweep;
 mod tcp;
 mod throughput;
+mod vocab;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -111,6 +112,9 @@ pub fn main() -> i32 {
     // with ROUNDTRIP_PARSE_ONLY=1 a command line that parses exits 0 here, before anything runs.
     if std::env::var_os("ROUNDTRIP_PARSE_ONLY").is_some_and(|v| v == "1") {
         return 0;
+    }
+    for n in vocab::notices(&std::env::args_os().collect::<Vec<_>>()) {
+        output::note(n);
     }
     let result = match cli.command {
         Command::Server(a) => server::run(a),
