@@ -154,7 +154,7 @@ pub enum ProxyError {
     /// A listening socket could not be opened.
     #[error(
         "cannot listen for {what} on {addr}: {source} ({})",
-        crate::probe::target::bind_hint(*addr, source)
+        crate::sys::bind_hint(*addr, source)
     )]
     Bind {
         /// "tcp clients", "udp clients" or "the control api".

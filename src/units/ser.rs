@@ -1,5 +1,5 @@
 //! Serde helpers that write a [`Duration`] in the unit its field name carries (`_ns`, `_s`), and read it back.
-//! Every document uses these; a field opts in with `#[serde(with = "crate::doc::ser::ns")]` (or `opt_ns`,
+//! Every document uses these; a field opts in with `#[serde(with = "crate::units::ser::ns")]` (or `opt_ns`,
 //! `secs`).
 
 /// A [`Duration`] as whole nanoseconds (fields named `..._ns`); saturates at `u64::MAX`.
