@@ -84,7 +84,7 @@ pub struct RpcArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::capture_args::ExprArgs,
     /// TLS session keys (SSLKEYLOGFILE format, as Wireshark's tls.keylog_file): decrypt TLS 1.2/1.3 records
     /// and time the protocol inside.
     #[arg(long, value_parser = args::input_file, value_name = "FILE")]
@@ -109,7 +109,7 @@ pub struct MatchArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::capture_args::ExprArgs,
     #[command(flatten)]
     pictures: super::report::PictureArgs,
 }
@@ -149,7 +149,7 @@ fn utc(unix_s: f64) -> String {
 }
 
 fn warn_exit(info: &CaptureInfo) -> Exit {
-    super::capture::damage(info)
+    super::capture_args::damage(info)
 }
 
 fn first_cells(s: &roundtrip::stats::Summary) -> Vec<String> {
@@ -441,7 +441,7 @@ impl LiveRpc {
     }
 }
 
-impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
+impl roundtrip::capture::rpc::Sink for LiveRpc {
     fn transaction(
         &mut self,
         conn: &roundtrip::capture::rpc::driver::ConnInfo,
@@ -492,16 +492,16 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
         a.file.clone()
     };
     if let Err(e) = a.live.validate(file.as_deref()) {
-        super::capture::refuse(e);
+        super::capture_args::refuse(e);
     }
     if a.live.threads > 1 && a.keep_slow.is_some() {
-        super::capture::refuse(format!(
+        super::capture_args::refuse(format!(
             "--threads {} with --keep-slow: the flight recorder needs one reader; use --threads 1",
             a.live.threads
         ));
     }
     if a.keep_slow.is_some() && !a.live.is_live() {
-        super::capture::refuse(
+        super::capture_args::refuse(
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
         );
     }

@@ -63,7 +63,7 @@ pub struct WhatifArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::capture_args::ExprArgs,
     /// HTML report with stacked breakdown bars per RTT.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
@@ -265,7 +265,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
     } else {
         out_text(text)?;
     }
-    Ok(super::capture::damage(&prof.capture))
+    Ok(super::capture_args::damage(&prof.capture))
 }
 
 fn ms(s: f64) -> String {

@@ -6,6 +6,7 @@
 mod agent;
 mod args;
 mod capture;
+mod capture_args;
 mod capture_live;
 mod capture_rpc;
 mod capture_whatif;

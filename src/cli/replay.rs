@@ -61,7 +61,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    expr: super::capture::ExprArgs,
+    expr: super::capture_args::ExprArgs,
 }
 
 /// Runs `roundtrip replay`.
@@ -91,7 +91,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             Ok(p) => p,
             Err(ProfileError::Empty { .. }) if generic.capture.warning.is_some() => {
                 // Damaged before anything replayable: the damage is the error, as every reader says it.
-                return Ok(super::capture::damage(&generic.capture));
+                return Ok(super::capture_args::damage(&generic.capture));
             }
             Err(ProfileError::Empty { path, what }) => {
                 anyhow::bail!("{path}: nothing to replay: {what}")
@@ -121,7 +121,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     }
     if profile.connections.iter().all(|c| c.turns.is_empty()) && generic.capture.warning.is_some() {
         // Damaged before anything replayable: the damage is the error, said as every capture reader says it.
-        return Ok(super::capture::damage(&generic.capture));
+        return Ok(super::capture_args::damage(&generic.capture));
     }
     if profile.connections.iter().all(|c| c.turns.is_empty()) {
         let why = if profile.notes.is_empty() {
@@ -195,7 +195,7 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
             out_text(i.line())?;
         }
     }
-    Ok(super::capture::damage(&generic.capture))
+    Ok(super::capture_args::damage(&generic.capture))
 }
 
 fn secs(d: Duration) -> f64 {

@@ -673,7 +673,7 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         handle.wakers.push(waker);
         handle.threads.push(thread);
     } else {
-        let (addr, waker, thread) = tcp::start(config.listen, shared.clone())?;
+        let (addr, waker, thread) = tcp::start(config.listen, shared.clone(), relay::Loops::start)?;
         handle.listen_addr = addr;
         handle.wakers.push(Box::new(move || waker.wake()));
         handle.threads.push(thread);
