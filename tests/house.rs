@@ -1,6 +1,8 @@
 //! Rules of the house that the compiler does not check: the engines (everything in `src/` but the command line
 //! and the exporters) never import `report` or `cli`; only `src/cli/` and the agent's HTTP pages, which render
-//! on purpose, may import `report`. Doc comments and other comments do not count.
+//! on purpose, may import `report`. The top-level modules import down or sideways through the layers of
+//! [`LAYERS`] and in no cycle, and no two peer files name each other's items. The unsafe code stays in the
+//! files listed. Doc comments and other comments do not count.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -848,6 +850,38 @@ fn top_level_modules_import_down_or_sideways() {
         ));
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+#[test]
+fn the_architecture_page_has_the_same_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let arch = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let section = arch
+        .split("\n## ")
+        .find(|s| s.starts_with("The layers\n"))
+        .expect("ARCHITECTURE.md has a section \"## The layers\"");
+    // Its table: | layer | `a`, `b` | what |, bottom first.
+    let rows: Vec<(String, Vec<String>)> = section
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.strip_prefix('|')?.split('|').map(str::trim).collect();
+            let modules: Vec<String> = cells
+                .get(1)?
+                .split(',')
+                .map(|m| m.trim().trim_matches('`').to_string())
+                .collect();
+            (cells[0] != "layer" && !cells[0].starts_with("---"))
+                .then(|| (cells[0].to_string(), modules))
+        })
+        .collect();
+    let want: Vec<(String, Vec<String>)> = LAYERS
+        .iter()
+        .map(|(l, ms)| (l.to_string(), ms.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    assert_eq!(
+        rows, want,
+        "ARCHITECTURE.md \"The layers\" table and tests/house.rs LAYERS must say the same, in the same order"
+    );
 }
 
 /// Files that name items of each other, both ways: `(a, b, where a names b, where b names a)`.
