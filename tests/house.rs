@@ -576,33 +576,34 @@ fn declared_modules(text: &str) -> Vec<(String, Option<String>)> {
     let t = tokens(text);
     let mut out = Vec::new();
     for k in 0..t.len().saturating_sub(2) {
-        if let (Tok::Ident(m), Tok::Ident(name), Tok::Punct(';')) =
+        let (Tok::Ident(m), Tok::Ident(name), Tok::Punct(';')) =
             (&t[k].1, &t[k + 1].1, &t[k + 2].1)
-        {
-            if m == "mod" {
-                // `#[path = "x.rs"]` just before (after any `pub(..)`).
-                let mut b = k;
-                while b > 0 && matches!(&t[b - 1].1, Tok::Ident(w) if w == "pub" || w == "crate")
-                    || b > 0 && matches!(t[b - 1].1, Tok::Punct('(') | Tok::Punct(')'))
-                {
-                    b -= 1;
-                }
-                let path = match (b >= 4).then(|| t[b - 4..b].to_vec()) {
-                    Some(w)
-                        if w[0].1 == Tok::Ident("path".into())
-                            && w[1].1 == Tok::Punct('=')
-                            && w[3].1 == Tok::Punct(']') =>
-                    {
-                        match &w[2].1 {
-                            Tok::Str(s) => Some(s.clone()),
-                            _ => None,
-                        }
-                    }
-                    _ => None,
-                };
-                out.push((name.clone(), path));
-            }
+        else {
+            continue;
+        };
+        if m != "mod" {
+            continue;
         }
+        // `#[path = "x.rs"]` just before (after any `pub(..)`).
+        let mut b = k;
+        while b > 0
+            && (matches!(&t[b - 1].1, Tok::Ident(w) if w == "pub" || w == "crate")
+                || matches!(t[b - 1].1, Tok::Punct('(') | Tok::Punct(')')))
+        {
+            b -= 1;
+        }
+        let path = match (b >= 4).then(|| &t[b - 4..b]) {
+            Some(
+                [
+                    (_, Tok::Ident(p)),
+                    (_, Tok::Punct('=')),
+                    (_, Tok::Str(s)),
+                    (_, Tok::Punct(']')),
+                ],
+            ) if p == "path" => Some(s.clone()),
+            _ => None,
+        };
+        out.push((name.clone(), path));
     }
     out
 }
@@ -902,10 +903,10 @@ fn two_file_circles(edges: &[Edge]) -> Vec<(String, String, String, String)> {
     }
     let mut out = Vec::new();
     for ((a, b), at) in &first {
-        if a < b {
-            if let Some(back) = first.get(&(*b, *a)) {
-                out.push((a.to_string(), b.to_string(), at.clone(), back.clone()));
-            }
+        if a < b
+            && let Some(back) = first.get(&(*b, *a))
+        {
+            out.push((a.to_string(), b.to_string(), at.clone(), back.clone()));
         }
     }
     out
