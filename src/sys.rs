@@ -552,6 +552,27 @@ pub fn tcp_discard(fd: impl AsFd, len: usize) -> io::Result<usize> {
     }
 }
 
+/// What to do about a listening socket that could not be opened on `addr`, from the system's error: a port
+/// in use, an address this host does not have, a privileged port. Every command that listens (server, agent,
+/// proxy, its control API, the agent's pages) says it the same way.
+pub fn bind_hint(addr: SocketAddr, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            "another program is using port {}: give another port, or 0 for any",
+            addr.port()
+        ),
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this host: give one of its addresses, 127.0.0.1, or 0.0.0.0 for all",
+            addr.ip()
+        ),
+        io::ErrorKind::PermissionDenied if addr.port() < 1024 => format!(
+            "port {} needs root (or CAP_NET_BIND_SERVICE): give a port above 1023",
+            addr.port()
+        ),
+        _ => "check the address and the port".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

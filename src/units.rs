@@ -1,9 +1,12 @@
-//! Strict parsers for the quantities users type: durations, byte sizes, message rates and bit rates.
+//! Strict parsers for the quantities users type: durations, byte sizes, message rates and bit rates; and
+//! [`ser`], the serde helpers that write a duration in the unit its JSON field name carries.
 //!
 //! Every quantity must carry its unit where a bare number would be ambiguous (`10s`, not `10`), negative
 //! values are refused, and the error says which unit spellings are accepted. Byte sizes follow iperf3 and
 //! dd: `k`/`K`/`KiB` mean 1024, `kB`/`KB` mean 1000. Bit rates follow tc: `kbit` is 1000 bit/s.
 #![forbid(unsafe_code)]
+
+pub mod ser;
 
 use std::time::Duration;
 use thiserror::Error;

@@ -29,8 +29,8 @@ mod window;
 
 pub use diagnose::diagnose;
 use reassembly::{Reassembly, flush_reassembly, reassemble};
-use rtt::{Pending, Samples};
-use sequence::Marks;
+use rtt::Samples;
+use sequence::{Marks, Pending};
 
 use super::decode::{Decoded, Tcp, flags};
 use crate::stats::Summary;

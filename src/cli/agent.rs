@@ -345,7 +345,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
         anyhow::anyhow!(
             "cannot serve --metrics on {}: {e} ({})",
             a.metrics,
-            roundtrip::probe::target::bind_hint(a.metrics, &e)
+            roundtrip::sys::bind_hint(a.metrics, &e)
         )
     })?;
     let placed = Placed::new(&a, start, responder.as_ref());

@@ -79,7 +79,10 @@ fn rtt_of(r: &RttArg) -> anyhow::Result<Duration> {
                     p.display()
                 )
             })?;
-            Ok(model::rtt_from_result(&p.display().to_string(), &text)?)
+            Ok(roundtrip::doc::rtt_from_result(
+                &p.display().to_string(),
+                &text,
+            )?)
         }
         (None, None) => Err(super::output::refused(
             "give --rtt DURATION or --from RESULT.json",

@@ -1,6 +1,6 @@
 //! The result documents every command writes with `--json` and `roundtrip report` reads back: the envelope
-//! (`format`, `format_version`, `kind`, `environment`), the kind names, and the serde helpers that give
-//! durations their unit in the field name. One type writes and reads each part, so the writer and the reader
+//! (`format`, `format_version`, `kind`, `environment`) and the kind names; durations get their unit in the field
+//! name through [`crate::units::ser`]. One type writes and reads each part, so the writer and the reader
 //! cannot drift.
 
 pub mod capture_flows;
@@ -15,7 +15,6 @@ pub mod kind;
 pub mod load;
 pub mod ping;
 pub mod rpc;
-pub mod ser;
 pub mod sweep;
 pub mod tcp;
 pub mod tcp_trace;
@@ -214,6 +213,41 @@ pub fn to_bytes<T: Serialize>(doc: &T) -> Vec<u8> {
     out
 }
 
+/// Takes the median RTT (`summary.rtt.p50_ns`) from a roundtrip result document (ping, and any document with
+/// the same summary layout such as compare or db), for the latency model (`roundtrip model --from`).
+pub fn rtt_from_result(path: &str, text: &[u8]) -> Result<Duration, crate::model::ModelError> {
+    let err = |why: String| crate::model::ModelError::FromResult {
+        path: path.to_string(),
+        why,
+    };
+    let v: serde_json::Value = serde_json::from_slice(text)
+        .map_err(|e| err(format!("not JSON ({e}); give a file written by --json")))?;
+    if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+        return Err(err(
+            "not a roundtrip result (no \"format\": \"roundtrip\")".into()
+        ));
+    }
+    let kind = v
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("?")
+        .to_string();
+    let p50 = v
+        .pointer("/summary/rtt/p50_ns")
+        .and_then(|x| x.as_u64())
+        .ok_or_else(|| err(format!("this '{kind}' document has no summary.rtt.p50_ns")))?;
+    let count = v
+        .pointer("/summary/rtt/count")
+        .and_then(|x| x.as_u64())
+        .unwrap_or(1);
+    if count == 0 || p50 == 0 {
+        return Err(err(format!(
+            "this '{kind}' document measured no round trip"
+        )));
+    }
+    Ok(Duration::from_nanos(p50))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +390,18 @@ mod tests {
             text.contains(&format!("\"format_version\": {FORMAT_VERSION},\n")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn rtt_from_documents() {
+        let doc =
+            br#"{"format":"roundtrip","kind":"ping","summary":{"rtt":{"count":5,"p50_ns":41000}}}"#;
+        assert_eq!(
+            rtt_from_result("a.json", doc).unwrap(),
+            Duration::from_nanos(41_000)
+        );
+        assert!(rtt_from_result("a.json", b"{").is_err());
+        assert!(rtt_from_result("a.json", br#"{"format":"other"}"#).is_err());
+        assert!(rtt_from_result("a.json", br#"{"format":"roundtrip","kind":"x"}"#).is_err());
     }
 }

@@ -333,6 +333,27 @@ mod tests {
     }
 
     #[test]
+    fn every_cut_of_another_servers_answer_is_refused_or_read() {
+        for name in [
+            "p50.http",
+            "big.http",
+            "html.http",
+            "baddata.http",
+            "root.http",
+        ] {
+            let raw = std::fs::read(format!(
+                "{}/tests/fixtures/prometheus/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            for n in 0..raw.len() {
+                // Never a panic: Prometheus's answers (head and body) are not an agent's document.
+                let _ = parse(&raw[..n]);
+            }
+        }
+    }
+
+    #[test]
     fn three_agents_make_a_3x3_matrix() {
         let (m, notes) = assemble(&three(), &Filter::default());
         let names = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];

@@ -472,6 +472,29 @@ mod tests {
     }
 
     #[test]
+    fn every_cut_of_a_recorded_answer_is_interpreted() {
+        for name in [
+            "p50.http",
+            "big.http",
+            "html.http",
+            "baddata.http",
+            "root.http",
+        ] {
+            let raw = std::fs::read(format!(
+                "{}/tests/fixtures/prometheus/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            for n in 0..raw.len() {
+                // Never a panic, whatever part of the answer came.
+                if let Ok(r) = http::parse_response(&raw[..n]) {
+                    let _ = interpret(&r);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn recorded_answers_make_the_matrix() {
         // Answers of a real Prometheus 2.42 scraping three exporters of roundtrip series (10 probes/s per
         // pair, 10.0.0.3 -> 10.0.0.1 losing 10%), to the queries of `queries(&Filter::default(), "1m")`.

@@ -1,7 +1,7 @@
 //! The latency model: the arithmetic of the seeds, each formula with its source.
 //!
-//! Everything here is pure computation on typed quantities (durations, bytes, bit/s); no I/O except
-//! [`rtt_from_result`], which reads a result document the user names.
+//! Everything here is pure computation on typed quantities (durations, bytes, bit/s), no I/O; the RTT of a
+//! result document the user names is read by [`crate::doc::rtt_from_result`].
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -224,41 +224,6 @@ pub fn transfer(bytes: u64, link_bps: u64, mtu: u64, hops: u32) -> Result<Transf
     })
 }
 
-/// Takes the median RTT (`summary.rtt.p50_ns`) from a roundtrip result document (ping, and any document with
-/// the same summary layout such as compare or db).
-pub fn rtt_from_result(path: &str, text: &[u8]) -> Result<Duration, ModelError> {
-    let err = |why: String| ModelError::FromResult {
-        path: path.to_string(),
-        why,
-    };
-    let v: serde_json::Value = serde_json::from_slice(text)
-        .map_err(|e| err(format!("not JSON ({e}); give a file written by --json")))?;
-    if v.get("format").and_then(|f| f.as_str()) != Some(crate::doc::FORMAT) {
-        return Err(err(
-            "not a roundtrip result (no \"format\": \"roundtrip\")".into()
-        ));
-    }
-    let kind = v
-        .get("kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or("?")
-        .to_string();
-    let p50 = v
-        .pointer("/summary/rtt/p50_ns")
-        .and_then(|x| x.as_u64())
-        .ok_or_else(|| err(format!("this '{kind}' document has no summary.rtt.p50_ns")))?;
-    let count = v
-        .pointer("/summary/rtt/count")
-        .and_then(|x| x.as_u64())
-        .unwrap_or(1);
-    if count == 0 || p50 == 0 {
-        return Err(err(format!(
-            "this '{kind}' document measured no round trip"
-        )));
-    }
-    Ok(Duration::from_nanos(p50))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,18 +282,5 @@ mod tests {
         assert_eq!(j3.total, Duration::from_nanos(3 * 66_256));
         assert!(t3.total < j3.total);
         assert!(transfer(8192, 1, 40, 1).is_err());
-    }
-
-    #[test]
-    fn rtt_from_documents() {
-        let doc =
-            br#"{"format":"roundtrip","kind":"ping","summary":{"rtt":{"count":5,"p50_ns":41000}}}"#;
-        assert_eq!(
-            rtt_from_result("a.json", doc).unwrap(),
-            Duration::from_nanos(41_000)
-        );
-        assert!(rtt_from_result("a.json", b"{").is_err());
-        assert!(rtt_from_result("a.json", br#"{"format":"other"}"#).is_err());
-        assert!(rtt_from_result("a.json", br#"{"format":"roundtrip","kind":"x"}"#).is_err());
     }
 }

@@ -162,10 +162,10 @@ pub struct Attempt {
     /// What the answer said.
     pub state: PortState,
     /// From sending the SYN to the answer (SYN-ACK, RST or ICMP error); `None` when nothing came back.
-    #[serde(rename = "time_ns", with = "crate::doc::ser::opt_ns", default)]
+    #[serde(rename = "time_ns", with = "crate::units::ser::opt_ns", default)]
     pub time: Option<Duration>,
     /// Start of the attempt since the start of the run.
-    #[serde(rename = "at_ns", with = "crate::doc::ser::ns")]
+    #[serde(rename = "at_ns", with = "crate::units::ser::ns")]
     pub at: Duration,
     /// The system's or the network's own words, when the answer was not a SYN-ACK.
     #[serde(default)]

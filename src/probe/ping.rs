@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// After this long (measured phase only).
-    Duration(#[serde(with = "crate::doc::ser::secs")] Duration),
+    Duration(#[serde(with = "crate::units::ser::secs")] Duration),
     /// After this many round trips.
     Count(u64),
 }

@@ -14,13 +14,13 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TcpRtt {
     /// Smoothed RTT (`tcpi_rtt`), microsecond resolution.
-    #[serde(rename = "srtt_ns", with = "crate::doc::ser::ns")]
+    #[serde(rename = "srtt_ns", with = "crate::units::ser::ns")]
     pub srtt: Duration,
     /// RTT mean deviation (`tcpi_rttvar`).
-    #[serde(rename = "rttvar_ns", with = "crate::doc::ser::ns")]
+    #[serde(rename = "rttvar_ns", with = "crate::units::ser::ns")]
     pub rttvar: Duration,
     /// Smallest RTT the kernel measured on the connection (`tcpi_min_rtt`), on kernels that report it.
-    #[serde(rename = "min_rtt_ns", with = "crate::doc::ser::opt_ns", default)]
+    #[serde(rename = "min_rtt_ns", with = "crate::units::ser::opt_ns", default)]
     pub min_rtt: Option<Duration>,
 }
 

@@ -278,10 +278,18 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-fn error_json(msg: &str) -> Vec<u8> {
+/// The body of a refusal: `{"error": msg}` and a newline.
+pub(crate) fn error_json(msg: &str) -> Vec<u8> {
     let mut v = serde_json::to_vec(&serde_json::json!({ "error": msg })).expect("json");
     v.push(b'\n');
     v
+}
+
+/// The body of an answer: `v` as pretty JSON and a newline (the layout of the result documents).
+pub(crate) fn json_body<T: serde::Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(v).expect("control api values always serialise");
+    out.push(b'\n');
+    out
 }
 
 /// How a request body changes the impairment in force.
@@ -415,7 +423,7 @@ mod erased {
     }
     impl<T: serde::Serialize> Ser for T {
         fn bytes(&self) -> Vec<u8> {
-            crate::doc::to_bytes(self)
+            super::json_body(self)
         }
     }
 }

@@ -154,7 +154,7 @@ pub enum ProxyError {
     /// A listening socket could not be opened.
     #[error(
         "cannot listen for {what} on {addr}: {source} ({})",
-        crate::probe::target::bind_hint(*addr, source)
+        crate::sys::bind_hint(*addr, source)
     )]
     Bind {
         /// "tcp clients", "udp clients" or "the control api".
@@ -673,7 +673,7 @@ pub fn start(config: &ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         handle.wakers.push(waker);
         handle.threads.push(thread);
     } else {
-        let (addr, waker, thread) = tcp::start(config.listen, shared.clone())?;
+        let (addr, waker, thread) = tcp::start(config.listen, shared.clone(), relay::Loops::start)?;
         handle.listen_addr = addr;
         handle.wakers.push(Box::new(move || waker.wake()));
         handle.threads.push(thread);

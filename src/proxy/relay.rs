@@ -28,7 +28,7 @@ use super::delay::{self, CpusAwake, DelayLine, LoopTimer, Rng};
 use super::faults::FaultKind;
 use super::impairment::{DEFAULT_PATH_LIMIT, Way};
 use super::rate::{self, Link};
-use super::tcp::{Conn, RESET, STALLED, finish};
+use super::tcp::{Conn, Handoff, RESET, STALLED, finish};
 use super::{Impairment, Shared};
 use mio::unix::SourceFd;
 use std::cmp::Reverse;
@@ -89,9 +89,11 @@ impl Loops {
             next: AtomicUsize::new(0),
         })
     }
+}
 
+impl Handoff for Loops {
     /// Hands `conn` to a loop; gives it back when the loops are gone.
-    pub(crate) fn hand(&self, conn: Arc<Conn>) -> Result<(), Arc<Conn>> {
+    fn hand(&self, conn: Arc<Conn>) -> Result<(), Arc<Conn>> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.loops.len();
         let (tx, waker) = &self.loops[i];
         tx.send(conn).map_err(|e| e.0)?;

@@ -13,7 +13,6 @@
 
 use super::faults::{FaultKind, FaultPlan};
 use super::impairment::Way;
-use super::relay::Loops;
 use super::window::Window;
 use super::{ConnCounters, ProxyError, Shared};
 use std::io::{self, Read};
@@ -23,10 +22,17 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Binds the listener and starts the accept thread.
-pub(crate) fn start(
+/// What relays the accepted connections: the proxy's event loops ([`super::relay::Loops`]).
+pub(crate) trait Handoff: Send + Sync + 'static {
+    /// Hands `conn` to be relayed; gives it back when that cannot be done any more.
+    fn hand(&self, conn: Arc<Conn>) -> Result<(), Arc<Conn>>;
+}
+
+/// Binds the listener, starts the relay with `relay` (the event loops) and starts the accept thread.
+pub(crate) fn start<R: Handoff>(
     listen: SocketAddr,
     shared: Arc<Shared>,
+    relay: impl FnOnce(&Arc<Shared>) -> io::Result<R>,
 ) -> Result<(SocketAddr, super::control::AcceptWaker, JoinHandle<()>), ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         what: "tcp clients",
@@ -36,7 +42,7 @@ pub(crate) fn start(
     let listener = TcpListener::bind(listen).map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
     let waker = super::control::AcceptWaker::new(&listener).map_err(bind_err)?;
-    let loops = Arc::new(Loops::start(&shared).map_err(bind_err)?);
+    let loops = Arc::new(relay(&shared).map_err(bind_err)?);
     let thread = std::thread::Builder::new()
         .name("proxy-accept".into())
         .spawn(move || accept_loop(listener, shared, loops))
@@ -56,7 +62,7 @@ pub(super) fn finish(conn: &Conn) {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, loops: Arc<Loops>) {
+fn accept_loop<R: Handoff>(listener: TcpListener, shared: Arc<Shared>, loops: Arc<R>) {
     loop {
         let accepted = listener.accept();
         if shared.stopping() {
@@ -76,7 +82,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, loops: Arc<Loops>) {
                 let (shared2, loops2) = (shared.clone(), loops.clone());
                 let spawned = std::thread::Builder::new()
                     .name("proxy-connect".into())
-                    .spawn(move || handle(client, peer, shared2, &loops2));
+                    .spawn(move || handle(client, peer, shared2, &*loops2));
                 if spawned.is_err() {
                     t.active.fetch_sub(1, Ordering::SeqCst);
                     // Out of threads: the client's socket was dropped with the closure (closed); keep serving.
@@ -323,7 +329,7 @@ fn reset_close(s: &TcpStream) {
 
 /// Connects one accepted client upstream (it was counted in `active` by the accept loop; the connection's
 /// guard releases it) and hands it to an event loop.
-fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &Loops) {
+fn handle<R: Handoff>(client: TcpStream, peer: SocketAddr, shared: Arc<Shared>, loops: &R) {
     let t = shared.totals();
     let counters = shared.register(peer);
     let mut guard = ActiveGuard {

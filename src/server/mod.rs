@@ -243,7 +243,7 @@ pub enum ServerError {
     /// Binding the listening socket failed.
     #[error(
         "cannot listen on {proto} {addr}: {source} ({})",
-        crate::probe::target::bind_hint(*addr, source)
+        crate::sys::bind_hint(*addr, source)
     )]
     Bind {
         /// "tcp" or "udp".

@@ -13,16 +13,16 @@ pub struct TcpInfo {
     /// How many bytes of `struct tcp_info` the kernel sent.
     pub len: usize,
     /// Smoothed round-trip time (`tcpi_rtt`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rtt_ns")]
     pub rtt: Option<Duration>,
     /// Round-trip time variation (`tcpi_rttvar`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rttvar_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rttvar_ns")]
     pub rttvar: Option<Duration>,
     /// Lowest round-trip time seen (`tcpi_min_rtt`, 4.6+).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "min_rtt_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "min_rtt_ns")]
     pub min_rtt: Option<Duration>,
     /// Retransmission timeout (`tcpi_rto`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rto_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rto_ns")]
     pub rto: Option<Duration>,
     /// Congestion window in segments (`tcpi_snd_cwnd`).
     pub cwnd: Option<u32>,
@@ -57,13 +57,13 @@ pub struct TcpInfo {
     /// The delivery rate was measured while the application had nothing to send (4.9+).
     pub delivery_rate_app_limited: Option<bool>,
     /// Time with data outstanding, all limits included (`tcpi_busy_time`, 4.10+).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "busy_time_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "busy_time_ns")]
     pub busy_time: Option<Duration>,
     /// Part of the busy time the peer's receive window stopped sending (`tcpi_rwnd_limited`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rwnd_limited_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rwnd_limited_ns")]
     pub rwnd_limited: Option<Duration>,
     /// Part of the busy time a full send buffer stopped sending (`tcpi_sndbuf_limited`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "sndbuf_limited_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "sndbuf_limited_ns")]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged (`tcpi_bytes_acked`, 4.1+).
     pub bytes_acked: Option<u64>,

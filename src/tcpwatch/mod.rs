@@ -185,16 +185,16 @@ impl Sampler {
 #[serde(default)]
 pub struct Delta {
     /// Time between the two samples.
-    #[serde(with = "crate::doc::ser::ns", rename = "elapsed_ns")]
+    #[serde(with = "crate::units::ser::ns", rename = "elapsed_ns")]
     pub elapsed: Duration,
     /// Busy time added (None: the kernel lacks `tcpi_busy_time`).
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "busy_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "busy_ns")]
     pub busy: Option<Duration>,
     /// Receive-window-limited time added.
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rwnd_limited_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rwnd_limited_ns")]
     pub rwnd_limited: Option<Duration>,
     /// Send-buffer-limited time added.
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "sndbuf_limited_ns")]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "sndbuf_limited_ns")]
     pub sndbuf_limited: Option<Duration>,
     /// Bytes the peer acknowledged.
     pub bytes_acked: Option<u64>,
@@ -506,7 +506,7 @@ pub struct Sample {
     /// Which connection.
     pub conn: ConnId,
     /// Time since the watch started.
-    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
+    #[serde(with = "crate::units::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// What the kernel said.
     pub socket: DiagSocket,
@@ -522,7 +522,7 @@ pub struct Closed {
     /// Which connection.
     pub conn: ConnId,
     /// When it was first missing.
-    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
+    #[serde(with = "crate::units::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// Its last sample.
     pub last: Sample,
@@ -532,7 +532,7 @@ pub struct Closed {
 #[derive(Debug, Clone, Serialize)]
 pub struct Tick {
     /// Time since the watch started.
-    #[serde(with = "crate::doc::ser::ns", rename = "at_ns")]
+    #[serde(with = "crate::units::ser::ns", rename = "at_ns")]
     pub at: Duration,
     /// Every matching connection.
     pub samples: Vec<Sample>,
@@ -550,13 +550,13 @@ pub struct ConnSummary {
     /// True when it went away before the end.
     pub closed: bool,
     /// Lowest smoothed RTT seen.
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_min_ns", default)]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rtt_min_ns", default)]
     pub rtt_min: Option<Duration>,
     /// Mean smoothed RTT over the samples.
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_mean_ns", default)]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rtt_mean_ns", default)]
     pub rtt_mean: Option<Duration>,
     /// Highest smoothed RTT seen.
-    #[serde(with = "crate::doc::ser::opt_ns", rename = "rtt_max_ns", default)]
+    #[serde(with = "crate::units::ser::opt_ns", rename = "rtt_max_ns", default)]
     pub rtt_max: Option<Duration>,
     /// Highest congestion window seen (segments).
     pub cwnd_max: Option<u32>,

@@ -103,7 +103,8 @@ pub struct Turn {
 }
 
 use crate::capture::flows::{Dir as FlowDir, FlowSummary, FlowTracker, TrackerConfig};
-use crate::capture::rpc::driver::{ConnInfo, ProtoChoice, Sink};
+use crate::capture::rpc::Sink;
+use crate::capture::rpc::driver::{ConnInfo, ProtoChoice};
 use crate::capture::rpc::{Anomaly, Carrier, Transaction, run};
 use crate::capture::{CaptureError, Filter, Packets};
 use std::collections::HashMap;

@@ -2,16 +2,8 @@
 //! kept exactly while few.
 
 use super::Half;
-use super::sequence::{seq_gt, seq_le};
+use super::sequence::{Pending, seq_gt, seq_le};
 use crate::stats::{LatencyHistogram, Summary};
-
-/// A first-sent segment waiting for its ACK.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pending {
-    pub end: u32,
-    pub ts_ns: i64,
-    pub retransmitted: bool,
-}
 
 /// Values kept exactly while few (most connections are short), in a [`LatencyHistogram`] beyond that, so
 /// that a capture of a million short connections does not allocate a histogram for each.

@@ -2,8 +2,15 @@
 //! segments, duplicate ACKs, zero windows, and the highest sequence sent.
 
 use super::Half;
-use super::rtt::Pending;
 use crate::capture::decode::{Tcp, flags};
+
+/// A first-sent segment waiting for its ACK (kept here, read by the RTT in `rtt.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pending {
+    pub end: u32,
+    pub ts_ns: i64,
+    pub retransmitted: bool,
+}
 
 #[inline]
 pub(super) fn seq_lt(a: u32, b: u32) -> bool {

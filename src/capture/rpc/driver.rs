@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use super::tlskeys::KeyLog;
-use super::{Anomaly, Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Transaction, detect};
+use super::{Carrier, ConnMatcher, Dir, FxHashMap, Out, Proto, Sink, detect};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
@@ -130,47 +130,6 @@ pub struct ConnInfo {
     pub proto: Proto,
     /// TCP or UDP.
     pub carrier: Carrier,
-}
-
-/// Receives what the driver finds.
-pub trait Sink {
-    /// A completed transaction on connection `conn`.
-    fn transaction(&mut self, conn: &ConnInfo, t: Transaction);
-    /// The transactions one packet completed on connection `conn`, in order: all taken from `ts`, which is
-    /// left empty. By default each is handed to [`transaction`](Self::transaction); a sink that keeps none of
-    /// them may read them where they are instead, without moving each (~180 bytes) out of the list.
-    fn transactions(&mut self, conn: &ConnInfo, ts: &mut Vec<Transaction>) {
-        // Usually one transaction: taken off the end, no drain.
-        if ts.len() == 1
-            && let Some(t) = ts.pop()
-        {
-            self.transaction(conn, t);
-        } else {
-            for t in ts.drain(..) {
-                self.transaction(conn, t);
-            }
-        }
-    }
-    /// An anomaly on connection `conn`.
-    fn anomaly(&mut self, conn: &ConnInfo, a: Anomaly);
-    /// False for a sink that ignores transactions: a sink passing them on may skip the call.
-    fn wants_transactions(&self) -> bool {
-        true
-    }
-    /// Live capture: a packet that passed the filter, before the driver sees it (the flight recorder keeps it).
-    fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &Segment<'_>) {
-        let _ = (p, seg);
-    }
-    /// Live capture: time went on (wall clock since the Unix epoch) without a packet; intervals may close.
-    fn tick(&mut self, now: Duration) {
-        let _ = now;
-    }
-    /// Live capture: the per-operation rows of the intervals that ended
-    /// ([`super::stats::StatsConfig::live_interval`]), in order, before the transaction or the tick that
-    /// ended them.
-    fn live_rows(&mut self, rows: super::stats::LiveRows) {
-        let _ = rows;
-    }
 }
 
 /// Which protocol to parse.
@@ -538,7 +497,7 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Also hash each TCP request's leading bytes into [`Transaction::content`] (for `capture match`).
+    /// Also hash each TCP request's leading bytes into [`super::Transaction::content`] (for `capture match`).
     pub fn with_content(mut self) -> Self {
         self.content = true;
         self
@@ -1086,6 +1045,7 @@ fn build_matcher(
 #[cfg(test)]
 mod cap_tests {
     use super::*;
+    use crate::capture::rpc::{Anomaly, Transaction};
 
     #[derive(Default)]
     struct Nothing;

@@ -39,6 +39,48 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::time::Duration;
 
+/// Receives what the [`Driver`] finds: the transactions, the anomalies, and on a live capture the packets,
+/// the ticks of the clock and the statistics' interval rows.
+pub trait Sink {
+    /// A completed transaction on connection `conn`.
+    fn transaction(&mut self, conn: &driver::ConnInfo, t: Transaction);
+    /// The transactions one packet completed on connection `conn`, in order: all taken from `ts`, which is
+    /// left empty. By default each is handed to [`transaction`](Self::transaction); a sink that keeps none of
+    /// them may read them where they are instead, without moving each (~180 bytes) out of the list.
+    fn transactions(&mut self, conn: &driver::ConnInfo, ts: &mut Vec<Transaction>) {
+        // Usually one transaction: taken off the end, no drain.
+        if ts.len() == 1
+            && let Some(t) = ts.pop()
+        {
+            self.transaction(conn, t);
+        } else {
+            for t in ts.drain(..) {
+                self.transaction(conn, t);
+            }
+        }
+    }
+    /// An anomaly on connection `conn`.
+    fn anomaly(&mut self, conn: &driver::ConnInfo, a: Anomaly);
+    /// False for a sink that ignores transactions: a sink passing them on may skip the call.
+    fn wants_transactions(&self) -> bool {
+        true
+    }
+    /// Live capture: a packet that passed the filter, before the driver sees it (the flight recorder keeps it).
+    fn packet(&mut self, p: &crate::capture::read::Packet<'_>, seg: &driver::Segment<'_>) {
+        let _ = (p, seg);
+    }
+    /// Live capture: time went on (wall clock since the Unix epoch) without a packet; intervals may close.
+    fn tick(&mut self, now: Duration) {
+        let _ = now;
+    }
+    /// Live capture: the per-operation rows of the intervals that ended
+    /// ([`stats::StatsConfig::live_interval`]), in order, before the transaction or the tick that
+    /// ended them.
+    fn live_rows(&mut self, rows: stats::LiveRows) {
+        let _ = rows;
+    }
+}
+
 /// Which way bytes travel in a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,10 +1,10 @@
 //! Reading a capture file into the matchers: issue 6's reader and decoder feed the [`Driver`].
 #![forbid(unsafe_code)]
 
-use super::driver::{ConnInfo, DriverCounts, L4, ProtoChoice, Segment, Sink};
+use super::driver::{ConnInfo, DriverCounts, L4, ProtoChoice, Segment};
 use super::stats::{Collect, RpcReport, RpcStats, StatsConfig};
 use super::tlskeys::KeyLog;
-use super::{Driver, Proto};
+use super::{Driver, Proto, Sink};
 use crate::capture::decode::Transport;
 use crate::capture::{CaptureError, CaptureInfo, Filter, Packets, Step};
 use serde::Serialize;
@@ -458,4 +458,37 @@ pub fn collect(
     let mut c = Collect::default();
     let (info, _) = feed_with(path, filter, Driver::new(choice).with_content(), &mut c)?;
     Ok((info, c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Not a check: `capture rpc`'s statistics on a capture for callgrind (the per-request cost of
+    /// `Tee::transaction`, live intervals included with `RT_STATS_LIVE=1`):
+    /// `RT_STATS_PCAP=/work/wt/pgS.pcap valgrind --tool=callgrind TESTBIN --ignored --exact
+    /// capture::rpc::run::tests::stats_cost_harness`.
+    #[test]
+    #[ignore]
+    fn stats_cost_harness() {
+        let Some(path) = std::env::var_os("RT_STATS_PCAP") else {
+            return;
+        };
+        let live = std::env::var_os("RT_STATS_LIVE").is_some();
+        let config = StatsConfig {
+            live_interval: live.then_some(Duration::from_secs(1)),
+            ..StatsConfig::default()
+        };
+        let pk = crate::capture::Packets::open(std::path::Path::new(&path)).unwrap();
+        let r = run_rpc_on(
+            pk,
+            &crate::capture::Filter::default(),
+            ProtoChoice::Force(Proto::Pgsql),
+            config,
+            None,
+            None,
+            &mut NoSink,
+        );
+        eprintln!("{} transactions", r.report.transactions);
+    }
 }

@@ -3,8 +3,8 @@
 //! optional per-connection rows.
 #![forbid(unsafe_code)]
 
-use super::driver::{ConnInfo, Sink};
-use super::{Anomaly, AnomalyKind, Proto, Status, Transaction};
+use super::driver::ConnInfo;
+use super::{Anomaly, AnomalyKind, Proto, Sink, Status, Transaction};
 use crate::stats::{LatencyHistogram, PairedHistogram, Summary};
 use crate::units::nanos;
 use serde::{Deserialize, Serialize};
@@ -739,34 +739,6 @@ mod nanos_tests {
                 .collect();
             assert_eq!(got, want, "top {top}");
         }
-    }
-
-    /// Not a check: `capture rpc`'s statistics on a capture for callgrind (the per-request cost of
-    /// `Tee::transaction`, live intervals included with `RT_STATS_LIVE=1`):
-    /// `RT_STATS_PCAP=/work/wt/pgS.pcap valgrind --tool=callgrind TESTBIN --ignored --exact
-    /// capture::rpc::stats::nanos_tests::stats_cost_harness`.
-    #[test]
-    #[ignore]
-    fn stats_cost_harness() {
-        let Some(path) = std::env::var_os("RT_STATS_PCAP") else {
-            return;
-        };
-        let live = std::env::var_os("RT_STATS_LIVE").is_some();
-        let config = StatsConfig {
-            live_interval: live.then_some(Duration::from_secs(1)),
-            ..StatsConfig::default()
-        };
-        let pk = crate::capture::Packets::open(std::path::Path::new(&path)).unwrap();
-        let r = super::super::run::run_rpc_on(
-            pk,
-            &crate::capture::Filter::default(),
-            super::super::driver::ProtoChoice::Force(Proto::Pgsql),
-            config,
-            None,
-            None,
-            &mut super::super::run::NoSink,
-        );
-        eprintln!("{} transactions", r.report.transactions);
     }
 
     #[test]

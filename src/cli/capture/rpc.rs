@@ -410,7 +410,7 @@ impl LiveRpc {
     }
 }
 
-impl roundtrip::capture::rpc::driver::Sink for LiveRpc {
+impl roundtrip::capture::rpc::Sink for LiveRpc {
     fn transaction(
         &mut self,
         conn: &roundtrip::capture::rpc::driver::ConnInfo,

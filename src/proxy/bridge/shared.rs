@@ -3,7 +3,7 @@
 
 use super::BridgeImpairment;
 use crate::proxy::ControlToken;
-use crate::proxy::control::{self, Change, Request, change_with};
+use crate::proxy::control::{self, Change, Request, change_with, error_json, json_body};
 use crate::proxy::impairment::ImpairmentError;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -147,12 +147,6 @@ impl BridgeShared {
     }
 }
 
-fn error_json(msg: &str) -> Vec<u8> {
-    let mut v = serde_json::to_vec(&serde_json::json!({ "error": msg })).expect("json");
-    v.push(b'\n');
-    v
-}
-
 impl control::Api for BridgeShared {
     fn respond(&self, req: &Request) -> (u16, Vec<u8>) {
         if let Some(token) = &self.token {
@@ -167,7 +161,7 @@ impl control::Api for BridgeShared {
         }
         let ok = |v: Vec<u8>| (200, v);
         match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/impairment") => ok(crate::doc::to_bytes(&*self.impairment())),
+            ("GET", "/impairment") => ok(json_body(&*self.impairment())),
             ("PUT", "/impairment") | ("PATCH", "/impairment") => {
                 let how = if req.method == "PUT" {
                     Change::Replace
@@ -184,11 +178,11 @@ impl control::Api for BridgeShared {
                     &req.body,
                     how,
                 ) {
-                    Ok(i) => ok(crate::doc::to_bytes(&*i)),
+                    Ok(i) => ok(json_body(&*i)),
                     Err(e) => (400, error_json(&e)),
                 }
             }
-            ("GET", "/counters") => ok(crate::doc::to_bytes(&self.counters())),
+            ("GET", "/counters") => ok(json_body(&self.counters())),
             (_, "/impairment") | (_, "/counters") => {
                 (405, error_json("use GET (or PUT / PATCH for /impairment)"))
             }

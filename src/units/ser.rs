@@ -1,8 +1,8 @@
-//! Serde helpers that write a [`Duration`] in the unit its field name carries (`_ns`, `_s`), and read it back.
-//! Every document uses these; a field opts in with `#[serde(with = "crate::doc::ser::ns")]` (or `opt_ns`,
+//! Serde helpers that write a [`Duration`](std::time::Duration) in the unit its field name carries (`_ns`, `_s`), and read it back.
+//! Every document uses these; a field opts in with `#[serde(with = "crate::units::ser::ns")]` (or `opt_ns`,
 //! `secs`).
 
-/// A [`Duration`] as whole nanoseconds (fields named `..._ns`); saturates at `u64::MAX`.
+/// A [`Duration`](std::time::Duration) as whole nanoseconds (fields named `..._ns`); saturates at `u64::MAX`.
 pub mod ns {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
@@ -18,7 +18,7 @@ pub mod ns {
     }
 }
 
-/// An optional [`Duration`] as whole nanoseconds, `null` when absent.
+/// An optional [`Duration`](std::time::Duration) as whole nanoseconds, `null` when absent.
 pub mod opt_ns {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
@@ -37,7 +37,7 @@ pub mod opt_ns {
     }
 }
 
-/// A [`Duration`] as fractional seconds (fields named `..._s`).
+/// A [`Duration`](std::time::Duration) as fractional seconds (fields named `..._s`).
 pub mod secs {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
