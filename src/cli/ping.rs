@@ -33,7 +33,7 @@ pub struct PingArgs {
     /// Stop after this many round trips.
     #[arg(long, short = 'n', value_parser = args::count, allow_hyphen_values = true)]
     count: Option<u64>,
-    /// Send one message every D whether or not the answers came, as ping(8): several in flight, loss and
+    /// Send one message every DURATION whether or not the answers came, as ping(8): several in flight, loss and
     /// reordering counted by sequence number (exactly on UDP only: on TCP a retransmission holds later
     /// messages back). Default: back to back, the next message as soon as the answer arrives (sockperf
     /// ping-pong).
