@@ -498,7 +498,8 @@ impl AsFd for TimerFd {
 }
 
 /// Waits up to `timeout` for `fd` to be readable (`ppoll`, to the nanosecond rather than `poll`'s whole
-/// milliseconds, so a paced sender can wait for answers right up to its next send); true when it is.
+/// milliseconds, so a paced sender can wait for answers right up to its next send); true when it is, or when a
+/// read would return at once with an error or the end (`POLLERR`, `POLLHUP`: an ICMP error on a UDP socket).
 pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd: fd.as_fd().as_raw_fd(),
@@ -512,7 +513,7 @@ pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
     // SAFETY: one valid pollfd and one timespec for the duration of the call; no signal mask.
     let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     check(n)?;
-    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+    Ok(n > 0 && p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
 
 /// The open-file limit (`RLIMIT_NOFILE`): (soft, hard).

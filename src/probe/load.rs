@@ -615,3 +615,24 @@ fn receive(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_is_open_loop_from_its_start() {
+        let start = Instant::now();
+        let s = Schedule::new(start, Duration::from_millis(10));
+        assert_eq!(s.start(), start);
+        assert_eq!(s.due(0), start);
+        assert_eq!(s.due(100), start + Duration::from_secs(1));
+        // Messages due before start + span: 0..=99 in one second, 100 in 995 ms (the last at 990 ms).
+        assert_eq!(s.count_in(Duration::from_secs(1)), 100);
+        assert_eq!(s.count_in(Duration::from_millis(995)), 100);
+        assert_eq!(s.count_in(Duration::ZERO), 0);
+        let r = Schedule::at_rate(start, 1000.0);
+        assert_eq!(r.due(1000), start + Duration::from_secs(1));
+        assert_eq!(r.count_in(Duration::from_millis(50)), 50);
+    }
+}

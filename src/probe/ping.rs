@@ -930,3 +930,27 @@ fn classify_udp(
         Answer::Late
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_loop_window_holds_every_message_in_flight() {
+        // 2 s of 10 ms sends: 202 in flight at most; the floor is the closed loop's window.
+        let w = SeqWindow::for_pace(Duration::from_millis(10), Duration::from_secs(2));
+        assert_eq!(w.len(), WINDOW as u64);
+        // 2 s of 10 us sends: 200,002 in flight, twice over, capped.
+        let w = SeqWindow::for_pace(Duration::from_micros(10), Duration::from_secs(2));
+        assert_eq!(w.len(), MAX_WINDOW as u64);
+        let w = SeqWindow::for_pace(Duration::from_micros(100), Duration::from_secs(2));
+        assert_eq!(w.len(), 1 << 16);
+        let mut w = SeqWindow::new(8);
+        w.on_send(3, Duration::from_millis(1));
+        assert_eq!(w.sent_at(3), Some(Duration::from_millis(1)));
+        assert!(!w.is_answered(3));
+        // Sequence 11 takes 3's slot.
+        w.on_send(11, Duration::from_millis(2));
+        assert_eq!(w.sent_at(3), Some(Duration::from_millis(2)));
+    }
+}
