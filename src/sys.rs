@@ -497,18 +497,23 @@ impl AsFd for TimerFd {
     }
 }
 
-/// Waits up to `timeout` for `fd` to be readable (`poll`); true when it is.
+/// Waits up to `timeout` for `fd` to be readable (`ppoll`, to the nanosecond rather than `poll`'s whole
+/// milliseconds, so a paced sender can wait for answers right up to its next send); true when it is, or when a
+/// read would return at once with an error or the end (`POLLERR`, `POLLHUP`: an ICMP error on a UDP socket).
 pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd: fd.as_fd().as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    // SAFETY: one valid pollfd and one timespec for the duration of the call; no signal mask.
+    let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     check(n)?;
-    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+    Ok(n > 0 && p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
 
 /// The open-file limit (`RLIMIT_NOFILE`): (soft, hard).

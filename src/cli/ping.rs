@@ -33,10 +33,14 @@ pub struct PingArgs {
     /// Stop after this many round trips.
     #[arg(long, short = 'n', value_parser = args::count, allow_hyphen_values = true)]
     count: Option<u64>,
-    /// Time between sends (default: send the next message as soon as the answer arrives).
+    /// Send one message every DURATION whether or not the answers came, as ping(8): several in flight, loss and
+    /// reordering counted by sequence number (exactly on UDP only: on TCP a retransmission holds later
+    /// messages back). Default: back to back, the next message as soon as the answer arrives (sockperf
+    /// ping-pong).
     #[arg(long, short = 'i', value_parser = args::positive_duration, allow_hyphen_values = true, conflicts_with = "rate")]
     interval: Option<Duration>,
-    /// Messages per second, instead of --interval (e.g. 1000, 10k/s).
+    /// Messages per second, instead of --interval (e.g. 1000, 10k/s): sent on that schedule as with
+    /// --interval, whether or not the answers came.
     #[arg(long, value_parser = args::rate, allow_hyphen_values = true, value_name = "N/s")]
     rate: Option<f64>,
     /// Unmeasured warm-up before measuring (0 for none).
@@ -132,6 +136,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
     config.stop = stop;
     config.interval = interval;
+    config.open_loop = interval.is_some();
     config.warmup = a.warmup;
     config.report_interval = a.report_interval;
     config.timeout = a.timeout;

@@ -30,6 +30,49 @@ pub const MAX_RATE: f64 = 10_000_000.0;
 const SLOTS: usize = 1 << 16;
 const POLL: Duration = Duration::from_millis(100);
 
+/// An open-loop send schedule: message `i` (counted from 0) is due at `start + i * period`, whatever happened
+/// to the messages before it. `load` sends on it, and so does `ping` with an interval
+/// ([`PingConfig::open_loop`](super::ping::PingConfig::open_loop)); a sender that falls behind sends what is
+/// due back to back to catch up.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    start: Instant,
+    period_ns: f64,
+}
+
+impl Schedule {
+    /// One message every `period` from `start`.
+    pub fn new(start: Instant, period: Duration) -> Self {
+        Schedule {
+            start,
+            period_ns: period.as_nanos() as f64,
+        }
+    }
+
+    /// `rate` messages per second from `start`.
+    pub fn at_rate(start: Instant, rate: f64) -> Self {
+        Schedule {
+            start,
+            period_ns: 1e9 / rate,
+        }
+    }
+
+    /// When message `i` is due.
+    pub fn due(&self, i: u64) -> Instant {
+        self.start + Duration::from_nanos((i as f64 * self.period_ns) as u64)
+    }
+
+    /// When message 0 is due.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// How many messages fall due within `span` of the start (the ones due before `start + span`).
+    pub fn count_in(&self, span: Duration) -> u64 {
+        (span.as_nanos() as f64 / self.period_ns).ceil() as u64
+    }
+}
+
 /// Settings of a load run. Build with [`LoadConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
@@ -275,12 +318,12 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
                 .map_err(|e| io_error("setting up", config.transport, addr, e))?,
         ),
     };
-    let period_ns = 1e9 / config.rate;
-    let warm_n = (config.warmup.as_nanos() as f64 / period_ns).ceil() as u64;
-    let measured_n = (config.duration.as_nanos() as f64 / period_ns).ceil() as u64;
     // Start a little ahead so the first messages are not late because of thread start-up.
-    let t0 = Instant::now() + Duration::from_millis(5);
-    let measure_start = t0 + Duration::from_nanos((warm_n as f64 * period_ns) as u64);
+    let plan = Schedule::at_rate(Instant::now() + Duration::from_millis(5), config.rate);
+    let warm_n = plan.count_in(config.warmup);
+    let measured_n = plan.count_in(config.duration);
+    let t0 = plan.start();
+    let measure_start = plan.due(warm_n);
     let measure_end = measure_start + config.duration;
     let shared = Arc::new(Shared {
         slots: Slots::new(),
@@ -309,7 +352,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
             Transport::Udp => 1,
         };
         let mut batch: Vec<u8> = Vec::with_capacity(max_batch as usize * config.size);
-        let schedule = |i: u64| t0 + Duration::from_nanos((i as f64 * period_ns) as u64);
+        let schedule = |i: u64| plan.due(i);
         let total = warm_n + measured_n;
         let mut lag = LatencyHistogram::new();
         let (mut sent, mut requested) = (0u64, 0u64);
@@ -570,5 +613,26 @@ fn receive(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_is_open_loop_from_its_start() {
+        let start = Instant::now();
+        let s = Schedule::new(start, Duration::from_millis(10));
+        assert_eq!(s.start(), start);
+        assert_eq!(s.due(0), start);
+        assert_eq!(s.due(100), start + Duration::from_secs(1));
+        // Messages due before start + span: 0..=99 in one second, 100 in 995 ms (the last at 990 ms).
+        assert_eq!(s.count_in(Duration::from_secs(1)), 100);
+        assert_eq!(s.count_in(Duration::from_millis(995)), 100);
+        assert_eq!(s.count_in(Duration::ZERO), 0);
+        let r = Schedule::at_rate(start, 1000.0);
+        assert_eq!(r.due(1000), start + Duration::from_secs(1));
+        assert_eq!(r.count_in(Duration::from_millis(50)), 50);
     }
 }

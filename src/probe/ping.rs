@@ -1,12 +1,16 @@
 //! Application-level ping-pong over TCP or UDP (sockperf ping-pong, oratcptest -mode=sync).
 //!
-//! One message of `size` bytes goes out, the client waits for its echo, and repeats. Works against
+//! One message of `size` bytes goes out, the client waits for its echo, and repeats (closed loop). With an
+//! interval and [`PingConfig::open_loop`], messages leave on the open-loop schedule of
+//! [`load`](super::load::Schedule) instead, one every interval whether or not the earlier ones were answered
+//! (several in flight, as ping(8) sends), and answers are matched by sequence number. Works against
 //! `roundtrip server` and against an unmodified `sockperf server`. Against a roundtrip server the client also
 //! gets the server's turnaround time per message (the negotiated timestamp extension), so the round trip can
 //! be split into "server" and "network + both stacks".
 
 use crate::probe::link::{self, Conn, LinkConfig, LinkError, SocketSetup, is_timeout, wait_until};
 pub use crate::probe::link::{PeerKind, Transport};
+use crate::probe::load::Schedule;
 use crate::probe::tcpinfo::TcpRtt;
 use crate::stats::LatencyHistogram;
 use crate::wire::auth::Psk;
@@ -16,6 +20,7 @@ use crate::wire::sockperf::{
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -43,6 +48,11 @@ pub struct PingConfig {
     pub stop: Stop,
     /// Time between sends; `None` sends the next message as soon as the answer arrives.
     pub interval: Option<Duration>,
+    /// With an [`interval`](Self::interval): send one message every interval whether or not the answers came
+    /// (several in flight; loss and reordering counted by sequence number; the run ends when the last answer
+    /// came or its timeout passed). Off: each send also waits for the previous answer (closed loop), what
+    /// `compare` and the demo use.
+    pub open_loop: bool,
     /// Unmeasured warm-up before the measured phase.
     pub warmup: Duration,
     /// Period of the per-interval rows.
@@ -70,6 +80,7 @@ impl PingConfig {
             size: 64,
             stop: Stop::Duration(Duration::from_secs(10)),
             interval: None,
+            open_loop: false,
             warmup: Duration::from_secs(1),
             report_interval: Duration::from_secs(1),
             timeout: Duration::from_secs(2),
@@ -114,6 +125,9 @@ impl PingConfig {
             _ => {}
         }
         self.link().validate()?;
+        if self.interval.is_some_and(|i| i.is_zero()) {
+            return Err(PingError::Invalid("interval must be more than 0".into()));
+        }
         if self.report_interval.is_zero() {
             return Err(PingError::Invalid(
                 "report interval must be more than 0".into(),
@@ -262,25 +276,47 @@ fn read_full(
     Ok(())
 }
 
-/// Tracks which of the last [`WINDOW`] sequence numbers were answered, and when each was sent.
+/// Sequence numbers tracked by the closed loop (one message in flight, a few late answers).
 const WINDOW: usize = 4096;
+/// Most sequence numbers an open-loop run tracks: enough for its timeout at its interval, within this bound;
+/// an answer to an older message is not matched (and that message counts as lost).
+const MAX_WINDOW: usize = 1 << 18;
 
+/// Tracks which of the last `len` sequence numbers were answered, and when each was sent.
 struct SeqWindow {
     sent_at: Vec<Option<Duration>>,
     answered: Vec<bool>,
 }
 
 impl SeqWindow {
-    fn new() -> Self {
+    fn new(len: usize) -> Self {
         SeqWindow {
-            sent_at: vec![None; WINDOW],
-            answered: vec![false; WINDOW],
+            sent_at: vec![None; len],
+            answered: vec![false; len],
         }
     }
+    /// A window for messages `interval` apart, each awaited `timeout`: all that can be in flight, twice over.
+    fn for_pace(interval: Duration, timeout: Duration) -> Self {
+        let in_flight = timeout.as_nanos() / interval.as_nanos().max(1) + 2;
+        let len = usize::try_from(in_flight.saturating_mul(2)).unwrap_or(MAX_WINDOW);
+        Self::new(len.next_power_of_two().clamp(WINDOW, MAX_WINDOW))
+    }
+    fn len(&self) -> u64 {
+        self.sent_at.len() as u64
+    }
+    fn slot(&self, seq: u64) -> usize {
+        (seq % self.len()) as usize
+    }
     fn on_send(&mut self, seq: u64, at: Duration) {
-        let i = (seq as usize) % WINDOW;
+        let i = self.slot(seq);
         self.sent_at[i] = Some(at);
         self.answered[i] = false;
+    }
+    fn is_answered(&self, seq: u64) -> bool {
+        self.answered[self.slot(seq)]
+    }
+    fn sent_at(&self, seq: u64) -> Option<Duration> {
+        self.sent_at[self.slot(seq)]
     }
 }
 
@@ -288,7 +324,7 @@ impl SeqWindow {
 enum Answer {
     /// The answer to the message just sent.
     Current,
-    /// An answer to an earlier message.
+    /// An answer to an earlier message (late in the closed loop).
     Late,
     /// Seen before.
     Duplicate,
@@ -425,11 +461,19 @@ pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResul
     let mut inbuf = vec![0u8; config.size.max(sockperf::HELLO_LEN) + 1];
     let mut seq: u64 = 0;
 
-    // Warm-up: the same traffic, not measured. It is not flagged WARMUP: sockperf servers do not answer those.
+    // Open loop: the warm-up and the measured messages on one schedule; measuring starts when the first
+    // measured message is due.
+    let plan = config.interval.filter(|_| config.open_loop).map(|i| {
+        let plan = Schedule::new(Instant::now(), i);
+        (plan, plan.count_in(config.warmup))
+    });
+
+    // Warm-up (closed loop): the same traffic, not measured. It is not flagged WARMUP: sockperf servers do
+    // not answer those.
     let warm_end = Instant::now() + config.warmup;
-    let mut warm_window = SeqWindow::new();
+    let mut warm_window = SeqWindow::new(WINDOW);
     let warm_t0 = Instant::now();
-    while Instant::now() < warm_end && !config.cancel.load(Ordering::Relaxed) {
+    while plan.is_none() && Instant::now() < warm_end && !config.cancel.load(Ordering::Relaxed) {
         seq += 1;
         Header {
             seq,
@@ -459,8 +503,14 @@ pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResul
         }
     }
 
-    let started = SystemTime::now();
-    let t0 = Instant::now();
+    let (started, t0) = match plan {
+        Some((plan, warm_n)) => {
+            let t0 = plan.due(warm_n);
+            let wait = t0.saturating_duration_since(Instant::now());
+            (SystemTime::now() + wait, t0)
+        }
+        None => (SystemTime::now(), Instant::now()),
+    };
     let mut run = Run {
         config,
         observer,
@@ -497,9 +547,10 @@ pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResul
         flags: measured_flags,
         next_send: t0,
     };
-    let outcome = match &mut conn {
-        Conn::Tcp(s) => tcp_loop(s, &mut run),
-        Conn::Udp(s) => udp_loop(s, &mut run, seq + 1),
+    let outcome = match (plan, &mut conn) {
+        (Some((plan, warm_n)), conn) => paced_loop(conn, &mut run, plan, warm_n, base_flags),
+        (None, Conn::Tcp(s)) => tcp_loop(s, &mut run),
+        (None, Conn::Udp(s)) => udp_loop(s, &mut run, seq + 1),
     };
     let now = t0.elapsed();
     run.maybe_report(now, true);
@@ -557,7 +608,7 @@ fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
 
 fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result<(), PingError> {
     let config = run.config;
-    let mut window = SeqWindow::new();
+    let mut window = SeqWindow::new(WINDOW);
     // The socket's receive timeout is `config.timeout` except while waiting out a shortened deadline.
     let mut timeout_shortened = false;
     while let Some(this) = run.next_message() {
@@ -580,7 +631,7 @@ fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result
                 Err(e) => return Err(io_error("receiving from", config, e)),
             };
             let received = run.t0.elapsed();
-            match classify_udp(run, &mut window, n, this, first_measured, received) {
+            match classify_udp(run, &mut window, n, this, first_measured, received, None) {
                 Answer::Current => break,
                 Answer::Late | Answer::Duplicate | Answer::Ignored => {
                     let left = deadline.saturating_sub(run.t0.elapsed());
@@ -597,6 +648,235 @@ fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result
     Ok(())
 }
 
+/// Matches one datagram of `n` bytes in `run.inbuf` to its message. `current` is the last sequence number
+/// sent. An answer is counted late when it came after its message's timeout: `late_after` (the open loop),
+/// or in the closed loop (`None`) when it answers an earlier message than the current one.
+/// The open loop: message `i` (sequence number `i + 1`) leaves at `plan.due(i)` whatever became of the
+/// earlier ones; the first `warm_n` are the warm-up (sent with `warm_flags`, answers not measured). Between
+/// sends the loop reads answers and matches them by sequence number. After the last send it waits for the
+/// answers still due: UDP until the last unanswered message's timeout (it is then lost), TCP until the
+/// oldest unanswered message has waited `timeout`, which ends the run with an error as in the closed loop
+/// (TCP delivers in order: a retransmission holds every later answer back).
+fn paced_loop(
+    conn: &mut Conn,
+    run: &mut Run<'_>,
+    plan: Schedule,
+    warm_n: u64,
+    warm_flags: Flags,
+) -> Result<(), PingError> {
+    let config = run.config;
+    let size = config.size;
+    let measured = match config.stop {
+        Stop::Count(n) => n,
+        Stop::Duration(d) => plan.count_in(d).max(1),
+    };
+    let total = warm_n.saturating_add(measured);
+    let first_measured = warm_n + 1;
+    let mut window = SeqWindow::for_pace(config.interval.unwrap_or_default(), config.timeout);
+    // Last sequence number sent.
+    let mut last = 0u64;
+    // UDP, after the last send: the highest measured message that may still be unanswered.
+    let mut latest_unanswered = total;
+    // TCP: bytes of answers not yet whole, and the sequence number the next answer must carry.
+    let mut stream: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut expect = 1u64;
+    if let Conn::Tcp(s) = conn {
+        s.set_write_timeout(Some(config.timeout))
+            .map_err(|e| io_error("setting up", config, e))?;
+    }
+    let t0 = run.t0;
+    // When message `seq` left (`last` the last one sent): as recorded for a measured one still in the window,
+    // else when it was due.
+    let sent_instant = |window: &SeqWindow, seq: u64, last: u64| match window.sent_at(seq) {
+        Some(d) if seq >= first_measured && last - seq < window.len() => t0 + d,
+        _ => plan.due(seq - 1),
+    };
+    loop {
+        if config.cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Everything due leaves now, back to back when behind.
+        while last < total && plan.due(last) <= Instant::now() {
+            let seq = last + 1;
+            let flags = if seq >= first_measured {
+                run.flags
+            } else {
+                warm_flags
+            };
+            Header {
+                seq,
+                flags,
+                len: size as u32,
+            }
+            .write(&mut run.out);
+            if seq >= first_measured {
+                window.on_send(seq, run.t0.elapsed());
+            }
+            send_paced(conn, &run.out, config)?;
+            last = seq;
+            if seq >= first_measured {
+                run.result.sent += 1;
+                run.interval_sent += 1;
+            }
+        }
+        let now = Instant::now();
+        let mut wake = if last < total {
+            plan.due(last)
+        } else {
+            now + config.timeout
+        };
+        match conn {
+            Conn::Tcp(_) => {
+                if expect <= last {
+                    let deadline = sent_instant(&window, expect, last) + config.timeout;
+                    if now >= deadline {
+                        return Err(PingError::Timeout {
+                            addr: config.addr,
+                            timeout: config.timeout,
+                        });
+                    }
+                    wake = wake.min(deadline);
+                } else if last == total {
+                    return Ok(());
+                }
+            }
+            Conn::Udp(_) if last == total => {
+                let oldest = last.saturating_sub(window.len() - 1).max(first_measured);
+                while latest_unanswered >= oldest && window.is_answered(latest_unanswered) {
+                    latest_unanswered -= 1;
+                }
+                if latest_unanswered < oldest {
+                    return Ok(());
+                }
+                let deadline = sent_instant(&window, latest_unanswered, last) + config.timeout;
+                if now >= deadline {
+                    return Ok(());
+                }
+                wake = wake.min(deadline);
+            }
+            Conn::Udp(_) => {}
+        }
+        wake = wake.min(run.t0 + run.next_report);
+        let readable = {
+            let fd = match &*conn {
+                Conn::Tcp(s) => s.as_fd(),
+                Conn::Udp(s) => s.as_fd(),
+            };
+            match crate::sys::wait_readable(fd, wake.saturating_duration_since(now)) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+                Err(e) => return Err(io_error("receiving from", config, e)),
+            }
+        };
+        if readable {
+            match conn {
+                Conn::Udp(s) => match s.recv(&mut run.inbuf) {
+                    Ok(n) => {
+                        let received = run.t0.elapsed();
+                        classify_udp(
+                            run,
+                            &mut window,
+                            n,
+                            last,
+                            first_measured,
+                            received,
+                            Some(config.timeout),
+                        );
+                    }
+                    Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_error("receiving from", config, e)),
+                },
+                Conn::Tcp(s) => {
+                    match s.read(&mut chunk) {
+                        Ok(0) => {
+                            return Err(PingError::ClosedAfter {
+                                addr: config.addr,
+                                answered: run.result.received,
+                            });
+                        }
+                        Ok(n) => stream.extend_from_slice(&chunk[..n]),
+                        Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(io_error("receiving from", config, e)),
+                    }
+                    let received = run.t0.elapsed();
+                    let mut used = 0;
+                    while stream.len() - used >= size {
+                        let answer = &stream[used..used + size];
+                        used += size;
+                        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| {
+                            PingError::InvalidAnswer {
+                                addr: config.addr,
+                                detail: e.to_string(),
+                            }
+                        })?;
+                        if h.seq != expect || h.len as usize != size {
+                            return Err(PingError::InvalidAnswer {
+                                addr: config.addr,
+                                detail: format!(
+                                    "expected the echo of message {expect} ({size} bytes), got sequence {} announcing {} bytes",
+                                    h.seq, h.len
+                                ),
+                            });
+                        }
+                        expect += 1;
+                        if h.seq < first_measured || last - h.seq >= window.len() {
+                            continue;
+                        }
+                        let Some(sent) = window.sent_at(h.seq) else {
+                            continue;
+                        };
+                        let server = run.server_time(answer);
+                        run.result.received += 1;
+                        if received.saturating_sub(sent) > config.timeout {
+                            run.result.late += 1;
+                        }
+                        run.record(Sample {
+                            seq: h.seq,
+                            sent,
+                            received,
+                            server,
+                        });
+                        if config.tcp_info
+                            && let Ok(info) = crate::probe::tcpinfo::read(s)
+                        {
+                            run.result.kernel_srtt.record(info.srtt);
+                            run.result.tcp_info = Some(info);
+                        }
+                    }
+                    stream.drain(..used);
+                }
+            }
+        }
+        run.maybe_report(run.t0.elapsed(), false);
+    }
+}
+
+/// Sends one message of the open loop. A UDP datagram the kernel has no buffer for (`ENOBUFS`) is dropped,
+/// and counts as lost; a TCP send blocked for the timeout ends the run.
+fn send_paced(conn: &mut Conn, msg: &[u8], config: &PingConfig) -> Result<(), PingError> {
+    match conn {
+        Conn::Tcp(s) => s.write_all(msg).map_err(|e| {
+            if is_timeout(&e) {
+                PingError::Timeout {
+                    addr: config.addr,
+                    timeout: config.timeout,
+                }
+            } else {
+                io_error("sending to", config, e)
+            }
+        }),
+        Conn::Udp(s) => loop {
+            match s.send(msg) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(()),
+                Err(e) => return Err(io_error("sending to", config, e)),
+            }
+        },
+    }
+}
+
 fn classify_udp(
     run: &mut Run<'_>,
     window: &mut SeqWindow,
@@ -604,6 +884,7 @@ fn classify_udp(
     current: u64,
     first_measured: u64,
     received: Duration,
+    late_after: Option<Duration>,
 ) -> Answer {
     let msg = &run.inbuf[..n];
     let Ok(h) = Header::parse(msg, MAX_UDP_MESSAGE_LEN) else {
@@ -612,10 +893,10 @@ fn classify_udp(
     if h.len as usize != msg.len() || h.len as usize != run.config.size || h.seq > current {
         return Answer::Ignored;
     }
-    if h.seq < first_measured || current - h.seq >= WINDOW as u64 {
+    if h.seq < first_measured || current - h.seq >= window.len() {
         return Answer::Ignored;
     }
-    let i = (h.seq as usize) % WINDOW;
+    let i = window.slot(h.seq);
     if window.answered[i] {
         run.result.duplicated += 1;
         return Answer::Duplicate;
@@ -636,10 +917,40 @@ fn classify_udp(
         received,
         server,
     });
+    let late = match late_after {
+        None => h.seq != current,
+        Some(t) => received.saturating_sub(sent) > t,
+    };
+    if late {
+        run.result.late += 1;
+    }
     if h.seq == current {
         Answer::Current
     } else {
-        run.result.late += 1;
         Answer::Late
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_loop_window_holds_every_message_in_flight() {
+        // 2 s of 10 ms sends: 202 in flight at most; the floor is the closed loop's window.
+        let w = SeqWindow::for_pace(Duration::from_millis(10), Duration::from_secs(2));
+        assert_eq!(w.len(), WINDOW as u64);
+        // 2 s of 10 us sends: 200,002 in flight, twice over, capped.
+        let w = SeqWindow::for_pace(Duration::from_micros(10), Duration::from_secs(2));
+        assert_eq!(w.len(), MAX_WINDOW as u64);
+        let w = SeqWindow::for_pace(Duration::from_micros(100), Duration::from_secs(2));
+        assert_eq!(w.len(), 1 << 16);
+        let mut w = SeqWindow::new(8);
+        w.on_send(3, Duration::from_millis(1));
+        assert_eq!(w.sent_at(3), Some(Duration::from_millis(1)));
+        assert!(!w.is_answered(3));
+        // Sequence 11 takes 3's slot.
+        w.on_send(11, Duration::from_millis(2));
+        assert_eq!(w.sent_at(3), Some(Duration::from_millis(2)));
     }
 }
