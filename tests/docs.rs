@@ -1856,3 +1856,140 @@ fn live_examples_print_what_the_docs_show() {
         bad.join("\n\n")
     );
 }
+
+/// docs/proxy-bridge.md's recipe, run line by line as shown (namespaces of this test's own names): the control API
+/// answers inside the middle namespace, and a client pings the server across the bridge.
+#[test]
+fn proxy_bridge_recipe_runs_as_shown() {
+    if !common::require_root("network namespaces") || !common::have("curl") {
+        return;
+    }
+    let _dog = common::procs::watchdog(std::time::Duration::from_secs(180), "proxy-bridge recipe");
+    let page = std::fs::read_to_string(root().join("docs/proxy-bridge.md")).unwrap();
+    let (_, after) = page
+        .split_once("### Setting it up between namespaces")
+        .expect("docs/proxy-bridge.md has its recipe section");
+    let recipe: Vec<&str> = after
+        .split("```")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let id = std::process::id() % 100_000;
+    let names = [
+        ("cli", format!("dcc{id}")),
+        ("mid", format!("dcm{id}")),
+        ("srv", format!("dcs{id}")),
+    ];
+    // Each namespace deleted on drop, however the test ends (the watchdog knows them too).
+    let _ns: Vec<common::netns::Ns> = names
+        .iter()
+        .map(|(_, n)| common::netns::Ns::new(n))
+        .collect();
+    let local = |l: &str| -> String {
+        let mut out = Vec::new();
+        for w in l.split(' ') {
+            let (word, semi) = match w.strip_suffix(';') {
+                Some(x) => (x, ";"),
+                None => (w, ""),
+            };
+            let word = names
+                .iter()
+                .find(|(n, _)| *n == word)
+                .map_or(word.to_string(), |(_, m)| m.clone());
+            out.push(format!("{word}{semi}"));
+        }
+        out.join(" ")
+            .replace("roundtrip ", &format!("{} ", common::procs::BIN))
+    };
+    let mut kids = common::procs::Kids::default();
+    let mut curled = false;
+    for l in &recipe {
+        let cmd = local(l);
+        let cmd = cmd.split(" #").next().unwrap();
+        if l.contains("ip netns add") {
+            continue; // made above, with the names deleted on drop
+        }
+        if l.contains("roundtrip proxy --bridge") {
+            let mut c = Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec {cmd}"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let out = c.stdout.take().unwrap();
+            kids.0.push(c);
+            common::procs::wait_line(out, "control api on");
+            continue;
+        }
+        let o = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "docs/proxy-bridge.md: `{l}` failed (run as `{cmd}`): {text}"
+        );
+        if l.contains("curl") {
+            assert!(
+                text.contains('{'),
+                "`{l}`: no JSON from the control API: {text}"
+            );
+            curled = true;
+        }
+    }
+    assert!(
+        curled,
+        "the recipe no longer shows how to reach the control API"
+    );
+    // Across the bridge: a server in srv, a ping from cli.
+    let (srv, cli) = (&names[2].1, &names[0].1);
+    let mut c = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            srv,
+            common::procs::BIN,
+            "server",
+            "--bind",
+            "10.9.9.2",
+            "--port",
+            "0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = c.stderr.take().unwrap();
+    kids.0.push(c);
+    let line = common::procs::wait_line(err, "listening on");
+    let port: String = line
+        .split("10.9.9.2:")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            cli,
+            common::procs::BIN,
+            "ping",
+            &format!("10.9.9.2:{port}"),
+            "-n",
+            "5",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ping across the recipe's bridge: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(kids);
+}
