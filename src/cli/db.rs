@@ -271,17 +271,18 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         };
         result = db::run(&config, &mut obs).map_err(|e| anyhow::anyhow!(scrub(e.to_string())))?;
     }
-    // Nothing measured (not even a TCP handshake, not one round trip): the error alone, no table of dashes
-    // and no document of empty histograms. A run that got as far as a handshake (then a refused password,
-    // an unknown database) keeps the phases it measured.
+    // No connection got through startup (a closed port, a refused login, an unknown database): in text the
+    // error alone, no table of dashes around one TCP handshake, the same for every database. --json still
+    // gives its document (its "error" says why) once a handshake was timed; with nothing measured at all, no
+    // document of empty histograms. A run that set up a connection keeps the phases it measured.
     if let Some(e) = &result.error
         && result.connects_ok == 0
-        && result.tcp_handshake.is_empty()
+        && (!a.json || result.tcp_handshake.is_empty())
         && result.ping.is_empty()
         && result.query.is_empty()
         && result.fetch.is_empty()
     {
-        error_line(e);
+        error_line(scrub(e.to_string()));
         return Ok(Exit::Failed);
     }
     if a.json {
