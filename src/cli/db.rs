@@ -204,6 +204,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         None => s,
     };
     a.pictures.validate().map_err(super::output::refused)?;
+    check_chart(&a)?;
     if let Some(path) = &a.full_log {
         super::report::check_output(path).map_err(super::output::refused)?;
     }
@@ -270,17 +271,18 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         };
         result = db::run(&config, &mut obs).map_err(|e| anyhow::anyhow!(scrub(e.to_string())))?;
     }
-    // Nothing measured (not even a TCP handshake, not one round trip): the error alone, no table of dashes
-    // and no document of empty histograms. A run that got as far as a handshake (then a refused password,
-    // an unknown database) keeps the phases it measured.
+    // No connection got through startup (a closed port, a refused login, an unknown database): in text the
+    // error alone, no table of dashes around one TCP handshake, the same for every database. --json still
+    // gives its document (its "error" says why) once a handshake was timed; with nothing measured at all, no
+    // document of empty histograms. A run that set up a connection keeps the phases it measured.
     if let Some(e) = &result.error
         && result.connects_ok == 0
-        && result.tcp_handshake.is_empty()
+        && (!a.json || result.tcp_handshake.is_empty())
         && result.ping.is_empty()
         && result.query.is_empty()
         && result.fetch.is_empty()
     {
-        error_line(e);
+        error_line(scrub(e.to_string()));
         return Ok(Exit::Failed);
     }
     if a.json {
@@ -322,6 +324,42 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     }
     Ok(Exit::Ok)
+}
+
+/// Refuses (exit 2, before any I/O) a `--chart` drawn only from what `--full-log` wrote: every timed operation
+/// over time (`rtt-time`) and by percentile (`percentiles`) are read back from that file after the run; the
+/// phase bars (`bars`) need nothing more.
+fn check_chart(a: &DbArgs) -> anyhow::Result<()> {
+    let Some(chart) = a.pictures.chart.filter(|c| {
+        matches!(
+            c,
+            super::report::ChartId::Percentiles | super::report::ChartId::RttTime
+        )
+    }) else {
+        return Ok(());
+    };
+    let name = chart.id();
+    let readable = a.full_log.as_deref().is_some_and(|p| {
+        !output_file::is_stdout(p)
+            && !std::fs::metadata(p).is_ok_and(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_fifo()
+            })
+    });
+    match &a.full_log {
+        None => Err(super::output::refused(format!(
+            "--chart {name} draws every timed operation, read back from the full log: add --full-log FILE.csv (or pick --chart bars)"
+        ))),
+        Some(p) if !readable => Err(super::output::refused(format!(
+            "--chart {name} reads the full log back after the run, which {} cannot be: give --full-log a file name (or pick --chart bars)",
+            if output_file::is_stdout(p) {
+                "standard output (-)".to_string()
+            } else {
+                format!("the FIFO {}", p.display())
+            }
+        ))),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Exits with 2 after a one-line error: the arguments were refused before any I/O.

@@ -44,7 +44,8 @@ pub enum ChartId {
 }
 
 impl ChartId {
-    fn id(self) -> &'static str {
+    /// The chart's name, as `--chart` spells it.
+    pub fn id(self) -> &'static str {
         match self {
             ChartId::Percentiles => "percentiles",
             ChartId::Distribution => "distribution",

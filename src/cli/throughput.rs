@@ -119,6 +119,12 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     config.psk = a.client.psk()?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
+    // Throughput against message size is one point per size: a single size draws no line.
+    if a.pictures.chart == Some(super::report::ChartId::ThroughputSize) && config.sizes.len() < 2 {
+        return Err(super::output::refused(
+            "--chart throughput-size draws one point per message size: give several with --size (e.g. --size 64,1k,8k), or pick --chart throughput-time",
+        ));
+    }
     let (addr, _) = target.resolve(a.family.family())?;
     config.addr = addr;
     config.cancel = super::common::cancel_on_ctrl_c();

@@ -154,7 +154,7 @@ pub enum BridgeError {
     )]
     NotPermitted,
     /// An interface name that does not exist here.
-    #[error("no interface '{name}' in this network namespace; the interfaces here are: {}", known.join(", "))]
+    #[error("no interface '{name}' in this network namespace; the interfaces here are: {} (`ip link` lists them)", known.join(", "))]
     NoSuchInterface {
         /// The name given.
         name: String,
@@ -256,6 +256,23 @@ fn open(name: &str) -> Result<PacketSocket, BridgeError> {
     })
 }
 
+/// Checks the two interface names without touching either: they differ and both exist in this network
+/// namespace (what [`start`] checks first; a command line refuses them before any I/O with it).
+pub fn check_interfaces(a: &str, b: &str) -> Result<(), BridgeError> {
+    if a == b {
+        return Err(BridgeError::SameInterface(a.to_string()));
+    }
+    for n in [a, b] {
+        if packet::ifindex(n).is_none() {
+            return Err(BridgeError::NoSuchInterface {
+                name: n.to_string(),
+                known: packet::interfaces(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Starts the bridge: opens both interfaces (the only ones touched), then the threads and the control API.
 pub fn start(config: &BridgeConfig) -> Result<Bridge, BridgeError> {
     if config.a == config.b {
@@ -272,14 +289,7 @@ pub fn start(config: &BridgeConfig) -> Result<Bridge, BridgeError> {
         return Err(ProxyError::ControlExposed { addr: c }.into());
     }
     // Both names are checked before either interface is changed.
-    for n in [&config.a, &config.b] {
-        if packet::ifindex(n).is_none() {
-            return Err(BridgeError::NoSuchInterface {
-                name: n.clone(),
-                known: packet::interfaces(),
-            });
-        }
-    }
+    check_interfaces(&config.a, &config.b)?;
     let socks = [Arc::new(open(&config.a)?), Arc::new(open(&config.b)?)];
     let names = [config.a.clone(), config.b.clone()];
     let shared = Arc::new(BridgeShared::new(

@@ -171,7 +171,7 @@ impl LiveConfig {
 #[derive(Debug, Error)]
 pub enum LiveError {
     /// No such interface.
-    #[error("no interface '{name}'; interfaces here: {}, or any (all of them)", .existing.join(", "))]
+    #[error("no interface '{name}'; interfaces here: {}, or any (all of them) (`ip link` lists them)", .existing.join(", "))]
     NoInterface {
         /// What was asked for.
         name: String,

@@ -298,6 +298,9 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             "--bridge '{spec}': an interface name is empty"
         )));
     }
+    // The names are checked (they differ, both exist) before any I/O: a typo is refused, exit 2.
+    bridge::check_interfaces(ia, ib)
+        .map_err(|e| super::super::output::refused(format!("--bridge: {e}")))?;
     let imp = impairment(&a)?;
     if let Some(n) = imp.validate().map_err(super::super::output::refused)? {
         note(n);
