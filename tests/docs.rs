@@ -31,7 +31,8 @@
 //! - blank lines and `note:` lines are not compared; consecutive lines that differ only in numbers (a progress
 //!   line a second) count as their last one; a page line `...` stands for any lines the page leaves out;
 //! - lines whose wording depends on the machine's load ([`VARIES`]) match from their start only, and the
-//!   words `yes`/`NO` (sweep's `held` column) match each other;
+//!   words `yes`/`NO` (sweep's `held` column) match each other; lines that appear or not with the load
+//!   ([`OPTIONAL`]: sweep's cells whose rate was not held) are dropped from both sides;
 //! - a background command is compared on the lines it printed before the next one ran (its start-up lines);
 //!   a `$` line shown without output is run but not compared.
 
@@ -1479,6 +1480,10 @@ const VARIES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Lines that are there or not depending on the machine's load (sweep names each cell whose rate was not held):
+/// dropped from both sides.
+const OPTIONAL: &[&str] = &[": rate NOT held: offered"];
+
 /// The bare integers of a command line as the page shows it: counts and sizes the run must print the same.
 fn kept_numbers(line: &str) -> BTreeSet<String> {
     shell_words(line)
@@ -1494,7 +1499,7 @@ fn prepared(lines: &[String], keep: &BTreeSet<String>) -> Vec<String> {
     let mut out: Vec<(String, String)> = Vec::new();
     for l in lines {
         let t = l.trim();
-        if t.is_empty() || t.starts_with("note:") {
+        if t.is_empty() || t.starts_with("note:") || OPTIONAL.iter().any(|o| t.contains(o)) {
             continue;
         }
         let loose = skeleton(t, &none);
