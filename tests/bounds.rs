@@ -95,7 +95,7 @@ fn every_multiplying_option_is_bounded_with_a_one_line_refusal() {
     // icmp: every probe is kept for --json and the report.
     refused(
         &["icmp", "127.0.0.1", "-c", "2000000", "--json"],
-        &["-n 2000000", "1000000"],
+        &["-c 2000000", "1000000"],
     );
     // sweep: sizes x rates cells.
     let sizes = list(40, "", 10);

@@ -211,7 +211,7 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
         );
     }
     eprintln!(
-        "--trace: {} events, all among bpftrace's {}",
+        "--per-packet: {} events, all among bpftrace's {}",
         events.len(),
         seen.len()
     );
@@ -266,7 +266,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     );
     assert!(text.contains("verdicts (whole watch)"), "{text}");
 
-    // --trace (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
+    // --per-packet (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
     // the peer's small window, never beyond it; the kernel's lost-event count is reported.
     let o = Command::new("ip")
         .args(["netns", "exec", &nsnd, BIN, "tcp", "--per-packet", "--port"])
@@ -552,6 +552,6 @@ fn trace_without_root_says_why_in_one_line() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--trace is not available"), "{err}");
+    assert!(err.contains("--per-packet is not available"), "{err}");
     assert!(err.contains("sampled mode"), "{err}");
 }
