@@ -125,9 +125,9 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 # loss: 100,000 UDP pings, 1% one way
-X "${T}BLc" "$RT" ping -u 10.250.13.2 -n 100000 --warmup 0 --timeout 20ms --json > "$WORK/loss.json"
+X "${T}BLc" "$RT" ping -u 10.250.13.2 -c 100000 --warmup 0 --timeout 20ms --json > "$WORK/loss.json"
 # bursts: the same with --loss-burst 4; every received round trip logged, so the lost ones are the gaps
-X "${T}BGc" "$RT" ping -u 10.250.15.2 -n 100000 --warmup 0 --timeout 20ms --full-log "$WORK/burst.csv" --json > "$WORK/burst.json"
+X "${T}BGc" "$RT" ping -u 10.250.15.2 -c 100000 --warmup 0 --timeout 20ms --full-log "$WORK/burst.csv" --json > "$WORK/burst.json"
 
 # TCP across 20 ms: the client's capture of one iperf3 stream, drawn
 ip netns exec "${T}B20c" tcpdump --immediate-mode -B 65536 -U -n -s 128 -i eth0 -w "$WORK/iperf20.pcap" tcp port 5201 2>/dev/null & TP=$!

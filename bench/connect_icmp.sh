@@ -39,7 +39,7 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do
-    "$RT" connect "127.0.0.1:$PORT" -n 1 >/dev/null 2>&1 && break
+    "$RT" connect "127.0.0.1:$PORT" -c 1 >/dev/null 2>&1 && break
     sleep 0.1
 done
 
@@ -47,8 +47,8 @@ interval="${INTERVAL_MS}ms"
 # "median/mean" in microseconds from a roundtrip --json document; $1 is the summary's key.
 json_us() { python3 -c "import json,sys; s=json.load(sys.stdin)['$1']; print(f\"{s['p50_ns']/1e3:.1f}/{s['mean_ns']/1e3:.1f}\")"; }
 
-rt_connect() { "$RT" connect "127.0.0.1:$PORT" -n "$N" -i "$interval" --json | json_us handshake; }
-rt_raw()     { "$RT" connect "127.0.0.1:$PORT" -n "$N" -i "$interval" --raw --json | json_us handshake; }
+rt_connect() { "$RT" connect "127.0.0.1:$PORT" -c "$N" -i "$interval" --json | json_us handshake; }
+rt_raw()     { "$RT" connect "127.0.0.1:$PORT" -c "$N" -i "$interval" --raw --json | json_us handshake; }
 # Reference: a blocking connect() timed around the call in Python, to show what the system call costs here.
 py_connect() {
     python3 - "$PORT" "$N" "$INTERVAL_MS" <<'PY'
@@ -73,7 +73,7 @@ hping_med()  {
     hping3 -S -p "$PORT" -c "$N" -i "u$((INTERVAL_MS * 1000))" 127.0.0.1 2>/dev/null |
         python3 -c 'import re,sys,statistics; v=[float(x) for x in re.findall(r"rtt=([0-9.]+) ms", sys.stdin.read())]; print("%.1f" % (statistics.median(v)*1000))'
 }
-rt_icmp()    { "$RT" icmp 127.0.0.1 -n "$N" -i "$interval" --json | json_us rtt; }
+rt_icmp()    { "$RT" icmp 127.0.0.1 -c "$N" -i "$interval" --json | json_us rtt; }
 fping_med()  {
     fping -C "$N" -p "$INTERVAL_MS" -q 127.0.0.1 2>&1 |
         python3 -c 'import sys,statistics; v=[float(x) for x in sys.stdin.read().split(":",1)[1].split() if x != "-"]; print("%.1f" % (statistics.median(v)*1000))'

@@ -22,7 +22,7 @@ export PGSSLMODE=disable
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
 pg_rt() { # median and mean of SELECT 1 in microseconds
-    "$RT" db "$PGURL?sslmode=disable" --connects 1 --rows 0 -n "$((SECS * 1500))" --json |
+    "$RT" db "$PGURL?sslmode=disable" --connects 1 --rows 0 -c "$((SECS * 1500))" --json |
         jq -r '"\(.query.p50_ns / 1000) \(.query.mean_ns / 1000) \(.query.count)"'
 }
 pg_bench() { # pgbench per-transaction latency median (from its -l log's end times), per-statement latency average, microseconds
@@ -38,11 +38,11 @@ pg_bench() { # pgbench per-transaction latency median (from its -l log's end tim
         "$work/pgbench.out"
 }
 redis_rt() { # PING every 10 ms like redis-cli --latency: median and mean, microseconds
-    "$RT" db "redis://$REDIS_HOST:6379" --connects 1 --rows 0 -i 10ms -n "$((SECS * 100))" --json |
+    "$RT" db "redis://$REDIS_HOST:6379" --connects 1 --rows 0 -i 10ms -c "$((SECS * 100))" --json |
         jq -r '"\(.ping.p50_ns / 1000) \(.ping.mean_ns / 1000) \(.ping.count)"'
 }
 redis_rt_b2b() { # PING back to back: median, microseconds
-    "$RT" db "redis://$REDIS_HOST:6379" --connects 1 --rows 0 -n "$((SECS * 2000))" --json | jq -r '.ping.p50_ns / 1000'
+    "$RT" db "redis://$REDIS_HOST:6379" --connects 1 --rows 0 -c "$((SECS * 2000))" --json | jq -r '.ping.p50_ns / 1000'
 }
 redis_bench() { # redis-benchmark one client, PING as a multi-bulk command like roundtrip sends it: p50, microseconds
     redis-benchmark -h "$REDIS_HOST" -c 1 -n "$((SECS * 4000))" -t ping_mbulk 2>/dev/null |

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # roundtrip db --link against PostgreSQL's own timing of the same dblink call, same run, interleaved rounds:
 #   the far end of the link is the local PostgreSQL reached through `roundtrip proxy --rtt DELAY`;
-#   rt:   `roundtrip db URL --link 'host=... port=PROXY ...' -n N` link round trip p50 (local clock_timestamp())
+#   rt:   `roundtrip db URL --link 'host=... port=PROXY ...' -c N` link round trip p50 (local clock_timestamp())
 #   peer: psql, dblink_connect once, then N x EXPLAIN ANALYZE SELECT * FROM dblink(...): Execution Time p50
 #   (and both without the proxy, for the overhead of dblink itself)
 # Usage: bench/db_link.sh [ROUNDS] [CALLS] [DELAY]    (needs PostgreSQL on 127.0.0.1 with the dblink package, psql)
@@ -34,7 +34,7 @@ target() { echo "host=127.0.0.1 port=$1 dbname=test user=postgres sslmode=disabl
 
 rt() { # link round trip p50, microseconds
     "$RT" db "postgres://postgres@127.0.0.1/$DB?sslmode=disable" --link "$(target "$1")" --connects 1 --rows 0 \
-        -n "$CALLS" --json | jq -r '.link.round_trip.p50_ns / 1000'
+        -c "$CALLS" --json | jq -r '.link.round_trip.p50_ns / 1000'
 }
 peer() { # EXPLAIN ANALYZE Execution Time p50 of the same dblink call, microseconds
     {

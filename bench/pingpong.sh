@@ -19,7 +19,7 @@ median() { sort -n | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else prin
 
 run_ref()  { $out/ref_pingpong "$1" 127.0.0.1 "$2" "$SIZE" "$SECS" 1 | awk '{print $1/1000, $2/1000}'; }
 run_rt()   { local u=""; [ "$1" = udp ] && u=--udp
-             $RT ping 127.0.0.1:"$2" $u -m "$SIZE" -t "${SECS}s" --warmup 1s --json \
+             $RT ping 127.0.0.1:"$2" $u -s "$SIZE" -t "${SECS}s" --warmup 1s --json \
                | python3 -c 'import json,sys; d=json.load(sys.stdin)["summary"]["rtt"]; print(d["p50_ns"]/1000, d["p99_ns"]/1000)'; }
 run_sp()   { local t=""; [ "$1" = tcp ] && t=--tcp
              sockperf ping-pong -i 127.0.0.1 -p "$2" $t -m "$SIZE" -t "$SECS" --full-rtt 2>&1 \

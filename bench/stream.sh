@@ -64,10 +64,10 @@ for r in $(seq 1 "$ROUNDS"); do
         read -r mbit bytes < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["end"]["sum_sent"]; print(d["bits_per_second"]/1e6, d["bytes"])' "$WORK/out.json") ;;
       old-server)
         # The old build answers no count request: the client runs without extensions (data messages only).
-        "$RT" tp "127.0.0.1:$port" -m 128k -t "${SECS}s" --no-extensions --json > "$WORK/out.json"
+        "$RT" tp "127.0.0.1:$port" -s 128k -t "${SECS}s" --no-extensions --json > "$WORK/out.json"
         read -r mbit bytes < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["runs"][0]["total"]; print(d["mbit_per_s"], d["bytes"])' "$WORK/out.json") ;;
       *)
-        "$RT" tp "127.0.0.1:$port" -m 128k -t "${SECS}s" --json > "$WORK/out.json"
+        "$RT" tp "127.0.0.1:$port" -s 128k -t "${SECS}s" --json > "$WORK/out.json"
         read -r mbit bytes < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["runs"][0]["total"]; print(d["mbit_per_s"], d["bytes"])' "$WORK/out.json") ;;
     esac
     sleep 0.2

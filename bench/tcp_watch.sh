@@ -2,7 +2,7 @@
 # Benchmark: the CPU `roundtrip tcp` spends per sample of N open loopback connections, against `ss -tin` run
 # once per interval on the same sockets (the issue's bar: lower than ss, and < 5% of one core at 1 sample/s).
 #
-#   roundtrip: `roundtrip tcp --port P -i 1s -t SECS` (text to /dev/null), user+sys CPU / samples taken
+#   roundtrip: `roundtrip tcp --port P --report-interval 1s -t SECS` (text to /dev/null), user+sys CPU / samples taken
 #   ss:        `ss -tinH 'sport = :P or dport = :P'` (to /dev/null) run SECS times, user+sys CPU / runs
 #
 # Both see every one of the 2*N sockets (both ends of each connection are on this machine).
@@ -62,8 +62,8 @@ print(r.ru_utime + r.ru_stime)' "$@"; }
 
 rt_ms=(); rt_steady=(); ss_ms=()
 for r in $(seq "$ROUNDS"); do
-    c=$(cpu_of "$RT" tcp --port "$P" -i 1s -t "${SECS}s")
-    one=$(cpu_of "$RT" tcp --port "$P" -i 1s -t 1ms)
+    c=$(cpu_of "$RT" tcp --port "$P" --report-interval 1s -t "${SECS}s")
+    one=$(cpu_of "$RT" tcp --port "$P" --report-interval 1s -t 1ms)
     # roundtrip samples at 0s, 1s, ... SECS-1 s: SECS samples, each of every socket. Per sample: the whole
     # run (start and the end summary included) / SECS; steady: the samples after the first only.
     rt_ms+=("$(python3 -c "print(round($c / $SECS * 1000, 1))")")
@@ -86,7 +86,7 @@ if [ "$(id -u)" = 0 ] && command -v iperf3 >/dev/null; then
     iperf3 -c 127.0.0.1 -p "$IP" -t $((SECS + 2)) -f g >"$WORK/iperf" 2>&1 &
     IPERF=$!
     sleep 1
-    "$RT" tcp --trace --port "$IP" -t "${SECS}s" --json >"$WORK/trace.json"
+    "$RT" tcp --per-packet --port "$IP" -t "${SECS}s" --json >"$WORK/trace.json"
     wait "$IPERF" || true
     python3 - "$WORK/trace.json" "$WORK/iperf" "$SECS" <<'PY'
 import json, re, sys

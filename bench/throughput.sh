@@ -5,7 +5,7 @@
 #
 # Every round runs each measurement once, in the same order, so the peers see the same machine state
 # (interleaved); the script prints every value and the median of each column at the end.
-#   1. TCP, one stream, 128 KiB writes: `roundtrip tp -m 128k` vs `iperf3 -c -l 128K` (Mbit/s, sender side).
+#   1. TCP, one stream, 128 KiB writes: `roundtrip tp -s 128k` vs `iperf3 -c -l 128K` (Mbit/s, sender side).
 #   2. 64-byte messages, TCP, throughput mode: `roundtrip tp -m 64` vs `sockperf tp -m 64` (msg/s), each
 #      against its own server, and roundtrip's client against the sockperf server too.
 #   3. `roundtrip load --rate 100k`: schedule lag p99 and max (target: p99 < 1 ms), achieved rate; once as a
@@ -41,11 +41,11 @@ cols="rt_128k_mbit iperf3_128k_mbit rt_64_msgs sockperf_64_msgs rt_to_sockperf_6
 printf '%s\n' "round $cols" | tr ' ' '\t'
 declare -A all
 for r in $(seq 1 "$ROUNDS"); do
-  a=$("$RT" tp "127.0.0.1:$RT_PORT" -m 128k -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["mbit_per_s"])')
+  a=$("$RT" tp "127.0.0.1:$RT_PORT" -s 128k -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["mbit_per_s"])')
   b=$(iperf3 -c 127.0.0.1 -p "$IP_PORT" -l 128K -t "$SECS" -J | json 'round(d["end"]["sum_sent"]["bits_per_second"]/1e6)')
-  c=$("$RT" tp "127.0.0.1:$RT_PORT" -m 64 -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["messages_per_s"])')
+  c=$("$RT" tp "127.0.0.1:$RT_PORT" -s 64 -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["messages_per_s"])')
   d=$(sockperf tp --tcp -i 127.0.0.1 -p "$SP_PORT" -m 64 -t "$SECS" 2>&1 | sed -n 's/.*Message Rate is \([0-9]*\).*/\1/p')
-  e=$("$RT" tp "127.0.0.1:$SP_PORT" -m 64 -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["messages_per_s"])')
+  e=$("$RT" tp "127.0.0.1:$SP_PORT" -s 64 -t "${SECS}s" --json | json 'round(d["runs"][0]["total"]["messages_per_s"])')
   l=$("$RT" load "127.0.0.1:$RT_PORT" --rate 100k -t "${SECS}s" --json 2>/dev/null)
   f=$(echo "$l" | json 'round(d["summary"]["schedule_lag"]["p99_ns"]/1e3,1)')
   g=$(echo "$l" | json 'round(d["summary"]["schedule_lag"]["max_ns"]/1e3,1)')

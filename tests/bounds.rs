@@ -82,17 +82,20 @@ fn every_multiplying_option_is_bounded_with_a_one_line_refusal() {
             &["--rtt", "101", "100"],
         );
     }
-    // tcp: the sampling interval has a floor; with --json every sample is kept, so --time / --interval is
+    // tcp: the sampling interval has a floor; with --json every sample is kept, so --duration / --report-interval is
     // bounded before sampling.
-    refused(&["tcp", "-i", "1ns", "-t", "1s"], &["--interval", "1ms"]);
     refused(
-        &["tcp", "-i", "1ms", "-t", "1000h", "--json"],
-        &["--time", "--interval", "100000 rounds"],
+        &["tcp", "--report-interval", "1ns", "-t", "1s"],
+        &["--report-interval", "1ms"],
+    );
+    refused(
+        &["tcp", "--report-interval", "1ms", "-t", "1000h", "--json"],
+        &["--duration", "--report-interval", "100000 rounds"],
     );
     // icmp: every probe is kept for --json and the report.
     refused(
-        &["icmp", "127.0.0.1", "-n", "2000000", "--json"],
-        &["-n 2000000", "1000000"],
+        &["icmp", "127.0.0.1", "-c", "2000000", "--json"],
+        &["-c 2000000", "1000000"],
     );
     // sweep: sizes x rates cells.
     let sizes = list(40, "", 10);
@@ -104,7 +107,7 @@ fn every_multiplying_option_is_bounded_with_a_one_line_refusal() {
     // throughput: one run per size; streams.
     let sizes = list(101, "", 1);
     refused(
-        &["throughput", "127.0.0.1:1", "-m", &sizes],
+        &["throughput", "127.0.0.1:1", "-s", &sizes],
         &["--size", "101 sizes", "100"],
     );
     refused(

@@ -1,6 +1,6 @@
 //! `capture match` across a TCP-terminating box, for real: `roundtrip server` and `roundtrip proxy --rtt 20ms`
 //! on loopback, tcpdump on the proxy's port (the client side) and on the server's port (the server side),
-//! `roundtrip ping -n 100` through the proxy. The proxy opens its own connection to the server, so no TCP
+//! `roundtrip ping -c 100` through the proxy. The proxy opens its own connection to the server, so no TCP
 //! sequence number is common to the two captures: every request must be paired by its content, and the
 //! verdict must put the proxy's delay on the path between the capture points.
 
@@ -49,7 +49,7 @@ fn match_pairs_every_request_through_a_proxy_by_content() {
     let tc = kids.tcpdump(&client_pcap, pp);
     let ts = kids.tcpdump(&server_pcap, sp);
     let ping = Command::new(bin())
-        .args(["ping", &format!("127.0.0.1:{pp}"), "-n", "100"])
+        .args(["ping", &format!("127.0.0.1:{pp}"), "-c", "100"])
         .args(["--warmup", "300ms", "--timeout", "30s"])
         .output()
         .unwrap();

@@ -233,7 +233,7 @@ fn full_run(db: &Db) {
         "--json",
         "--connects",
         "2",
-        "-n",
+        "-c",
         &n.to_string(),
         "--rows",
         &rows.to_string(),
@@ -294,7 +294,7 @@ fn text_summary(db: &Db) {
     let o = run(c.args([
         "db",
         url,
-        "-n",
+        "-c",
         "3",
         "--connects",
         "1",
@@ -338,7 +338,7 @@ fn password_user((db, env, code): (&Db, &str, &str)) {
     let ok = run(rt().args([
         "db",
         &db.user_url(&user, Some(&pw)),
-        "-n",
+        "-c",
         "2",
         "--connects",
         "1",
@@ -359,7 +359,7 @@ fn password_user((db, env, code): (&Db, &str, &str)) {
         "db",
         &db.user_url(&user, None),
         "--json",
-        "-n",
+        "-c",
         "1",
         "--connects",
         "1",
@@ -373,7 +373,7 @@ fn password_user((db, env, code): (&Db, &str, &str)) {
         "db",
         &db.user_url(&user, Some(&bad_pw)),
         "--json",
-        "-n",
+        "-c",
         "1",
     ]));
     assert_eq!(bad.code, 1);
@@ -412,7 +412,7 @@ fn unknown_database(db: &Db) {
         return;
     }
     let url = db.missing_db_url;
-    let o = run(rt().args(["db", url, "-n", "1"]));
+    let o = run(rt().args(["db", url, "-c", "1"]));
     assert_eq!(o.code, 1, "{url}");
     assert!(o.stderr.contains("has no database"), "{url}: {}", o.stderr);
     assert!(o.stderr.starts_with("roundtrip: error:"), "{}", o.stderr);
@@ -444,7 +444,7 @@ fn killed_mid_run(db: &Db) {
         &db.user_url(&user, Some(PW)),
         "--connects",
         "1",
-        "-n",
+        "-c",
         "100000",
         "-i",
         "5ms",
@@ -543,7 +543,7 @@ fn tls_not_offered(server: fn() -> Option<(String, &'static str)>) {
     let Some((url, also)) = server() else {
         return;
     };
-    let o = run(rt().args(["db", &url, "-n", "1"]));
+    let o = run(rt().args(["db", &url, "-c", "1"]));
     assert_eq!(o.code, 1);
     assert!(
         o.stderr.contains("does not offer TLS") && o.stderr.contains(also),
@@ -584,7 +584,7 @@ fn tls_offered(server: fn() -> Option<TlsServer>) {
     let o = run(rt().args([
         "db",
         &s.require,
-        "-n",
+        "-c",
         "3",
         "--connects",
         "2",
@@ -599,17 +599,17 @@ fn tls_offered(server: fn() -> Option<TlsServer>) {
     assert!(j["notes"].to_string().contains("TLS"), "{j}");
     assert_eq!(j["ping"]["count"], 3);
     assert_eq!(j["fetch"]["bytes_total"], 3 * 5 * 1000);
-    let o = run(rt().args(["db", &s.verify, "-n", "1"]));
+    let o = run(rt().args(["db", &s.verify, "-c", "1"]));
     assert_eq!(o.code, 1);
     for want in s.verify_error {
         assert!(o.stderr.contains(want), "{want}: {}", o.stderr);
     }
     if s.plain_works {
-        let o = run(rt().args(["db", &s.plain, "-n", "1", "--json"]));
+        let o = run(rt().args(["db", &s.plain, "-c", "1", "--json"]));
         assert_eq!(o.code, 0, "{}", o.stderr);
         assert_eq!(json_of(&o)["phases"]["tls"]["count"], 0);
     } else {
-        let o = run(rt().args(["db", &s.plain, "-n", "1", "--timeout", "3s"]));
+        let o = run(rt().args(["db", &s.plain, "-c", "1", "--timeout", "3s"]));
         assert_eq!(o.code, 1);
     }
     (s.more)();
@@ -631,7 +631,7 @@ fn local_postgres_tls() -> Option<TlsServer> {
     let require = "postgres://postgres@127.0.0.1/test?sslmode=require".to_string();
     if !offers_tls {
         eprintln!("NOTE: this PostgreSQL does not offer TLS; checking the error instead");
-        let o = run(rt().args(["db", &require, "-n", "3", "--connects", "2", "--json"]));
+        let o = run(rt().args(["db", &require, "-c", "3", "--connects", "2", "--json"]));
         assert_eq!(o.code, 1);
         assert!(o.stderr.contains("does not offer TLS"), "{}", o.stderr);
         return None;
@@ -779,7 +779,7 @@ fn mariadb_tls_more(admin: &dyn Fn(&str) -> String, url: &str, port: u16, pw: &s
     let o = run(rt().args([
         "db",
         &format!("mysql://app:not-{pw}@127.0.0.1:{port}/mysql?ssl-mode=REQUIRED"),
-        "-n",
+        "-c",
         "1",
     ]));
     assert_eq!(o.code, 1);
@@ -793,7 +793,7 @@ fn mariadb_tls_more(admin: &dyn Fn(&str) -> String, url: &str, port: u16, pw: &s
     let o = run(rt().args([
         "db",
         &format!("mysql://ed:{pw}@127.0.0.1:{port}/mysql"),
-        "-n",
+        "-c",
         "1",
     ]));
     assert_eq!(o.code, 1);
@@ -807,7 +807,7 @@ fn mariadb_tls_more(admin: &dyn Fn(&str) -> String, url: &str, port: u16, pw: &s
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
     // The server now demands TLS: plain connections get a one-line error naming the setting to use.
     admin("SET GLOBAL require_secure_transport = ON");
-    let o = run(rt().args(["db", &format!("{url}?ssl-mode=DISABLED"), "-n", "1"]));
+    let o = run(rt().args(["db", &format!("{url}?ssl-mode=DISABLED"), "-c", "1"]));
     assert_eq!(o.code, 1);
     // MariaDB 10.11 answers "Access denied" (1045), as for a wrong password: the error says TLS was turned
     // down although offered, and what to try.
@@ -826,7 +826,7 @@ fn mariadb_tls_more(admin: &dyn Fn(&str) -> String, url: &str, port: u16, pw: &s
     assert!(o.stderr.contains("try ssl-mode=REQUIRED"), "{}", o.stderr);
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
     assert_secret_absent(pw, &[&o.stdout, &o.stderr]);
-    let o = run(rt().args(["db", url, "-n", "1"]));
+    let o = run(rt().args(["db", url, "-c", "1"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
 }
 
@@ -845,7 +845,7 @@ fn refused_port(scheme: &str) {
     let o = run(rt().args([
         "db",
         &format!("{scheme}://127.0.0.1:{port}"),
-        "-n",
+        "-c",
         "1",
         "--json",
     ]));
@@ -867,7 +867,7 @@ fn bad_arguments_fail_before_any_io() {
         vec!["db", "postgres://u:topsecret@h/db?sslmode=maybe"],
         vec!["db", "postgres://h", "--rows", "many"],
         vec!["db", "postgres://h", "--row-bytes", "0"],
-        vec!["db", "postgres://h", "-n", "0"],
+        vec!["db", "postgres://h", "-c", "0"],
         vec!["db", "postgres://h", "--timeout", "0s"],
     ] {
         let o = run(rt().args(&args));
@@ -1095,7 +1095,7 @@ fn postgres_password_method(mode: FakeAuth) {
         "db",
         &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
         "--json",
-        "-n",
+        "-c",
         "3",
         "--connects",
         "2",
@@ -1110,7 +1110,7 @@ fn postgres_password_method(mode: FakeAuth) {
     let bad = run(rt().args([
         "db",
         &format!("postgres://alice:wrong-{pw}@127.0.0.1:{}/db", fake.port),
-        "-n",
+        "-c",
         "1",
     ]));
     assert_eq!(bad.code, 1);
@@ -1122,7 +1122,7 @@ fn postgres_password_method(mode: FakeAuth) {
     let none = run(rt().args([
         "db",
         &format!("postgres://alice@127.0.0.1:{}/db", fake.port),
-        "-n",
+        "-c",
         "1",
     ]));
     assert_eq!(none.code, 1);
@@ -1174,7 +1174,7 @@ fn oracle_listener_ping() {
     let o = run(rt().args([
         "db",
         &format!("oracle://127.0.0.1:{port}/ORCLPDB1"),
-        "-n",
+        "-c",
         "3",
         "--json",
     ]));
@@ -1192,7 +1192,7 @@ fn oracle_listener_ping() {
     assert_eq!(&pkt[off..off + dlen], b"(CONNECT_DATA=(COMMAND=ping))");
     assert_eq!(u16::from_be_bytes([pkt[0], pkt[1]]) as usize, pkt.len());
 
-    let text = run(rt().args(["db", &format!("oracle://127.0.0.1:{port}"), "-n", "2"]));
+    let text = run(rt().args(["db", &format!("oracle://127.0.0.1:{port}"), "-c", "2"]));
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout.contains("TNS ping (CONNECT -> REFUSE)"),
@@ -1201,7 +1201,7 @@ fn oracle_listener_ping() {
     );
 
     let (bad_port, _rx) = fake_tns_listener(12514);
-    let o = run(rt().args(["db", &format!("oracle://127.0.0.1:{bad_port}"), "-n", "1"]));
+    let o = run(rt().args(["db", &format!("oracle://127.0.0.1:{bad_port}"), "-c", "1"]));
     assert_eq!(o.code, 1);
     assert!(o.stderr.contains("ERR=12514"), "{}", o.stderr);
 }
@@ -1239,7 +1239,7 @@ fn unexpected_answer(url: &str) {
     let port =
         answering_listener(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec());
     let url = url.replace("PORT", &port.to_string());
-    let o = run(rt().args(["db", &url, "-n", "1", "--timeout", "10s"]));
+    let o = run(rt().args(["db", &url, "-c", "1", "--timeout", "10s"]));
     assert_eq!(o.code, 1, "{url}");
     assert!(
         o.stderr.contains("unexpected answer from"),
@@ -1272,7 +1272,7 @@ fn random_bytes_never_panic(scheme: &str) {
         let o = run(rt().args([
             "db",
             &format!("{scheme}://u@127.0.0.1:{port}/1"),
-            "-n",
+            "-c",
             "1",
             "--timeout",
             "2s",
@@ -1370,7 +1370,7 @@ impl Drop for Mysql8 {
 }
 
 fn db_run(url: &str, extra: &[&str]) -> Out {
-    let mut args = vec!["db", url, "-n", "3", "--rows", "4", "--row-bytes", "100"];
+    let mut args = vec!["db", url, "-c", "3", "--rows", "4", "--row-bytes", "100"];
     args.extend_from_slice(extra);
     run(rt().args(&args))
 }
@@ -1450,7 +1450,7 @@ fn mysql8_auth_plugin((mode, plugin, paths): (&str, &str, [&str; 2])) {
     let ok = run(rt().env("MYSQL_PWD", MY8_PW).args([
         "db",
         &srv.url("app", ""),
-        "-n",
+        "-c",
         "2",
         "--connects",
         "2",

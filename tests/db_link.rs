@@ -91,7 +91,7 @@ fn pg_link_through_a_10ms_proxy_and_without() {
         "--link",
         &pg_target(PG),
         "--create-extension",
-        "-n",
+        "-c",
         "20",
         "--connects",
         "1",
@@ -131,7 +131,7 @@ fn pg_link_through_a_10ms_proxy_and_without() {
         &db.url(),
         "--link",
         &pg_target(proxy),
-        "-n",
+        "-c",
         "15",
         "-i",
         "20ms",
@@ -227,7 +227,7 @@ fn pg_link_through_a_10ms_proxy_and_without() {
         &db.url(),
         "--link",
         &pg_target(proxy),
-        "-n",
+        "-c",
         "3",
         "--connects",
         "1",
@@ -281,7 +281,7 @@ fn pg_link_to_a_foreign_server_with_a_user_mapping() {
         &db.url(),
         "--link",
         "rt_far",
-        "-n",
+        "-c",
         "8",
         "--connects",
         "1",
@@ -321,7 +321,7 @@ fn ctrl_c_mid_run_prints_what_was_measured_and_closes_the_link() {
         &db.url(),
         "--link",
         &pg_target(proxy),
-        "-n",
+        "-c",
         "100000",
         "-i",
         "50ms",
@@ -378,7 +378,7 @@ fn pg_missing_extension_is_one_line_and_nothing_is_created() {
         return;
     }
     let db = ScratchDb::new("noext", false);
-    let o = run(rt().args(["db", &db.url(), "--link", &pg_target(PG), "-n", "2"]));
+    let o = run(rt().args(["db", &db.url(), "--link", &pg_target(PG), "-c", "2"]));
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
     let errors: Vec<&str> = o.stderr.lines().filter(|l| l.contains("error")).collect();
     assert_eq!(errors.len(), 1, "{}", o.stderr);
@@ -412,7 +412,7 @@ fn pg_link_target_down_is_one_line_and_exit_1() {
         &db.url(),
         "--link",
         &pg_target(closed),
-        "-n",
+        "-c",
         "2",
         "--json",
     ]));
@@ -460,7 +460,7 @@ fn pg_non_superuser_without_password_gets_the_rule() {
         &url,
         "--link",
         "host=127.0.0.1 dbname=test user=postgres sslmode=disable",
-        "-n",
+        "-c",
         "2",
     ]));
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
@@ -552,7 +552,7 @@ fn mariadb_link_through_federatedx() {
             "mysql://root@127.0.0.1/test",
             "--link",
             &target,
-            "-n",
+            "-c",
             "2",
         ]));
         assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
@@ -613,7 +613,7 @@ fn mariadb_link_through_federatedx() {
         "--link",
         &target,
         "--create-extension",
-        "-n",
+        "-c",
         "10",
         "--connects",
         "1",

@@ -48,7 +48,7 @@ fn ping_rtts(ns: &str, to: Ipv4Addr, count: u32) -> Result<Vec<f64>, String> {
     let n = count.to_string();
     let mut cmd = std::process::Command::new("ip");
     cmd.args(["netns", "exec", ns]).arg(bin()).args([
-        "ping", &to_s, "-n", &n, "-i", "200ms", "--warmup", "1s", "--json",
+        "ping", &to_s, "-c", &n, "-i", "200ms", "--warmup", "1s", "--json",
     ]);
     cmd.arg("--full-log").arg(&log);
     let f = procs::run("roundtrip ping", cmd, WAIT);

@@ -180,7 +180,7 @@ fn our_ping_against_a_sockperf_server() {
             .args([
                 "ping",
                 &format!("127.0.0.1:{port}"),
-                "-n",
+                "-c",
                 "50",
                 "--warmup",
                 "0",
@@ -235,7 +235,7 @@ fn cli_ping_json_document_and_full_log() {
         cmd.args([
             "ping",
             &format!("127.0.0.1:{port}"),
-            "-n",
+            "-c",
             "300",
             "--warmup",
             "0",
@@ -324,7 +324,7 @@ fn cli_text_summary_and_histogram() {
         .args([
             "ping",
             &format!("127.0.0.1:{port}"),
-            "-n",
+            "-c",
             "200",
             "--warmup",
             "0",
@@ -420,7 +420,7 @@ fn bad_arguments_are_refused_before_any_io() {
 #[test]
 fn unknown_host() {
     fails_with(
-        &["ping", "no-such-host.invalid", "-n", "1"],
+        &["ping", "no-such-host.invalid", "-c", "1"],
         "cannot resolve 'no-such-host.invalid'",
     );
 }
@@ -429,7 +429,7 @@ fn unknown_host() {
 fn refused_port() {
     let port = free_port();
     let err = fails_with(
-        &["ping", &format!("127.0.0.1:{port}"), "-n", "1"],
+        &["ping", &format!("127.0.0.1:{port}"), "-c", "1"],
         "Connection refused",
     );
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
@@ -447,7 +447,7 @@ fn udp_without_answers_counts_loss_and_does_not_hang() {
             "ping",
             &format!("127.0.0.1:{port}"),
             "--udp",
-            "-n",
+            "-c",
             "3",
             "--timeout",
             "200ms",
@@ -475,7 +475,7 @@ fn udp_to_a_closed_port_says_so() {
             "ping",
             &format!("127.0.0.1:{port}"),
             "--udp",
-            "-n",
+            "-c",
             "3",
             "--timeout",
             "200ms",
@@ -521,7 +521,7 @@ fn ping_fake(addr: SocketAddr) -> (serde_json::Value, String) {
         .args([
             "ping",
             &addr.to_string(),
-            "-n",
+            "-c",
             "100",
             "--warmup",
             "0",
@@ -826,7 +826,7 @@ fn ipv6_loopback_against_a_dual_stack_server() {
         );
     }
     fails_with(
-        &["ping", "127.0.0.1", "-6", "-n", "1"],
+        &["ping", "127.0.0.1", "-6", "-c", "1"],
         "has no IPv6 address",
     );
 }

@@ -124,7 +124,7 @@ impl NetPair {
             while !std::process::Command::new("ip")
                 .args(["netns", "exec", &pair.client])
                 .arg(common::procs::BIN)
-                .args(["icmp", host, "-n", "1", "--timeout", "200ms"])
+                .args(["icmp", host, "-c", "1", "--timeout", "200ms"])
                 .output()
                 .is_ok_and(|o| o.status.success())
             {
@@ -171,7 +171,7 @@ impl NetPair {
                 .args([
                     "connect",
                     &format!("{SERVER_V4}:{port}"),
-                    "-n",
+                    "-c",
                     "1",
                     "--timeout",
                     "1s",
@@ -291,7 +291,7 @@ fn cli_connect_open_json_and_closed_exit_code() {
             "connect",
             &format!("localhost:{port}"),
             "-4",
-            "-n",
+            "-c",
             "2",
             "-i",
             "10ms",
@@ -312,7 +312,7 @@ fn cli_connect_open_json_and_closed_exit_code() {
 
     let closed = closed_port("127.0.0.1");
     let out = bin()
-        .args(["connect", &closed.to_string(), "-n", "2", "-i", "10ms"])
+        .args(["connect", &closed.to_string(), "-c", "2", "-i", "10ms"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -350,7 +350,7 @@ fn cli_connect_dns_failure_and_bad_input() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = bin()
-        .args(["connect", "127.0.0.1:80", "-n", "0"])
+        .args(["connect", "127.0.0.1:80", "-c", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -393,7 +393,7 @@ fn namespace_filtered_unreachable_and_no_route() {
             let mut args = vec![
                 "connect",
                 target.as_str(),
-                "-n",
+                "-c",
                 "2",
                 "-i",
                 "0s",
@@ -415,7 +415,7 @@ fn namespace_filtered_unreachable_and_no_route() {
             assert!(v["attempts"][0]["time_ns"].is_null());
         }
         // Unreachable: the SYN is answered with ICMP host-unreachable.
-        let mut args = vec!["connect", "10.199.0.2:10", "-n", "1", "--timeout", "5s"];
+        let mut args = vec!["connect", "10.199.0.2:10", "-c", "1", "--timeout", "5s"];
         args.extend(mode);
         let out = pair.client_cmd(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{mode:?}");
@@ -426,14 +426,14 @@ fn namespace_filtered_unreachable_and_no_route() {
     }
     // Filtered text output and message.
     let out = pair
-        .client_cmd(&["connect", "10.199.0.2:9", "-n", "1", "--timeout", "300ms"])
+        .client_cmd(&["connect", "10.199.0.2:9", "-c", "1", "--timeout", "300ms"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("filtered"), "{}", stderr(&out));
     // No route: an address outside the /30.
     let out = pair
-        .client_cmd(&["connect", "10.199.1.1:80", "-n", "1", "--json"])
+        .client_cmd(&["connect", "10.199.1.1:80", "-c", "1", "--json"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -446,13 +446,13 @@ fn namespace_filtered_unreachable_and_no_route() {
             .contains("ENETUNREACH")
     );
     let out = pair
-        .client_cmd(&["icmp", "10.199.1.1", "-n", "1"])
+        .client_cmd(&["icmp", "10.199.1.1", "-c", "1"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("no route"), "{}", stderr(&out));
     let out = pair
-        .client_cmd(&["compare", "10.199.1.1", "-n", "2"])
+        .client_cmd(&["compare", "10.199.1.1", "-c", "2"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -466,7 +466,7 @@ fn namespace_filtered_unreachable_and_no_route() {
     pair.spawn_server(7000);
     for t in ["10.199.0.2:7000", "[fd00:199::2]:7000"] {
         for mode in [&[][..], &["--raw"][..]] {
-            let mut args = vec!["connect", t, "-n", "2", "-i", "0s", "--json"];
+            let mut args = vec!["connect", t, "-c", "2", "-i", "0s", "--json"];
             args.extend(mode);
             let out = pair.client_cmd(&args).output().unwrap();
             assert!(out.status.success(), "{t} {mode:?}: {}", stderr(&out));
@@ -474,7 +474,7 @@ fn namespace_filtered_unreachable_and_no_route() {
         }
     }
     let out = pair
-        .client_cmd(&["connect", "10.199.0.2:7001", "-n", "1"])
+        .client_cmd(&["connect", "10.199.0.2:7001", "-c", "1"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -502,7 +502,7 @@ fn icmp_errors_from_the_network_are_reported_per_probe() {
             }
             let out = pair
                 .client_cmd(&[
-                    "icmp", host, "-n", "2", "-i", "10ms", "--size", "1000", mode, "--json",
+                    "icmp", host, "-c", "2", "-i", "10ms", "--size", "1000", mode, "--json",
                 ])
                 .output()
                 .unwrap();
@@ -525,7 +525,7 @@ fn icmp_errors_from_the_network_are_reported_per_probe() {
             assert!(stderr(&out).contains("no echo reply"), "{}", stderr(&out));
             // The same host answers echoes of another size.
             let out = pair
-                .client_cmd(&["icmp", host, "-n", "2", "-i", "10ms", mode])
+                .client_cmd(&["icmp", host, "-c", "2", "-i", "10ms", mode])
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{host} {mode}: {}", stderr(&out));
@@ -550,7 +550,7 @@ fn icmp_to_loopback_v4_and_v6() {
         assert_eq!(r.rtt.len(), 3);
     }
     let out = bin()
-        .args(["icmp", "::1", "-n", "2", "-i", "10ms", "--json"])
+        .args(["icmp", "::1", "-c", "2", "-i", "10ms", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -618,7 +618,7 @@ fn icmp_unprivileged_datagram_socket_when_allowed() {
         return;
     };
     for ip in ["127.0.0.1", "::1"] {
-        let out = ns.as_nobody(&["icmp", ip, "-n", "2", "-i", "10ms", "--json"]);
+        let out = ns.as_nobody(&["icmp", ip, "-c", "2", "-i", "10ms", "--json"]);
         assert!(out.status.success(), "{ip}: {}", stderr(&out));
         let v = stdout_json(&out);
         assert_eq!(v["socket"], "datagram", "{ip}");
@@ -629,7 +629,7 @@ fn icmp_unprivileged_datagram_socket_when_allowed() {
 #[test]
 fn icmp_not_permitted_says_how_to_allow_it() {
     let Some(ns) = LoneNs::new("1 0") else { return };
-    let out = ns.as_nobody(&["icmp", "127.0.0.1", "-n", "1"]);
+    let out = ns.as_nobody(&["icmp", "127.0.0.1", "-c", "1"]);
     assert_eq!(out.status.code(), Some(1));
     let e = stderr(&out);
     assert!(e.contains("not permitted"), "{e}");
@@ -637,7 +637,7 @@ fn icmp_not_permitted_says_how_to_allow_it() {
     assert!(e.contains("\"1 0\""), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
     // --raw needs the privilege too, and says what works without it.
-    let out = ns.as_nobody(&["connect", "127.0.0.1:1", "--raw", "-n", "1"]);
+    let out = ns.as_nobody(&["connect", "127.0.0.1:1", "--raw", "-c", "1"]);
     assert_eq!(out.status.code(), Some(1));
     let e = stderr(&out);
     assert!(e.contains("--raw needs root or CAP_NET_RAW"), "{e}");
@@ -647,13 +647,13 @@ fn icmp_not_permitted_says_how_to_allow_it() {
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0])
         .arg(common::procs::BIN)
-        .args(["icmp", "::1", "-n", "1", "--datagram"])
+        .args(["icmp", "::1", "-c", "1", "--datagram"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("not permitted"), "{}", stderr(&out));
     // compare still measures the TCP rows, and explains the missing ICMP row.
-    let out = ns.as_nobody(&["compare", "-n", "3", "-i", "1ms", "--json"]);
+    let out = ns.as_nobody(&["compare", "-c", "3", "-i", "1ms", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v = stdout_json(&out);
     let rows = v["rows"].as_array().unwrap();
@@ -764,7 +764,7 @@ fn compare_against_the_embedded_server() {
 fn cli_compare_embedded_v6_text_and_json() {
     let out = bin()
         .args([
-            "compare", "-6", "-n", "3", "-i", "1ms", "--size", "1k", "--json",
+            "compare", "-6", "-c", "3", "-i", "1ms", "--size", "1k", "--json",
         ])
         .output()
         .unwrap();
@@ -780,7 +780,7 @@ fn cli_compare_embedded_v6_text_and_json() {
     assert!(v["tcp_info"]["rttvar_ns"].is_u64());
 
     let out = bin()
-        .args(["compare", "-n", "3", "-i", "1ms"])
+        .args(["compare", "-c", "3", "-i", "1ms"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -808,7 +808,7 @@ fn compare_against_a_namespace_host() {
     pair.spawn_server(11111);
     for host in [SERVER_V4, SERVER_V6] {
         let out = pair
-            .client_cmd(&["compare", host, "-n", "5", "-i", "2ms", "--raw", "--json"])
+            .client_cmd(&["compare", host, "-c", "5", "-i", "2ms", "--raw", "--json"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{host}: {}", stderr(&out));
@@ -823,7 +823,7 @@ fn compare_against_a_namespace_host() {
         .client_cmd(&[
             "compare",
             "10.199.0.2:9",
-            "-n",
+            "-c",
             "10",
             "--timeout",
             "300ms",
@@ -846,7 +846,7 @@ fn compare_against_a_namespace_host() {
     assert!(v["rows"][1]["error"].as_str().unwrap().contains("filtered"));
     // The ping rows need a roundtrip server; a port without one keeps ICMP, and says why the rest is empty.
     let out = pair
-        .client_cmd(&["compare", "10.199.0.2:7002", "-n", "2"])
+        .client_cmd(&["compare", "10.199.0.2:7002", "-c", "2"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

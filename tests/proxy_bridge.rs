@@ -93,10 +93,10 @@ fn ping_and_tcp_handshake_see_the_configured_rtt() {
     );
     dump.wait_line("listening on", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
-    let doc = ping(&net, &["-n", "50", "--warmup", "1s"]);
+    let doc = ping(&net, &["-c", "50", "--warmup", "1s"]);
     // More connections, so the handshake check is a median, not one sample a loaded machine may stretch.
     for _ in 0..4 {
-        ping(&net, &["-n", "2", "--warmup", "0"]);
+        ping(&net, &["-c", "2", "--warmup", "0"]);
     }
     dump.signal(libc::SIGINT);
     let f = dump.finish(Duration::from_secs(20));
@@ -233,7 +233,7 @@ fn delay_is_per_direction_and_only_named_interfaces_are_touched() {
     };
     let (cd, cfile) = cap(Side::Client, "client.pcap");
     let (sd, sfile) = cap(Side::Server, "server.pcap");
-    let doc = ping(&net, &["-u", "-n", "30", "--warmup", "0"]);
+    let doc = ping(&net, &["-u", "-c", "30", "--warmup", "0"]);
     assert_eq!(u(&doc, &["summary", "lost"]), 0, "{doc}");
     for d in [cd, sd] {
         d.signal(libc::SIGINT);
@@ -476,7 +476,7 @@ fn control_api_changes_delay_live() {
         .wait_line("control api on", Duration::from_secs(10))
         .unwrap();
     let port = procs::port_in(&line);
-    let before = ping(&net, &["-u", "-n", "20", "--warmup", "0"]);
+    let before = ping(&net, &["-u", "-c", "20", "--warmup", "0"]);
     assert!(u(&before, &["summary", "rtt", "p50_ns"]) < 20_000_000);
     let curl = |args: &[&str]| {
         let url = format!("http://127.0.0.1:{port}/{}", args[0]);
@@ -489,7 +489,7 @@ fn control_api_changes_delay_live() {
     let body = r#"{"a_to_b": {"delay_ns": 30000000}, "b_to_a": {"delay_ns": 30000000}}"#;
     let put = curl(&["impairment", "-X", "PUT", "-d", body]);
     assert_eq!(put["a_to_b"]["delay_ns"], 30_000_000);
-    let after = ping(&net, &["-u", "-n", "20", "--warmup", "0"]);
+    let after = ping(&net, &["-u", "-c", "20", "--warmup", "0"]);
     let p50 = u(&after, &["summary", "rtt", "p50_ns"]) as f64;
     assert!(
         (60.0 * MS..75.0 * MS).contains(&p50),
@@ -633,7 +633,7 @@ fn delay_from_replays_measured_rtts() {
     let mut net = BridgeNet::new();
     let _srv = server(&net);
     net.start_bridge(&["--delay-from", f.to_str().unwrap()]);
-    let doc = ping(&net, &["-u", "-n", "40", "--warmup", "0"]);
+    let doc = ping(&net, &["-u", "-c", "40", "--warmup", "0"]);
     let p50 = u(&doc, &["summary", "rtt", "p50_ns"]) as f64;
     // Half of a sample each way: 29.5..30.5 ms plus the path; a whole sample each way would give 60 ms.
     assert!(

@@ -433,7 +433,7 @@ fn the_command_refuses_what_it_cannot_replay_with_one_line_and_exit_1() {
         .args([
             "ping",
             &format!("127.0.0.1:{echo}"),
-            "-n",
+            "-c",
             "20",
             "--warmup",
             "0s",

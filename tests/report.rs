@@ -635,7 +635,7 @@ fn ping_writes_report_and_svg() {
         "ping",
         &srv.udp_addr().unwrap().to_string(),
         "-u",
-        "-n",
+        "-c",
         "2000",
         "--warmup",
         "50ms",
@@ -667,7 +667,7 @@ fn ping_writes_report_and_svg() {
             "ping",
             &srv.udp_addr().unwrap().to_string(),
             "-u",
-            "-n",
+            "-c",
             "10",
             "--report",
         ])
@@ -1523,7 +1523,7 @@ fn run_with_report(args: &[&str], chart: Option<&str>) -> (String, String) {
 
 #[test]
 fn compare_writes_a_report_of_bars() {
-    let (page, svg) = run_with_report(&["compare", "-n", "10", "-i", "5ms", "--no-raw"], None);
+    let (page, svg) = run_with_report(&["compare", "-c", "10", "-i", "5ms", "--no-raw"], None);
     assert!(page.contains("Round trip per probe") && page.contains("TCP handshake"));
     // --svg defaults to the first chart of a result without a percentile curve.
     assert!(svg.contains("Round trip per probe") && svg.contains("<rect class=\"bar c0"));
@@ -1536,7 +1536,7 @@ fn db_writes_a_report_of_phases() {
     if !common::service_up(6379, "Redis") {
         return;
     }
-    let (page, svg) = run_with_report(&["db", "redis://127.0.0.1:6379", "-n", "50"], None);
+    let (page, svg) = run_with_report(&["db", "redis://127.0.0.1:6379", "-c", "50"], None);
     assert!(page.contains("Time per phase") && page.contains("127.0.0.1:6379"));
     let cats = hbar_categories(&svg);
     for want in ["tcp handshake", "startup", "ping"] {
@@ -1549,7 +1549,7 @@ fn db_writes_a_report_of_phases() {
         &[
             "db",
             "redis://127.0.0.1:6379",
-            "-n",
+            "-c",
             "50",
             "--full-log",
             log.to_str().unwrap(),
@@ -1689,7 +1689,7 @@ fn every_measuring_command_writes_a_report() {
             vec![
                 "throughput",
                 tcp.as_str(),
-                "-m",
+                "-s",
                 "64,1k",
                 "-t",
                 "300ms",
@@ -1727,7 +1727,7 @@ fn every_measuring_command_writes_a_report() {
             "Latency vs offered rate",
         ),
         (
-            vec!["connect", tcp.as_str(), "-n", "5", "-i", "10ms"],
+            vec!["connect", tcp.as_str(), "-c", "5", "-i", "10ms"],
             "Handshake time by percentile",
         ),
     ] {
@@ -1738,7 +1738,7 @@ fn every_measuring_command_writes_a_report() {
     if common::require_root("the icmp charts use a raw socket") {
         // Every echo reply is a sample of the ICMP charts.
         let (page, svg) = run_with_report(
-            &["icmp", "127.0.0.1", "-n", "20", "-i", "5ms"],
+            &["icmp", "127.0.0.1", "-c", "20", "-i", "5ms"],
             Some("rtt-time"),
         );
         assert!(page.contains("RTT by percentile"));

@@ -182,7 +182,7 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
         }
     }
     let o = Command::new("ip")
-        .args(["netns", "exec", nsnd, BIN, "tcp", "--trace", "--port"])
+        .args(["netns", "exec", nsnd, BIN, "tcp", "--per-packet", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "1s", "--json"])
         .output()
@@ -211,7 +211,7 @@ fn trace_agrees_with_bpftrace(nsnd: &str) {
         );
     }
     eprintln!(
-        "--trace: {} events, all among bpftrace's {}",
+        "--per-packet: {} events, all among bpftrace's {}",
         events.len(),
         seen.len()
     );
@@ -240,7 +240,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     thread::sleep(Duration::from_secs(2));
     let o = Command::new("ip")
         .args(["netns", "exec", &nsnd, BIN, "tcp", "--host", RCV_ADDR])
-        .args(["-i", "1s", "-t", "4s", "--json"])
+        .args(["--report-interval", "1s", "-t", "4s", "--json"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -256,7 +256,7 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     let o = Command::new("ip")
         .args(["netns", "exec", &nsnd, BIN, "tcp", "--port"])
         .arg(SLOW_PORT.to_string())
-        .args(["-i", "1s", "-t", "2s"])
+        .args(["--report-interval", "1s", "-t", "2s"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
@@ -266,10 +266,10 @@ fn slow_receiver_is_window_limited_and_fast_one_is_not() {
     );
     assert!(text.contains("verdicts (whole watch)"), "{text}");
 
-    // --trace (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
+    // --per-packet (per arriving segment, tcp/tcp_probe): the slow connection's unacknowledged bytes are pinned at
     // the peer's small window, never beyond it; the kernel's lost-event count is reported.
     let o = Command::new("ip")
-        .args(["netns", "exec", &nsnd, BIN, "tcp", "--trace", "--port"])
+        .args(["netns", "exec", &nsnd, BIN, "tcp", "--per-packet", "--port"])
         .arg(SLOW_PORT.to_string())
         .args(["-t", "2s", "--json"])
         .output()
@@ -381,7 +381,7 @@ fn no_matching_connection_keeps_watching() {
             "tcp",
             "--port",
             &port.to_string(),
-            "-i",
+            "--report-interval",
             "200ms",
             "-t",
             "1s",
@@ -417,7 +417,7 @@ fn a_connection_closing_mid_run_gets_a_closed_line_and_the_other_goes_on() {
             "tcp",
             "--port",
             &port.to_string(),
-            "-i",
+            "--report-interval",
             "200ms",
             "-t",
             "60s",
@@ -475,7 +475,7 @@ fn the_full_log_note_counts_the_rows_written_without_json() {
             "tcp",
             "--port",
             &port.to_string(),
-            "-i",
+            "--report-interval",
             "200ms",
             "-t",
             "1s",
@@ -516,7 +516,7 @@ fn report_draws_rtt_and_windows_per_connection() {
             "tcp",
             "--port",
             &port.to_string(),
-            "-i",
+            "--report-interval",
             "200ms",
             "-t",
             "600ms",
@@ -546,12 +546,12 @@ fn trace_without_root_says_why_in_one_line() {
     }
     let o = Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .args([BIN, "tcp", "--trace", "-t", "1s"])
+        .args([BIN, "tcp", "--per-packet", "-t", "1s"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--trace is not available"), "{err}");
+    assert!(err.contains("--per-packet is not available"), "{err}");
     assert!(err.contains("sampled mode"), "{err}");
 }

@@ -557,15 +557,15 @@ fn roundtrip_cmd() -> Command {
 fn zero_and_negative_sizes_and_rates_are_rejected_when_parsing() {
     // An address where nothing listens: parsing must fail before any connection is tried.
     let cases: &[&[&str]] = &[
-        &["throughput", "127.0.0.1:9", "-m", "0"],
-        &["tp", "127.0.0.1:9", "-m", "-64"],
-        &["tp", "127.0.0.1:9", "-m", "64,0,1k"],
-        &["tp", "127.0.0.1:9", "-m", "10"],
+        &["throughput", "127.0.0.1:9", "-s", "0"],
+        &["tp", "127.0.0.1:9", "-s", "-64"],
+        &["tp", "127.0.0.1:9", "-s", "64,0,1k"],
+        &["tp", "127.0.0.1:9", "-s", "10"],
         &["tp", "127.0.0.1:9", "--streams", "0"],
         &["tp", "127.0.0.1:9", "-t", "0s"],
         &["load", "127.0.0.1:9", "--rate", "0"],
         &["load", "127.0.0.1:9", "--rate", "-100"],
-        &["load", "127.0.0.1:9", "--rate", "1k", "-m", "0"],
+        &["load", "127.0.0.1:9", "--rate", "1k", "-s", "0"],
         &["load", "127.0.0.1:9", "--rate", "1k", "--reply-every", "0"],
         &["sweep", "127.0.0.1:9", "--rates", "1k,0"],
         &["sweep", "127.0.0.1:9", "--rates", "-5"],
@@ -583,7 +583,7 @@ fn zero_and_negative_sizes_and_rates_are_rejected_when_parsing() {
     }
     // Out of range for the transport: refused by validation before any I/O, exit 2.
     roundtrip_cmd()
-        .args(["tp", "127.0.0.1:9", "-u", "-m", "64k"])
+        .args(["tp", "127.0.0.1:9", "-u", "-s", "64k"])
         .timeout(Duration::from_secs(30))
         .assert()
         .code(2)
@@ -605,7 +605,7 @@ fn cli_json_documents_have_the_envelope() {
     for (kind, args) in [
         (
             "throughput",
-            vec!["tp", &a, "-t", "500ms", "-m", "64,1k", "--json"],
+            vec!["tp", &a, "-t", "500ms", "-s", "64,1k", "--json"],
         ),
         (
             "load",
@@ -674,7 +674,7 @@ fn cli_text_output() {
     // A rate this machine cannot send: the run still succeeds and says what it achieved.
     roundtrip_cmd()
         .args([
-            "load", &a, "--rate", "10M", "-m", "64k", "-t", "500ms", "--warmup", "0",
+            "load", &a, "--rate", "10M", "-s", "64k", "-t", "500ms", "--warmup", "0",
         ])
         .timeout(Duration::from_secs(60))
         .assert()
@@ -780,7 +780,7 @@ fn interrupted_clients_leave_no_close_wait_on_the_server() {
         &["throughput", &to, "-t", "10s", "-P", "4"],
         &["throughput", &to, "-t", "10s", "-R", "-P", "3"],
         &["throughput", &to, "-t", "10s", "--sync"],
-        &["throughput", &to, "-t", "10s", "-m", "64,1k,64k"],
+        &["throughput", &to, "-t", "10s", "-s", "64,1k,64k"],
         &["ping", &to, "-t", "10s", "-i", "1ms"],
         &["load", &to, "-r", "10k", "-t", "10s"],
     ];

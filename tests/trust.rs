@@ -396,22 +396,22 @@ fn every_refusal_is_one_line_with_exit_2() {
         vec!["proxy", "--direction", "sideways"],
         vec!["proxy", "--max-clients", "0"],
         vec!["replay", "x.pcap", "--rtt-pings", "20000"],
-        vec!["ping", "127.0.0.1:1", "-m", "1", "-n", "1"],
-        vec!["ping", "127.0.0.1:1", "-m", "300k", "-n", "1"],
+        vec!["ping", "127.0.0.1:1", "-s", "1", "-c", "1"],
+        vec!["ping", "127.0.0.1:1", "-s", "300k", "-c", "1"],
         vec!["throughput", "127.0.0.1:1", "-P", "1000"],
         // Our own checks before any I/O (not clap's): the target's form, a port where none belongs or
         // none where one is needed, options that do not go together, counts of 0, URLs, RTTs of 0.
-        vec!["icmp", "127.0.0.1:80", "-n", "1"],
-        vec!["connect", "127.0.0.1", "-n", "1"],
-        vec!["ping", "127.0.0.1:99999", "-n", "1"],
-        vec!["ping", "[::1", "-n", "1"],
+        vec!["icmp", "127.0.0.1:80", "-c", "1"],
+        vec!["connect", "127.0.0.1", "-c", "1"],
+        vec!["ping", "127.0.0.1:99999", "-c", "1"],
+        vec!["ping", "[::1", "-c", "1"],
         vec!["load", "127.0.0.1:99999", "-r", "10", "-t", "1s"],
         vec!["sweep", "127.0.0.1:99999"],
         vec!["throughput", "127.0.0.1:99999", "-t", "1s"],
         vec!["compare", "127.0.0.1:99999"],
         vec!["replay", "x.pcap", "--to", "127.0.0.1:99999"],
-        vec!["db", "mysqlx://127.0.0.1", "-n", "1"],
-        vec!["db", "postgres://127.0.0.1:99999/test", "-n", "1"],
+        vec!["db", "mysqlx://127.0.0.1", "-c", "1"],
+        vec!["db", "postgres://127.0.0.1:99999/test", "-c", "1"],
         vec!["server", "-p", "0", "--max-clients", "0"],
         vec!["server", "-p", "0", "--max-per-address", "0"],
         vec!["agent", "--workers", "0"],
@@ -527,7 +527,7 @@ fn every_refusal_is_one_line_with_exit_2() {
         );
         assert!(!stderr.contains("4294967295"), "{args:?}: {stderr}");
     }
-    let (_, _, e) = rt(&["ping", "127.0.0.1:1", "-m", "1", "-n", "1"]);
+    let (_, _, e) = rt(&["ping", "127.0.0.1:1", "-s", "1", "-c", "1"]);
     assert!(e.contains("between 14 bytes and 256 KiB"), "{e}");
     for args in [
         vec!["--help"],
@@ -788,8 +788,8 @@ fn a_run_that_measured_nothing_prints_the_error_alone() {
     let redis = format!("redis://{closed}");
     let agent = format!("http://{closed}");
     let mut cases: Vec<Vec<&str>> = vec![
-        vec!["ping", &closed, "-n", "3"],
-        vec!["ping", &closed, "-n", "3", "--udp"],
+        vec!["ping", &closed, "-c", "3"],
+        vec!["ping", &closed, "-c", "3", "--udp"],
         vec!["throughput", &closed, "-t", "1s"],
         vec!["throughput", &closed, "-t", "1s", "--udp"],
         vec!["throughput", &closed, "-t", "1s", "--udp", "--reverse"],
@@ -861,7 +861,7 @@ fn a_run_that_measured_nothing_prints_the_error_alone() {
     // compare: ICMP is answered by the kernel even on a closed port, so that row is a real measurement and
     // stays; the application rows (what compare is for) measured nothing: exit 1, named on one line.
     for json in [false, true] {
-        let mut args = vec!["compare", &closed, "-n", "2", "-i", "1ms"];
+        let mut args = vec!["compare", &closed, "-c", "2", "-i", "1ms"];
         if json {
             args.push("--json");
         }
@@ -891,7 +891,7 @@ fn subtracted_figures_are_never_shown_negative() {
         }
         // Several runs: on loopback ping and handshake medians are close, so both outcomes happen.
         for _ in 0..5 {
-            let (code, stdout, stderr) = rt(&["db", url, "-n", "30", "--connects", "3"]);
+            let (code, stdout, stderr) = rt(&["db", url, "-c", "30", "--connects", "3"]);
             assert_eq!(code, 0, "{url}: {stderr}");
             let line = stdout
                 .lines()
@@ -1013,18 +1013,18 @@ fn interrupted_runs_say_how_far_they_got_and_judge_only_that() {
     let mut cases: Vec<Vec<&str>> = vec![
         vec!["replay", &pgbench, "--to", &replay_to],
         vec!["ping", &addr, "-t", "60s"],
-        vec!["ping", &addr, "-n", "100000000", "--udp"],
+        vec!["ping", &addr, "-c", "100000000", "--udp"],
         vec!["load", &addr, "-r", "10k", "-t", "60s"],
         vec![
             "sweep", &addr, "--rates", "1k,10k", "--sizes", "64", "-t", "30s",
         ],
-        vec!["throughput", &addr, "-t", "60s", "-m", "64,1k"],
-        vec!["compare", &addr, "-n", "100000", "-i", "5ms"],
-        vec!["connect", &addr, "-n", "100000", "-i", "5ms"],
-        vec!["icmp", "127.0.0.1", "-n", "100000", "-i", "5ms"],
+        vec!["throughput", &addr, "-t", "60s", "-s", "64,1k"],
+        vec!["compare", &addr, "-c", "100000", "-i", "5ms"],
+        vec!["connect", &addr, "-c", "100000", "-i", "5ms"],
+        vec!["icmp", "127.0.0.1", "-c", "100000", "-i", "5ms"],
     ];
     if have_pg {
-        cases.push(vec!["db", pg, "-n", "100000000"]);
+        cases.push(vec!["db", pg, "-c", "100000000"]);
     }
     let mut walked = Vec::new();
     for case in &cases {
@@ -1110,7 +1110,7 @@ fn ctrl_c_is_the_normal_end_of_servers_and_watchers() {
             "--metrics",
             "127.0.0.1:0",
         ],
-        vec!["tcp", "--interval", "200ms"],
+        vec!["tcp", "--report-interval", "200ms"],
     ] {
         let (code, _, all) = interrupt(&args, Duration::from_secs(1));
         assert_eq!(code, 0, "{args:?}: {all}");
@@ -1209,7 +1209,7 @@ fn smaller_cases_say_what_they_are() {
     use std::time::Duration;
     // MariaDB is named MariaDB, its version without the 5.5.5- compatibility prefix.
     if common::service_up(3306, "MariaDB") {
-        let (code, stdout, stderr) = rt(&["db", "mysql://root@127.0.0.1:3306/test", "-n", "3"]);
+        let (code, stdout, stderr) = rt(&["db", "mysql://root@127.0.0.1:3306/test", "-c", "3"]);
         assert_eq!(code, 0, "{stderr}");
         let line = stdout.lines().find(|l| l.starts_with("--- ")).unwrap();
         assert!(line.starts_with("--- MariaDB at "), "{line}");
@@ -1217,7 +1217,7 @@ fn smaller_cases_say_what_they_are() {
         let (_, json, _) = rt(&[
             "db",
             "mysql://root@127.0.0.1:3306/test",
-            "-n",
+            "-c",
             "3",
             "--json",
         ]);
@@ -1560,9 +1560,26 @@ fn tcp_verdicts_follow_from_their_numbers() {
         c
     });
     std::thread::sleep(Duration::from_secs(2));
-    let (code, stdout, stderr) = rt(&["tcp", "--port", &port, "-i", "1s", "-t", "4s", "--json"]);
+    let (code, stdout, stderr) = rt(&[
+        "tcp",
+        "--port",
+        &port,
+        "--report-interval",
+        "1s",
+        "-t",
+        "4s",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{stderr}");
-    let (_, text, _) = rt(&["tcp", "--port", &port, "-i", "1s", "-t", "3s"]);
+    let (_, text, _) = rt(&[
+        "tcp",
+        "--port",
+        &port,
+        "--report-interval",
+        "1s",
+        "-t",
+        "3s",
+    ]);
     ping.signal(libc::SIGINT);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let mut judged = 0;
@@ -1630,14 +1647,14 @@ fn output_options_are_checked_before_measuring() {
     // How each command is run to draw its charts (quick runs against real peers).
     let run_of = |cmd: &str| -> Vec<&str> {
         match cmd {
-            "ping" => vec!["ping", &addr, "-n", "200", "--warmup", "0s"],
-            "connect" => vec!["connect", &addr, "-n", "5", "-i", "10ms"],
-            "icmp" => vec!["icmp", "127.0.0.1", "-n", "5", "-i", "10ms"],
+            "ping" => vec!["ping", &addr, "-c", "200", "--warmup", "0s"],
+            "connect" => vec!["connect", &addr, "-c", "5", "-i", "10ms"],
+            "icmp" => vec!["icmp", "127.0.0.1", "-c", "5", "-i", "10ms"],
             "load" => vec!["load", &addr, "-r", "1k", "-t", "1s", "--warmup", "100ms"],
             "sweep" => vec!["sweep", &addr, "--rates", "1k", "--sizes", "64", "-t", "1s"],
-            "throughput" => vec!["throughput", &addr, "-t", "500ms", "-m", "64,1k"],
-            "compare" => vec!["compare", &addr, "-n", "5", "-i", "5ms"],
-            "db" => vec!["db", pg, "-n", "20", "--full-log", log],
+            "throughput" => vec!["throughput", &addr, "-t", "500ms", "-s", "64,1k"],
+            "compare" => vec!["compare", &addr, "-c", "5", "-i", "5ms"],
+            "db" => vec!["db", pg, "-c", "20", "--full-log", log],
             "capture stats" => vec!["capture", "stats", cap],
             "capture flows" => vec!["capture", "flows", cap],
             "capture timeline" => vec!["capture", "timeline", cap],
@@ -1647,7 +1664,7 @@ fn output_options_are_checked_before_measuring() {
                 "tcp",
                 "--port",
                 addr.rsplit(':').next().unwrap(),
-                "-i",
+                "--report-interval",
                 "300ms",
                 "-t",
                 "1s",
@@ -1934,7 +1951,7 @@ fn compare_says_the_payload_adds_time_only_when_its_median_is_higher() {
     let (_srv, addr) = server();
     for size in ["15", "250", "15"] {
         let (code, stdout, stderr) = rt(&[
-            "compare", &addr, "-n", "50", "-i", "1ms", "--size", size, "--json",
+            "compare", &addr, "-c", "50", "-i", "1ms", "--size", size, "--json",
         ]);
         assert_eq!(code, 0, "{stderr}");
         let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1978,7 +1995,7 @@ fn capture_match_says_the_path_adds_time_only_when_it_did() {
     );
     let tc = kids.tcpdump(&client, pp);
     let ts = kids.tcpdump(&srv, sp);
-    let (code, _, stderr) = rt(&["ping", &format!("127.0.0.1:{pp}"), "-n", "30", "-i", "10ms"]);
+    let (code, _, stderr) = rt(&["ping", &format!("127.0.0.1:{pp}"), "-c", "30", "-i", "10ms"]);
     assert_eq!(code, 0, "{stderr}");
     std::thread::sleep(std::time::Duration::from_millis(300));
     kids.stop(tc);

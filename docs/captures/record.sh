@@ -53,6 +53,6 @@ if [[ $which == all || $which == ping ]]; then
   sp=$!
   trap 'kill $sp 2>/dev/null || true' EXIT
   sleep 1
-  capture roundtrip-ping.pcap "tcp port $port" "$RT" ping "127.0.0.1:$port" -n 200 -i 5ms --warmup 0
+  capture roundtrip-ping.pcap "tcp port $port" "$RT" ping "127.0.0.1:$port" -c 200 -i 5ms --warmup 0
   kill "$sp"; wait "$sp" 2>/dev/null || true
 fi

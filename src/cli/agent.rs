@@ -56,7 +56,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "KIND", value_parser = probe_name)]
     probe: Option<ProbeName>,
     /// Message size in bytes, header included (tcp, udp; payload for icmp) [default: 64].
-    #[arg(long, short = 'm', value_name = "BYTES", value_parser = message_size)]
+    #[arg(long, short = 's', visible_short_alias = 'm', value_name = "BYTES", value_parser = message_size)]
     size: Option<u32>,
     /// Time between probes of each target [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = args::positive_duration)]

@@ -25,10 +25,10 @@ pub struct CompareArgs {
     target: Option<String>,
     /// Whole message size of the realistic ping row, header included (default: 250 B, the average SQL*Net packet
     /// in Frits Hoogland's "Performing in the cloud – network latency").
-    #[arg(long, short = 'm', default_value_t = DEFAULT_SIZE as u64, value_parser = args::size, value_name = "BYTES")]
+    #[arg(long, short = 's', visible_short_alias = 'm', default_value_t = DEFAULT_SIZE as u64, value_parser = args::size, value_name = "BYTES")]
     size: u64,
     /// Measurements per row.
-    #[arg(long, short = 'n', default_value = "50", value_parser = args::count)]
+    #[arg(long, short = 'c', short_alias = 'n', default_value = "50", value_parser = args::count)]
     count: u64,
     /// Time between measurements, the same for every row.
     #[arg(long, short = 'i', default_value = "20ms", value_parser = args::duration)]

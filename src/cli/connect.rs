@@ -20,7 +20,7 @@ pub struct ConnectArgs {
     #[arg(value_name = "HOST:PORT")]
     target: String,
     /// Number of attempts.
-    #[arg(long, short = 'n', default_value = "5", value_parser = args::count)]
+    #[arg(long, short = 'c', short_alias = 'n', default_value = "5", value_parser = args::count)]
     count: u64,
     /// Time from the start of one attempt to the start of the next.
     #[arg(long, short = 'i', default_value = "1s", value_parser = args::duration)]

@@ -29,7 +29,7 @@ pub struct DbArgs {
     #[arg(long, default_value = "5", value_parser = args::count, value_name = "N")]
     connects: u64,
     /// Iterations on the open connection: protocol ping, query and fetch each (Oracle: TNS pings).
-    #[arg(long, short = 'n', default_value = "100", value_parser = args::count)]
+    #[arg(long, short = 'c', short_alias = 'n', default_value = "100", value_parser = args::count)]
     count: u64,
     /// Pause between iterations (default: none).
     #[arg(long, short = 'i', value_parser = args::positive_duration)]

@@ -21,7 +21,7 @@ const PROXY_RTT: Duration = Duration::from_millis(40);
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Measuring time per row.
-    #[arg(long, default_value = "2s", value_parser = super::args::positive_duration)]
+    #[arg(long, short = 't', default_value = "2s", value_parser = super::args::positive_duration)]
     duration: Duration,
 }
 

@@ -17,7 +17,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "the first minute: TCP and UDP round trips on this machine, then 40 ms away",
             ),
             (
-                "roundtrip db postgres://postgres@127.0.0.1/test -n 50",
+                "roundtrip db postgres://postgres@127.0.0.1/test -c 50",
                 "what the application pays to its database",
             ),
             (
@@ -47,15 +47,15 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "ping",
         &[
             (
-                "roundtrip ping 127.0.0.1 -n 1000",
+                "roundtrip ping 127.0.0.1 -c 1000",
                 "1000 TCP round trips of 64 B to a roundtrip or sockperf server",
             ),
             (
-                "roundtrip ping 127.0.0.1 -u -m 1k -t 5s --histogram",
+                "roundtrip ping 127.0.0.1 -u -s 1k -t 5s --histogram",
                 "UDP, 1 KiB messages, 5 s, with a histogram",
             ),
             (
-                "roundtrip ping 127.0.0.1 -n 200 --json > ping.json",
+                "roundtrip ping 127.0.0.1 -c 200 --json > ping.json",
                 "save the result for report or model --from",
             ),
         ],
@@ -78,7 +78,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "stream 64 B messages over TCP for 5 s",
             ),
             (
-                "roundtrip throughput 127.0.0.1 -m 64,1k,64k -t 2s",
+                "roundtrip throughput 127.0.0.1 -s 64,1k,64k -t 2s",
                 "one row per message size",
             ),
             (
@@ -117,11 +117,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "connect",
         &[
             (
-                "roundtrip connect 127.0.0.1:5432 -n 5",
+                "roundtrip connect 127.0.0.1:5432 -c 5",
                 "five TCP handshakes to PostgreSQL's port",
             ),
             (
-                "roundtrip connect 127.0.0.1:1 -n 1",
+                "roundtrip connect 127.0.0.1:1 -c 1",
                 "a closed port: the RST's time and the state",
             ),
         ],
@@ -130,11 +130,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "icmp",
         &[
             (
-                "roundtrip icmp 127.0.0.1 -n 5",
+                "roundtrip icmp 127.0.0.1 -c 5",
                 "five ICMP echoes (raw socket as root, else datagram)",
             ),
             (
-                "roundtrip icmp ::1 -n 5 -s 1000 --json",
+                "roundtrip icmp ::1 -c 5 -s 1000 --json",
                 "IPv6, 1000-byte payload, as JSON",
             ),
         ],
@@ -143,11 +143,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "compare",
         &[
             (
-                "roundtrip compare 127.0.0.1 -n 20",
+                "roundtrip compare 127.0.0.1 -c 20",
                 "ICMP, handshake, application ping and kernel RTT side by side",
             ),
             (
-                "roundtrip compare 127.0.0.1:11111 -n 20 --svg compare.svg",
+                "roundtrip compare 127.0.0.1:11111 -c 20 --svg compare.svg",
                 "and draw them as bars",
             ),
         ],
@@ -376,15 +376,15 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "db",
         &[
             (
-                "roundtrip db postgres://postgres@127.0.0.1/test -n 50",
+                "roundtrip db postgres://postgres@127.0.0.1/test -c 50",
                 "PostgreSQL: network, protocol, server time",
             ),
             (
-                "roundtrip db mysql://root@127.0.0.1/test --connects 5 -n 20",
+                "roundtrip db mysql://root@127.0.0.1/test --connects 5 -c 20",
                 "MySQL/MariaDB, with 5 connects (redis://HOST:6379 for Redis)",
             ),
             (
-                "roundtrip db postgres://postgres@127.0.0.1/test --link 'host=db2 dbname=app' -n 50",
+                "roundtrip db postgres://postgres@127.0.0.1/test --link 'host=db2 dbname=app' -c 50",
                 "from this database to db2 through dblink, timed inside it (docs/db-link.md)",
             ),
         ],
@@ -397,7 +397,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "every connection to or from port 5432, each second, 10 s",
             ),
             (
-                "roundtrip tcp --pid 1234 -i 100ms --svg tcp.svg",
+                "roundtrip tcp --pid 1234 --report-interval 100ms --svg tcp.svg",
                 "one process's connections, drawn",
             ),
         ],
@@ -622,7 +622,7 @@ mod tests {
         let help = ping.render_long_help().to_string();
         assert!(
             help.trim_end()
-                .ends_with("roundtrip ping 127.0.0.1 -n 200 --json > ping.json"),
+                .ends_with("roundtrip ping 127.0.0.1 -c 200 --json > ping.json"),
             "{help}"
         );
         let rpc = cmd

@@ -20,7 +20,7 @@ pub struct IcmpArgs {
     #[arg(value_name = "HOST")]
     host: String,
     /// Number of echo requests.
-    #[arg(long, short = 'n', default_value = "5", value_parser = args::count)]
+    #[arg(long, short = 'c', short_alias = 'n', default_value = "5", value_parser = args::count)]
     count: u64,
     /// ICMP payload bytes after the 8-byte header, as ping -s.
     #[arg(long, short = 's', default_value = "56", value_parser = args::size, value_name = "BYTES")]
@@ -103,7 +103,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     let keep = a.json || a.pictures.wanted();
     if keep && a.count > MAX_KEPT_PROBES {
         return Err(super::output::refused(format!(
-            "-n {} is more than the {MAX_KEPT_PROBES} echo requests a run keeps for --json or --report (each probe is kept); give -n {MAX_KEPT_PROBES} or fewer, or leave out --json/--report",
+            "-c {} is more than the {MAX_KEPT_PROBES} echo requests a run keeps for --json or --report (each probe is kept); give -c {MAX_KEPT_PROBES} or fewer, or leave out --json/--report",
             a.count
         )));
     }

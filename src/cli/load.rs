@@ -26,7 +26,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "100", value_parser = args::count, allow_negative_numbers = true, value_name = "N")]
     reply_every: u64,
     /// Whole message size including the 14-byte header (e.g. 64, 1k).
-    #[arg(long, short = 'm', default_value = "64", value_parser = message_size, allow_negative_numbers = true, value_name = "BYTES")]
+    #[arg(long, short = 's', visible_short_alias = 'm', default_value = "64", value_parser = message_size, allow_negative_numbers = true, value_name = "BYTES")]
     size: usize,
     /// Use UDP instead of TCP.
     #[arg(long, short = 'u')]

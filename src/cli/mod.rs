@@ -108,13 +108,14 @@ pub fn main() -> i32 {
         Ok(c) => c,
         Err(e) => return refuse(&e),
     };
+    // A renamed spelling's notice comes first, so a parse-only run (tests/vocab.rs) shows it too.
+    for n in vocab::notices(&std::env::args_os().collect::<Vec<_>>()) {
+        output::note(n);
+    }
     // The documentation test (tests/docs.rs) checks the command lines the docs show against these definitions:
     // with ROUNDTRIP_PARSE_ONLY=1 a command line that parses exits 0 here, before anything runs.
     if std::env::var_os("ROUNDTRIP_PARSE_ONLY").is_some_and(|v| v == "1") {
         return 0;
-    }
-    for n in vocab::notices(&std::env::args_os().collect::<Vec<_>>()) {
-        output::note(n);
     }
     let result = match cli.command {
         Command::Server(a) => server::run(a),
@@ -199,15 +200,49 @@ fn refuse(e: &clap::Error) -> i32 {
             2
         }
         _ => {
-            output::error_line(clap_one_line(&e.render().to_string()));
+            output::error_line(clap_one_line(&e.render().to_string(), hint(e)));
             2
         }
     }
 }
 
+/// Our own tip for clap's refusal, replacing clap's: another tool's flag (`-W` of ping(8)) names roundtrip's
+/// spelling, and a mistyped subcommand (`rcp`) names the one meant (src/cli/vocab.rs).
+fn hint(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let words = command_words();
+    match e.kind() {
+        ErrorKind::UnknownArgument => match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(arg)) => vocab::habit_hint(&words.join(" "), arg),
+            _ => None,
+        },
+        ErrorKind::InvalidSubcommand => {
+            // One edit away first (a swap of two letters: `tpc` is `tcp`, not clap's `tp`), else clap's.
+            let ours = || {
+                let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidSubcommand) else {
+                    return None;
+                };
+                let mut parent = definitions();
+                for w in &words {
+                    parent = parent.find_subcommand(w)?.clone();
+                }
+                vocab::suggest_subcommand(&parent, word)
+            };
+            let suggested = ours().or_else(|| match e.get(ContextKind::SuggestedSubcommand) {
+                Some(ContextValue::Strings(s)) => s.first().cloned(),
+                Some(ContextValue::String(s)) => Some(s.clone()),
+                _ => None,
+            })?;
+            Some(format!("did you mean '{suggested}'?"))
+        }
+        _ => None,
+    }
+}
+
 /// clap's multi-line error (message, the arguments it lists, tips, usage, "For more information") as one line:
-/// the message, the tips in brackets, and where to look (`see 'roundtrip proxy --help'`).
-fn clap_one_line(rendered: &str) -> String {
+/// the message, the tips in brackets (`ours` instead of clap's when given), and where to look
+/// (`see 'roundtrip proxy --help'`).
+fn clap_one_line(rendered: &str, ours: Option<String>) -> String {
     let mut message = String::new();
     let mut tips = Vec::new();
     let mut in_message = false;
@@ -228,6 +263,9 @@ fn clap_one_line(rendered: &str) -> String {
             message.push_str(trimmed);
         }
     }
+    if let Some(t) = ours {
+        tips = vec![t];
+    }
     if !tips.is_empty() {
         message.push_str(&format!(" ({})", tips.join("; ")));
     }
@@ -237,8 +275,15 @@ fn clap_one_line(rendered: &str) -> String {
 /// `roundtrip capture stats` for `roundtrip capture stats x.pcap --bogus`: the subcommands named on the
 /// command line, for the pointer to their help.
 fn command_path() -> String {
-    let mut cmd = Cli::command();
     let mut path = vec!["roundtrip".to_string()];
+    path.extend(command_words());
+    path.join(" ")
+}
+
+/// The subcommands named at the front of the command line (`["capture", "stats"]`).
+fn command_words() -> Vec<String> {
+    let mut cmd = Cli::command();
+    let mut path = Vec::new();
     for word in std::env::args().skip(1) {
         let Some(sub) = cmd.find_subcommand(&word).cloned() else {
             break;
@@ -246,7 +291,7 @@ fn command_path() -> String {
         path.push(sub.get_name().to_string());
         cmd = sub;
     }
-    path.join(" ")
+    path
 }
 
 /// The charts each command's results can draw (`--chart`): the choices its help lists and the only ones it

@@ -25,13 +25,13 @@ pub struct PingArgs {
     #[arg(long, short = 'u')]
     udp: bool,
     /// Whole message size including the 14-byte header, as sockperf -m (e.g. 64, 1k, 8KiB).
-    #[arg(long, short = 'm', default_value = "64", value_parser = args::size, allow_hyphen_values = true, value_name = "BYTES")]
+    #[arg(long, short = 's', visible_short_alias = 'm', default_value = "64", value_parser = args::size, allow_hyphen_values = true, value_name = "BYTES")]
     size: u64,
     /// How long to measure, after the warm-up [default: 10s].
     #[arg(long, short = 't', value_parser = args::positive_duration, allow_hyphen_values = true, conflicts_with = "count")]
     duration: Option<Duration>,
     /// Stop after this many round trips.
-    #[arg(long, short = 'n', value_parser = args::count, allow_hyphen_values = true)]
+    #[arg(long, short = 'c', short_alias = 'n', value_parser = args::count, allow_hyphen_values = true)]
     count: Option<u64>,
     /// Send one message every DURATION whether or not the answers came, as ping(8): several in flight, loss and
     /// reordering counted by sequence number (exactly on UDP only: on TCP a retransmission holds later

@@ -30,15 +30,15 @@ pub struct TcpArgs {
     /// Only connections this process holds (needs permission to read /proc/PID/fd).
     #[arg(long)]
     pid: Option<u32>,
-    /// Time between samples.
-    #[arg(long, short = 'i', default_value = "1s", value_parser = args::positive_duration)]
+    /// Time between samples, each printing one line per connection.
+    #[arg(long = "report-interval", alias = "interval", short_alias = 'i', default_value = "1s", value_parser = args::positive_duration)]
     interval: Duration,
     /// Stop after this long [default: run until Ctrl-C].
-    #[arg(long = "time", short = 't', value_parser = args::positive_duration)]
+    #[arg(long = "duration", alias = "time", short = 't', value_parser = args::positive_duration)]
     time: Option<Duration>,
     /// Per packet, from the kernel's tcp/tcp_probe tracepoint (root): the DTrace columns of Kyle Hailey's "NFS Performance Issues at TCP level" and the ACK
     /// cadence, instead of sampling.
-    #[arg(long)]
+    #[arg(long = "per-packet", alias = "trace")]
     trace: bool,
     /// Print one JSON document at the end instead of text.
     #[arg(long)]
@@ -63,7 +63,7 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     let mut tracer = match Tracer::open_mounting(root) {
         Ok(t) => t,
         Err(e) => anyhow::bail!(
-            "--trace is not available: {e}; the sampled mode (roundtrip tcp without --trace) works without root"
+            "--per-packet is not available: {e}; the sampled mode (roundtrip tcp without --per-packet) works without root"
         ),
     };
     let mut sampler = Sampler::open()?;
@@ -156,21 +156,21 @@ fn run_trace(a: &TcpArgs, filter: Filter) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Shortest `--interval`: the kernel's counters move once per ACK at most; sampling faster only burns a CPU
-/// (per packet, --trace is the tool).
+/// Shortest `--report-interval`: the kernel's counters move once per ACK at most; sampling faster only burns a CPU
+/// (per packet, --per-packet is the tool).
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Most samples kept for --json or --report (each is a few hundred bytes).
 const MAX_KEPT_SAMPLES: usize = 1_000_000;
 
-/// Most rounds a run keeping every sample may last (`--time` / `--interval`).
+/// Most rounds a run keeping every sample may last (`--duration` / `--report-interval`).
 const MAX_KEPT_ROUNDS: u128 = 100_000;
 
-/// The bounds on what `--interval` and `--time` multiply, checked before any sampling.
+/// The bounds on what `--report-interval` and `--duration` multiply, checked before any sampling.
 fn check_bounds(a: &TcpArgs) -> anyhow::Result<()> {
     if a.interval < MIN_INTERVAL && !a.trace {
         anyhow::bail!(
-            "--interval {} is shorter than 1ms, the shortest sampling interval (the kernel's counters change per ACK at most); give --interval 1ms or more, or --trace for every packet",
+            "--report-interval {} is shorter than 1ms, the shortest sampling interval (the kernel's counters change per ACK at most); give --report-interval 1ms or more, or --per-packet for every packet",
             fmt_duration(a.interval)
         );
     }
@@ -182,7 +182,7 @@ fn check_bounds(a: &TcpArgs) -> anyhow::Result<()> {
         let rounds = t.as_nanos() / a.interval.as_nanos().max(1);
         if rounds > MAX_KEPT_ROUNDS {
             anyhow::bail!(
-                "--time {} at --interval {} makes {rounds} rounds, and --json/--report keep every sample: at most {MAX_KEPT_ROUNDS} rounds; give --interval {} or more, or a shorter --time",
+                "--duration {} at --report-interval {} makes {rounds} rounds, and --json/--report keep every sample: at most {MAX_KEPT_ROUNDS} rounds; give --report-interval {} or more, or a shorter --duration",
                 fmt_duration(t),
                 fmt_duration(a.interval),
                 fmt_duration(Duration::from_nanos(
@@ -209,7 +209,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
     if a.trace {
         if a.full_log.is_some() || a.pictures.wanted() {
             return Err(super::output::refused(
-                "--trace prints per-packet lines and --json; --full-log and --report go with the sampled mode",
+                "--per-packet prints per-packet lines and --json; --full-log and --report go with the sampled mode",
             ));
         }
         if let Some(pid) = a.pid {
@@ -283,7 +283,7 @@ pub fn run(a: TcpArgs) -> anyhow::Result<Exit> {
             samples.extend(tick.samples);
             if samples.len() >= MAX_KEPT_SAMPLES {
                 note(format!(
-                    "stopped after {} samples: --json/--report keep every sample, and {MAX_KEPT_SAMPLES} is the most kept; raise --interval, narrow with --port/--host/--pid, or leave out --json/--report",
+                    "stopped after {} samples: --json/--report keep every sample, and {MAX_KEPT_SAMPLES} is the most kept; raise --report-interval, narrow with --port/--host/--pid, or leave out --json/--report",
                     samples.len()
                 ));
                 break;

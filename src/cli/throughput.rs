@@ -24,7 +24,7 @@ pub struct ThroughputArgs {
     udp: bool,
     /// Whole message size including the 14-byte header; a comma-separated list runs each in turn
     /// (e.g. 64,1k,8k,64k).
-    #[arg(long, short = 'm', default_value = "64", value_parser = size_list, allow_negative_numbers = true, value_name = "BYTES[,BYTES...]")]
+    #[arg(long, short = 's', visible_short_alias = 'm', default_value = "64", value_parser = size_list, allow_negative_numbers = true, value_name = "BYTES[,BYTES...]")]
     size: SizeList,
     /// Parallel connections (TCP) or sockets (UDP).
     #[arg(long, short = 'P', default_value = "1", value_parser = args::count, allow_negative_numbers = true, value_name = "N")]

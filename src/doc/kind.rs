@@ -19,7 +19,7 @@ pub const COMPARE: &str = "compare";
 pub const DB: &str = "db";
 /// `roundtrip tcp`.
 pub const TCP: &str = "tcp";
-/// `roundtrip tcp --trace`.
+/// `roundtrip tcp --per-packet`.
 pub const TCP_TRACE: &str = "tcp-trace";
 /// `roundtrip capture stats`.
 pub const CAPTURE_STATS: &str = "capture-stats";

@@ -1,4 +1,4 @@
-//! The document `roundtrip tcp --trace --json` writes: the filter, the event counts, one tally per traced
+//! The document `roundtrip tcp --per-packet --json` writes: the filter, the event counts, one tally per traced
 //! connection (segments, ACKs, bytes per ACK, the largest unacknowledged bytes and peer window) and the first
 //! [`FIRST_EVENTS`] tcp_probe events verbatim.
 
@@ -7,7 +7,7 @@ use crate::tcpwatch::Filter;
 use crate::tcpwatch::trace::ProbeEvent;
 use serde::{Deserialize, Serialize};
 
-/// How many events `--trace --json` keeps verbatim.
+/// How many events `--per-packet --json` keeps verbatim.
 pub const FIRST_EVENTS: usize = 10_000;
 
 /// Per-connection tally of a trace.
@@ -71,7 +71,7 @@ impl TcpTraceConn {
     }
 }
 
-/// The document `roundtrip tcp --trace --json` prints.
+/// The document `roundtrip tcp --per-packet --json` prints.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TcpTraceDoc {

@@ -1,5 +1,5 @@
 //! The text of `roundtrip tcp`: the heading, one line per connection per interval, the closed lines, the
-//! summary table with the verdicts, the full log's CSV rows, and for `--trace` one line per tcp_probe event and
+//! summary table with the verdicts, the full log's CSV rows, and for `--per-packet` one line per tcp_probe event and
 //! the per-connection tally table.
 
 use crate::doc::tcp_trace::TcpTraceConn;
@@ -373,10 +373,10 @@ pub fn watch_end(
     }
 }
 
-/// The heading of `--trace`, with the column names of the event lines.
+/// The heading of `--per-packet`, with the column names of the event lines.
 pub fn trace_heading(filter: &Filter, time: Option<Duration>) -> String {
     format!(
-        "roundtrip tcp --trace: {}, per arriving segment (tcp/tcp_probe), {}\n{:>9} {:<47} {:>7} {:>7} {:>9} {:>9} {:>5} {:>8} {:>9} {:>9}\n",
+        "roundtrip tcp --per-packet: {}, per arriving segment (tcp/tcp_probe), {}\n{:>9} {:<47} {:>7} {:>7} {:>9} {:>9} {:>5} {:>8} {:>9} {:>9}\n",
         describe(filter),
         for_how_long(time),
         "delta_us",
@@ -417,7 +417,7 @@ pub fn put_trace_line(out: &mut String, e: &ProbeEvent, prev: Option<&ProbeEvent
     );
 }
 
-/// The line at the end of `--trace` and the table of the connections' tallies.
+/// The line at the end of `--per-packet` and the table of the connections' tallies.
 pub fn trace_end(conns: &[TcpTraceConn], events: u64, elapsed: Duration, lost: u64) -> String {
     let mut t = Table::new(&[
         "connection",

@@ -605,7 +605,7 @@ fn pg_link_parameters_are_logged_only_under_log_statement_all_or_log_min_duratio
             &format!(
                 "host=127.0.0.1 port=5432 dbname=test user=postgres password={pass} sslmode=disable"
             ),
-            "-n",
+            "-c",
             "1",
             "--connects",
             "1",

@@ -229,7 +229,7 @@ fn pg_link_password_is_in_no_statement_text_nor_server_log() {
             "host=127.0.0.1 port={} dbname=test user=postgres password=StmtMarkA91 sslmode=disable",
             closed_port()
         ),
-        "-n",
+        "-c",
         "1",
         "--connects",
         "1",
@@ -247,7 +247,7 @@ fn pg_link_password_is_in_no_statement_text_nor_server_log() {
                 "host=127.0.0.1 port={} dbname=test user=postgres password=StmtMarkB92 sslmode=disable",
                 bh.port
             ),
-            "-n",
+            "-c",
             "1",
             "--connects",
             "1",
@@ -307,7 +307,7 @@ fn pg_link_password_ending_in_dollar_rt_opens_the_link() {
         &format!(
             "host=127.0.0.1 port={PG} dbname=test user=postgres sslmode=disable password=Pw$rt"
         ),
-        "-n",
+        "-c",
         "2",
         "--connects",
         "1",
@@ -354,7 +354,7 @@ fn link_targets_are_redacted_as_libpq_reads_them() {
                 &db.url(),
                 "--link",
                 &target,
-                "-n",
+                "-c",
                 "1",
                 "--connects",
                 "1",
@@ -382,7 +382,7 @@ fn link_targets_are_redacted_as_libpq_reads_them() {
         &format!(
             "postgresql://postgres:p@RedactMarkE5@127.0.0.1:{PG}/test?hostaddr=127.0.0.1&sslmode=disable"
         ),
-        "-n",
+        "-c",
         "1",
         "--connects",
         "1",
@@ -668,7 +668,7 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
         &format!("mysql://root@127.0.0.1:{MY}/test"),
         "--link",
         &format!("mysql://root:InlineMarkH8@127.0.0.1:{}/test", closed_port()),
-        "-n",
+        "-c",
         "1",
         "--connects",
         "1",
@@ -728,7 +728,7 @@ fn mariadb_inline_link_password_is_warned_about_and_a_create_server_entry_works(
         &format!("mysql://root@127.0.0.1:{MY}/test"),
         "--link",
         &server,
-        "-n",
+        "-c",
         "2",
         "--connects",
         "1",
@@ -764,7 +764,7 @@ fn pg_foreign_server_without_connect_timeout_is_warned_about() {
     );
     let args = |t: &'static str| {
         let mut c = common::db::rt(Duration::from_secs(120));
-        c.args(["db", &db.url(), "--link", t, "-n", "1", "--connects", "1"]);
+        c.args(["db", &db.url(), "--link", t, "-c", "1", "--connects", "1"]);
         run(&mut c)
     };
     let o = args("rt_far");

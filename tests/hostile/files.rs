@@ -407,13 +407,13 @@ fn writers(cap: &str, result: &str, pg_port: &str) -> Vec<Vec<String>> {
         v(&[
             "capture", "stats", "--live", "lo", "-t", "1s", "--write", "OUT",
         ]),
-        v(&["ping", "127.0.0.1:1", "-n", "1", "--full-log", "OUT"]),
-        v(&["ping", "127.0.0.1:1", "-n", "1", "--report", "OUT"]),
-        v(&["ping", "127.0.0.1:1", "-n", "1", "--svg", "OUT"]),
+        v(&["ping", "127.0.0.1:1", "-c", "1", "--full-log", "OUT"]),
+        v(&["ping", "127.0.0.1:1", "-c", "1", "--report", "OUT"]),
+        v(&["ping", "127.0.0.1:1", "-c", "1", "--svg", "OUT"]),
         v(&[
             "db",
             &format!("postgres://127.0.0.1:{pg_port}/test"),
-            "-n",
+            "-c",
             "1",
             "--full-log",
             "OUT",
@@ -528,7 +528,7 @@ fn outputs_replace_a_regular_file_whole_and_stream_to_a_fifo_or_stdout() {
         std::fs::write(&report, old).unwrap();
         std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o640)).unwrap();
         let out = Command::new(bin())
-            .args(["ping", &addr, "-n", "20", "--warmup", "0s", "--json"])
+            .args(["ping", &addr, "-c", "20", "--warmup", "0s", "--json"])
             .arg("--full-log")
             .arg(&log)
             .arg("--report")
@@ -566,7 +566,7 @@ fn outputs_replace_a_regular_file_whole_and_stream_to_a_fifo_or_stdout() {
     let (code, _, stderr) = rt(&[
         "ping",
         &addr,
-        "-n",
+        "-c",
         "5",
         "--warmup",
         "0s",

@@ -181,14 +181,14 @@ fn invalid_names_are_answered_without_a_dns_query() {
     let pg = format!("postgres://u@{host}/test");
     let agent = format!("http://{host}:9100");
     let cases: Vec<Vec<&str>> = vec![
-        vec!["ping", &host, "-n", "1"],
+        vec!["ping", &host, "-c", "1"],
         vec!["connect", &hp],
-        vec!["icmp", &host, "-n", "1"],
+        vec!["icmp", &host, "-c", "1"],
         vec!["compare", &host],
-        vec!["db", &pg, "-n", "1"],
+        vec!["db", &pg, "-c", "1"],
         vec!["mesh", "--agent", &agent],
         vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", &hp],
-        vec!["ping", "INVALID.", "-n", "1"],
+        vec!["ping", "INVALID.", "-c", "1"],
     ];
     let mut outputs = Vec::new();
     for args in &cases {
@@ -283,7 +283,7 @@ fn errors_carrying_peer_text_are_escaped() {
         }
     });
     let out = Command::new(bin())
-        .args(["db", &format!("redis://127.0.0.1:{port}"), "-n", "1"])
+        .args(["db", &format!("redis://127.0.0.1:{port}"), "-c", "1"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
