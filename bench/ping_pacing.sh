@@ -47,7 +47,7 @@ print("%.3f %.3f %d %d %.6f" % (wall, d["elapsed_s"], d["sent"], d["lost"], d["r
 }
 
 cases="tcp100 udp100 lossy300"
-args_tcp100="$TCP -n 100 -i 10ms"; args_udp100="$UDP --udp -n 100 -i 10ms"; args_lossy300="$LOSSY --udp -n 300 -i 10ms"
+args_tcp100="$TCP --count 100 -i 10ms"; args_udp100="$UDP --udp --count 100 -i 10ms"; args_lossy300="$LOSSY --udp --count 300 -i 10ms"
 tools="rt"; [ -n "${BASELINE:-}" ] && tools="rt base"
 for c in $cases; do for t in $tools; do : > $out/pacing.$c.$t; done; done
 for r in $(seq 1 "$ROUNDS"); do
