@@ -1997,7 +1997,7 @@ fn proxy_bridge_recipe_runs_as_shown() {
             common::procs::BIN,
             "ping",
             &format!("10.9.9.2:{port}"),
-            "-n",
+            "-c",
             "5",
             "-q",
         ])
