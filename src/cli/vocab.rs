@@ -24,6 +24,60 @@ pub struct Renamed {
 /// Every renamed spelling, by command. Keep sorted by command, then old spelling.
 pub const RENAMED: &[Renamed] = &[
     // Rows are added by the renames (docs/flags.md lists the words).
+    Renamed {
+        command: "agent",
+        old: "--window",
+        new: "--span",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "capture bpf",
+        old: "--link",
+        new: "--linktype",
+        counts: "a link type",
+    },
+    Renamed {
+        command: "capture rpc",
+        old: "--interval",
+        new: "--report-interval",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "capture stats",
+        old: "--interval",
+        new: "--report-interval",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "mesh",
+        old: "--window",
+        new: "--span",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "model bdp",
+        old: "--rate",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
+        command: "model transfer",
+        old: "--link",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
+        command: "proxy",
+        old: "--rate",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
+        command: "proxy",
+        old: "--rate-total",
+        new: "--bandwidth-total",
+        counts: "bit/s",
+    },
 ];
 
 /// The subcommand words at the front of `args` (after the program name): `["capture", "stats"]`.
