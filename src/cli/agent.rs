@@ -75,7 +75,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9911", value_parser = args::listen_addr)]
     metrics: SocketAddr,
     /// The span of recent results behind /api/results and / (percentiles, loss) [default: the configuration
-    /// file's `span`, else 60s]; `--window` before.
+    /// file's `span`, else 60s].
     #[arg(long, alias = "window", value_name = "DURATION", value_parser = args::positive_duration)]
     span: Option<Duration>,
     /// Refuse to start (and refuse a reload) with more series than this (38 per target).

@@ -25,8 +25,7 @@ pub struct MeshArgs {
     /// agent: each is one row, over its own window.
     #[arg(long, value_name = "URL")]
     agent: Vec<String>,
-    /// The span of results the cells cover (Prometheus; the agents report over their own --span) [default: 5m];
-    /// `--window` before.
+    /// The span of results the cells cover (Prometheus; the agents report over their own --span) [default: 5m].
     #[arg(long, alias = "window", value_name = "DURATION", value_parser = span)]
     span: Option<Duration>,
     /// The probe kind shown: tcp, udp, connect, icmp or db.

@@ -141,7 +141,7 @@ struct WindowArgs {
 
 #[derive(Debug, Args)]
 struct BdpArgs {
-    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s (or 1gbit, 1Gbps, 1G); `--rate` before.
+    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s (or 1gbit, 1Gbps, 1G).
     #[arg(long, alias = "rate", value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: u64,
     #[command(flatten)]
@@ -165,8 +165,8 @@ struct TransferArgs {
     /// Application bytes to move, e.g. 8KiB.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
     bytes: u64,
-    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G); `--link` before (that word is
-    /// now the database link's only: `roundtrip db URL --link TARGET`).
+    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G); a network link's rate, not a
+    /// database link (that is `roundtrip db URL --link TARGET`).
     #[arg(long, alias = "link", value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: u64,
     /// MTU(s) to compare, e.g. 1500 or 1500,9000.

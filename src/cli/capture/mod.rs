@@ -72,7 +72,7 @@ enum CaptureCommand {
 struct BpfArgs {
     /// Compile for: ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop (a file's or a SOCK_RAW
     /// socket's link type), a LINKTYPE number, or any (AF_PACKET SOCK_DGRAM: the ethertype is ancillary data).
-    /// tcpdump's -y; `--link` before.
+    /// (tcpdump's -y)
     #[arg(
         short = 'y',
         long,

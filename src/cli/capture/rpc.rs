@@ -55,7 +55,7 @@ pub struct RpcArgs {
     #[arg(long)]
     by_conn: bool,
     /// Rows of count and latency per interval of this length (by response time); live: per operation, printed as
-    /// each interval ends (default 1s). `--interval` before.
+    /// each interval ends (default 1s).
     #[arg(long, alias = "interval", value_parser = args::positive_duration, value_name = "DURATION")]
     report_interval: Option<Duration>,
     /// How many of the slowest requests to list (0 for none).

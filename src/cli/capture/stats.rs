@@ -15,7 +15,7 @@ use std::time::Duration;
 pub(super) struct StatsArgs {
     #[command(flatten)]
     common: Common,
-    /// Length of each row's interval [default: 1s] (`--interval` before).
+    /// Length of each row's interval [default: 1s].
     #[arg(long, alias = "interval", value_parser = args::positive_duration, value_name = "DURATION")]
     report_interval: Option<Duration>,
     /// Split every interval into client->server, server->client and other (the client sent the SYN; without

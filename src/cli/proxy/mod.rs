@@ -65,10 +65,10 @@ pub struct ProxyArgs {
     /// one ahead of it (order kept), which lengthens a short sample behind a long one.
     #[arg(long, value_enum, default_value = "uniform")]
     jitter_dist: Dist,
-    /// Bandwidth per connection and direction, bit/s (e.g. 100Mbit/s, 100mbit, 100mbps or 100M); `--rate` before.
+    /// Bandwidth per connection and direction, bit/s (e.g. 100Mbit/s, 100mbit, 100mbps or 100M).
     #[arg(long, alias = "rate", value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth: Option<u64>,
-    /// Bandwidth for all connections together, per direction, bit/s; `--rate-total` before.
+    /// Bandwidth for all connections together, per direction, bit/s.
     #[arg(long, alias = "rate-total", value_parser = args::bitrate, value_name = "BITRATE")]
     bandwidth_total: Option<u64>,
     /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only; 1 byte to 1 GiB).
