@@ -3,7 +3,7 @@
 # type, and the sum over the set: the expressions of docs/capture-filter.md plus port and host lists of 10 to 200
 # terms. Counts are deterministic (no rounds needed); the script also times the compile of a 1,600-term chain.
 #
-# Our count: `roundtrip capture bpf --link L EXPR | wc -l` (one line per instruction, as `tcpdump -d`);
+# Our count: `roundtrip capture bpf --linktype L EXPR | wc -l` (one line per instruction, as `tcpdump -d`);
 # libpcap's: `tcpdump -d -y Y EXPR | wc -l`. An expression either side refuses for a link type is listed and
 # left out of that link type's sums.
 #
@@ -44,9 +44,9 @@ short() { local e=$1; [ ${#e} -gt 48 ] && e="${e:0:24}...${e: -20} ($(wc -w <<<"
 for pair in "EN10MB ethernet" "LINUX_SLL2 linux-sll2"; do
   set -- $pair
   y=$1 link=$2 sum_ours=0 sum_pcap=0 skipped=0
-  printf '\n%-62s %7s %7s %6s   (-y %s / --link %s)\n' expression ours libpcap ratio "$y" "$link"
+  printf '\n%-62s %7s %7s %6s   (-y %s / --linktype %s)\n' expression ours libpcap ratio "$y" "$link"
   for e in "${exprs[@]}"; do
-    ours=$("$RT" capture bpf --link "$link" "$e" 2>/dev/null | wc -l) || ours=0
+    ours=$("$RT" capture bpf --linktype "$link" "$e" 2>/dev/null | wc -l) || ours=0
     pcap=$(tcpdump -d -y "$y" "$e" 2>/dev/null | wc -l) || pcap=0
     if [ "$ours" -eq 0 ] || [ "$pcap" -eq 0 ]; then
       printf '%-62s %7s %7s %6s\n' "$(short "$e")" "${ours/#0/refused}" "${pcap/#0/refused}" -

@@ -56,7 +56,7 @@ cpu_s() {
 start() {
     local name=$1 filter=$2
     case $name in
-    roundtrip) $RT capture stats --live lo -i 1s "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
+    roundtrip) $RT capture stats --live lo --report-interval 1s "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     roundtrip-rpc) $RT capture rpc --live lo --proto pgsql "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     roundtrip-base) $RT_BASE capture rpc --live lo --proto pgsql "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
     tcpdump) tcpdump -i lo -n -w /dev/null "$filter" >"$WORK/$name.out" 2>"$WORK/$name.err" & ;;
@@ -191,7 +191,7 @@ sockperf sr -i 127.0.0.1 -p "$SP" >/dev/null 2>&1 & pids+=($!)
 sleep 1
 start_rate() {
     case $1 in
-    stats) $RT capture stats --live lo -i 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    stats) $RT capture stats --live lo --report-interval 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
     rpc) $RT capture rpc --live lo --proto sockperf "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
     tcpdump) tcpdump -i lo -n -w /dev/null "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
     esac
@@ -269,7 +269,7 @@ start6() {
     local extra=(--threads "$th")
     [ -n "${BUFFER:-}" ] && extra+=(--buffer "$BUFFER")
     case $cmd in
-    stats) $RT capture stats --live lo "${extra[@]}" -i 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
+    stats) $RT capture stats --live lo "${extra[@]}" --report-interval 1s "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
     rpc) $RT capture rpc --live lo "${extra[@]}" --proto sockperf "udp port $SP" >"$WORK/$1.out" 2>"$WORK/$1.err" & ;;
     esac
     OBS_PID=$!

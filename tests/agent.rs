@@ -733,6 +733,30 @@ fn peers_file_change_is_picked_up() {
 }
 
 #[test]
+fn config_span_sets_the_span_and_a_reload_keeps_the_running_one() {
+    let mut t = T::new();
+    let (_, p1) = t.server(0, &[]);
+    let f = t.write(
+        "agent.toml",
+        &format!("span = \"90s\"\npeers = [\"127.0.0.1:{p1}\"]\n"),
+    );
+    let a = t.agent(&["--config", f.to_str().unwrap()], &[]);
+    let line = t.wait_for(a.idx, &a.err, "own schedule (span ", "the schedule line");
+    assert!(line.contains("(span 90"), "{line}");
+    // A changed span in the file: the running one stays, said once per reload.
+    t.write(
+        "agent.toml",
+        &format!("span = \"300s\"\npeers = [\"127.0.0.1:{p1}\"]\n"),
+    );
+    let line = t.wait_for(a.idx, &a.err, "the span stays", "the span note");
+    assert!(line.contains("the span stays 90"), "{line}");
+    // --span wins over the file.
+    let b = t.agent(&["--config", f.to_str().unwrap(), "--span", "20s"], &[]);
+    let line = t.wait_for(b.idx, &b.err, "own schedule (span ", "the schedule line");
+    assert!(line.contains("(span 20"), "{line}");
+}
+
+#[test]
 fn config_reload_with_an_error_keeps_the_old_targets() {
     let mut t = T::new();
     let (_, p1) = t.server(0, &[]);

@@ -47,30 +47,37 @@ fn list(n: usize, unit: &str, step: usize) -> String {
 
 #[test]
 fn every_multiplying_option_is_bounded_with_a_one_line_refusal() {
-    // capture stats --interval: 100,000 rows in total (not per gap).
+    // capture stats --report-interval: 100,000 rows in total (not per gap).
     if let Some(dir) = common::captures_dir() {
         let f = dir.join("zeek/nfs_nfs_write.pcap");
         let f = f.to_str().unwrap();
         for i in ["1ns", "100ns", "10us"] {
             refused(
-                &["capture", "stats", f, "--interval", i],
-                &["--interval", "100000 rows", "or more"],
+                &["capture", "stats", f, "--report-interval", i],
+                &["--report-interval", "100000 rows", "or more"],
             );
         }
         refused(
-            &["capture", "stats", f, "--by-direction", "-i", "10us"],
-            &["--interval", "100000 rows"],
+            &[
+                "capture",
+                "stats",
+                f,
+                "--by-direction",
+                "--report-interval",
+                "10us",
+            ],
+            &["--report-interval", "100000 rows"],
         );
         // The interval the refusal names works, and makes no more rows than the bound.
-        let (o, _) = run(&["capture", "stats", f, "-i", "1ns"]);
+        let (o, _) = run(&["capture", "stats", f, "--report-interval", "1ns"]);
         let err = String::from_utf8_lossy(&o.stderr);
         let fit = err
-            .split("give --interval ")
+            .split("give --report-interval ")
             .nth(1)
             .and_then(|r| r.split_whitespace().next())
             .unwrap_or_else(|| panic!("no interval named: {err}"))
             .to_string();
-        let (o, _) = run(&["capture", "stats", f, "-i", &fit, "--json"]);
+        let (o, _) = run(&["capture", "stats", f, "--report-interval", &fit, "--json"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let rows = v["rows"].as_array().unwrap().len();

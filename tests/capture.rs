@@ -913,7 +913,7 @@ fn bad_files_and_arguments_fail_with_one_line() {
         .code(2)
         .stderr(predicates::str::contains("ADDR:PORT-ADDR:PORT"));
     roundtrip()
-        .args(["capture", "stats", "x.pcap", "--interval", "0s"])
+        .args(["capture", "stats", "x.pcap", "--report-interval", "0s"])
         .assert()
         .code(2);
     roundtrip()

@@ -733,7 +733,7 @@ fn capture_bpf_prints_the_program_as_tcpdump_d() {
         .args([
             "capture",
             "bpf",
-            "--link",
+            "--linktype",
             "any",
             "--drop-outgoing",
             "--snaplen",
@@ -1165,7 +1165,7 @@ fn filters_tcpdump_refuses_for_the_link_type_exit_2_before_reading() {
         }
         for link in ["raw", "linux-sll2", "any", "null"] {
             let o = roundtrip()
-                .args(["capture", "bpf", "--link", link, e])
+                .args(["capture", "bpf", "--linktype", link, e])
                 .output()
                 .unwrap();
             assert_eq!(o.status.code(), Some(2), "{link} '{e}'");

@@ -523,7 +523,15 @@ fn sigint_ends_a_run_with_its_summary() {
     // A port nobody uses: the other tests' bursts on lo are not this capture's to drop.
     let port = common::free_port().to_string();
     let rt = live(&[
-        "capture", "stats", "--live", "lo", "-i", "200ms", "tcp", "port", &port,
+        "capture",
+        "stats",
+        "--live",
+        "lo",
+        "--report-interval",
+        "200ms",
+        "tcp",
+        "port",
+        &port,
     ]);
     std::thread::sleep(Duration::from_millis(800));
     rt.signal(libc::SIGINT);

@@ -514,7 +514,7 @@ fn cli_rpc_text_and_json() {
     let o = cmd()
         .args(["capture", "rpc"])
         .arg(&p)
-        .args(["--top", "2", "--interval", "100ms", "--by-conn"])
+        .args(["--top", "2", "--report-interval", "100ms", "--by-conn"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -646,7 +646,7 @@ fn three_agents_in_namespaces_scraped_by_prometheus() {
                 "mesh".to_string(),
                 "--prometheus".into(),
                 prom_url.clone(),
-                "--window".into(),
+                "--span".into(),
                 "1m".into(),
             ],
         ),
@@ -687,14 +687,7 @@ fn three_agents_in_namespaces_scraped_by_prometheus() {
         N,
         "mesh --json",
         &bin(),
-        &[
-            "mesh",
-            "--prometheus",
-            &prom_url,
-            "--window",
-            "1m",
-            "--json",
-        ],
+        &["mesh", "--prometheus", &prom_url, "--span", "1m", "--json"],
         WAIT,
     );
     assert!(f.ok(), "mesh --json ended {:?}:\n{}", f.status, f.output);

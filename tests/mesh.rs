@@ -197,7 +197,7 @@ fn prometheus_json_and_report() {
     let (code, out, err) = mesh(&[
         "--prometheus",
         &url,
-        "--window",
+        "--span",
         "90s",
         "--size",
         "64",
@@ -312,8 +312,8 @@ fn usage_errors() {
         &[][..],
         &["--prometheus", "http://a", "--agent", "http://b"],
         &["--prometheus", "http://a", "--probe", "http"],
-        &["--prometheus", "http://a", "--window", "0s"],
-        &["--prometheus", "http://a", "--window", "5"],
+        &["--prometheus", "http://a", "--span", "0s"],
+        &["--prometheus", "http://a", "--span", "5"],
         &["--prometheus", "http://a", "--size", "-1"],
     ] {
         let (code, out, err) = mesh(args);
@@ -343,18 +343,18 @@ fn agents_3x3_matrix() {
             "10.0.0.3          458us / 560us  10%   no answer  100%     -",
         ]
     );
-    // The API URL itself works too, and --window says it does not apply.
+    // The API URL itself works too, and --span says it does not apply.
     let (code, out, err) = mesh(&[
         "--agent",
         &format!("{}/api/results", a(2)),
-        "--window",
+        "--span",
         "5m",
         "--probe",
         "tcp",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        err.contains("each agent reports over its own window"),
+        err.contains("each agent reports over its own span"),
         "{err}"
     );
     assert!(

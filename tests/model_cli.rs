@@ -64,7 +64,7 @@ fn window_bdp_mathis_transfer() {
         .assert()
         .success()
         .stdout(predicate::str::contains("13.11 Mbit/s"));
-    rt().args(["model", "bdp", "--rate", "1gbit", "--rtt", "40ms"])
+    rt().args(["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"])
         .assert()
         .success()
         .stdout(predicate::str::contains("5000000 bytes"));
@@ -81,7 +81,7 @@ fn window_bdp_mathis_transfer() {
             "transfer",
             "--bytes",
             "8KiB",
-            "--link",
+            "--bandwidth",
             "1gbit",
             "--mtu",
             "1500,9000",
@@ -119,7 +119,7 @@ fn from_result_takes_the_median_rtt() {
         .stdout(predicate::str::contains("13.11 Mbit/s"));
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, b"\x00\xffnot json").unwrap();
-    rt().args(["model", "bdp", "--rate", "1gbit", "--from"])
+    rt().args(["model", "bdp", "--bandwidth", "1gbit", "--from"])
         .arg(&bad)
         .assert()
         .failure()
@@ -131,10 +131,17 @@ fn bad_units_and_impossible_values_are_refused() {
     for args in [
         &["model", "window", "--window", "64KiB", "--rtt", "40"][..],
         &["model", "window", "--window", "64 parsecs", "--rtt", "40ms"],
-        &["model", "bdp", "--rate", "1gigabit", "--rtt", "40ms"],
+        &["model", "bdp", "--bandwidth", "1gigabit", "--rtt", "40ms"],
         &["model", "mathis", "--rtt", "40ms", "--loss", "2"],
         &[
-            "model", "transfer", "--bytes", "8KiB", "--link", "1gbit", "--mtu", "20",
+            "model",
+            "transfer",
+            "--bytes",
+            "8KiB",
+            "--bandwidth",
+            "1gbit",
+            "--mtu",
+            "20",
         ],
         &[
             "proxy",
@@ -159,7 +166,7 @@ fn bad_units_and_impossible_values_are_refused() {
             "127.0.0.1:0",
             "--upstream",
             "127.0.0.1:1",
-            "--rate",
+            "--bandwidth",
             "100",
         ],
         &[

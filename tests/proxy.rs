@@ -758,7 +758,7 @@ fn timed_transfer(addr: SocketAddr, l: &TcpListener, bytes: usize) -> thread::Jo
 
 #[test]
 fn rate_limits_per_connection_and_in_total() {
-    // 8 Mbit/s = 1 MB/s per connection: 1 MB takes about 1 s. With --rate-total 8mbit, two connections at once
+    // 8 Mbit/s = 1 MB/s per connection: 1 MB takes about 1 s. With --bandwidth-total 8mbit, two connections at once
     // share it: each takes about 2 s.
     let l = TcpListener::bind(local()).unwrap();
     let up = l.local_addr().unwrap();

@@ -384,7 +384,7 @@ fn rate_limit_does_not_burst_and_queue_is_bounded() {
     let _iperf = net.spawn(Side::Server, "iperf3 -s", "iperf3", &["-s", "-B", &ip]);
     std::thread::sleep(Duration::from_millis(500));
     net.start_bridge(&[
-        "--rate",
+        "--bandwidth",
         "20mbit",
         "--delay",
         "2ms",
@@ -432,7 +432,7 @@ fn rate_limit_does_not_burst_and_queue_is_bounded() {
     // A flood into a slow link with a small queue: drops counted, the queue never above its bound, and every
     // frame either sent or counted.
     net.start_bridge(&[
-        "--rate",
+        "--bandwidth",
         "1mbit",
         "--queue-limit",
         "70000",

@@ -297,8 +297,8 @@ fn unreadable_input_files_are_refused_before_anything_runs() {
     }
 }
 
-/// Every bit rate flag of every command (capture whatif --bandwidth, model bdp --rate, model transfer --link,
-/// proxy --rate/--rate-total) takes the common spellings of a rate alike, and the example its help gives is
+/// Every bit rate flag of every command (capture whatif --bandwidth, model bdp --bandwidth, model transfer
+/// --bandwidth, proxy --bandwidth/--bandwidth-total) takes the common spellings of a rate alike, and the example its help gives is
 /// one the parser takes; a rate without a unit is refused in one line. (A value is parsed before `--help`
 /// is acted on, so `FLAG VALUE --help` exits 0 only when the value was accepted.)
 #[test]
@@ -359,9 +359,10 @@ fn every_bit_rate_flag_takes_the_common_spellings() {
     }
     for must in [
         "capture whatif --bandwidth",
-        "model bdp --rate",
-        "model transfer --link",
-        "proxy --rate",
+        "model bdp --bandwidth",
+        "model transfer --bandwidth",
+        "proxy --bandwidth",
+        "proxy --bandwidth-total",
     ] {
         assert!(
             walked.iter().any(|c| c == must),
@@ -372,7 +373,7 @@ fn every_bit_rate_flag_takes_the_common_spellings() {
     let outs: Vec<String> = ["1Gbit/s", "1gbit", "1Gbps", "1G", "1000Mbit/s"]
         .iter()
         .map(|r| {
-            let (code, out, err) = rt(&["model", "bdp", "--rate", r, "--rtt", "40ms"]);
+            let (code, out, err) = rt(&["model", "bdp", "--bandwidth", r, "--rtt", "40ms"]);
             assert_eq!(code, 0, "{r}: {err}");
             out
         })
@@ -418,7 +419,7 @@ fn every_refusal_is_one_line_with_exit_2() {
         vec!["agent", "--max-series", "0"],
         vec!["mesh", "--agent", "htp://x"],
         vec!["mesh", "--agent", "http://"],
-        vec!["model", "bdp", "--rate", "1gbit", "--rtt", "0ms"],
+        vec!["model", "bdp", "--bandwidth", "1gbit", "--rtt", "0ms"],
         vec!["model", "window", "--window", "64k", "--rtt", "0ms"],
         vec![
             "model",
@@ -586,13 +587,26 @@ fn no_team_words_reach_users() {
             "model", "tps", "--tps", "2356", "--rtt", "0.021ms", "--at", "40ms", "--json",
         ],
         vec!["model", "window", "--window", "64KiB", "--rtt", "40ms"],
-        vec!["model", "bdp", "--rate", "1gbit", "--rtt", "40ms"],
+        vec!["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"],
         vec![
             "model", "mathis", "--mss", "1448", "--rtt", "40ms", "--loss", "0.01",
         ],
-        vec!["model", "transfer", "--bytes", "8KiB", "--link", "1gbit"],
         vec![
-            "model", "transfer", "--bytes", "8KiB", "--link", "1gbit", "--json",
+            "model",
+            "transfer",
+            "--bytes",
+            "8KiB",
+            "--bandwidth",
+            "1gbit",
+        ],
+        vec![
+            "model",
+            "transfer",
+            "--bytes",
+            "8KiB",
+            "--bandwidth",
+            "1gbit",
+            "--json",
         ],
         vec!["demo", "--duration", "100ms"],
     ] {
@@ -1435,7 +1449,7 @@ fn capture_stats_rows_match_tshark_and_rates_use_the_time_covered() {
                 "capture",
                 "stats",
                 file,
-                "--interval",
+                "--report-interval",
                 &format!("{interval}s"),
                 "--json",
             ])

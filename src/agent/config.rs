@@ -3,6 +3,7 @@
 //! ```toml
 //! source = "app1"            # optional: the `source` label (default: this host's address toward its targets)
 //! interval = "1s"            # defaults for the targets below and for the command line's peers
+//! span = "60s"               # the span of recent results behind /api/results (the agent's --span wins)
 //! timeout = "1s"
 //! probe = "tcp"              # tcp | udp | connect | icmp
 //! size = 64
@@ -154,6 +155,9 @@ pub struct Config {
     pub interval: Option<Duration>,
     /// `timeout`: default for every target.
     pub timeout: Option<Duration>,
+    /// `span`: the span of recent results behind `/api/results` (the command line's `--span` wins; read at
+    /// start, a reload keeps the running one).
+    pub span: Option<Duration>,
     /// `probe`: default for every target (not `db`).
     pub probe: Option<ProbeName>,
     /// `size`: default for every target.
@@ -287,6 +291,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             }
             "interval" => c.interval = Some(cx.duration(key, v)?),
             "timeout" => c.timeout = Some(cx.duration(key, v)?),
+            "span" => {
+                let d = cx.duration(key, v)?;
+                if d.is_zero() {
+                    return Err(cx.err(key, v, "must be more than 0, e.g. span = \"60s\""));
+                }
+                c.span = Some(d);
+            }
             "probe" => {
                 let p = cx.probe(key, v)?;
                 if p == ProbeName::Db {
@@ -354,7 +365,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                     file: file.clone(),
                     line: cx.lines.line_of(k.span().start),
                     key: key.to_string(),
-                    what: "unknown key (known: source, interval, timeout, probe, size, peers, peers_file, \
+                    what: "unknown key (known: source, interval, timeout, span, probe, size, peers, peers_file, \
                            peers_dns, [labels], [[target]], [[watch]])"
                         .into(),
                 });

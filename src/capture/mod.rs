@@ -147,9 +147,9 @@ pub enum CaptureError {
         #[source]
         source: crate::capture::bpf::CompileError,
     },
-    /// `--interval` would make more rows than [`MAX_STATS_ROWS`] over the capture's span.
+    /// `--report-interval` would make more rows than [`MAX_STATS_ROWS`] over the capture's span.
     #[error(
-        "--interval {} makes more than {max} rows over this capture (it spans {}); give --interval {} or more",
+        "--report-interval {} makes more than {max} rows over this capture (it spans {}); give --report-interval {} or more",
         fmt_span(*interval_ns), fmt_span(*span_ns), fmt_span(*smallest_ns),
         max = MAX_STATS_ROWS
     )]

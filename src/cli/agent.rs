@@ -74,9 +74,10 @@ pub struct AgentArgs {
     /// 0.0.0.0:9911 for a Prometheus on another host.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9911", value_parser = args::listen_addr)]
     metrics: SocketAddr,
-    /// The span of the recent window behind /api/results and / (percentiles, loss).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = args::positive_duration)]
-    window: Duration,
+    /// The span of recent results behind /api/results and / (percentiles, loss) [default: the configuration
+    /// file's `span`, else 60s].
+    #[arg(long, alias = "window", value_name = "DURATION", value_parser = args::positive_duration)]
+    span: Option<Duration>,
     /// Refuse to start (and refuse a reload) with more series than this (38 per target).
     #[arg(long, value_name = "N", default_value_t = 50_000)]
     max_series: usize,
@@ -182,6 +183,8 @@ struct Watch {
     refused: Option<Vec<TargetSpec>>,
     max_series: usize,
     source: String,
+    /// The span the agent runs with (a reload does not change it).
+    span: Duration,
 }
 
 impl Watch {
@@ -199,6 +202,13 @@ impl Watch {
                                 "roundtrip agent: config {}: the source stays {} until the agent restarts",
                                 path.display(),
                                 self.source
+                            ));
+                        }
+                        if c.span.is_some_and(|s| s != self.span) {
+                            note(format!(
+                                "roundtrip agent: config {}: the span stays {} until the agent restarts",
+                                path.display(),
+                                units::fmt_duration(self.span)
                             ));
                         }
                         self.plan = Plan::build(&self.cli, Some(&c), &|k| std::env::var(k).ok());
@@ -335,7 +345,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             a.max_series
                 .saturating_sub(n * SERIES_PER_TARGET)
                 .saturating_sub(fixed),
-            a.window,
+            start.span,
         )
     });
     let log = EventLog::new();
@@ -352,13 +362,13 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
     let engine = Arc::new(
         Engine::start(EngineConfig {
             psk: placed.start.psk.clone(),
-            window: a.window,
+            window: placed.start.span,
             workers: a.workers,
         })
         .context("starting the probe engine")?,
     );
     engine.set_targets(placed.targets.clone());
-    let http = serve_pages(&a, &placed, &engine, listener, watch_shared.clone())?;
+    let http = serve_pages(&placed, &engine, listener, watch_shared.clone())?;
     let (tx, rx) = mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -397,6 +407,8 @@ struct Start {
     limits: roundtrip::server::Limits,
     psk: Option<roundtrip::wire::auth::Psk>,
     cfg: Option<config::Config>,
+    /// `--span`, else the file's `span`, else 60 s.
+    span: Duration,
     cli: CliTargets,
     plan: Plan,
     filter: SelfFilter,
@@ -466,9 +478,14 @@ impl Start {
                 a.max_series
             ));
         }
+        let span = a
+            .span
+            .or(cfg.as_ref().and_then(|c| c.span))
+            .unwrap_or(Duration::from_secs(60));
         Ok(Start {
             limits,
             psk,
+            span,
             cfg,
             cli,
             plan,
@@ -582,7 +599,6 @@ impl Placed {
 
 /// Serves `/metrics`, `/api/results` and `/` on `listener`.
 fn serve_pages(
-    a: &AgentArgs,
     placed: &Placed,
     engine: &Arc<Engine>,
     listener: std::net::TcpListener,
@@ -597,7 +613,7 @@ fn serve_pages(
         let engine = engine.clone();
         Arc::new(Site {
             info,
-            window: a.window,
+            window: placed.start.span,
             snapshot: Box::new(move || engine.snapshot()),
             watch: watch_shared.clone(),
         })
@@ -664,8 +680,8 @@ fn announce(
         ));
     }
     note(format!(
-        "roundtrip agent: probing every target on its own schedule (window {}); SIGTERM or Ctrl-C to stop",
-        units::fmt_duration(a.window)
+        "roundtrip agent: probing every target on its own schedule (span {}); SIGTERM or Ctrl-C to stop",
+        units::fmt_duration(placed.start.span)
     ));
 }
 
@@ -686,6 +702,7 @@ fn spawn_watcher(
         refused: None,
         max_series: a.max_series,
         source: placed.source,
+        span: placed.start.span,
     };
     let engine = engine.clone();
     let stop = stop.clone();

@@ -173,11 +173,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "packets, bytes and rates per second",
             ),
             (
-                "roundtrip capture stats docs/captures/redis-benchmark.pcap -i 100ms --by-direction",
+                "roundtrip capture stats docs/captures/redis-benchmark.pcap --report-interval 100ms --by-direction",
                 "per 100 ms, each direction",
             ),
             (
-                "roundtrip capture stats --live any -t 10s port 6379",
+                "roundtrip capture stats -i any -t 10s port 6379",
                 "live (root): a row per second of Redis traffic on every interface, as tcpstat",
             ),
         ],
@@ -259,7 +259,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "the classic BPF program of a filter, as tcpdump -d prints it",
             ),
             (
-                "roundtrip capture bpf --link any --drop-outgoing 'port 1521'",
+                "roundtrip capture bpf -y any --drop-outgoing 'port 1521'",
                 "the program a live capture on the any device attaches in the kernel",
             ),
         ],
@@ -302,7 +302,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "2000 TPS at 0.2 ms: what at 1 and 40 ms",
             ),
             (
-                "roundtrip model bdp --rate 1gbit --rtt 40ms",
+                "roundtrip model bdp --bandwidth 1gbit --rtt 40ms",
                 "the window a 1 Gbit/s, 40 ms path needs",
             ),
         ],
@@ -337,11 +337,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "model bdp",
         &[
             (
-                "roundtrip model bdp --rate 1gbit --rtt 40ms",
+                "roundtrip model bdp --bandwidth 1gbit --rtt 40ms",
                 "the window a 1 Gbit/s, 40 ms path needs",
             ),
             (
-                "roundtrip model bdp --rate 10gbit --rtt 0.5ms",
+                "roundtrip model bdp --bandwidth 10gbit --rtt 0.5ms",
                 "a data-centre path",
             ),
         ],
@@ -363,11 +363,11 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         "model transfer",
         &[
             (
-                "roundtrip model transfer --bytes 8KiB --link 1gbit --mtu 1500,9000 --hops 3",
+                "roundtrip model transfer --bytes 8KiB --bandwidth 1gbit --mtu 1500,9000 --hops 3",
                 "an 8 KiB block through 3 switches",
             ),
             (
-                "roundtrip model transfer --bytes 1MiB --link 10gbit",
+                "roundtrip model transfer --bytes 1MiB --bandwidth 10gbit",
                 "1 MiB on one 10 Gbit/s link",
             ),
         ],

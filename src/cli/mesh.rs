@@ -25,9 +25,9 @@ pub struct MeshArgs {
     /// agent: each is one row, over its own window.
     #[arg(long, value_name = "URL")]
     agent: Vec<String>,
-    /// The window the cells cover (Prometheus; the agents report over their own --window) [default: 5m].
-    #[arg(long, value_name = "DURATION", value_parser = window)]
-    window: Option<Duration>,
+    /// The span of results the cells cover (Prometheus; the agents report over their own --span) [default: 5m].
+    #[arg(long, alias = "window", value_name = "DURATION", value_parser = span)]
+    span: Option<Duration>,
     /// The probe kind shown: tcp, udp, connect, icmp or db.
     #[arg(long, default_value = "tcp", value_parser = mesh::PROBES)]
     probe: String,
@@ -45,18 +45,16 @@ pub struct MeshArgs {
     report: Option<PathBuf>,
 }
 
-/// The default of --window.
+/// The default of --span.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 
-fn window(s: &str) -> Result<Duration, String> {
+fn span(s: &str) -> Result<Duration, String> {
     let d = args::duration(s)?;
     if d < Duration::from_secs(1) {
-        return Err(format!("window '{s}' must be at least 1s"));
+        return Err(format!("span '{s}' must be at least 1s"));
     }
     if prometheus::promql_range(d).is_none() {
-        return Err(format!(
-            "window '{s}' must be a whole number of milliseconds"
-        ));
+        return Err(format!("span '{s}' must be a whole number of milliseconds"));
     }
     Ok(d)
 }
@@ -82,11 +80,11 @@ pub fn run(a: MeshArgs) -> anyhow::Result<Exit> {
         size: a.size,
     };
     let m: Mesh = match &a.prometheus {
-        Some(url) => prometheus::read(url, &filter, a.window.unwrap_or(DEFAULT_WINDOW), a.timeout)?,
+        Some(url) => prometheus::read(url, &filter, a.span.unwrap_or(DEFAULT_WINDOW), a.timeout)?,
         None => {
-            if a.window.is_some() {
+            if a.span.is_some() {
                 note(
-                    "note: --window applies to --prometheus; each agent reports over its own window (its --window)",
+                    "note: --span applies to --prometheus; each agent reports over its own span (its --span)",
                 );
             }
             agents::read(&a.agent, &filter, a.timeout)?

@@ -144,9 +144,9 @@ struct WindowArgs {
 
 #[derive(Debug, Args)]
 struct BdpArgs {
-    /// Link rate, e.g. 1Gbit/s (or 1gbit, 1Gbps, 1G).
-    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
-    rate: u64,
+    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s (or 1gbit, 1Gbps, 1G).
+    #[arg(long, alias = "rate", value_parser = args::bitrate, value_name = "BITRATE")]
+    bandwidth: u64,
     #[command(flatten)]
     rtt: RttArg,
 }
@@ -168,10 +168,10 @@ struct TransferArgs {
     /// Application bytes to move, e.g. 8KiB.
     #[arg(long, value_parser = args::positive_size, value_name = "BYTES")]
     bytes: u64,
-    /// Link rate, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G); a network link's rate, not a database link (that is
-    /// `roundtrip db URL --link TARGET`).
-    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
-    link: u64,
+    /// Link rate (bandwidth), bit/s, e.g. 1Gbit/s or 10gbit (or 10Gbps, 10G); a network link's rate, not a
+    /// database link (that is `roundtrip db URL --link TARGET`).
+    #[arg(long, alias = "link", value_parser = args::bitrate, value_name = "BITRATE")]
+    bandwidth: u64,
     /// MTU(s) to compare, e.g. 1500 or 1500,9000.
     #[arg(long, value_delimiter = ',', default_value = "1500", value_parser = mtu, value_name = "BYTES[,...]")]
     mtu: Vec<u64>,
@@ -386,7 +386,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
         }
         What::Bdp(b) => {
             let rtt = rtt_of(&b.rtt)?;
-            let bytes = model::bdp_bytes(b.rate, rtt);
+            let bytes = model::bdp_bytes(b.bandwidth, rtt);
             #[derive(Serialize)]
             struct R {
                 rate_bps: u64,
@@ -395,7 +395,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
             }
             let text = format!(
                 "Filling {} at {} RTT needs a window of {} bytes ({}).\n",
-                mbit(b.rate as f64),
+                mbit(b.bandwidth as f64),
                 fmt_duration(rtt),
                 bytes.round(),
                 fmt_bytes(bytes.ceil() as u64)
@@ -405,7 +405,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
                 "model-bdp",
                 "BDP = rate x RTT / 8 [RFC 7323 1.1]",
                 R {
-                    rate_bps: b.rate,
+                    rate_bps: b.bandwidth,
                     rtt_ns: rtt.as_nanos() as u64,
                     bdp_bytes: bytes,
                 },
@@ -446,7 +446,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
             let mut rows = Vec::new();
             for &mtu in &t.mtu {
                 rows.push(
-                    model::transfer(t.bytes, t.link, mtu, t.hops)
+                    model::transfer(t.bytes, t.bandwidth, mtu, t.hops)
                         .map_err(super::output::refused)?,
                 );
             }
@@ -481,7 +481,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
                                 + model::ETHERNET_FRAMING
                                 + model::ETHERNET_GAP,
                         ),
-                    t.link,
+                    t.bandwidth,
                 );
                 table.row(vec![
                     r.mtu.to_string(),
@@ -508,7 +508,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<Exit> {
                 "{} over {} links of {} (store-and-forward, propagation not included):\n{}",
                 fmt_bytes(t.bytes),
                 t.hops,
-                mbit(t.link as f64),
+                mbit(t.bandwidth as f64),
                 table.render(2)
             );
             emit(

@@ -25,6 +25,30 @@ pub struct Renamed {
 pub const RENAMED: &[Renamed] = &[
     // Rows are added by the renames (docs/flags.md lists the words).
     Renamed {
+        command: "agent",
+        old: "--window",
+        new: "--span",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "capture bpf",
+        old: "--link",
+        new: "--linktype",
+        counts: "a link type",
+    },
+    Renamed {
+        command: "capture rpc",
+        old: "--interval",
+        new: "--report-interval",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "capture stats",
+        old: "--interval",
+        new: "--report-interval",
+        counts: "a duration",
+    },
+    Renamed {
         command: "compare",
         old: "-n",
         new: "-c",
@@ -49,10 +73,40 @@ pub const RENAMED: &[Renamed] = &[
         counts: "echo requests",
     },
     Renamed {
+        command: "mesh",
+        old: "--window",
+        new: "--span",
+        counts: "a duration",
+    },
+    Renamed {
+        command: "model bdp",
+        old: "--rate",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
+        command: "model transfer",
+        old: "--link",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
         command: "ping",
         old: "-n",
         new: "-c",
         counts: "round trips",
+    },
+    Renamed {
+        command: "proxy",
+        old: "--rate",
+        new: "--bandwidth",
+        counts: "bit/s",
+    },
+    Renamed {
+        command: "proxy",
+        old: "--rate-total",
+        new: "--bandwidth-total",
+        counts: "bit/s",
     },
     Renamed {
         command: "tcp",

@@ -1,6 +1,6 @@
 //! The matrix from the agents themselves: `GET URL/api/results` on each (in parallel), one row per agent
 //! (its `source`), the cells from each target's recent window. The window is each agent's own (its
-//! `--window`, 60 s by default), not `roundtrip mesh --window`.
+//! `--span`, 60 s by default), not `roundtrip mesh --span`.
 #![forbid(unsafe_code)]
 
 use super::http::{self, Url};

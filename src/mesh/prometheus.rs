@@ -346,7 +346,7 @@ pub fn read(
             url: url.text.clone(),
             why: format!(
                 "roundtrip series with {} exist but have fewer than two samples in the last {range}: wait for \
-                 a few scrapes or give a longer --window",
+                 a few scrapes or give a longer --span",
                 selector(filter).trim_matches(['{', '}'])
             ),
         });

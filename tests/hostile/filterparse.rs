@@ -89,7 +89,7 @@ fn deep_filters_are_refused_in_one_line_by_capture_stats() {
 fn deep_filters_are_refused_in_one_line_by_capture_bpf() {
     for (what, e) in deep() {
         assert_depth_refusal(what, refused(&["capture", "bpf", &e]));
-        assert_depth_refusal(what, refused(&["capture", "bpf", "--link", "any", &e]));
+        assert_depth_refusal(what, refused(&["capture", "bpf", "-y", "any", &e]));
     }
 }
 

@@ -64,7 +64,7 @@ fn op_names_from_packets_are_escaped_in_interval_lines_kept_lines_and_tables() {
         "lo",
         "--proto",
         "redis",
-        "-i",
+        "--report-interval",
         "200ms",
         "--keep-slow",
         "1us",

@@ -427,7 +427,17 @@ fn rpc_interval_lines_during_a_stall_hold_their_requests_and_add_up_to_the_summa
     }
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_roundtrip"));
     c.args([
-        "capture", "rpc", "--live", "lo", "--proto", "redis", "-i", "1s", "--json", "tcp", "port",
+        "capture",
+        "rpc",
+        "--live",
+        "lo",
+        "--proto",
+        "redis",
+        "--report-interval",
+        "1s",
+        "--json",
+        "tcp",
+        "port",
         "6379",
     ]);
     let mut rt = Proc::spawn("roundtrip capture rpc --live", c);

@@ -215,3 +215,16 @@ fn unreadable_file() {
             .starts_with("config /nonexistent/agent.toml: cannot read it")
     );
 }
+
+#[test]
+fn span_is_a_positive_duration() {
+    assert_eq!(
+        p("span = \"90s\"\n").unwrap().span,
+        Some(Duration::from_secs(90))
+    );
+    assert_eq!(p("interval = \"1s\"\n").unwrap().span, None);
+    for bad in ["span = \"0s\"\n", "span = 60\n", "span = \"60\"\n"] {
+        let e = p(bad).unwrap_err().to_string();
+        assert!(e.contains("key `span`"), "{bad}: {e}");
+    }
+}

@@ -15,8 +15,8 @@ use std::time::Duration;
 /// Options of a live capture.
 #[derive(Debug, Args, Clone)]
 pub struct LiveArgs {
-    /// Capture live on this interface (`any` for all) instead of reading a file.
-    #[arg(long, value_name = "IFACE")]
+    /// Capture live on this interface (`any` for all) instead of reading a file (`-i` as tcpdump's).
+    #[arg(long, short = 'i', value_name = "IFACE")]
     pub live: Option<String>,
     /// Live: stop after this long.
     #[arg(long, short = 't', value_parser = args::positive_duration, value_name = "DURATION")]
@@ -50,6 +50,24 @@ pub struct LiveArgs {
 }
 
 impl LiveArgs {
+    /// `capture stats|rpc -i DURATION`: `-i` was the report period there before it became the interface. For
+    /// this release a `-i`/`--live` value that reads as a duration (`-i 100ms`) and names no interface is taken
+    /// as the report period, with a one-line notice naming `--report-interval`; the capture then reads FILE.
+    pub fn take_report_interval(&mut self, command: &str) -> Option<Duration> {
+        let v = self.live.as_deref()?;
+        let d = args::positive_duration(v).ok()?;
+        if live::ifindex(v).is_some() {
+            return None;
+        }
+        super::super::output::note(format!(
+            "roundtrip: note: `capture {command} -i {v}` is a duration, taken as `--report-interval {v}` for this \
+             release; `-i` is now the interface to capture on (as --live), and a duration there goes away in the \
+             next release"
+        ));
+        self.live = None;
+        Some(d)
+    }
+
     /// True when capturing live.
     pub fn is_live(&self) -> bool {
         self.live.is_some()

@@ -23,7 +23,7 @@ port; --flow ADDR:PORT-ADDR:PORT one conversation in either direction (IPv6 as [
 port 6379', 'net 10.0.0.0/8 and not port 22' (subset: docs/capture-filter.md). \
 Input: pcap (us or ns), pcapng, either gzip-compressed; link types Ethernet (VLAN), Linux cooked v1/v2 \
 (tcpdump -i any), raw IP, BSD loopback. \
-Live: --live IFACE (or any) captures on an interface instead of reading FILE (root or CAP_NET_RAW), through the \
+Live: -i/--live IFACE (or any) captures on an interface instead of reading FILE (root or CAP_NET_RAW), through the \
 same analyses; Ctrl-C, SIGTERM, --duration or --count end it and print the summary. Every interval line and the \
 summary give the packets the KERNEL dropped (ring full: raise --buffer). With --json the live lines go to stderr \
 and one document to stdout at the end.";
@@ -72,8 +72,15 @@ enum CaptureCommand {
 struct BpfArgs {
     /// Compile for: ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop (a file's or a SOCK_RAW
     /// socket's link type), a LINKTYPE number, or any (AF_PACKET SOCK_DGRAM: the ethertype is ancillary data).
-    #[arg(long, default_value = "ethernet", value_name = "TYPE")]
-    link: String,
+    /// (tcpdump's -y)
+    #[arg(
+        short = 'y',
+        long,
+        alias = "link",
+        default_value = "ethernet",
+        value_name = "TYPE"
+    )]
+    linktype: String,
     /// Add the check that drops packets this host sends (as on `lo`, so each packet is seen once).
     #[arg(long)]
     drop_outgoing: bool,
@@ -88,7 +95,7 @@ struct BpfArgs {
 fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
     use roundtrip::capture::bpf::{Expr, Options, Target};
     use roundtrip::capture::read::LinkType;
-    let target = match a.link.as_str() {
+    let target = match a.linktype.as_str() {
         "any" | "cooked" => Target::Cooked,
         "ethernet" | "en10mb" => Target::Link(LinkType::ETHERNET),
         "linux-sll" | "sll" => Target::Link(LinkType::LINUX_SLL),
@@ -101,7 +108,7 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
         n => match n.parse::<u16>() {
             Ok(v) => Target::Link(LinkType(v)),
             Err(_) => refuse(format!(
-                "--link '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
+                "--linktype '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
             )),
         },
     };

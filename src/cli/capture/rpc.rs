@@ -56,8 +56,8 @@ pub struct RpcArgs {
     by_conn: bool,
     /// Rows of count and latency per interval of this length (by response time); live: per operation, printed as
     /// each interval ends (default 1s).
-    #[arg(long, short = 'i', value_parser = args::positive_duration)]
-    interval: Option<Duration>,
+    #[arg(long, alias = "interval", value_parser = args::positive_duration, value_name = "DURATION")]
+    report_interval: Option<Duration>,
     /// How many of the slowest requests to list (0 for none).
     #[arg(long, default_value = "10", value_name = "N")]
     top: usize,
@@ -453,7 +453,11 @@ impl roundtrip::capture::rpc::Sink for LiveRpc {
 }
 
 /// Runs `roundtrip capture rpc`.
-pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
+pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
+    // `-i 100ms` (the old spelling of --report-interval) is taken as the report period for this release.
+    if let Some(d) = a.live.take_report_interval("rpc") {
+        a.report_interval = Some(super::stats::report_interval(a.report_interval, Some(d)));
+    }
     // Live, a word after the options is the filter expression's first, not a file.
     let file = if a.live.is_live() {
         None
@@ -487,10 +491,10 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     let live = a.live.is_live();
     let config = StatsConfig {
         top: a.top,
-        interval: a.interval,
+        interval: a.report_interval,
         by_conn: a.by_conn,
         // Live: one row per operation and interval as each ends.
-        live_interval: live.then(|| a.interval.unwrap_or(Duration::from_secs(1))),
+        live_interval: live.then(|| a.report_interval.unwrap_or(Duration::from_secs(1))),
     };
     a.pictures
         .validate()

@@ -15,9 +15,9 @@ use std::time::Duration;
 pub(super) struct StatsArgs {
     #[command(flatten)]
     common: Common,
-    /// Length of each row's interval.
-    #[arg(long, short = 'i', default_value = "1s", value_parser = args::positive_duration)]
-    interval: Duration,
+    /// Length of each row's interval [default: 1s].
+    #[arg(long, alias = "interval", value_parser = args::positive_duration, value_name = "DURATION")]
+    report_interval: Option<Duration>,
     /// Split every interval into client->server, server->client and other (the client sent the SYN; without
     /// one, the higher port is the client's).
     #[arg(long)]
@@ -39,7 +39,11 @@ fn fmt_bits(bps: f64) -> String {
     }
 }
 
-pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
+pub(super) fn stats(mut a: StatsArgs) -> anyhow::Result<Exit> {
+    let interval = report_interval(
+        a.report_interval,
+        a.common.live.take_report_interval("stats"),
+    );
     let filter = a.common.filter();
     a.pictures
         .validate()
@@ -75,17 +79,11 @@ pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
         }
     };
     let r = if src.more.is_empty() {
-        capture::run_stats_on(
-            src.packets,
-            &filter,
-            a.interval,
-            a.by_direction,
-            &mut on_rows,
-        )
+        capture::run_stats_on(src.packets, &filter, interval, a.by_direction, &mut on_rows)
     } else {
         let mut group = vec![src.packets];
         group.extend(src.more);
-        capture::run_stats_fanout(group, &filter, a.interval, a.by_direction, &mut on_rows)
+        capture::run_stats_fanout(group, &filter, interval, a.by_direction, &mut on_rows)
     }
     .map_err(|e| match e {
         // The interval asked for makes too many rows: a refusal of the argument (exit 2).
@@ -110,7 +108,7 @@ pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
         "{}; {} matched; interval {}; sizes are on-wire bytes",
         heading(&r.capture),
         r.capture.packets_matched,
-        fmt_nanos(a.interval.as_nanos() as f64)
+        fmt_nanos(interval.as_nanos() as f64)
     );
     let mut cols = vec!["time(s)"];
     if a.by_direction {
@@ -150,4 +148,16 @@ pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     s.push_str(&t.render(0));
     out_text(s)?;
     Ok(finish(&r.capture, false))
+}
+
+/// The report period: `--report-interval`, or a duration given to `-i` (its old spelling, see
+/// [`live_cli::LiveArgs::take_report_interval`]), else 1 s; both given is refused (exit 2).
+pub(super) fn report_interval(given: Option<Duration>, from_i: Option<Duration>) -> Duration {
+    match (given, from_i) {
+        (Some(_), Some(_)) => super::refuse(
+            "the report period is given twice (--report-interval and a duration after -i): give --report-interval alone",
+        ),
+        (Some(d), None) | (None, Some(d)) => d,
+        (None, None) => Duration::from_secs(1),
+    }
 }

@@ -42,7 +42,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
     let b = &a.bridge_args;
     let tcp_only = [
         ("--window", a.window.is_some()),
-        ("--rate-total", a.rate_total.is_some()),
+        ("--bandwidth-total", a.bandwidth_total.is_some()),
         ("--reset-after", a.reset_after.is_some()),
         ("--stall-after", a.stall_after.is_some()),
         ("--close-after", a.close_after.is_some()),
@@ -120,7 +120,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
                 Dist::Normal => JitterDist::Normal,
                 Dist::Pareto => JitterDist::Pareto,
             },
-            rate_bps: a.rate,
+            rate_bps: a.bandwidth,
             loss,
             gilbert_elliott,
             duplicate: a.duplicate,
@@ -209,7 +209,7 @@ fn describe_way(i: &Impairment, imp: &BridgeImpairment) -> String {
         ));
     }
     if let Some(r) = i.rate_bps {
-        parts.push(format!("rate {} Mbit/s", r as f64 / 1e6));
+        parts.push(format!("bandwidth {} Mbit/s", r as f64 / 1e6));
     }
     if i.loss > 0.0 {
         parts.push(format!("loss {}%", i.loss * 100.0));

@@ -19,7 +19,7 @@ enum Dist {
     Pareto,
 }
 
-/// Directions that get delay, jitter and rate.
+/// Directions that get delay, jitter and bandwidth.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Dir {
     Both,
@@ -65,16 +65,16 @@ pub struct ProxyArgs {
     /// one ahead of it (order kept), which lengthens a short sample behind a long one.
     #[arg(long, value_enum, default_value = "uniform")]
     jitter_dist: Dist,
-    /// Rate limit per connection and direction (e.g. 100Mbit/s, 100mbit, 100mbps or 100M).
-    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
-    rate: Option<u64>,
-    /// Rate limit for all connections together, per direction.
-    #[arg(long, value_parser = args::bitrate, value_name = "BITRATE")]
-    rate_total: Option<u64>,
+    /// Bandwidth per connection and direction, bit/s (e.g. 100Mbit/s, 100mbit, 100mbps or 100M).
+    #[arg(long, alias = "rate", value_parser = args::bitrate, value_name = "BITRATE")]
+    bandwidth: Option<u64>,
+    /// Bandwidth for all connections together, per direction, bit/s.
+    #[arg(long, alias = "rate-total", value_parser = args::bitrate, value_name = "BITRATE")]
+    bandwidth_total: Option<u64>,
     /// Emulated TCP window: at most this many bytes unacknowledged per direction (TCP only; 1 byte to 1 GiB).
     #[arg(long, value_parser = args::window_size, value_name = "BYTES")]
     window: Option<u64>,
-    /// Which directions get delay, jitter and rate (up = client to server).
+    /// Which directions get delay, jitter and bandwidth (up = client to server).
     #[arg(long, value_enum, default_value = "both")]
     direction: Dir,
     /// Fault: reset both sides (RST) after this time or this many bytes (both directions together).
@@ -213,8 +213,8 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
             Dist::Pareto => JitterDist::Pareto,
         },
         direction,
-        rate_bps: a.rate,
-        rate_total_bps: a.rate_total,
+        rate_bps: a.bandwidth,
+        rate_total_bps: a.bandwidth_total,
         window_bytes: a.window,
         reset_after: trigger(a.reset_after),
         stall_after: trigger(a.stall_after),
@@ -254,10 +254,13 @@ pub fn describe(i: &Impairment) -> String {
         ));
     }
     if let Some(r) = i.rate_bps {
-        parts.push(format!("rate {} Mbit/s per connection", r as f64 / 1e6));
+        parts.push(format!(
+            "bandwidth {} Mbit/s per connection",
+            r as f64 / 1e6
+        ));
     }
     if let Some(r) = i.rate_total_bps {
-        parts.push(format!("rate {} Mbit/s total", r as f64 / 1e6));
+        parts.push(format!("bandwidth {} Mbit/s total", r as f64 / 1e6));
     }
     if let Some(w) = i.window_bytes {
         parts.push(format!("window {}", fmt_bytes(w)));
