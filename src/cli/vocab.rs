@@ -454,7 +454,10 @@ mod tests {
 
     #[test]
     fn old_spellings_parse_and_new_ones_too() {
-        for r in RENAMED {
+        // The probe commands' rows; capture, proxy, model, agent and mesh take other values and are run by
+        // tests/vocab_capture.rs.
+        let probes = ["compare", "connect", "db", "icmp", "ping", "tcp"];
+        for r in RENAMED.iter().filter(|r| probes.contains(&r.command)) {
             let mut words = vec!["roundtrip".to_string()];
             words.extend(r.command.split(' ').map(String::from));
             let target: &[&str] = match r.command {
