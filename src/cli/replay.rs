@@ -67,7 +67,7 @@ pub struct ReplayArgs {
 /// Runs `roundtrip replay`.
 pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     // Everything that can be checked without the network first: the filter, the key, the target, the capture.
-    let expr = a.expr.expr();
+    let expr = a.expr.expr()?;
     let filter_text = expr.as_ref().map(|e| e.text().to_string());
     let psk = super::common::client_psk(a.psk_file.as_deref())?;
     let target = Target::parse(&a.to, DEFAULT_PORT).map_err(super::output::refused)?;

@@ -78,7 +78,7 @@ fn flow_row(f: &FlowSummary) -> Vec<String> {
 }
 
 pub(super) fn flows(a: FlowsArgs) -> anyhow::Result<Exit> {
-    let filter = a.common.filter();
+    let filter = a.common.filter()?;
     let config = TrackerConfig {
         idle_timeout: a.idle_timeout,
         ..TrackerConfig::default()

@@ -133,7 +133,7 @@ pub fn match_text(
 /// Runs `roundtrip capture match`.
 pub fn run_match(a: MatchArgs) -> anyhow::Result<Exit> {
     let filter = Filter {
-        expr: a.expr.expr(),
+        expr: a.expr.expr()?,
         ..Filter::default()
     };
     a.pictures

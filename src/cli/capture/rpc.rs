@@ -460,28 +460,28 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
     } else {
         a.file.clone()
     };
-    if let Err(e) = a.live.validate(file.as_deref()) {
-        super::refuse(e);
-    }
+    a.live
+        .validate(file.as_deref())
+        .map_err(super::super::output::refused)?;
     if a.live.threads > 1 && a.keep_slow.is_some() {
-        super::refuse(format!(
+        return Err(super::super::output::refused(format!(
             "--threads {} with --keep-slow: the flight recorder needs one reader; use --threads 1",
             a.live.threads
-        ));
+        )));
     }
     if a.keep_slow.is_some() && !a.live.is_live() {
-        super::refuse(
+        return Err(super::super::output::refused(
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
-        );
+        ));
     }
     let filter = Filter {
         host: a.host,
         port: a.port,
         flow: a.flow,
         expr: if a.live.is_live() {
-            a.expr.expr_after(a.file.as_deref())
+            a.expr.expr_after(a.file.as_deref())?
         } else {
-            a.expr.expr()
+            a.expr.expr()?
         },
     };
     let live = a.live.is_live();

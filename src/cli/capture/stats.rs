@@ -40,7 +40,7 @@ fn fmt_bits(bps: f64) -> String {
 }
 
 pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
-    let filter = a.common.filter();
+    let filter = a.common.filter()?;
     a.pictures
         .validate()
         .map_err(super::super::output::refused)?;

@@ -98,7 +98,7 @@ fn no_connection(file: Option<&std::path::Path>, info: &CaptureInfo, filter: &Fi
 }
 
 pub(super) fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
-    let filter = a.common.filter();
+    let filter = a.common.filter()?;
     a.pictures
         .validate()
         .map_err(super::super::output::refused)?;

@@ -170,7 +170,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             host: a.host,
             port: a.port,
             flow: a.flow,
-            expr: a.expr.expr(),
+            expr: a.expr.expr()?,
         },
         proto: a.proto,
     };
