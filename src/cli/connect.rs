@@ -9,7 +9,7 @@ use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
 };
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::report::text::summary_table;
 use roundtrip::units::fmt_duration;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -169,24 +169,10 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             counts.filtered,
             counts.unreachable
         ))?;
-        let mut header = vec![""];
-        header.extend(SUMMARY_COLUMNS);
-        let mut t = Table::new(&header);
-        let mut rows = 0;
-        for (name, h) in [
+        out_text(summary_table(&[
             ("handshake (SYN -> SYN-ACK)", &result.handshake),
             ("refused (SYN -> RST)", &result.refused),
-        ] {
-            if !h.is_empty() {
-                let mut row = vec![name.to_string()];
-                row.extend(summary_cells(&h.summary()));
-                t.row(row);
-                rows += 1;
-            }
-        }
-        if rows > 0 {
-            out_text(t.render(0))?;
-        }
+        ]))?;
         if result.mode == ConnectMode::Raw && counts.open > 0 {
             out_text(
                 "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \

@@ -8,7 +8,7 @@ use roundtrip::doc::icmp::IcmpDoc;
 use roundtrip::doc::{self, Header, Interrupted, kind};
 use roundtrip::probe::icmp::{self, IcmpConfig, IcmpMode, IcmpObserver, Probe, ProbeOutcome};
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::report::text::summary_table;
 use roundtrip::units::{fmt_duration, fmt_nanos};
 use std::net::IpAddr;
 use std::time::{Duration, UNIX_EPOCH};
@@ -170,15 +170,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             result.lost(),
             result.errors
         ))?;
-        if !result.rtt.is_empty() {
-            let mut header = vec![""];
-            header.extend(SUMMARY_COLUMNS);
-            let mut t = Table::new(&header);
-            let mut row = vec!["RTT".to_string()];
-            row.extend(summary_cells(&result.rtt.summary()));
-            t.row(row);
-            out_text(t.render(0))?;
-        }
+        out_text(summary_table(&[("RTT", &result.rtt)]))?;
         if let Some(i) = &interrupted {
             out_text(i.line())?;
         }

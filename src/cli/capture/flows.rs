@@ -4,12 +4,13 @@
 use super::super::args;
 use super::super::output::{Exit, out, out_text};
 use super::live as live_cli;
-use super::{Common, finish, heading, live_out};
+use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture;
 use roundtrip::capture::flows::{DirSummary, FlowSummary, TrackerConfig};
 use roundtrip::doc::capture_flows::FlowsDoc;
 use roundtrip::report::text::Table;
+use roundtrip::report::text::capture::capture_heading as heading;
 use roundtrip::units::fmt_nanos;
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -13,7 +13,6 @@ use super::output::{Exit, error_line, note, out, refused};
 use clap::{Args, Subcommand};
 use live::{self as live_cli, LiveArgs};
 use roundtrip::capture::{CaptureInfo, Filter};
-use roundtrip::units::fmt_bytes;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -315,27 +314,4 @@ pub(super) fn damage(info: &CaptureInfo) -> Exit {
         }
         None => Exit::Ok,
     }
-}
-
-fn heading(info: &CaptureInfo) -> String {
-    if let Some(l) = &info.source {
-        return live_cli::heading(info, l);
-    }
-    format!(
-        "{}: {}{}, {} ({}), {} packets{}",
-        info.file,
-        info.format,
-        if info.gzip { " (gzip)" } else { "" },
-        if info.link_types.is_empty() {
-            "no link type seen".to_string()
-        } else {
-            info.link_types.join("+")
-        },
-        fmt_bytes(info.file_bytes),
-        info.packets_read,
-        match (&info.filter, info.packets_filtered_out) {
-            (Some(f), Some(n)) => format!(" ({n} left out by filter '{f}')"),
-            _ => String::new(),
-        }
-    )
 }

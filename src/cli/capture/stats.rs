@@ -3,10 +3,11 @@
 use super::super::args;
 use super::super::output::{Exit, out_text};
 use super::live::{self as live_cli};
-use super::{Common, finish, heading, live_out};
+use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture::{self};
 use roundtrip::report::text::Table;
+use roundtrip::report::text::capture::capture_heading as heading;
 use roundtrip::units::fmt_nanos;
 use std::fmt::Write as _;
 use std::time::Duration;

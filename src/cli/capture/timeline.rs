@@ -2,12 +2,13 @@
 
 use super::super::output::{Exit, error_line, out, out_text};
 use super::live::{self as live_cli};
-use super::{Common, finish, heading, live_out};
+use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture::flows::TrackerConfig;
 use roundtrip::capture::{self, CaptureInfo, Filter};
 use roundtrip::doc::capture_timeline::TimelineDoc;
 use roundtrip::report::text::Table;
+use roundtrip::report::text::capture::capture_heading as heading;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
