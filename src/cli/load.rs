@@ -2,15 +2,13 @@
 //! coordinated omission).
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text};
 use super::throughput::message_size;
 use clap::Args;
 use roundtrip::doc::load::LoadDoc;
 use roundtrip::probe::load::{self, LoadConfig};
-use roundtrip::probe::ping::Transport;
-use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
-use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 
 /// Arguments of `roundtrip load`.
@@ -57,28 +55,19 @@ pub struct LoadArgs {
 
 /// Runs `roundtrip load`.
 pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let mut config = LoadConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
-    config.transport = transport;
+    let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
+    let transport = link.transport;
+    let mut config = LoadConfig::new(link.addr);
+    config.use_link(link);
     config.size = a.size;
     config.rate = a.rate;
     config.reply_every = a.reply_every;
     config.duration = a.duration;
     config.warmup = a.warmup;
-    config.timeout = a.timeout;
-    config.extensions = a.client.extensions();
-    config.psk = a.client.psk()?;
     config.realtime = a.realtime;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(a.family.family())?;
-    config.addr = addr;
-    config.cancel = super::common::cancel_on_ctrl_c();
+    let addr = config.connect_to(&target, a.family.family())?;
     if !a.json {
         out_text(traffic::load_heading(
             &target.to_string(),

@@ -1,18 +1,16 @@
 //! `roundtrip sweep`: latency percentiles over message size x offered rate.
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
 use roundtrip::doc::load::LoadSettings;
 use roundtrip::doc::sweep::{SweepDoc, sweep_interrupted};
 use roundtrip::probe::load::{LoadConfig, LoadResult};
-use roundtrip::probe::ping::Transport;
 use roundtrip::probe::sweep::{self, Observer, SweepConfig};
-use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::units::fmt_bytes;
-use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 
 /// Arguments of `roundtrip sweep`.
@@ -98,20 +96,13 @@ impl Observer for Progress {
 
 /// Runs `roundtrip sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let mut base = LoadConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
-    base.transport = transport;
+    let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
+    let transport = link.transport;
+    let mut base = LoadConfig::new(link.addr);
+    base.use_link(link);
     base.reply_every = a.reply_every;
     base.duration = a.duration;
     base.warmup = a.warmup;
-    base.timeout = a.timeout;
-    base.extensions = a.client.extensions();
-    base.psk = a.client.psk()?;
     base.realtime = a.realtime;
     let mut config = SweepConfig {
         base,
@@ -120,9 +111,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     };
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(a.family.family())?;
-    config.base.addr = addr;
-    config.base.cancel = super::common::cancel_on_ctrl_c();
+    let addr = config.base.connect_to(&target, a.family.family())?;
     let total = config.sizes.len() * config.rates.len();
     if !a.json {
         out_text(format!(
