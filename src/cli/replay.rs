@@ -3,6 +3,7 @@
 //! prediction of `capture whatif` at the path's measured RTT.
 
 use super::args;
+use super::capture::parse_flow;
 use super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
@@ -376,10 +377,6 @@ fn text(
         fmt_duration(hello)
     );
     s
-}
-
-fn parse_flow(s: &str) -> Result<(std::net::SocketAddr, std::net::SocketAddr), String> {
-    Filter::parse_flow(s).map_err(|e| e.to_string())
 }
 
 fn parse_path(s: &str) -> Result<PathKind, String> {

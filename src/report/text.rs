@@ -1,10 +1,11 @@
 //! Terminal text: aligned tables, summaries and histograms drawn with block characters. The text of a command
 //! whose results need more than these lives in a file of its own: [`capture`] (capture headings), [`rpc`]
-//! (`capture rpc`), [`matching`] (`capture match`).
+//! (`capture rpc`), [`matching`] (`capture match`), [`whatif`] (`capture whatif`).
 
 pub mod capture;
 pub mod matching;
 pub mod rpc;
+pub mod whatif;
 
 use crate::probe::ping::{IntervalRow, PeerKind, PingResult};
 use crate::stats::{LatencyHistogram, Summary};

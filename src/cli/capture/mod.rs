@@ -173,6 +173,32 @@ impl ExprArgs {
     }
 }
 
+/// `--host`, `--port`, `--flow`: which packets of the capture count (stats, timeline, flows, rpc).
+#[derive(Debug, Args)]
+pub(super) struct FilterArgs {
+    /// Only packets to or from this address.
+    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
+    pub host: Option<IpAddr>,
+    /// Only packets with this TCP/UDP port on either side.
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
+    pub port: Option<u16>,
+    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
+    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
+    pub flow: Option<(SocketAddr, SocketAddr)>,
+}
+
+impl FilterArgs {
+    /// The filter of these options and `expr`.
+    pub(super) fn with(&self, expr: Option<roundtrip::capture::bpf::Expr>) -> Filter {
+        Filter {
+            host: self.host,
+            port: self.port,
+            flow: self.flow,
+            expr,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 struct Common {
     /// Capture file (pcap, pcapng, optionally .gz); or --live IFACE.
@@ -180,15 +206,8 @@ struct Common {
     file: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
-    /// Only packets to or from this address.
-    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
-    host: Option<IpAddr>,
-    /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT", value_parser = args::port)]
-    port: Option<u16>,
-    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
-    flow: Option<(SocketAddr, SocketAddr)>,
+    #[command(flatten)]
+    only: FilterArgs,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -237,24 +256,21 @@ impl Common {
 
     /// The filter the options give (a bad expression is refused, exit 2).
     fn filter(&self) -> anyhow::Result<Filter> {
-        Ok(Filter {
-            host: self.host,
-            port: self.port,
-            flow: self.flow,
-            expr: if self.live.is_live() {
-                self.expr.expr_after(self.file.as_deref())?
-            } else {
-                self.expr.expr()?
-            },
-        })
+        Ok(self.only.with(if self.live.is_live() {
+            self.expr.expr_after(self.file.as_deref())?
+        } else {
+            self.expr.expr()?
+        }))
     }
 }
 
-fn parse_host(s: &str) -> Result<IpAddr, String> {
+/// Parses `--host`.
+pub(super) fn parse_host(s: &str) -> Result<IpAddr, String> {
     Filter::parse_host(s).map_err(|e| e.to_string())
 }
 
-fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+/// Parses `--flow`.
+pub(super) fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
     Filter::parse_flow(s).map_err(|e| e.to_string())
 }
 

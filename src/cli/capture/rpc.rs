@@ -5,17 +5,16 @@ use super::super::args;
 use super::super::output::{Exit, error_line, note, out_text};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::capture::CaptureInfo;
 use roundtrip::capture::keep::{FlightRecorder, KeepDir};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::rpc::tlskeys::KeyLog;
-use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
 use roundtrip::terminal::escape_for_terminal as esc;
 use roundtrip::units::fmt_nanos;
-use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -59,15 +58,8 @@ pub struct RpcArgs {
     /// How many of the slowest requests to list (0 for none).
     #[arg(long, default_value = "10", value_name = "N")]
     top: usize,
-    /// Only packets to or from this address.
-    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
-    host: Option<IpAddr>,
-    /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT", value_parser = args::port)]
-    port: Option<u16>,
-    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
-    flow: Option<(SocketAddr, SocketAddr)>,
+    #[command(flatten)]
+    only: super::FilterArgs,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -90,14 +82,6 @@ pub(super) fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
             "unknown protocol '{s}': use auto, nfs, pgsql, mysql, redis, dns, http, tns, smb2, sockperf, tls or generic"
         )
     })
-}
-
-fn parse_host(s: &str) -> Result<IpAddr, String> {
-    Filter::parse_host(s).map_err(|e| e.to_string())
-}
-
-fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
-    Filter::parse_flow(s).map_err(|e| e.to_string())
 }
 
 pub(super) fn warn_exit(info: &CaptureInfo) -> Exit {
@@ -239,16 +223,11 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
         ));
     }
-    let filter = Filter {
-        host: a.host,
-        port: a.port,
-        flow: a.flow,
-        expr: if a.live.is_live() {
-            a.expr.expr_after(a.file.as_deref())?
-        } else {
-            a.expr.expr()?
-        },
-    };
+    let filter = a.only.with(if a.live.is_live() {
+        a.expr.expr_after(a.file.as_deref())?
+    } else {
+        a.expr.expr()?
+    });
     let live = a.live.is_live();
     let config = StatsConfig {
         top: a.top,
@@ -309,26 +288,15 @@ pub fn run_rpc(a: RpcArgs) -> anyhow::Result<Exit> {
             Some((a.live.max_connections as usize).div_ceil(n)),
             &mut also,
         )
-    } else if live {
-        run::run_rpc_on(
-            src.packets,
-            &filter,
-            a.proto,
-            config,
-            keylog,
-            Some(a.live.max_connections as usize),
-            &mut also,
-        )
     } else {
-        run::run_rpc_on(
-            src.packets,
-            &filter,
-            a.proto,
-            config,
-            keylog,
-            None,
-            &mut run::NoSink,
-        )
+        // Live: the --max-connections cap and the live rows; a file is read whole.
+        let mut none = run::NoSink;
+        let (cap, sink): (_, &mut dyn roundtrip::capture::rpc::driver::Sink) = if live {
+            (Some(a.live.max_connections as usize), &mut also)
+        } else {
+            (None, &mut none)
+        };
+        run::run_rpc_on(src.packets, &filter, a.proto, config, keylog, cap, sink)
     };
     if live {
         // (The last interval's rows were printed at the end of the capture, before the totals.)
