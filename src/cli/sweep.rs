@@ -7,7 +7,7 @@ use super::throughput::{SizeList, size_list};
 use clap::Args;
 use roundtrip::doc::load::LoadSettings;
 use roundtrip::doc::sweep::{SweepDoc, sweep_interrupted};
-use roundtrip::probe::load::{LoadConfig, LoadResult};
+use roundtrip::probe::load::LoadResult;
 use roundtrip::probe::sweep::{self, Observer, SweepConfig};
 use roundtrip::report::{json, traffic};
 use roundtrip::units::fmt_bytes;
@@ -40,19 +40,8 @@ pub struct SweepArgs {
     /// How long to wait for the last answers of a cell.
     #[arg(long, default_value = "2s", value_parser = args::positive_duration)]
     timeout: Duration,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    client: super::common::ClientArgs,
-    #[command(flatten)]
-    pictures: super::report::PictureArgs,
-    /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
-    /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
-    #[arg(long)]
-    realtime: bool,
-    #[command(flatten)]
-    family: super::common::FamilyArgs,
+    send: super::load::OpenLoopArgs,
 }
 
 /// A list of rates in messages per second.
@@ -96,24 +85,21 @@ impl Observer for Progress {
 
 /// Runs `roundtrip sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
-    let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
-    let transport = link.transport;
-    let mut base = LoadConfig::new(link.addr);
-    base.use_link(link);
+    let (target, mut base) = a.send.config(&a.target, a.udp, a.timeout)?;
+    let transport = base.transport;
     base.reply_every = a.reply_every;
     base.duration = a.duration;
     base.warmup = a.warmup;
-    base.realtime = a.realtime;
     let mut config = SweepConfig {
         base,
         sizes: a.sizes.0.clone(),
         rates: a.rates.0.clone(),
     };
     config.validate().map_err(super::output::refused)?;
-    a.pictures.validate().map_err(super::output::refused)?;
-    let addr = config.base.connect_to(&target, a.family.family())?;
+    a.send.pictures.validate().map_err(super::output::refused)?;
+    let addr = config.base.connect_to(&target, a.send.family.family())?;
     let total = config.sizes.len() * config.rates.len();
-    if !a.json {
+    if !a.send.json {
         out_text(format!(
             "roundtrip sweep {transport} {target} ({addr}): {total} cells of {:.1}s (+{:.1}s warm-up), open-loop schedule, one answer per {}; times are round trips (RTT)\n",
             a.duration.as_secs_f64(),
@@ -140,7 +126,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         };
         SweepDoc::new(settings, &config.sizes, &config.rates, &result)
     };
-    if a.json {
+    if a.send.json {
         out(json::to_bytes(&doc()))?;
     } else {
         out_text(traffic::sweep_table(&result))?;
@@ -153,13 +139,13 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
             ))?;
         }
     }
-    if !a.json
+    if !a.send.json
         && let Some(i) = sweep_interrupted(&result, total)
     {
         out_text(i.line())?;
     }
-    if a.pictures.wanted() {
-        super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;
+    if a.send.pictures.wanted() {
+        super::report::after_run(&a.send.pictures, &doc(), None, &target.to_string())?;
     }
     let error = result.error.as_ref().map(|e| e.to_string()).or_else(|| {
         result

@@ -6,10 +6,7 @@ use super::live::{self as live_cli};
 use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture::{self};
-use roundtrip::report::text::Table;
-use roundtrip::report::text::capture::capture_heading as heading;
-use roundtrip::units::fmt_nanos;
-use std::fmt::Write as _;
+use roundtrip::report::text::capture::{fmt_bits, stats_text};
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -25,19 +22,6 @@ pub(super) struct StatsArgs {
     by_direction: bool,
     #[command(flatten)]
     pictures: super::super::report::PictureArgs,
-}
-
-/// Bits per second for humans.
-fn fmt_bits(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.2} Mbit/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.1} kbit/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} bit/s")
-    }
 }
 
 pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
@@ -105,50 +89,6 @@ pub(super) fn stats(a: StatsArgs) -> anyhow::Result<Exit> {
     if a.common.json {
         return Ok(finish(&r.capture, true));
     }
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}; {} matched; interval {}; sizes are on-wire bytes",
-        heading(&r.capture),
-        r.capture.packets_matched,
-        fmt_nanos(a.interval.as_nanos() as f64)
-    );
-    let mut cols = vec!["time(s)"];
-    if a.by_direction {
-        cols.push("dir");
-    }
-    cols.extend([
-        "packets", "bytes", "pkt/s", "bit/s", "min", "mean", "max", "stddev",
-    ]);
-    let mut t = Table::new(&cols);
-    let live = r.capture.is_live();
-    let cells = |row: &capture::stats::StatsRow, time: String, dir: bool| {
-        let mut c = vec![time];
-        if dir {
-            c.push(row.direction.label().to_string());
-        }
-        c.extend([
-            row.packets.to_string(),
-            row.bytes.to_string(),
-            format!("{:.1}", row.packets_per_s),
-            fmt_bits(row.bits_per_s),
-            row.size_min.to_string(),
-            format!("{:.1}", row.size_mean),
-            row.size_max.to_string(),
-            format!("{:.1}", row.size_stddev),
-        ]);
-        c
-    };
-    // Live: the interval rows were printed as they ended; the summary is the total.
-    for row in r.rows.iter().filter(|_| !live) {
-        t.row(cells(row, format!("{:.3}", row.start_s), a.by_direction));
-    }
-    let span = match (r.first_ts_ns, r.last_ts_ns) {
-        (Some(f), Some(l)) => (l - f) as f64 / 1e9,
-        _ => 0.0,
-    };
-    t.row(cells(&r.total, format!("total {span:.3}s"), a.by_direction));
-    s.push_str(&t.render(0));
-    out_text(s)?;
+    out_text(stats_text(&r, a.interval, a.by_direction))?;
     Ok(finish(&r.capture, false))
 }
