@@ -10,8 +10,7 @@ use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::Table;
-use roundtrip::units::fmt_nanos;
+use roundtrip::report::text::compare::compare_text;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 
@@ -148,41 +147,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
                     result.addr
                 )
             };
-            out_text(format!(
-                "roundtrip compare {whom}: all times are round trips (RTT)\n"
-            ))?;
-            let mut t = Table::new(&["probe", "min", "p50", "p99", "count", "note"]);
-            let f = |v: u64| fmt_nanos(v as f64);
-            for r in &result.rows {
-                let s = &r.summary;
-                let mut row = vec![r.label.clone()];
-                if s.count > 0 {
-                    row.extend([f(s.min_ns), f(s.p50_ns), f(s.p99_ns)]);
-                } else {
-                    row.extend(["-".to_string(), "-".to_string(), "-".to_string()]);
-                }
-                row.push(format!("{}/{}", s.count, r.attempts));
-                row.push(if r.error.is_some() {
-                    "see below".into()
-                } else {
-                    String::new()
-                });
-                t.row(row);
-            }
-            out_text(t.render(0))?;
-            out_text("\n")?;
-            for r in &result.rows {
-                out_text(format!("{:<24} {}\n", r.label, r.interpretation))?;
-                if let Some(e) = &r.error {
-                    out_text(format!("{:<24}   ! {e}\n", ""))?;
-                }
-            }
-            if let Some(c) = result.conclusion() {
-                out_text(format!("\nIn short: {c}.\n"))?;
-            }
-            if let Some(i) = &interrupted {
-                out_text(format!("\n{}", i.line()))?;
-            }
+            out_text(compare_text(&result, &whom, interrupted.as_ref()))?;
             Ok(())
         },
         &label,

@@ -64,30 +64,33 @@ pub struct OpenLoopArgs {
 
 impl OpenLoopArgs {
     /// The configuration load and sweep start from: the link to `target` ([`ClientArgs::link_config`]
-    /// (super::common::ClientArgs::link_config)) and `--realtime`.
+    /// (super::common::ClientArgs::link_config)), `--realtime` and the schedule (one answer per `reply_every`,
+    /// `warmup` then `duration`).
     pub fn config(
         &self,
         target: &str,
         udp: bool,
         timeout: Duration,
+        (reply_every, warmup, duration): (u64, Duration, Duration),
     ) -> anyhow::Result<(Target, LoadConfig)> {
         let (target, link) = self.client.link_config(target, udp, timeout)?;
         let mut config = LoadConfig::new(link.addr);
         config.use_link(link);
         config.realtime = self.realtime;
+        config.reply_every = reply_every;
+        config.warmup = warmup;
+        config.duration = duration;
         Ok((target, config))
     }
 }
 
 /// Runs `roundtrip load`.
 pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
-    let (target, mut config) = a.send.config(&a.target, a.udp, a.timeout)?;
+    let schedule = (a.reply_every, a.warmup, a.duration);
+    let (target, mut config) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
     let transport = config.transport;
     config.size = a.size;
     config.rate = a.rate;
-    config.reply_every = a.reply_every;
-    config.duration = a.duration;
-    config.warmup = a.warmup;
     config.validate().map_err(super::output::refused)?;
     a.send.pictures.validate().map_err(super::output::refused)?;
     let addr = config.connect_to(&target, a.send.family.family())?;

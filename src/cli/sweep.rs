@@ -85,11 +85,9 @@ impl Observer for Progress {
 
 /// Runs `roundtrip sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
-    let (target, mut base) = a.send.config(&a.target, a.udp, a.timeout)?;
+    let schedule = (a.reply_every, a.warmup, a.duration);
+    let (target, base) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
     let transport = base.transport;
-    base.reply_every = a.reply_every;
-    base.duration = a.duration;
-    base.warmup = a.warmup;
     let mut config = SweepConfig {
         base,
         sizes: a.sizes.0.clone(),

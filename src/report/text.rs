@@ -1,9 +1,11 @@
 //! Terminal text: aligned tables, summaries and histograms drawn with block characters. The text of a command
-//! whose results need more than these lives in a file of its own: [`capture`] (capture headings), [`rpc`]
-//! (`capture rpc`), [`matching`] (`capture match`), [`whatif`] (`capture whatif`).
+//! whose results need more than these lives in a file of its own: [`capture`] (capture headings, stats, flows, timeline), [`compare`] (`compare`), [`rpc`]
+//! (`capture rpc`), [`matching`] (`capture match`), [`proxy`] (`proxy` counters), [`whatif`] (`capture whatif`).
 
 pub mod capture;
+pub mod compare;
 pub mod matching;
+pub mod proxy;
 pub mod rpc;
 pub mod whatif;
 

@@ -1,11 +1,12 @@
 //! The text of `roundtrip capture` summaries: the headings (what was read, a file or a live interface, and how
-//! much), the `capture stats` table and the `capture flows` table.
+//! much), the `capture stats` table, the `capture flows` table and the `capture timeline` rows.
 
 use crate::capture::CaptureInfo;
 use crate::capture::StatsResult;
 use crate::capture::flows::{DirSummary, FlowSummary};
 use crate::capture::live::LiveInfo;
 use crate::doc::capture_flows::FlowsDoc;
+use crate::doc::capture_timeline::TimelineDoc;
 use crate::report::text::Table;
 use crate::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
@@ -280,5 +281,96 @@ pub fn flows_text(
             let _ = writeln!(s, "  #{} {}", f.id, f.diagnosis);
         }
     }
+    s
+}
+
+/// The text of `capture timeline` for the connection `flow` of `r`: the heading, one row per packet (unless
+/// `quiet`, or live, where they were printed as they came; `absolute` adds the time since the first packet),
+/// the time-sequence graph's counts and the diagnosis. `flow_given`: `--flow` chose the connection.
+pub fn timeline_text(
+    r: &TimelineDoc,
+    flow: &FlowSummary,
+    flow_given: bool,
+    absolute: bool,
+    quiet: bool,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}\nconnection #{}: {} (client, >) - {} (server, <), {} packets, {}{}",
+        capture_heading(&r.capture),
+        flow.id,
+        flow.client,
+        flow.server,
+        r.capture.packets_matched,
+        flow.state.replace('_', " "),
+        if !flow_given {
+            "; first TCP connection that matched: choose another with --flow A:P-B:P"
+        } else {
+            ""
+        }
+    );
+    let mut cols = vec!["delta"];
+    if absolute {
+        cols.push("time(s)");
+    }
+    cols.extend([
+        "dir",
+        "flags",
+        "seq",
+        "ack",
+        "len",
+        "win",
+        "in flight",
+        "notes",
+    ]);
+    let mut t = Table::new(&cols);
+    let t0 = r.rows.first().map_or(0, |x| x.ts_ns);
+    for row in r.rows.iter().filter(|_| !quiet) {
+        let mut c = vec![format!("{:.6}", row.delta_ns as f64 / 1e9)];
+        if absolute {
+            c.push(format!("{:.6}", (row.ts_ns - t0) as f64 / 1e9));
+        }
+        let seq = if row.len > 0 {
+            format!("{}:{}", row.seq, row.seq.wrapping_add(row.len))
+        } else {
+            row.seq.to_string()
+        };
+        c.extend([
+            row.direction.arrow().to_string(),
+            row.flags.clone(),
+            seq,
+            row.ack.map_or("-".into(), |a| a.to_string()),
+            row.len.to_string(),
+            row.window_bytes.to_string(),
+            row.in_flight_bytes.map_or("-".into(), |f| f.to_string()),
+            row.notes
+                .iter()
+                .map(|n| n.to_string())
+                .chain(row.sack.iter().map(|b| format!("sack {}:{}", b[0], b[1])))
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+        t.row(c);
+    }
+    // Live, the rows were printed as the packets came.
+    if !quiet && !r.capture.is_live() {
+        s.push_str(&t.render(0));
+    }
+    if let Some(g) = &r.seq_graph {
+        let _ = writeln!(
+            s,
+            "time-sequence graph: data {} -> {}: {} segments ({} retransmitted), {} ACKs ({} with SACK blocks, {} with a zero window), {} zero-window periods",
+            g.sender,
+            g.receiver,
+            g.data_segments,
+            g.retransmitted_segments,
+            g.acks,
+            g.sack_packets,
+            g.zero_window_packets,
+            g.zero_windows.len()
+        );
+    }
+    let _ = writeln!(s, "diagnosis: {}", flow.diagnosis);
     s
 }
