@@ -67,3 +67,57 @@ macro_rules! use_link {
 }
 
 use_link!(PingConfig, LoadConfig, ThroughputConfig);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ClientArgs {
+        ClientArgs {
+            no_extensions: false,
+            psk_file: None,
+        }
+    }
+
+    #[test]
+    fn link_config_takes_the_default_port_and_the_transport() {
+        let (t, l) = client()
+            .link_config("example.invalid", true, Duration::from_secs(3))
+            .unwrap();
+        assert_eq!(t.port, DEFAULT_PORT);
+        assert_eq!(l.addr, SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)));
+        assert_eq!(l.transport, Transport::Udp);
+        assert!(l.extensions && l.psk.is_none());
+        assert_eq!(l.timeout, Duration::from_secs(3));
+        let (t, l) = client()
+            .link_config("[::1]:7", false, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!((t.port, l.transport), (7, Transport::Tcp));
+    }
+
+    #[test]
+    fn a_wrong_server_is_refused() {
+        let e = client()
+            .link_config("host:notaport", false, Duration::from_secs(1))
+            .unwrap_err();
+        assert!(e.downcast_ref::<super::super::output::Refused>().is_some());
+    }
+
+    #[test]
+    fn use_link_copies_every_setting() {
+        let (_, mut link) = ClientArgs {
+            no_extensions: true,
+            psk_file: None,
+        }
+        .link_config("127.0.0.1:9", true, Duration::from_millis(700))
+        .unwrap();
+        link.addr = SocketAddr::from(([127, 0, 0, 2], 9));
+        let mut c = PingConfig::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        c.use_link(link);
+        let got = c.link();
+        assert_eq!(got.addr, SocketAddr::from(([127, 0, 0, 2], 9)));
+        assert_eq!(got.transport, Transport::Udp);
+        assert!(!got.extensions);
+        assert_eq!(got.timeout, Duration::from_millis(700));
+    }
+}
