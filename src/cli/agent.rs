@@ -2,7 +2,7 @@
 //! serving `/metrics`, `/api/results` and `/`.
 
 use super::args;
-use super::output::{Exit, error_line, note};
+use super::output::{Exit, note};
 use super::server::{EventLog, GuardArgs, exposure, raise_fd_limit};
 use anyhow::Context;
 use clap::Args;
@@ -163,12 +163,6 @@ fn series_line(n: usize, max: usize) -> String {
         "{n} targets x {SERIES_PER_TARGET} series = {} series (max {max})",
         n * SERIES_PER_TARGET
     )
-}
-
-/// Exits with 2 after a one-line error (bad configuration, too many series): nothing is running yet.
-fn refuse(msg: impl std::fmt::Display) -> ! {
-    error_line(msg);
-    std::process::exit(2)
 }
 
 /// What the targets thread needs.
@@ -431,7 +425,7 @@ impl Start {
         let cfg = match &a.config {
             Some(p) => match config::load(p) {
                 Ok(c) => Some(c),
-                Err(e) => refuse(e),
+                Err(e) => return Err(super::output::refused(e)),
             },
             None => None,
         };
@@ -452,7 +446,7 @@ impl Start {
             .iter()
             .chain(cfg.as_ref().and_then(|c| c.peers_file.as_ref()))
         {
-            check_peers_file(path);
+            check_peers_file(path)?;
         }
         let plan = Plan::build(&cli, cfg.as_ref(), &|k| std::env::var(k).ok());
         let filter = SelfFilter {
@@ -471,12 +465,12 @@ impl Start {
         }
         let n = first.targets.len();
         if n * SERIES_PER_TARGET > a.max_series {
-            refuse(format!(
+            return Err(super::output::refused(format!(
                 "{n} targets x {SERIES_PER_TARGET} series = {} series, over --max-series {}: probe fewer targets, \
                  or raise --max-series if your Prometheus can hold them",
                 n * SERIES_PER_TARGET,
                 a.max_series
-            ));
+            )));
         }
         let span = a
             .span
@@ -496,22 +490,21 @@ impl Start {
     }
 }
 
-/// Refuses to start when a peers file cannot be read or has a bad line.
-fn check_peers_file(path: &Path) {
-    match std::fs::read_to_string(path) {
-        Err(e) => refuse(format!(
+/// Refuses to start (exit 2) when a peers file cannot be read or has a bad line.
+fn check_peers_file(path: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        super::output::refused(format!(
             "peers file {}: cannot read it: {e} (check the path)",
             path.display()
-        )),
-        Ok(text) => {
-            if let Err((line, what)) = targets::parse_peers(&text) {
-                refuse(config::scrub(&format!(
-                    "peers file {}:{line}: {what}",
-                    path.display()
-                )));
-            }
-        }
+        ))
+    })?;
+    if let Err((line, what)) = targets::parse_peers(&text) {
+        return Err(super::output::refused(config::scrub(&format!(
+            "peers file {}:{line}: {what}",
+            path.display()
+        ))));
     }
+    Ok(())
 }
 
 /// Starts the responder, unless `--no-responder`.

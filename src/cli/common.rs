@@ -1,5 +1,6 @@
 //! What the client commands share: the link flags ([`ClientArgs`]: `--no-extensions`, `--psk-file`), the
-//! address family flags ([`FamilyArgs`]: `-4`/`-6`), reading a client's key, and Ctrl-C handling.
+//! address family flags ([`FamilyArgs`]: `-4`/`-6`), a one-target probe's tail ([`ResultArgs`]), reading a
+//! client's key, and Ctrl-C handling.
 //!
 //! The two groups are flattened separately so each command keeps its flags in the order its help shows
 //! them; a command whose `--no-extensions` gives up more than the hello says so with
@@ -52,6 +53,46 @@ impl FamilyArgs {
     pub fn family(&self) -> Family {
         super::args::family(self.ipv4, self.ipv6)
     }
+}
+
+/// The tail of a one-target probe (compare, connect, icmp): `--json`, the pictures, `-4`/`-6`; and showing its
+/// result ([`ResultArgs::show`]).
+#[derive(Debug, Args)]
+pub struct ResultArgs {
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub pictures: super::report::PictureArgs,
+    #[command(flatten)]
+    pub family: FamilyArgs,
+}
+
+impl ResultArgs {
+    /// Prints the document (`--json`) or the text `text` writes, then draws the pictures asked for, under
+    /// `label`.
+    pub fn show<D: serde::Serialize>(
+        &self,
+        doc: impl Fn() -> D,
+        text: impl FnOnce() -> anyhow::Result<()>,
+        label: &str,
+    ) -> anyhow::Result<()> {
+        if self.json {
+            super::output::out(roundtrip::doc::to_bytes(&doc()))?;
+        } else {
+            text()?;
+        }
+        if self.pictures.wanted() {
+            super::report::after_run(&self.pictures, &doc(), None, label)?;
+        }
+        Ok(())
+    }
+}
+
+/// Unix seconds of `t` (0 before 1970): a document's `started_unix_s`.
+pub fn unix_s(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Reads `--psk-file` for a client command.

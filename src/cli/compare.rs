@@ -2,18 +2,17 @@
 
 use super::args;
 use super::connect::dns_words;
-use super::output::{Exit, error_line, note, out, out_text};
+use super::output::{Exit, error_line, note, out_text};
 use clap::Args;
 use roundtrip::doc::compare::CompareDoc;
-use roundtrip::doc::{self, Header, Interrupted, kind};
+use roundtrip::doc::{Header, Interrupted, kind};
 use roundtrip::probe::compare::{self, CompareConfig, DEFAULT_SIZE, RowKind};
 use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::Table;
-use roundtrip::units::fmt_nanos;
+use roundtrip::report::text::compare::compare_text;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Arguments of `roundtrip compare`.
 #[derive(Debug, Args)]
@@ -43,13 +42,8 @@ pub struct CompareArgs {
     /// Time the handshake with connect() even where raw sockets are allowed.
     #[arg(long)]
     no_raw: bool,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    pictures: super::report::PictureArgs,
-    #[command(flatten)]
-    family: super::common::FamilyArgs,
+    out: super::common::ResultArgs,
 }
 
 /// Runs `roundtrip compare`.
@@ -69,13 +63,13 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         _ => None,
     };
     config.icmp_mode = IcmpMode::Auto;
-    config.loopback_v6 = a.family.ipv6;
+    config.loopback_v6 = a.out.family.ipv6;
     config.validate().map_err(super::output::refused)?;
-    a.pictures.validate().map_err(super::output::refused)?;
+    a.out.pictures.validate().map_err(super::output::refused)?;
     let mut dns_ns = None;
     let mut dns_line = String::new();
     if let Some(t) = &target {
-        let (addr, dns) = t.resolve(a.family.family())?;
+        let (addr, dns) = t.resolve(a.out.family.family())?;
         if t.host.parse::<std::net::IpAddr>().is_err() {
             dns_ns = Some(roundtrip::units::nanos(dns));
         }
@@ -83,7 +77,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         config.target = Some(addr);
     }
     config.cancel = super::common::cancel_on_ctrl_c();
-    if !a.json {
+    if !a.out.json {
         note(format!(
             "measuring: ICMP echo, TCP handshake, roundtrip ping {} B and {} B, {} each, {} apart ...",
             roundtrip::wire::sockperf::HEADER_LEN,
@@ -109,10 +103,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
     });
     let doc = || CompareDoc {
         header: Header::new(kind::COMPARE),
-        started_unix_s: result
-            .started
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_unix_s: super::common::unix_s(result.started),
         target: a.target.clone(),
         address: result.addr.to_string(),
         embedded_server: result.embedded_server,
@@ -143,58 +134,24 @@ pub fn run(a: CompareArgs) -> anyhow::Result<Exit> {
         ));
         return Ok(Exit::Failed);
     }
-    if a.json {
-        out(doc::to_bytes(&doc()))?;
-    } else {
-        let whom = if result.embedded_server {
-            format!("embedded roundtrip server on {} (loopback)", result.addr)
-        } else {
-            format!(
-                "{} ({}; {dns_line})",
-                target.as_ref().map_or(String::new(), |t| t.to_string()),
-                result.addr
-            )
-        };
-        out_text(format!(
-            "roundtrip compare {whom}: all times are round trips (RTT)\n"
-        ))?;
-        let mut t = Table::new(&["probe", "min", "p50", "p99", "count", "note"]);
-        let f = |v: u64| fmt_nanos(v as f64);
-        for r in &result.rows {
-            let s = &r.summary;
-            let mut row = vec![r.label.clone()];
-            if s.count > 0 {
-                row.extend([f(s.min_ns), f(s.p50_ns), f(s.p99_ns)]);
+    let label = a.target.clone().unwrap_or_else(|| "embedded server".into());
+    a.out.show(
+        doc,
+        || {
+            let whom = if result.embedded_server {
+                format!("embedded roundtrip server on {} (loopback)", result.addr)
             } else {
-                row.extend(["-".to_string(), "-".to_string(), "-".to_string()]);
-            }
-            row.push(format!("{}/{}", s.count, r.attempts));
-            row.push(if r.error.is_some() {
-                "see below".into()
-            } else {
-                String::new()
-            });
-            t.row(row);
-        }
-        out_text(t.render(0))?;
-        out_text("\n")?;
-        for r in &result.rows {
-            out_text(format!("{:<24} {}\n", r.label, r.interpretation))?;
-            if let Some(e) = &r.error {
-                out_text(format!("{:<24}   ! {e}\n", ""))?;
-            }
-        }
-        if let Some(c) = result.conclusion() {
-            out_text(format!("\nIn short: {c}.\n"))?;
-        }
-        if let Some(i) = &interrupted {
-            out_text(format!("\n{}", i.line()))?;
-        }
-    }
-    if a.pictures.wanted() {
-        let label = a.target.clone().unwrap_or_else(|| "embedded server".into());
-        super::report::after_run(&a.pictures, &doc(), None, &label)?;
-    }
+                format!(
+                    "{} ({}; {dns_line})",
+                    target.as_ref().map_or(String::new(), |t| t.to_string()),
+                    result.addr
+                )
+            };
+            out_text(compare_text(&result, &whom, interrupted.as_ref()))?;
+            Ok(())
+        },
+        &label,
+    )?;
     // The application rows (what compare sets the others against) measured nothing: the comparison cannot
     // answer its question (exit 1); the rows that did measure stay on screen. A missing ICMP row alone
     // (not permitted here) leaves the application against the handshake: exit 0 with its note.

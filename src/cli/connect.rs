@@ -1,17 +1,17 @@
 //! `roundtrip connect`: TCP handshake time and port state, per attempt and as a summary.
 
 use super::args;
-use super::output::{Exit, error_line, out, out_text};
+use super::output::{Exit, error_line, out_text};
 use clap::Args;
 use roundtrip::doc::connect::{ConnectCounts, ConnectDoc};
-use roundtrip::doc::{self, Header, Interrupted, kind};
+use roundtrip::doc::{Header, Interrupted, kind};
 use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
 };
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::report::text::summary_table;
 use roundtrip::units::fmt_duration;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Arguments of `roundtrip connect`.
 #[derive(Debug, Args)]
@@ -31,13 +31,8 @@ pub struct ConnectArgs {
     /// Send the SYN from a raw socket and answer the SYN-ACK with RST, as hping3 -S (root or CAP_NET_RAW).
     #[arg(long)]
     raw: bool,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    pictures: super::report::PictureArgs,
-    #[command(flatten)]
-    family: super::common::FamilyArgs,
+    out: super::common::ResultArgs,
 }
 
 /// DNS time for humans: "(literal address)" when no lookup was done.
@@ -93,7 +88,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             }
         )));
     }
-    let fam = a.family.family();
+    let fam = a.out.family.family();
     let mut config = ConnectConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
     config.count = a.count;
     config.interval = a.interval;
@@ -104,13 +99,13 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         ConnectMode::Kernel
     };
     config.validate().map_err(super::output::refused)?;
-    a.pictures.validate().map_err(super::output::refused)?;
+    a.out.pictures.validate().map_err(super::output::refused)?;
 
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr;
     config.cancel = super::common::cancel_on_ctrl_c();
     let literal = target.host.parse::<std::net::IpAddr>().is_ok();
-    if !a.json {
+    if !a.out.json {
         out_text(format!(
             "roundtrip connect {target} ({addr}): {} handshake, {} attempts, timeout {}; {}\n",
             config.mode,
@@ -119,7 +114,12 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             dns_words(&target.host, dns)
         ))?;
     }
-    let result = connect::run(&config, &mut Printer { enabled: !a.json })?;
+    let result = connect::run(
+        &config,
+        &mut Printer {
+            enabled: !a.out.json,
+        },
+    )?;
     let counts = ConnectCounts {
         open: result.count(PortState::Open),
         closed: result.count(PortState::Closed),
@@ -137,10 +137,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
     });
     let doc = || ConnectDoc {
         header: Header::new(kind::CONNECT),
-        started_unix_s: result
-            .started
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_unix_s: super::common::unix_s(result.started),
         target: a.target.clone(),
         address: addr.to_string(),
         mode: result.mode,
@@ -157,49 +154,35 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
         cancelled: result.cancelled,
         interrupted: interrupted.clone(),
     };
-    if a.json {
-        out(doc::to_bytes(&doc()))?;
-    } else {
-        out_text(format!(
-            "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",
-            verdict.map_or("unknown".to_string(), |v| v.to_string()),
-            result.attempts.len(),
-            counts.open,
-            counts.closed,
-            counts.filtered,
-            counts.unreachable
-        ))?;
-        let mut header = vec![""];
-        header.extend(SUMMARY_COLUMNS);
-        let mut t = Table::new(&header);
-        let mut rows = 0;
-        for (name, h) in [
-            ("handshake (SYN -> SYN-ACK)", &result.handshake),
-            ("refused (SYN -> RST)", &result.refused),
-        ] {
-            if !h.is_empty() {
-                let mut row = vec![name.to_string()];
-                row.extend(summary_cells(&h.summary()));
-                t.row(row);
-                rows += 1;
+    a.out.show(
+        doc,
+        || {
+            out_text(format!(
+                "--- {addr}: port {}; {} attempts: {} open, {} closed, {} filtered, {} unreachable ---\n",
+                verdict.map_or("unknown".to_string(), |v| v.to_string()),
+                result.attempts.len(),
+                counts.open,
+                counts.closed,
+                counts.filtered,
+                counts.unreachable
+            ))?;
+            out_text(summary_table(&[
+                ("handshake (SYN -> SYN-ACK)", &result.handshake),
+                ("refused (SYN -> RST)", &result.refused),
+            ]))?;
+            if result.mode == ConnectMode::Raw && counts.open > 0 {
+                out_text(
+                    "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \
+                     (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
+                )?;
             }
-        }
-        if rows > 0 {
-            out_text(t.render(0))?;
-        }
-        if result.mode == ConnectMode::Raw && counts.open > 0 {
-            out_text(
-                "raw mode: each SYN-ACK was answered with RST, so the server application never saw a connection \
-                 (this machine's kernel, owning no socket for it, sends an identical RST too; the server ignores the second)\n",
-            )?;
-        }
-        if let Some(i) = &interrupted {
-            out_text(i.line())?;
-        }
-    }
-    if a.pictures.wanted() {
-        super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;
-    }
+            if let Some(i) = &interrupted {
+                out_text(i.line())?;
+            }
+            Ok(())
+        },
+        &target.to_string(),
+    )?;
     if let Some(e) = &result.error {
         error_line(e);
         return Ok(Exit::Failed);

@@ -174,7 +174,7 @@ pub fn run(a: DbArgs) -> anyhow::Result<Exit> {
                 create_extension: a.create_extension,
             }),
             // Refused before any I/O.
-            Err(e) => refuse(e),
+            Err(e) => return Err(super::output::refused(e)),
         },
         None => None,
     };
@@ -360,10 +360,4 @@ fn check_chart(a: &DbArgs) -> anyhow::Result<()> {
         ))),
         Some(_) => Ok(()),
     }
-}
-
-/// Exits with 2 after a one-line error: the arguments were refused before any I/O.
-fn refuse(msg: impl std::fmt::Display) -> ! {
-    error_line(msg);
-    std::process::exit(2)
 }

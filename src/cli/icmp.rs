@@ -2,16 +2,16 @@
 
 use super::args;
 use super::connect::dns_words;
-use super::output::{Exit, error_line, out, out_text};
+use super::output::{Exit, error_line, out_text};
 use clap::Args;
 use roundtrip::doc::icmp::IcmpDoc;
-use roundtrip::doc::{self, Header, Interrupted, kind};
+use roundtrip::doc::{Header, Interrupted, kind};
 use roundtrip::probe::icmp::{self, IcmpConfig, IcmpMode, IcmpObserver, Probe, ProbeOutcome};
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::{SUMMARY_COLUMNS, Table, summary_cells};
+use roundtrip::report::text::summary_table;
 use roundtrip::units::{fmt_duration, fmt_nanos};
 use std::net::IpAddr;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Arguments of `roundtrip icmp`.
 #[derive(Debug, Args)]
@@ -37,13 +37,8 @@ pub struct IcmpArgs {
     /// Use the unprivileged ICMP datagram socket only (net.ipv4.ping_group_range), even as root.
     #[arg(long)]
     datagram: bool,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    pictures: super::report::PictureArgs,
-    #[command(flatten)]
-    family: super::common::FamilyArgs,
+    out: super::common::ResultArgs,
 }
 
 struct Printer {
@@ -88,7 +83,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
             a.host, target.host
         )));
     }
-    let fam = a.family.family();
+    let fam = a.out.family.family();
     let mut config = IcmpConfig::new(IpAddr::from([127, 0, 0, 1]));
     config.count = a.count;
     config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
@@ -100,20 +95,20 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         _ => IcmpMode::Auto,
     };
     config.validate().map_err(super::output::refused)?;
-    let keep = a.json || a.pictures.wanted();
+    let keep = a.out.json || a.out.pictures.wanted();
     if keep && a.count > MAX_KEPT_PROBES {
         return Err(super::output::refused(format!(
             "-c {} is more than the {MAX_KEPT_PROBES} echo requests a run keeps for --json or --report (each probe is kept); give -c {MAX_KEPT_PROBES} or fewer, or leave out --json/--report",
             a.count
         )));
     }
-    a.pictures.validate().map_err(super::output::refused)?;
+    a.out.pictures.validate().map_err(super::output::refused)?;
     let (addr, dns) = target.resolve(fam)?;
     config.addr = addr.ip();
     config.cancel = super::common::cancel_on_ctrl_c();
     let literal = target.host.parse::<IpAddr>().is_ok();
     let mut printer = Printer {
-        enabled: !a.json,
+        enabled: !a.out.json,
         addr: addr.ip(),
         keep,
         probes: Vec::new(),
@@ -129,10 +124,7 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
     });
     let doc = || IcmpDoc {
         header: Header::new(kind::ICMP),
-        started_unix_s: result
-            .started
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_unix_s: super::common::unix_s(result.started),
         target: a.host.clone(),
         address: addr.ip().to_string(),
         socket: result.socket,
@@ -151,41 +143,33 @@ pub fn run(a: IcmpArgs) -> anyhow::Result<Exit> {
         cancelled: result.cancelled,
         interrupted: interrupted.clone(),
     };
-    if a.json {
-        out(doc::to_bytes(&doc()))?;
-    } else {
-        let pct = if result.sent > 0 {
-            100.0 * result.lost() as f64 / result.sent as f64
-        } else {
-            0.0
-        };
-        out_text(format!(
-            "--- {} ICMP echo ({}, {} B payload; {}): sent {}  received {}  lost {} ({pct:.2}%)  errors {} ---\n",
-            addr.ip(),
-            result.socket,
-            result.size,
-            dns_words(&target.host, dns),
-            result.sent,
-            result.received,
-            result.lost(),
-            result.errors
-        ))?;
-        if !result.rtt.is_empty() {
-            let mut header = vec![""];
-            header.extend(SUMMARY_COLUMNS);
-            let mut t = Table::new(&header);
-            let mut row = vec!["RTT".to_string()];
-            row.extend(summary_cells(&result.rtt.summary()));
-            t.row(row);
-            out_text(t.render(0))?;
-        }
-        if let Some(i) = &interrupted {
-            out_text(i.line())?;
-        }
-    }
-    if a.pictures.wanted() {
-        super::report::after_run(&a.pictures, &doc(), None, &target.host)?;
-    }
+    a.out.show(
+        doc,
+        || {
+            let pct = if result.sent > 0 {
+                100.0 * result.lost() as f64 / result.sent as f64
+            } else {
+                0.0
+            };
+            out_text(format!(
+                "--- {} ICMP echo ({}, {} B payload; {}): sent {}  received {}  lost {} ({pct:.2}%)  errors {} ---\n",
+                addr.ip(),
+                result.socket,
+                result.size,
+                dns_words(&target.host, dns),
+                result.sent,
+                result.received,
+                result.lost(),
+                result.errors
+            ))?;
+            out_text(summary_table(&[("RTT", &result.rtt)]))?;
+            if let Some(i) = &interrupted {
+                out_text(i.line())?;
+            }
+            Ok(())
+        },
+        &target.host,
+    )?;
     if let Some(e) = &result.error {
         error_line(e);
         return Ok(Exit::Failed);

@@ -2,15 +2,14 @@
 //! coordinated omission).
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text};
 use super::throughput::message_size;
 use clap::Args;
 use roundtrip::doc::load::LoadDoc;
 use roundtrip::probe::load::{self, LoadConfig};
-use roundtrip::probe::ping::Transport;
 use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
-use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 
 /// Arguments of `roundtrip load`.
@@ -40,46 +39,62 @@ pub struct LoadArgs {
     /// How long to wait for the last answers after the last send.
     #[arg(long, default_value = "2s", value_parser = args::positive_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    send: OpenLoopArgs,
+}
+
+/// The tail of the open-loop commands (load, sweep): `--json`, the link flags, the pictures, `--realtime`,
+/// `-4`/`-6`.
+#[derive(Debug, Args)]
+pub struct OpenLoopArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     #[command(flatten)]
-    client: super::common::ClientArgs,
+    pub client: super::common::ClientArgs,
     #[command(flatten)]
-    pictures: super::report::PictureArgs,
+    pub pictures: super::report::PictureArgs,
     /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
     /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
     #[arg(long)]
-    realtime: bool,
+    pub realtime: bool,
     #[command(flatten)]
-    family: super::common::FamilyArgs,
+    pub family: super::common::FamilyArgs,
+}
+
+impl OpenLoopArgs {
+    /// The configuration load and sweep start from: the link to `target` ([`ClientArgs::link_config`]
+    /// (super::common::ClientArgs::link_config)), `--realtime` and the schedule (one answer per `reply_every`,
+    /// `warmup` then `duration`).
+    pub fn config(
+        &self,
+        target: &str,
+        udp: bool,
+        timeout: Duration,
+        (reply_every, warmup, duration): (u64, Duration, Duration),
+    ) -> anyhow::Result<(Target, LoadConfig)> {
+        let (target, link) = self.client.link_config(target, udp, timeout)?;
+        let mut config = LoadConfig::new(link.addr);
+        config.use_link(link);
+        config.realtime = self.realtime;
+        config.reply_every = reply_every;
+        config.warmup = warmup;
+        config.duration = duration;
+        Ok((target, config))
+    }
 }
 
 /// Runs `roundtrip load`.
 pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let mut config = LoadConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
-    config.transport = transport;
+    let schedule = (a.reply_every, a.warmup, a.duration);
+    let (target, mut config) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
+    let transport = config.transport;
     config.size = a.size;
     config.rate = a.rate;
-    config.reply_every = a.reply_every;
-    config.duration = a.duration;
-    config.warmup = a.warmup;
-    config.timeout = a.timeout;
-    config.extensions = a.client.extensions();
-    config.psk = a.client.psk()?;
-    config.realtime = a.realtime;
     config.validate().map_err(super::output::refused)?;
-    a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(a.family.family())?;
-    config.addr = addr;
-    config.cancel = super::common::cancel_on_ctrl_c();
-    if !a.json {
+    a.send.pictures.validate().map_err(super::output::refused)?;
+    let addr = config.connect_to(&target, a.send.family.family())?;
+    if !a.send.json {
         out_text(traffic::load_heading(
             &target.to_string(),
             &addr.to_string(),
@@ -90,7 +105,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
         ))?;
     }
     let result = load::run(&config)?;
-    if a.json {
+    if a.send.json {
         out(json::to_bytes(&LoadDoc::new(
             &a.target, &result, a.duration, a.warmup,
         )))?;
@@ -100,11 +115,11 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
             out(json::Interrupted::duration(result.elapsed, a.duration).line())?;
         }
     }
-    if a.pictures.wanted() {
+    if a.send.pictures.wanted() {
         let doc = LoadDoc::new(&a.target, &result, a.duration, a.warmup);
-        super::report::after_run(&a.pictures, &doc, None, &target.to_string())?;
+        super::report::after_run(&a.send.pictures, &doc, None, &target.to_string())?;
     }
-    if !result.rate_held() && !result.cancelled && a.json {
+    if !result.rate_held() && !result.cancelled && a.send.json {
         note(traffic::rate_sentence(&result));
     }
     if let Some(e) = &result.error {

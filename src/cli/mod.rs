@@ -14,6 +14,7 @@ mod demo;
 mod examples;
 mod generate;
 mod icmp;
+mod link;
 mod load;
 mod mesh;
 mod model;

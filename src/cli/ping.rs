@@ -1,15 +1,14 @@
 //! `roundtrip ping`: application-level ping-pong against a roundtrip or sockperf server.
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::output_file::{self, OutputFile};
-use roundtrip::probe::ping::{self, IntervalRow, Observer, PingConfig, Sample, Stop, Transport};
-use roundtrip::probe::target::Target;
+use roundtrip::probe::ping::{self, IntervalRow, Observer, PingConfig, Sample, Stop};
 use roundtrip::report::csv::FullLog;
 use roundtrip::report::{json, text};
-use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -113,12 +112,8 @@ impl Observer for CliObserver {
 /// Runs `roundtrip ping`.
 pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
     // Everything the user typed is checked before any I/O.
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
+    let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
+    let transport = link.transport;
     let family = a.family.family();
     let interval = match (a.interval, a.rate) {
         (Some(i), _) => Some(i),
@@ -130,18 +125,14 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         (None, Some(d)) => Stop::Duration(d),
         (None, None) => Stop::Duration(Duration::from_secs(10)),
     };
-    let placeholder = std::net::SocketAddr::from(([127, 0, 0, 1], target.port));
-    let mut config = PingConfig::new(placeholder);
-    config.transport = transport;
+    let mut config = PingConfig::new(link.addr);
+    config.use_link(link);
     config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
     config.stop = stop;
     config.interval = interval;
     config.open_loop = interval.is_some();
     config.warmup = a.warmup;
     config.report_interval = a.report_interval;
-    config.timeout = a.timeout;
-    config.extensions = a.client.extensions();
-    config.psk = a.client.psk()?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
     if let Some(path) = &a.full_log {
@@ -157,9 +148,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         ),
         None => None,
     };
-    let (addr, _dns) = target.resolve(family)?;
-    config.addr = addr;
-    config.cancel = super::common::cancel_on_ctrl_c();
+    let addr = config.connect_to(&target, family)?;
 
     if !a.json {
         out_text(text::ping_heading(

@@ -3,6 +3,7 @@
 //! prediction of `capture whatif` at the path's measured RTT.
 
 use super::args;
+use super::capture::parse_flow;
 use super::output::{Exit, note, out, out_text};
 use anyhow::Context;
 use clap::Args;
@@ -67,7 +68,7 @@ pub struct ReplayArgs {
 /// Runs `roundtrip replay`.
 pub fn run(a: ReplayArgs) -> anyhow::Result<Exit> {
     // Everything that can be checked without the network first: the filter, the key, the target, the capture.
-    let expr = a.expr.expr();
+    let expr = a.expr.expr()?;
     let filter_text = expr.as_ref().map(|e| e.text().to_string());
     let psk = super::common::client_psk(a.psk_file.as_deref())?;
     let target = Target::parse(&a.to, DEFAULT_PORT).map_err(super::output::refused)?;
@@ -376,10 +377,6 @@ fn text(
         fmt_duration(hello)
     );
     s
-}
-
-fn parse_flow(s: &str) -> Result<(std::net::SocketAddr, std::net::SocketAddr), String> {
-    Filter::parse_flow(s).map_err(|e| e.to_string())
 }
 
 fn parse_path(s: &str) -> Result<PathKind, String> {

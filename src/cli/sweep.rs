@@ -1,18 +1,16 @@
 //! `roundtrip sweep`: latency percentiles over message size x offered rate.
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
 use roundtrip::doc::load::LoadSettings;
 use roundtrip::doc::sweep::{SweepDoc, sweep_interrupted};
-use roundtrip::probe::load::{LoadConfig, LoadResult};
-use roundtrip::probe::ping::Transport;
+use roundtrip::probe::load::LoadResult;
 use roundtrip::probe::sweep::{self, Observer, SweepConfig};
-use roundtrip::probe::target::Target;
 use roundtrip::report::{json, traffic};
 use roundtrip::units::fmt_bytes;
-use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 
 /// Arguments of `roundtrip sweep`.
@@ -42,19 +40,8 @@ pub struct SweepArgs {
     /// How long to wait for the last answers of a cell.
     #[arg(long, default_value = "2s", value_parser = args::positive_duration)]
     timeout: Duration,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    client: super::common::ClientArgs,
-    #[command(flatten)]
-    pictures: super::report::PictureArgs,
-    /// Run the sender as a real-time thread (SCHED_FIFO) so other processes cannot delay it (root or
-    /// CAP_SYS_NICE); it pauses 300 us after every 2 ms of busy sending to stay under the kernel's RT limit.
-    #[arg(long)]
-    realtime: bool,
-    #[command(flatten)]
-    family: super::common::FamilyArgs,
+    send: super::load::OpenLoopArgs,
 }
 
 /// A list of rates in messages per second.
@@ -98,33 +85,19 @@ impl Observer for Progress {
 
 /// Runs `roundtrip sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let mut base = LoadConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
-    base.transport = transport;
-    base.reply_every = a.reply_every;
-    base.duration = a.duration;
-    base.warmup = a.warmup;
-    base.timeout = a.timeout;
-    base.extensions = a.client.extensions();
-    base.psk = a.client.psk()?;
-    base.realtime = a.realtime;
+    let schedule = (a.reply_every, a.warmup, a.duration);
+    let (target, base) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
+    let transport = base.transport;
     let mut config = SweepConfig {
         base,
         sizes: a.sizes.0.clone(),
         rates: a.rates.0.clone(),
     };
     config.validate().map_err(super::output::refused)?;
-    a.pictures.validate().map_err(super::output::refused)?;
-    let (addr, _) = target.resolve(a.family.family())?;
-    config.base.addr = addr;
-    config.base.cancel = super::common::cancel_on_ctrl_c();
+    a.send.pictures.validate().map_err(super::output::refused)?;
+    let addr = config.base.connect_to(&target, a.send.family.family())?;
     let total = config.sizes.len() * config.rates.len();
-    if !a.json {
+    if !a.send.json {
         out_text(format!(
             "roundtrip sweep {transport} {target} ({addr}): {total} cells of {:.1}s (+{:.1}s warm-up), open-loop schedule, one answer per {}; times are round trips (RTT)\n",
             a.duration.as_secs_f64(),
@@ -151,7 +124,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
         };
         SweepDoc::new(settings, &config.sizes, &config.rates, &result)
     };
-    if a.json {
+    if a.send.json {
         out(json::to_bytes(&doc()))?;
     } else {
         out_text(traffic::sweep_table(&result))?;
@@ -164,13 +137,13 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
             ))?;
         }
     }
-    if !a.json
+    if !a.send.json
         && let Some(i) = sweep_interrupted(&result, total)
     {
         out_text(i.line())?;
     }
-    if a.pictures.wanted() {
-        super::report::after_run(&a.pictures, &doc(), None, &target.to_string())?;
+    if a.send.pictures.wanted() {
+        super::report::after_run(&a.send.pictures, &doc(), None, &target.to_string())?;
     }
     let error = result.error.as_ref().map(|e| e.to_string()).or_else(|| {
         result

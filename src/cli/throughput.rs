@@ -1,15 +1,14 @@
 //! `roundtrip throughput` (alias `tp`): one-way streaming rates per message size.
 
 use super::args;
+use super::link::UseLink;
 use super::output::{Exit, error_line, out, out_text};
 use clap::Args;
 use roundtrip::doc::throughput::{ThroughputDoc, throughput_interrupted};
-use roundtrip::probe::ping::Transport;
-use roundtrip::probe::target::Target;
 use roundtrip::probe::throughput::{self, Observer, RateRow, ThroughputConfig};
 use roundtrip::report::{json, traffic};
 use roundtrip::units;
-use roundtrip::wire::sockperf::{DEFAULT_PORT, HEADER_LEN};
+use roundtrip::wire::sockperf::HEADER_LEN;
 use std::time::Duration;
 
 /// Arguments of `roundtrip throughput`.
@@ -99,24 +98,16 @@ impl Observer for Rows {
 
 /// Runs `roundtrip throughput`.
 pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
-    let transport = if a.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    let target = Target::parse(&a.target, DEFAULT_PORT).map_err(super::output::refused)?;
-    let mut config =
-        ThroughputConfig::new(std::net::SocketAddr::from(([127, 0, 0, 1], target.port)));
-    config.transport = transport;
+    let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
+    let transport = link.transport;
+    let mut config = ThroughputConfig::new(link.addr);
+    config.use_link(link);
     config.sizes = a.size.0.clone();
     config.streams = usize::try_from(a.streams).unwrap_or(usize::MAX);
     config.duration = a.duration;
     config.reverse = a.reverse;
     config.sync = a.sync;
     config.report_interval = a.report_interval;
-    config.timeout = a.timeout;
-    config.extensions = a.client.extensions();
-    config.psk = a.client.psk()?;
     config.validate().map_err(super::output::refused)?;
     a.pictures.validate().map_err(super::output::refused)?;
     // Throughput against message size is one point per size: a single size draws no line.
@@ -125,9 +116,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
             "--chart throughput-size draws one point per message size: give several with --size (e.g. --size 64,1k,8k), or pick --chart throughput-time",
         ));
     }
-    let (addr, _) = target.resolve(a.family.family())?;
-    config.addr = addr;
-    config.cancel = super::common::cancel_on_ctrl_c();
+    let addr = config.connect_to(&target, a.family.family())?;
     if !a.json {
         out_text(traffic::throughput_heading(
             &target.to_string(),

@@ -1,4 +1,13 @@
-//! Terminal text: aligned tables, summaries and histograms drawn with block characters.
+//! Terminal text: aligned tables, summaries and histograms drawn with block characters. The text of a command
+//! whose results need more than these lives in a file of its own: [`capture`] (capture headings, stats, flows, timeline), [`compare`] (`compare`), [`rpc`]
+//! (`capture rpc`), [`matching`] (`capture match`), [`proxy`] (`proxy` counters), [`whatif`] (`capture whatif`).
+
+pub mod capture;
+pub mod compare;
+pub mod matching;
+pub mod proxy;
+pub mod rpc;
+pub mod whatif;
 
 use crate::probe::ping::{IntervalRow, PeerKind, PingResult};
 use crate::stats::{LatencyHistogram, Summary};
@@ -76,6 +85,27 @@ fn cell(s: String) -> String {
 pub const SUMMARY_COLUMNS: [&str; 10] = [
     "min", "mean", "stddev", "p50", "p90", "p99", "p99.9", "p99.99", "max", "count",
 ];
+
+/// One row of [`summary_cells`] per named histogram that holds a sample, under a header of
+/// [`SUMMARY_COLUMNS`]; empty when none does (`connect`: handshake and refused; `icmp`: RTT).
+pub fn summary_table(rows: &[(&str, &LatencyHistogram)]) -> String {
+    let mut header = vec![""];
+    header.extend(SUMMARY_COLUMNS);
+    let mut t = Table::new(&header);
+    let mut n = 0;
+    for (name, h) in rows {
+        if !h.is_empty() {
+            let mut row = vec![name.to_string()];
+            row.extend(summary_cells(&h.summary()));
+            t.row(row);
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return String::new();
+    }
+    t.render(0)
+}
 
 /// A summary as table cells in the order of [`SUMMARY_COLUMNS`].
 pub fn summary_cells(s: &Summary) -> Vec<String> {

@@ -5,7 +5,7 @@ use super::super::args;
 use super::super::output::out_text;
 use anyhow::Context;
 use clap::Args;
-use roundtrip::capture::live::{self, LiveConfig, LiveCounters, LiveInfo};
+use roundtrip::capture::live::{self, LiveConfig, LiveCounters};
 use roundtrip::capture::read::LinkType;
 use roundtrip::capture::{CaptureInfo, Filter, Packets, write};
 use std::path::{Path, PathBuf};
@@ -250,28 +250,6 @@ pub fn line(json: bool, s: &str) -> std::io::Result<()> {
     } else {
         out_text(format!("{s}\n"))
     }
-}
-
-/// The heading of a live capture's summary.
-pub fn heading(info: &CaptureInfo, l: &LiveInfo) -> String {
-    // The link types seen (none before the first packet).
-    let link = if info.link_types.is_empty() {
-        String::new()
-    } else {
-        format!(", {}", info.link_types.join("+"))
-    };
-    format!(
-        "{} (live{link}): {} packets captured ({} bytes), {} dropped by the kernel, {} cut by snaplen {}; stopped: {}",
-        l.interface,
-        info.packets_read,
-        info.file_bytes,
-        l.kernel_drops,
-        l.packets_cut,
-        l.snaplen,
-        l.stop_reason
-            .as_ref()
-            .map_or("-".to_string(), |r| r.to_string())
-    )
 }
 
 /// Exit status of a live run: an interface that went down or a read error is a failure (the summary was

@@ -9,11 +9,10 @@ mod timeline;
 mod whatif;
 
 use super::args;
-use super::output::{Exit, error_line, note, out};
+use super::output::{Exit, error_line, note, out, refused};
 use clap::{Args, Subcommand};
 use live::{self as live_cli, LiveArgs};
 use roundtrip::capture::{CaptureInfo, Filter};
-use roundtrip::units::fmt_bytes;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -107,21 +106,23 @@ fn bpf_dump(a: BpfArgs) -> anyhow::Result<Exit> {
         "loop" => Target::Link(LinkType::LOOP),
         n => match n.parse::<u16>() {
             Ok(v) => Target::Link(LinkType(v)),
-            Err(_) => refuse(format!(
-                "--linktype '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
-            )),
+            Err(_) => {
+                return Err(refused(format!(
+                    "--linktype '{n}' is not a link type: write ethernet, linux-sll, linux-sll2, raw, ipv4, ipv6, null, loop, any or a number"
+                )));
+            }
         },
     };
     let text = a.words.join(" ");
     let shown = roundtrip::capture::bpf::excerpt(&text, None);
-    let expr = Expr::parse(&text).unwrap_or_else(|e| refuse(format!("'{shown}': {e}")));
+    let expr = Expr::parse(&text).map_err(|e| refused(format!("'{shown}': {e}")))?;
     let opts = Options {
         drop_outgoing: a.drop_outgoing,
         snaplen: a.snaplen,
     };
     let p = expr
         .compile(target, &opts)
-        .unwrap_or_else(|e| refuse(format!("'{shown}': {e}")));
+        .map_err(|e| refused(format!("'{shown}': {e}")))?;
     // The program is roundtrip's own text (tcpdump -d's layout, tabs included): nothing from the network in it.
     out(p.dump())?;
     Ok(Exit::Ok)
@@ -141,9 +142,8 @@ pub(super) struct ExprArgs {
 }
 
 impl ExprArgs {
-    /// The parsed expression (None when none was given). A bad expression exits 2 with one line, before any
-    /// I/O.
-    pub(super) fn expr(&self) -> Option<roundtrip::capture::bpf::Expr> {
+    /// The parsed expression (None when none was given). A bad expression is refused (exit 2), before any I/O.
+    pub(super) fn expr(&self) -> anyhow::Result<Option<roundtrip::capture::bpf::Expr>> {
         self.expr_after(None)
     }
 
@@ -152,36 +152,58 @@ impl ExprArgs {
     pub(super) fn expr_after(
         &self,
         lead: Option<&std::path::Path>,
-    ) -> Option<roundtrip::capture::bpf::Expr> {
+    ) -> anyhow::Result<Option<roundtrip::capture::bpf::Expr>> {
         use roundtrip::capture::bpf::Expr;
         let mut words = self.words.clone();
         if let Some(l) = lead {
             words.insert(0, l.display().to_string());
         }
         let (text, r) = match (&self.filter, words.is_empty()) {
-            (None, true) => return None,
-            (Some(_), false) => refuse(format!(
-                "the filter expression is given twice (--filter and words after the file '{}'): give one",
-                roundtrip::capture::bpf::excerpt(&words.join(" "), None)
-            )),
+            (None, true) => return Ok(None),
+            (Some(_), false) => {
+                return Err(refused(format!(
+                    "the filter expression is given twice (--filter and words after the file '{}'): give one",
+                    roundtrip::capture::bpf::excerpt(&words.join(" "), None)
+                )));
+            }
             (Some(f), true) => (f.clone(), Expr::parse(f)),
             (None, false) => (words.join(" "), Expr::parse_words(&words)),
         };
         match r {
-            Ok(e) if e.is_empty() => None,
-            Ok(e) => Some(e),
-            Err(e) => refuse(format!(
+            Ok(e) if e.is_empty() => Ok(None),
+            Ok(e) => Ok(Some(e)),
+            Err(e) => Err(refused(format!(
                 "--filter '{}': {e}",
                 roundtrip::capture::bpf::excerpt(text.trim(), None)
-            )),
+            ))),
         }
     }
 }
 
-/// Exits with 2 after a one-line error: an argument is wrong and nothing was read yet.
-pub(super) fn refuse(msg: impl std::fmt::Display) -> ! {
-    error_line(msg);
-    std::process::exit(2)
+/// `--host`, `--port`, `--flow`: which packets of the capture count (stats, timeline, flows, rpc).
+#[derive(Debug, Args)]
+pub(super) struct FilterArgs {
+    /// Only packets to or from this address.
+    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
+    pub host: Option<IpAddr>,
+    /// Only packets with this TCP/UDP port on either side.
+    #[arg(long, value_name = "PORT", value_parser = args::port)]
+    pub port: Option<u16>,
+    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
+    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
+    pub flow: Option<(SocketAddr, SocketAddr)>,
+}
+
+impl FilterArgs {
+    /// The filter of these options and `expr`.
+    pub(super) fn with(&self, expr: Option<roundtrip::capture::bpf::Expr>) -> Filter {
+        Filter {
+            host: self.host,
+            port: self.port,
+            flow: self.flow,
+            expr,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -191,15 +213,8 @@ struct Common {
     file: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
-    /// Only packets to or from this address.
-    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
-    host: Option<IpAddr>,
-    /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT", value_parser = args::port)]
-    port: Option<u16>,
-    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
-    flow: Option<(SocketAddr, SocketAddr)>,
+    #[command(flatten)]
+    only: FilterArgs,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -217,17 +232,15 @@ impl Common {
         }
     }
 
-    /// Checks the file/live options (exit 2 on a mistake) and opens the packet source: one reader (`capture
+    /// Checks the file/live options (refused, exit 2, on a mistake) and opens the packet source: one reader (`capture
     /// timeline` follows one connection, which the kernel hands to one ring of a fanout group).
     fn open(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
-        if let Err(e) = self.live.validate(self.file()) {
-            refuse(e);
-        }
+        self.live.validate(self.file()).map_err(refused)?;
         if self.live.threads > 1 {
-            refuse(anyhow::anyhow!(
+            return Err(refused(format!(
                 "--threads {}: capture timeline follows one connection, whose packets all reach one ring of a fanout group, so more threads cannot help; use --threads 1",
                 self.live.threads
-            ));
+            )));
         }
         live_cli::open(self.file(), &self.live, filter)
     }
@@ -235,9 +248,7 @@ impl Common {
     /// [`open`](Self::open) allowing `--threads N` (a fanout group: [`live_cli::Opened::more`]): capture stats,
     /// flows.
     fn open_group(&self, filter: &Filter) -> anyhow::Result<live_cli::Opened> {
-        if let Err(e) = self.live.validate(self.file()) {
-            refuse(e);
-        }
+        self.live.validate(self.file()).map_err(refused)?;
         live_cli::open(self.file(), &self.live, filter)
     }
 
@@ -250,25 +261,23 @@ impl Common {
         }
     }
 
-    fn filter(&self) -> Filter {
-        Filter {
-            host: self.host,
-            port: self.port,
-            flow: self.flow,
-            expr: if self.live.is_live() {
-                self.expr.expr_after(self.file.as_deref())
-            } else {
-                self.expr.expr()
-            },
-        }
+    /// The filter the options give (a bad expression is refused, exit 2).
+    fn filter(&self) -> anyhow::Result<Filter> {
+        Ok(self.only.with(if self.live.is_live() {
+            self.expr.expr_after(self.file.as_deref())?
+        } else {
+            self.expr.expr()?
+        }))
     }
 }
 
-fn parse_host(s: &str) -> Result<IpAddr, String> {
+/// Parses `--host`.
+pub(super) fn parse_host(s: &str) -> Result<IpAddr, String> {
     Filter::parse_host(s).map_err(|e| e.to_string())
 }
 
-fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+/// Parses `--flow`.
+pub(super) fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
     Filter::parse_flow(s).map_err(|e| e.to_string())
 }
 
@@ -328,27 +337,4 @@ pub(super) fn damage(info: &CaptureInfo) -> Exit {
         }
         None => Exit::Ok,
     }
-}
-
-fn heading(info: &CaptureInfo) -> String {
-    if let Some(l) = &info.source {
-        return live_cli::heading(info, l);
-    }
-    format!(
-        "{}: {}{}, {} ({}), {} packets{}",
-        info.file,
-        info.format,
-        if info.gzip { " (gzip)" } else { "" },
-        if info.link_types.is_empty() {
-            "no link type seen".to_string()
-        } else {
-            info.link_types.join("+")
-        },
-        fmt_bytes(info.file_bytes),
-        info.packets_read,
-        match (&info.filter, info.packets_filtered_out) {
-            (Some(f), Some(n)) => format!(" ({n} left out by filter '{f}')"),
-            _ => String::new(),
-        }
-    )
 }

@@ -5,19 +5,16 @@ use super::super::args;
 use super::super::output::{Exit, error_line, note, out_text};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::capture::CaptureInfo;
 use roundtrip::capture::keep::{FlightRecorder, KeepDir};
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::capture::rpc::run::{self, RpcResult};
 use roundtrip::capture::rpc::stats::StatsConfig;
 use roundtrip::capture::rpc::tlskeys::KeyLog;
-use roundtrip::capture::{CaptureInfo, Filter};
 use roundtrip::doc::rpc::RpcDoc;
-use roundtrip::report::text::Table;
 use roundtrip::terminal::escape_for_terminal as esc;
-use roundtrip::units::{fmt_bytes, fmt_nanos};
-use std::fmt::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use roundtrip::units::fmt_nanos;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -61,15 +58,8 @@ pub struct RpcArgs {
     /// How many of the slowest requests to list (0 for none).
     #[arg(long, default_value = "10", value_name = "N")]
     top: usize,
-    /// Only packets to or from this address.
-    #[arg(long, value_parser = parse_host, value_name = "ADDR")]
-    host: Option<IpAddr>,
-    /// Only packets with this TCP/UDP port on either side.
-    #[arg(long, value_name = "PORT", value_parser = args::port)]
-    port: Option<u16>,
-    /// Only this conversation: ADDR:PORT-ADDR:PORT (either order).
-    #[arg(long, value_parser = parse_flow, value_name = "A:P-B:P")]
-    flow: Option<(SocketAddr, SocketAddr)>,
+    #[command(flatten)]
+    only: super::FilterArgs,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -94,55 +84,8 @@ pub(super) fn parse_proto(s: &str) -> Result<ProtoChoice, String> {
     })
 }
 
-fn parse_host(s: &str) -> Result<IpAddr, String> {
-    Filter::parse_host(s).map_err(|e| e.to_string())
-}
-
-fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
-    Filter::parse_flow(s).map_err(|e| e.to_string())
-}
-
-/// Time of day in UTC with microseconds, from Unix seconds.
-fn utc(unix_s: f64) -> String {
-    let total_us = (unix_s * 1e6).round() as i64;
-    let secs = total_us.div_euclid(1_000_000);
-    let us = total_us.rem_euclid(1_000_000);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = roundtrip::units::civil_date(secs.div_euclid(86_400));
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{us:06}",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
-}
-
 pub(super) fn warn_exit(info: &CaptureInfo) -> Exit {
     super::damage(info)
-}
-
-fn first_cells(s: &roundtrip::stats::Summary) -> Vec<String> {
-    if s.count == 0 {
-        return vec!["-".into(); 3];
-    }
-    vec![
-        fmt_nanos(s.mean_ns),
-        fmt_nanos(s.p50_ns as f64),
-        fmt_nanos(s.p99_ns as f64),
-    ]
-}
-
-fn cells(s: &roundtrip::stats::Summary) -> Vec<String> {
-    if s.count == 0 {
-        return vec!["-".into(); 5];
-    }
-    vec![
-        fmt_nanos(s.mean_ns),
-        fmt_nanos(s.p50_ns as f64),
-        fmt_nanos(s.p90_ns as f64),
-        fmt_nanos(s.p99_ns as f64),
-        fmt_nanos(s.max_ns as f64),
-    ]
 }
 
 /// Says how TLS connections were timed.
@@ -171,200 +114,6 @@ fn tls_note(r: &RpcResult, keylog: Option<&std::path::Path>) {
              as SSLKEYLOGFILE writes it)"
         )),
     }
-}
-
-/// The text report of `capture rpc`.
-pub fn rpc_text(r: &RpcResult) -> String {
-    let mut s = String::new();
-    let c = &r.capture;
-    if let Some(l) = &c.source {
-        let _ = writeln!(
-            s,
-            "{}; {} connections, {} requests answered{}",
-            super::live::heading(c, l),
-            r.counts.connections,
-            r.report.transactions,
-            if r.counts.evicted_connections > 0 {
-                format!(
-                    "; {} connections closed early at the --max-connections cap",
-                    r.counts.evicted_connections
-                )
-            } else {
-                String::new()
-            }
-        );
-    } else {
-        let _ = writeln!(
-            s,
-            "{}: {}{}, {} ({}), {} packets, {} connections, {} requests answered",
-            c.file,
-            c.format,
-            if c.gzip { " (gzip)" } else { "" },
-            c.link_types.join("+"),
-            fmt_bytes(c.file_bytes),
-            c.packets_read,
-            r.counts.connections,
-            r.report.transactions
-        );
-    }
-    let rep = &r.report;
-    if !rep.ops.is_empty() {
-        let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
-        let mut head = vec![
-            "operation",
-            "proto",
-            "count",
-            "errors",
-            "first mean",
-            "first p50",
-            "first p99",
-            "last mean",
-            "last p50",
-            "last p90",
-            "last p99",
-            "last max",
-        ];
-        if with_bytes {
-            head.push("bytes");
-        }
-        let mut t = Table::new(&head);
-        for o in &rep.ops {
-            let mut row = vec![
-                o.op.clone(),
-                o.proto.name().to_string(),
-                o.last_byte.count.to_string(),
-                o.errors.to_string(),
-            ];
-            row.extend(first_cells(&o.first_byte));
-            row.extend(cells(&o.last_byte));
-            if with_bytes {
-                row.push(o.bytes.map(fmt_bytes).unwrap_or_default());
-            }
-            t.row(row);
-        }
-        s.push_str(&t.render(0));
-        let named: Vec<String> = rep
-            .ops
-            .iter()
-            .flat_map(|o| {
-                o.errors_by_status
-                    .iter()
-                    .map(move |(name, n)| format!("{} {} x{n}", esc(&o.op), esc(name)))
-            })
-            .collect();
-        if !named.is_empty() {
-            let _ = writeln!(s, "errors: {}", named.join(", "));
-        }
-        s.push_str(
-            "first = request end to the first response packet (server + network round trip, as tshark's \
-             rpc,srt); last = to the last response packet (adds the transfer)\n",
-        );
-        if rep.ops.iter().any(|o| o.proto == Proto::Smb2) {
-            s.push_str("tshark's smb2,srt times SMB2 responses to their last packet: compare with 'last'\n");
-        }
-    }
-    if !rep.intervals.is_empty() {
-        s.push_str("per interval (by response time):\n");
-        let mut t = Table::new(&[
-            "start",
-            "count",
-            "first mean",
-            "first p99",
-            "last mean",
-            "last p50",
-            "last p99",
-            "last max",
-        ]);
-        for iv in &rep.intervals {
-            t.row(vec![
-                format!("{:.3}s", iv.start_s),
-                iv.count.to_string(),
-                fmt_nanos(iv.first_byte_mean_ns),
-                fmt_nanos(iv.first_byte_p99_ns as f64),
-                fmt_nanos(iv.mean_ns),
-                fmt_nanos(iv.p50_ns as f64),
-                fmt_nanos(iv.p99_ns as f64),
-                fmt_nanos(iv.max_ns as f64),
-            ]);
-        }
-        s.push_str(&t.render(2));
-    }
-    if !rep.connections.is_empty() {
-        s.push_str("per connection:\n");
-        let mut t = Table::new(&[
-            "client",
-            "server",
-            "proto",
-            "count",
-            "errors",
-            "first mean",
-            "first max",
-            "last mean",
-            "last max",
-        ]);
-        for cs in &rep.connections {
-            t.row(vec![
-                cs.conn.client.to_string(),
-                cs.conn.server.to_string(),
-                cs.conn.proto.name().into(),
-                cs.count.to_string(),
-                cs.errors.to_string(),
-                fmt_nanos(cs.first_byte_mean_ns),
-                fmt_nanos(cs.first_byte_max_ns as f64),
-                fmt_nanos(cs.mean_ns),
-                fmt_nanos(cs.max_ns as f64),
-            ]);
-        }
-        s.push_str(&t.render(2));
-    }
-    if !rep.slowest.is_empty() {
-        let _ = writeln!(
-            s,
-            "slowest {} requests (by the time to the last byte):",
-            rep.slowest.len()
-        );
-        let mut t = Table::new(&[
-            "request at (UTC)",
-            "first",
-            "last",
-            "proto",
-            "operation",
-            "client",
-            "server",
-            "id",
-        ]);
-        for w in &rep.slowest {
-            let id = match (w.xid, w.request_seq) {
-                (Some(x), _) => format!("xid 0x{x:08x}"),
-                (None, Some(q)) => format!("seq {q}"),
-                _ => "-".into(),
-            };
-            t.row(vec![
-                utc(w.request_unix_s),
-                fmt_nanos(w.first_byte_ns as f64),
-                fmt_nanos(w.last_byte_ns as f64),
-                w.proto.name().into(),
-                format!("{}{}", w.op, if w.error { " (error)" } else { "" }),
-                w.client.to_string(),
-                w.server.to_string(),
-                id,
-            ]);
-        }
-        s.push_str(&t.render(2));
-    }
-    if !rep.anomalies.is_empty() {
-        s.push_str("not paired:\n");
-        let mut t = Table::new(&["what", "proto", "count"]);
-        for a in &rep.anomalies {
-            t.row(vec![
-                a.kind.clone(),
-                a.proto.name().into(),
-                a.count.to_string(),
-            ]);
-        }
-        s.push_str(&t.render(2));
-    }
-    s
 }
 
 /// The live part of `capture rpc`: per-interval rows per operation as they end, and the flight recorder.
@@ -456,7 +205,7 @@ impl roundtrip::capture::rpc::Sink for LiveRpc {
 pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
     // `-i 100ms` (the old spelling of --report-interval) is taken as the report period for this release.
     if let Some(d) = a.live.take_report_interval("rpc") {
-        a.report_interval = Some(super::stats::report_interval(a.report_interval, Some(d)));
+        a.report_interval = Some(super::stats::report_interval(a.report_interval, Some(d))?);
     }
     // Live, a word after the options is the filter expression's first, not a file.
     let file = if a.live.is_live() {
@@ -464,30 +213,25 @@ pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
     } else {
         a.file.clone()
     };
-    if let Err(e) = a.live.validate(file.as_deref()) {
-        super::refuse(e);
-    }
+    a.live
+        .validate(file.as_deref())
+        .map_err(super::super::output::refused)?;
     if a.live.threads > 1 && a.keep_slow.is_some() {
-        super::refuse(format!(
+        return Err(super::super::output::refused(format!(
             "--threads {} with --keep-slow: the flight recorder needs one reader; use --threads 1",
             a.live.threads
-        ));
+        )));
     }
     if a.keep_slow.is_some() && !a.live.is_live() {
-        super::refuse(
+        return Err(super::super::output::refused(
             "--keep-slow is the live flight recorder: add --live IFACE (on a file, use --top to list the slowest)",
-        );
+        ));
     }
-    let filter = Filter {
-        host: a.host,
-        port: a.port,
-        flow: a.flow,
-        expr: if a.live.is_live() {
-            a.expr.expr_after(a.file.as_deref())
-        } else {
-            a.expr.expr()
-        },
-    };
+    let filter = a.only.with(if a.live.is_live() {
+        a.expr.expr_after(a.file.as_deref())?
+    } else {
+        a.expr.expr()?
+    });
     let live = a.live.is_live();
     let config = StatsConfig {
         top: a.top,
@@ -548,26 +292,15 @@ pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
             Some((a.live.max_connections as usize).div_ceil(n)),
             &mut also,
         )
-    } else if live {
-        run::run_rpc_on(
-            src.packets,
-            &filter,
-            a.proto,
-            config,
-            keylog,
-            Some(a.live.max_connections as usize),
-            &mut also,
-        )
     } else {
-        run::run_rpc_on(
-            src.packets,
-            &filter,
-            a.proto,
-            config,
-            keylog,
-            None,
-            &mut run::NoSink,
-        )
+        // Live: the --max-connections cap and the live rows; a file is read whole.
+        let mut none = run::NoSink;
+        let (cap, sink): (_, &mut dyn roundtrip::capture::rpc::Sink) = if live {
+            (Some(a.live.max_connections as usize), &mut also)
+        } else {
+            (None, &mut none)
+        };
+        run::run_rpc_on(src.packets, &filter, a.proto, config, keylog, cap, sink)
     };
     if live {
         // (The last interval's rows were printed at the end of the capture, before the totals.)
@@ -611,7 +344,7 @@ pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
         super::super::report::draw_and_print_doc(&a.pictures, a.json, &doc, &label)?;
     }
     if !a.json {
-        out_text(rpc_text(&r))?;
+        out_text(roundtrip::report::text::rpc::rpc_text(&r))?;
     }
     tls_note(&r, a.keylog.as_deref());
     if let Some(l) = &r.capture.source
@@ -653,16 +386,4 @@ pub fn run_rpc(mut a: RpcArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     }
     Ok(exit)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_formats() {
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00.000000");
-        assert_eq!(utc(1_700_000_000.25), "2023-11-14 22:13:20.250000");
-        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00.000000");
-    }
 }

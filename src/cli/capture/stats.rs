@@ -3,12 +3,10 @@
 use super::super::args;
 use super::super::output::{Exit, out_text};
 use super::live::{self as live_cli};
-use super::{Common, finish, heading, live_out};
+use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture::{self};
-use roundtrip::report::text::Table;
-use roundtrip::units::fmt_nanos;
-use std::fmt::Write as _;
+use roundtrip::report::text::capture::{fmt_bits, stats_text};
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -26,25 +24,12 @@ pub(super) struct StatsArgs {
     pictures: super::super::report::PictureArgs,
 }
 
-/// Bits per second for humans.
-fn fmt_bits(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.2} Mbit/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.1} kbit/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} bit/s")
-    }
-}
-
 pub(super) fn stats(mut a: StatsArgs) -> anyhow::Result<Exit> {
     let interval = report_interval(
         a.report_interval,
         a.common.live.take_report_interval("stats"),
-    );
-    let filter = a.common.filter();
+    )?;
+    let filter = a.common.filter()?;
     a.pictures
         .validate()
         .map_err(super::super::output::refused)?;
@@ -102,62 +87,21 @@ pub(super) fn stats(mut a: StatsArgs) -> anyhow::Result<Exit> {
     if a.common.json {
         return Ok(finish(&r.capture, true));
     }
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}; {} matched; interval {}; sizes are on-wire bytes",
-        heading(&r.capture),
-        r.capture.packets_matched,
-        fmt_nanos(interval.as_nanos() as f64)
-    );
-    let mut cols = vec!["time(s)"];
-    if a.by_direction {
-        cols.push("dir");
-    }
-    cols.extend([
-        "packets", "bytes", "pkt/s", "bit/s", "min", "mean", "max", "stddev",
-    ]);
-    let mut t = Table::new(&cols);
-    let live = r.capture.is_live();
-    let cells = |row: &capture::stats::StatsRow, time: String, dir: bool| {
-        let mut c = vec![time];
-        if dir {
-            c.push(row.direction.label().to_string());
-        }
-        c.extend([
-            row.packets.to_string(),
-            row.bytes.to_string(),
-            format!("{:.1}", row.packets_per_s),
-            fmt_bits(row.bits_per_s),
-            row.size_min.to_string(),
-            format!("{:.1}", row.size_mean),
-            row.size_max.to_string(),
-            format!("{:.1}", row.size_stddev),
-        ]);
-        c
-    };
-    // Live: the interval rows were printed as they ended; the summary is the total.
-    for row in r.rows.iter().filter(|_| !live) {
-        t.row(cells(row, format!("{:.3}", row.start_s), a.by_direction));
-    }
-    let span = match (r.first_ts_ns, r.last_ts_ns) {
-        (Some(f), Some(l)) => (l - f) as f64 / 1e9,
-        _ => 0.0,
-    };
-    t.row(cells(&r.total, format!("total {span:.3}s"), a.by_direction));
-    s.push_str(&t.render(0));
-    out_text(s)?;
+    out_text(stats_text(&r, interval, a.by_direction))?;
     Ok(finish(&r.capture, false))
 }
 
 /// The report period: `--report-interval`, or a duration given to `-i` (its old spelling, see
 /// [`live_cli::LiveArgs::take_report_interval`]), else 1 s; both given is refused (exit 2).
-pub(super) fn report_interval(given: Option<Duration>, from_i: Option<Duration>) -> Duration {
+pub(super) fn report_interval(
+    given: Option<Duration>,
+    from_i: Option<Duration>,
+) -> anyhow::Result<Duration> {
     match (given, from_i) {
-        (Some(_), Some(_)) => super::refuse(
+        (Some(_), Some(_)) => Err(super::super::output::refused(
             "the report period is given twice (--report-interval and a duration after -i): give --report-interval alone",
-        ),
-        (Some(d), None) | (None, Some(d)) => d,
-        (None, None) => Duration::from_secs(1),
+        )),
+        (Some(d), None) | (None, Some(d)) => Ok(d),
+        (None, None) => Ok(Duration::from_secs(1)),
     }
 }

@@ -2,13 +2,12 @@
 
 use super::super::output::{Exit, error_line, out, out_text};
 use super::live::{self as live_cli};
-use super::{Common, finish, heading, live_out};
+use super::{Common, finish, live_out};
 use clap::Args;
 use roundtrip::capture::flows::TrackerConfig;
 use roundtrip::capture::{self, CaptureInfo, Filter};
 use roundtrip::doc::capture_timeline::TimelineDoc;
-use roundtrip::report::text::Table;
-use std::fmt::Write as _;
+use roundtrip::report::text::capture::{capture_heading as heading, timeline_text};
 use std::net::SocketAddr;
 
 #[derive(Debug, Args)]
@@ -98,7 +97,7 @@ fn no_connection(file: Option<&std::path::Path>, info: &CaptureInfo, filter: &Fi
 }
 
 pub(super) fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
-    let filter = a.common.filter();
+    let filter = a.common.filter()?;
     a.pictures
         .validate()
         .map_err(super::super::output::refused)?;
@@ -181,85 +180,13 @@ pub(super) fn timeline(a: TimelineArgs) -> anyhow::Result<Exit> {
         error_line(no_connection(a.common.file(), &r.capture, &filter));
         return Ok(Exit::Failed);
     };
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}\nconnection #{}: {} (client, >) - {} (server, <), {} packets, {}{}",
-        heading(&r.capture),
-        flow.id,
-        flow.client,
-        flow.server,
-        r.capture.packets_matched,
-        flow.state.replace('_', " "),
-        if filter.flow.is_none() {
-            "; first TCP connection that matched: choose another with --flow A:P-B:P"
-        } else {
-            ""
-        }
-    );
-    let mut cols = vec!["delta"];
-    if a.absolute {
-        cols.push("time(s)");
-    }
-    cols.extend([
-        "dir",
-        "flags",
-        "seq",
-        "ack",
-        "len",
-        "win",
-        "in flight",
-        "notes",
-    ]);
-    let mut t = Table::new(&cols);
-    let t0 = r.rows.first().map_or(0, |x| x.ts_ns);
-    for row in r.rows.iter().filter(|_| !a.quiet) {
-        let mut c = vec![format!("{:.6}", row.delta_ns as f64 / 1e9)];
-        if a.absolute {
-            c.push(format!("{:.6}", (row.ts_ns - t0) as f64 / 1e9));
-        }
-        let seq = if row.len > 0 {
-            format!("{}:{}", row.seq, row.seq.wrapping_add(row.len))
-        } else {
-            row.seq.to_string()
-        };
-        c.extend([
-            row.direction.arrow().to_string(),
-            row.flags.clone(),
-            seq,
-            row.ack.map_or("-".into(), |a| a.to_string()),
-            row.len.to_string(),
-            row.window_bytes.to_string(),
-            row.in_flight_bytes.map_or("-".into(), |f| f.to_string()),
-            row.notes
-                .iter()
-                .map(|n| n.to_string())
-                .chain(row.sack.iter().map(|b| format!("sack {}:{}", b[0], b[1])))
-                .collect::<Vec<_>>()
-                .join(","),
-        ]);
-        t.row(c);
-    }
-    // Live, the rows were printed as the packets came.
-    if !a.quiet && !r.capture.is_live() {
-        s.push_str(&t.render(0));
-    }
-    if let Some(g) = &r.seq_graph {
-        let _ = writeln!(
-            s,
-            "time-sequence graph: data {} -> {}: {} segments ({} retransmitted), {} ACKs ({} with SACK blocks, {} with a zero window), {} zero-window periods",
-            g.sender,
-            g.receiver,
-            g.data_segments,
-            g.retransmitted_segments,
-            g.acks,
-            g.sack_packets,
-            g.zero_window_packets,
-            g.zero_windows.len()
-        );
-    }
-    let _ = writeln!(s, "diagnosis: {}", flow.diagnosis);
-    out_text(s)?;
+    out_text(timeline_text(
+        &r,
+        flow,
+        filter.flow.is_some(),
+        a.absolute,
+        a.quiet,
+    ))?;
     Ok(finish(&r.capture, false))
 }
 

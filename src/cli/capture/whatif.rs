@@ -3,18 +3,18 @@
 
 use super::super::args;
 use super::super::output::{Exit, note, out, out_text};
+use super::{parse_flow, parse_host};
 use anyhow::Context;
 use clap::Args;
 use roundtrip::capture::Filter;
 use roundtrip::capture::rpc::Proto;
 use roundtrip::capture::rpc::driver::ProtoChoice;
 use roundtrip::report::json::envelope_bytes as doc;
-use roundtrip::report::text::Table;
+use roundtrip::report::text::whatif::{ASSUMPTIONS, WhatifConn, whatif_text};
 use roundtrip::report::whatif::{Bar, html, stacked_svg};
 use roundtrip::whatif::predict::{self, Network, PathKind, Prediction};
-use roundtrip::whatif::profile::{AppProfile, ProfileOptions, RttSource};
+use roundtrip::whatif::profile::{AppProfile, ProfileOptions};
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -89,23 +89,6 @@ fn parse_path(s: &str) -> Result<PathKind, String> {
     }
 }
 
-fn parse_host(s: &str) -> Result<IpAddr, String> {
-    Filter::parse_host(s).map_err(|e| e.to_string())
-}
-
-fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
-    Filter::parse_flow(s).map_err(|e| e.to_string())
-}
-
-/// The assumptions, printed with every result.
-pub const ASSUMPTIONS: [&str; 5] = [
-    "turns keep their capture order and dependencies; think and server times stay as captured",
-    "each turn pays the new RTT once; a captured handshake pays one RTT",
-    "TCP per direction (--path tcp): initial window 10 MSS, +bytes acked per RTT, capped by the receiver window seen in the capture; --path relay: no window limit",
-    "rate capped by --bandwidth (default: the fastest transfer seen on the connection) and by Mathis with --loss",
-    "connections are predicted independently; one opened after another's last request follows it, the others keep their start offsets",
-];
-
 #[derive(Serialize)]
 struct WhatifDoc<'a> {
     file: String,
@@ -117,37 +100,10 @@ struct WhatifDoc<'a> {
     path: PathKind,
     bandwidth_bps: Option<u64>,
     loss: f64,
-    connections: Vec<ConnDoc>,
+    connections: Vec<WhatifConn>,
     predictions: &'a [Prediction],
     assumptions: &'a [&'a str],
     notes: &'a [String],
-}
-
-#[derive(Serialize)]
-struct ConnDoc {
-    client: SocketAddr,
-    server: SocketAddr,
-    protocol: String,
-    duration_s: f64,
-    rtt_s: f64,
-    rtt_source: &'static str,
-    turns: usize,
-    round_trips: u64,
-    max_outstanding: u32,
-    think_s: f64,
-    server_s: f64,
-    request_bytes: u64,
-    response_bytes: u64,
-    mss: u32,
-    window_bytes: [u64; 2],
-}
-
-fn source(s: RttSource) -> &'static str {
-    match s {
-        RttSource::Handshake => "handshake",
-        RttSource::AckTiming => "ack timing",
-        RttSource::Unknown => "unknown",
-    }
 }
 
 /// Most RTTs one run predicts for (each is a replay of the whole capture in the model).
@@ -170,7 +126,7 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             host: a.host,
             port: a.port,
             flow: a.flow,
-            expr: a.expr.expr(),
+            expr: a.expr.expr()?,
         },
         proto: a.proto,
     };
@@ -193,31 +149,15 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
             )
         })
         .collect();
-    let conns: Vec<ConnDoc> = prof
-        .connections
-        .iter()
-        .map(|c| {
-            let b = c.bytes();
-            ConnDoc {
-                client: c.client,
-                server: c.server,
-                protocol: c.protocol.clone(),
-                duration_s: c.duration.as_secs_f64(),
-                rtt_s: c.rtt.as_secs_f64(),
-                rtt_source: source(c.rtt_source),
-                turns: c.turns.len(),
-                round_trips: c.round_trips(),
-                max_outstanding: c.turns.iter().map(|t| t.outstanding).max().unwrap_or(0),
-                think_s: c.turns.iter().map(|t| t.think.as_secs_f64()).sum(),
-                server_s: c.turns.iter().map(|t| t.server.as_secs_f64()).sum(),
-                request_bytes: b[0],
-                response_bytes: b[1],
-                mss: c.mss,
-                window_bytes: c.max_window,
-            }
-        })
-        .collect();
-    let text = render(&a, &prof, &conns, &preds, ssai);
+    let conns: Vec<WhatifConn> = prof.connections.iter().map(WhatifConn::of).collect();
+    let text = whatif_text(
+        &a.file.display().to_string(),
+        a.path,
+        &prof,
+        &conns,
+        &preds,
+        ssai,
+    );
     if a.report.is_some() || a.svg.is_some() {
         let bars: Vec<Bar> = preds
             .iter()
@@ -266,119 +206,4 @@ pub fn run(a: WhatifArgs) -> anyhow::Result<Exit> {
         out_text(text)?;
     }
     Ok(super::damage(&prof.capture))
-}
-
-fn ms(s: f64) -> String {
-    format!("{:.1} ms", s * 1e3)
-}
-
-fn secs(s: f64) -> String {
-    if s >= 1.0 { format!("{s:.3} s") } else { ms(s) }
-}
-
-fn render(
-    a: &WhatifArgs,
-    prof: &AppProfile,
-    conns: &[ConnDoc],
-    preds: &[Prediction],
-    ssai: bool,
-) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}: {} TCP connection(s), {} today, {} application round trips",
-        a.file.display(),
-        conns.len(),
-        secs(prof.duration.as_secs_f64()),
-        prof.round_trips()
-    );
-    let mut t = Table::new(&[
-        "connection",
-        "proto",
-        "today",
-        "rtt",
-        "turns",
-        "round trips",
-        "outstanding",
-        "think",
-        "server",
-        "bytes up",
-        "bytes down",
-    ]);
-    for c in conns {
-        t.row(vec![
-            format!("{} -> {}", c.client, c.server),
-            c.protocol.clone(),
-            secs(c.duration_s),
-            format!(
-                "{} ({})",
-                roundtrip::units::fmt_nanos(c.rtt_s * 1e9),
-                c.rtt_source
-            ),
-            c.turns.to_string(),
-            c.round_trips.to_string(),
-            c.max_outstanding.to_string(),
-            secs(c.think_s),
-            secs(c.server_s),
-            roundtrip::units::fmt_bytes(c.request_bytes),
-            roundtrip::units::fmt_bytes(c.response_bytes),
-        ]);
-    }
-    s.push_str(&t.render(2));
-    let _ = writeln!(s, "\npredicted (whole capture):");
-    let mut t = Table::new(&[
-        "rtt",
-        "predicted",
-        "x today",
-        "think",
-        "server",
-        "round trips",
-        "transfer",
-        "s per +1ms",
-    ]);
-    for p in preds {
-        t.row(vec![
-            ms(p.rtt_s),
-            secs(p.predicted_s),
-            format!("{:.2}", p.predicted_s / p.today_s.max(1e-9)),
-            secs(p.breakdown.think_s),
-            secs(p.breakdown.server_s),
-            secs(p.breakdown.round_trips_s),
-            secs(p.breakdown.transfer_s),
-            format!("{:.4}", p.sensitivity_s_per_ms),
-        ]);
-    }
-    s.push_str(&t.render(2));
-    if conns.len() > 1 {
-        let _ = writeln!(s, "\npredicted per connection:");
-        let mut t = Table::new(&["connection", "rtt", "today", "predicted", "round trips"]);
-        for p in preds {
-            for c in &p.connections {
-                t.row(vec![
-                    format!("{} -> {}", c.client, c.server),
-                    ms(p.rtt_s),
-                    secs(c.today_s),
-                    secs(c.predicted_s),
-                    c.round_trips.to_string(),
-                ]);
-            }
-        }
-        s.push_str(&t.render(2));
-    }
-    let _ = writeln!(
-        s,
-        "\nassumptions (path: {}, slow start after idle: {}):",
-        match a.path {
-            PathKind::Tcp => "tcp",
-            PathKind::Relay => "relay",
-        },
-        if ssai { "on" } else { "off" }
-    );
-    for x in ASSUMPTIONS {
-        let _ = writeln!(s, "  - {x}");
-    }
-    for n in &prof.notes {
-        let _ = writeln!(s, "note: {n}");
-    }
-    s
 }

@@ -7,7 +7,8 @@ use super::{Dir, Dist, ProxyArgs};
 use clap::Args;
 use roundtrip::proxy::bridge::{self, BridgeConfig, BridgeCounters, BridgeImpairment, WayDoc};
 use roundtrip::proxy::{GilbertElliott, Impairment, JitterDist};
-use roundtrip::report::{json, text::Table};
+use roundtrip::report::json;
+use roundtrip::report::text::proxy::bridge_counters_text;
 use roundtrip::units::{fmt_bytes, fmt_duration};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
@@ -396,33 +397,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
             total,
         }))?;
     } else {
-        let mut t = Table::new(&["", &ab, &ba]);
-        let (x, y) = (&total.a_to_b, &total.b_to_a);
-        let rows: [(&str, u64, u64); 9] = [
-            ("frames in", x.frames_in, y.frames_in),
-            ("frames out", x.frames_out, y.frames_out),
-            ("lost", x.lost, y.lost),
-            ("dropped, queue full", x.queue_full, y.queue_full),
-            ("duplicated", x.duplicated, y.duplicated),
-            ("queued at the end", x.queued_frames, y.queued_frames),
-            ("late (> 250 us)", x.late, y.late),
-            ("send errors", x.send_errors, y.send_errors),
-            ("control refused", total.control_refused, 0),
-        ];
-        for (k, p, q) in rows {
-            t.row(vec![k.to_string(), p.to_string(), q.to_string()]);
-        }
-        t.row(vec![
-            "bytes out".into(),
-            fmt_bytes(x.bytes_out),
-            fmt_bytes(y.bytes_out),
-        ]);
-        t.row(vec![
-            "latest release".into(),
-            fmt_duration(Duration::from_nanos(x.max_late_ns)),
-            fmt_duration(Duration::from_nanos(y.max_late_ns)),
-        ]);
-        out_text(format!("\n{}", t.render(2)))?;
+        out_text(bridge_counters_text(&total, &ab, &ba))?;
     }
     Ok(if ended.is_some() {
         Exit::Failed

@@ -5,8 +5,9 @@ use super::super::output::{Exit, note, out, out_text};
 use super::{ProxyArgs, describe, impairment};
 use roundtrip::probe::target::{Family, Target};
 use roundtrip::proxy::{self, ProxyConfig};
-use roundtrip::report::{json, text::Table};
-use roundtrip::units::{fmt_bytes, fmt_duration};
+use roundtrip::report::json;
+use roundtrip::report::text::proxy::proxy_counters_text;
+use roundtrip::units::fmt_duration;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -117,34 +118,7 @@ pub(super) fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
     if a.json {
         out(json::to_bytes(&counters))?;
     } else {
-        let t = &counters.total;
-        let mut table = Table::new(&["", "value"]);
-        let rows: Vec<(&str, u64)> = if a.udp {
-            vec![
-                ("datagrams in", t.datagrams_in),
-                ("datagrams out", t.datagrams_out),
-                ("lost", t.datagrams_lost),
-                ("duplicated", t.datagrams_duplicated),
-                ("reordered", t.datagrams_reordered),
-            ]
-        } else {
-            vec![
-                ("connections", t.accepted),
-                ("upstream failures", t.upstream_failures),
-                ("fault resets", t.fault_resets),
-                ("fault stalls", t.fault_stalls),
-                ("fault closes", t.fault_closes),
-                ("refused over the limit", t.refused),
-                ("closed idle", t.idle_closed),
-                ("relay loops closed", t.relay_loops),
-            ]
-        };
-        for (k, v) in rows {
-            table.row(vec![k.to_string(), v.to_string()]);
-        }
-        table.row(vec!["bytes up".into(), fmt_bytes(t.bytes_up)]);
-        table.row(vec!["bytes down".into(), fmt_bytes(t.bytes_down)]);
-        out_text(format!("\n{}", table.render(2)))?;
+        out_text(proxy_counters_text(&counters, a.udp))?;
     }
     Ok(Exit::Ok)
 }
