@@ -175,6 +175,22 @@ pub fn check_bytes(what: &str, value: u64, range: &RangeInclusive<u64>) -> Resul
 pub const DEFAULT_REORDER_DELAY: Duration = Duration::from_millis(10);
 
 impl Impairment {
+    /// Whether the next datagram is lost: by the independent `loss`, or by the Gilbert-Elliott chain, whose
+    /// state (`bad`) then takes its step.
+    pub(crate) fn lost(&self, rng: &mut crate::proxy::delay::Rng, bad: &mut bool) -> bool {
+        let mut lost = rng.chance(self.loss);
+        if let Some(ge) = &self.gilbert_elliott {
+            let p_loss = if *bad { ge.loss_bad } else { ge.loss_good };
+            lost |= rng.chance(p_loss);
+            *bad = if *bad {
+                !rng.chance(ge.r)
+            } else {
+                rng.chance(ge.p)
+            };
+        }
+        lost
+    }
+
     /// Checks the values; returns a note (not an error) when jitter would take the delay below zero and is
     /// therefore clipped.
     pub fn validate(&self) -> Result<Option<String>, ImpairmentError> {

@@ -142,17 +142,7 @@ fn decide(
     len: usize,
     total: &Mutex<Link>,
 ) -> Fate {
-    let mut lost = st.rng.chance(imp.loss);
-    if let Some(ge) = &imp.gilbert_elliott {
-        let p_loss = if st.bad { ge.loss_bad } else { ge.loss_good };
-        lost |= st.rng.chance(p_loss);
-        st.bad = if st.bad {
-            !st.rng.chance(ge.r)
-        } else {
-            st.rng.chance(ge.p)
-        };
-    }
-    if lost {
+    if imp.lost(&mut st.rng, &mut st.bad) {
         return Fate::Lost;
     }
     let (rate, rate_total) = imp.rates(way);

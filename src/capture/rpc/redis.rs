@@ -265,19 +265,14 @@ impl Redis {
             return;
         };
         self.answered = true;
-        out.push_with(|| Transaction {
-            conn: 0,
-            op,
-            request_ts: req_ts,
-            request_end_ts: end_ts,
-            response_ts: first,
-            response_end_ts: end,
-            request_seq: Some(req_seq),
-            xid: None,
-            content: None,
-            bytes: None,
-            error: None,
-            status: if error { Status::Error } else { Status::Ok },
+        out.push_with(|| {
+            Transaction::new(
+                op,
+                (req_ts, end_ts),
+                (first, end),
+                Some(req_seq),
+                if error { Status::Error } else { Status::Ok },
+            )
         });
     }
 }

@@ -246,6 +246,15 @@ fn send_interrupt(how: Interrupt, local: &DbUrl, timeout: Duration) {
     }
 }
 
+/// A [`DbError::Link`] of the local server at `addr` saying `message`.
+fn link_error(proto: &'static str, addr: SocketAddr) -> impl Fn(String) -> DbError + Copy {
+    move |message| DbError::Link {
+        proto,
+        addr,
+        message,
+    }
+}
+
 fn mysql_string(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
 }

@@ -3,31 +3,19 @@
 //! time a call through it.
 
 use super::{
-    Backend, LinkSession, Prep, Runner, abandonable, mysql_string, open_direct, server_entry,
+    Backend, LinkSession, Prep, Runner, abandonable, link_error, mysql_string, open_direct,
+    server_entry,
 };
 use crate::db::link::target::Kind;
 use crate::db::{DbError, DbUrl};
 
 /// Prepares a MySQL/MariaDB session for FEDERATED(X) calls ([`LinkSession::prepare`]).
 pub(super) fn prepare(p: Prep<'_>) -> Result<LinkSession, DbError> {
-    let Prep {
-        runner: mut session,
-        server_version,
-        local,
-        target,
-        addr,
-        proto,
-        rows,
-        row_bytes,
-        create_extension,
-        timeout,
-        tag,
-    } = p;
-    let link_err = |message: String| DbError::Link {
-        proto,
-        addr,
-        message,
-    };
+    let mut session = p.runner;
+    let (target, local, addr, proto, timeout) = (p.target, p.local, p.addr, p.proto, p.timeout);
+    let (rows, row_bytes, create_extension, tag) = (p.rows, p.row_bytes, p.create_extension, p.tag);
+    let server_version = p.server_version;
+    let link_err = link_error(proto, addr);
     let mut notes = Vec::new();
     if !matches!(target.kind, Kind::Url(_) | Kind::MyServer) {
         return Err(link_err(

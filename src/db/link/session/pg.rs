@@ -1,29 +1,15 @@
 //! The PostgreSQL preparation: the dblink extension (found, or created under `--create-extension`) and
 //! the two `pg_temp` functions that time a call through it.
 
-use super::{Backend, LinkSession, Prep, link_connect_timeout, quote_ident};
+use super::{Backend, LinkSession, Prep, link_connect_timeout, link_error, quote_ident};
 use crate::db::DbError;
 
 /// Prepares a PostgreSQL session for dblink calls ([`LinkSession::prepare`]).
 pub(super) fn prepare(p: Prep<'_>) -> Result<LinkSession, DbError> {
-    let Prep {
-        runner: mut session,
-        server_version: _,
-        local: _,
-        target,
-        addr,
-        proto,
-        rows,
-        row_bytes,
-        create_extension,
-        timeout,
-        tag,
-    } = p;
-    let link_err = |message: String| DbError::Link {
-        proto,
-        addr,
-        message,
-    };
+    let mut session = p.runner;
+    let (target, addr, proto, timeout) = (p.target, p.addr, p.proto, p.timeout);
+    let (rows, row_bytes, create_extension, tag) = (p.rows, p.row_bytes, p.create_extension, p.tag);
+    let link_err = link_error(proto, addr);
     let mut notes = Vec::new();
     let during = "looking for the dblink extension";
     let (_, row) = session.query_row(
