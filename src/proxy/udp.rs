@@ -217,17 +217,7 @@ fn handle_datagram(
             if at.len() > 1 {
                 t.datagrams_duplicated.fetch_add(1, Ordering::Relaxed);
             }
-            let n = data.len() as u64;
-            match way {
-                Way::Up => {
-                    s.counters.bytes_up.fetch_add(n, Ordering::Relaxed);
-                    t.bytes_up.fetch_add(n, Ordering::Relaxed);
-                }
-                Way::Down => {
-                    s.counters.bytes_down.fetch_add(n, Ordering::Relaxed);
-                    t.bytes_down.fetch_add(n, Ordering::Relaxed);
-                }
-            }
+            s.counters.add_bytes(t, way, data.len() as u64);
             let data: Arc<[u8]> = Arc::from(data);
             for a in at {
                 match way {

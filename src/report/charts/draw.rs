@@ -495,15 +495,7 @@ pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<Bucket>, Vec<PercentilePoi
             count: b.count,
         })
         .collect();
-    let p = h
-        .percentile_curve()
-        .iter()
-        .map(|p| PercentilePoint {
-            percentile: p.percentile,
-            value_ns: p.value_ns,
-        })
-        .collect();
-    (b, p)
+    (b, h.percentile_curve())
 }
 
 /// The three latency charts (over time, distribution, percentiles) from every sample of each run.
