@@ -372,8 +372,6 @@ impl Protocol for Http {
             let end = self.close_end.take().unwrap_or(ts);
             self.finish(end, out);
         }
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }

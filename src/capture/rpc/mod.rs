@@ -397,6 +397,14 @@ impl Out {
             kind,
         });
     }
+
+    /// `n` requests left without a response when the connection closed at `ts`: one
+    /// [`AnomalyKind::NoResponse`] each.
+    pub fn unanswered(&mut self, ts: Duration, n: usize) {
+        for _ in 0..n {
+            self.anomaly(ts, AnomalyKind::NoResponse);
+        }
+    }
 }
 
 /// The interface every protocol matcher implements, one instance per connection (or UDP address pair).

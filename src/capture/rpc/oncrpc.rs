@@ -489,8 +489,6 @@ impl Protocol for OncRpc {
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.pending.drain() {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.pending.drain().count());
     }
 }

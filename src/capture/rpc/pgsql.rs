@@ -411,17 +411,13 @@ impl Protocol for Pgsql {
 
     fn on_lost(&mut self, _dir: Dir, ts: Duration, out: &mut Out) {
         // Requests and ReadyForQuery pair by order: after a loss they cannot be paired.
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
         self.batch = None;
         self.resp = None;
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }
 

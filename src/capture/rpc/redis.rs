@@ -593,16 +593,12 @@ impl Protocol for Redis {
     fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out) {
         self.nest[dir.index()] = Nest::default();
         // Order is all that pairs Redis replies: after a loss, the open requests cannot be paired.
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
         self.reply_first = None;
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }
 

@@ -73,6 +73,18 @@ pub(super) fn send_async(
     Ok(())
 }
 
+/// Makes `msg` the sync mode's request after number `seq` (an echo asked for): returns its number.
+fn next_echo_request(msg: &mut [u8], seq: u64) -> u64 {
+    let seq = seq + 1;
+    Header {
+        seq,
+        flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
+        len: msg.len() as u32,
+    }
+    .write(msg);
+    seq
+}
+
 /// Sync mode over TCP: one message, wait for its echo, repeat.
 pub(super) fn sync_tcp(
     s: &mut std::net::TcpStream,
@@ -88,13 +100,7 @@ pub(super) fn sync_tcp(
     let mut blocked = None;
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
-            len: size as u32,
-        }
-        .write(&mut msg);
+        seq = next_echo_request(&mut msg, seq);
         let sent_at = Instant::now();
         match stream::send_bounded(s, &msg, addr, stop, None, &mut blocked)? {
             Sent::All => out.sync_sent += 1,
@@ -150,13 +156,7 @@ pub(super) fn sync_udp(
     let mut inbuf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
-            len: size as u32,
-        }
-        .write(&mut msg);
+        seq = next_echo_request(&mut msg, seq);
         let sent_at = Instant::now();
         match s.send(&msg) {
             Ok(_) => out.sync_sent += 1,
