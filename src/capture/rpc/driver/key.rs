@@ -7,8 +7,9 @@ use std::net::IpAddr;
 /// A connection's two ends in canonical order (the `a` end the lower), its interface (0 unless keyed by
 /// interface) and UDP or not. Both ends IPv4 on an interface below 2^31 (every file, every real interface
 /// index) is a [`Key4`], two words in a map of its own; anything else a [`WideKey`]. (The lookup of two
-/// words is inlined into [`Driver::segment`](super::Driver::segment); one map on this enum had an out-of-line lookup of 71
-/// instructions per packet: 2,428 -> 2,351 instructions per pgbench request inside the analysis.)
+/// words is inlined into [`Driver::segment`](super::Driver::segment); one map on this enum had an
+/// out-of-line lookup of 71 instructions per packet: 2,428 -> 2,351 instructions per pgbench request inside
+/// the analysis.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Key {
     /// Both ends IPv4.

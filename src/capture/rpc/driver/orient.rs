@@ -48,8 +48,9 @@ pub struct Orientation {
 
 /// The client and the server of a connection first seen in segment `s`, and how they were told apart: a SYN's
 /// sender is the client (a SYN+ACK's the server); else the protocol's own direction of the payload (the
-/// protocol forced by `choice`, else those of the two ports, else any); else by port. [`Driver`](super::Driver) orients its
-/// connections so; a sink that tracks connections itself calls it to agree with the decoders.
+/// protocol forced by `choice`, else those of the two ports, else any); else by port.
+/// [`Driver`](super::Driver) orients its connections so; a sink that tracks connections itself calls it to
+/// agree with the decoders.
 pub fn orient(s: &Segment<'_>, choice: ProtoChoice) -> Orientation {
     let udp = matches!(s.l4, L4::Udp);
     let carrier = if udp { Carrier::Udp } else { Carrier::Tcp };
