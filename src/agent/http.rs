@@ -396,6 +396,14 @@ struct Loop {
     limits: Limits,
 }
 
+/// The connection in `slot` when it is still the one of `generation` (a slot is reused once closed).
+fn live_conn(conns: &mut [Option<Conn>], slot: u32, generation: u32) -> Option<&mut Conn> {
+    conns
+        .get_mut(slot as usize)
+        .and_then(Option::as_mut)
+        .filter(|c| c.generation == generation)
+}
+
 fn token(slot: u32, generation: u32) -> Token {
     Token(slot as usize | (generation as usize) << 32)
 }
@@ -534,10 +542,7 @@ impl Loop {
     }
 
     fn conn(&mut self, slot: u32, generation: u32) -> Option<&mut Conn> {
-        self.conns
-            .get_mut(slot as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.generation == generation)
+        live_conn(&mut self.conns, slot, generation)
     }
 
     /// A connection is readable or writable.
@@ -555,12 +560,7 @@ impl Loop {
 
     fn read_head(&mut self, slot: u32, generation: u32) {
         let chunk = &mut self.chunk;
-        let Some(c) = self
-            .conns
-            .get_mut(slot as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.generation == generation)
-        else {
+        let Some(c) = live_conn(&mut self.conns, slot, generation) else {
             return;
         };
         let end = loop {
@@ -651,12 +651,7 @@ impl Loop {
     /// Reads and drops what the peer still sends until it closes.
     fn drain(&mut self, slot: u32, generation: u32) {
         let chunk = &mut self.chunk;
-        let Some(c) = self
-            .conns
-            .get_mut(slot as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.generation == generation)
-        else {
+        let Some(c) = live_conn(&mut self.conns, slot, generation) else {
             return;
         };
         loop {

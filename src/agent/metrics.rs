@@ -109,7 +109,7 @@ fn le_values() -> &'static [String; 26] {
 }
 
 /// Appends `v` escaped as a label value (`\\`, `\"`, `\n`).
-fn push_escaped(out: &mut String, v: &str) {
+pub(crate) fn push_escaped(out: &mut String, v: &str) {
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

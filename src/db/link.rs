@@ -171,11 +171,8 @@ pub(crate) fn measure(
         sample(obs, Op::LinkOpen, 0, at, &open);
         lr.open = Some(open);
         for i in 0..config.count {
-            if config.cancel.load(Ordering::SeqCst) {
+            if !config.next_round(i) {
                 return Ok(());
-            }
-            if let (true, Some(iv)) = (i > 0, config.interval) {
-                std::thread::sleep(iv);
             }
             let at = start.elapsed();
             let d = ls.ping()?;

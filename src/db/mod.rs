@@ -80,6 +80,18 @@ pub const MAX_ROW_BYTES: u64 = 1024 * 1024;
 pub const MAX_FETCH_BYTES: u64 = 1 << 30;
 
 impl DbConfig {
+    /// Before round `i` (from 0): false when Ctrl-C ended the run, else true after the interval (none before
+    /// the first round).
+    pub(crate) fn next_round(&self, i: u64) -> bool {
+        if self.cancel.load(Ordering::SeqCst) {
+            return false;
+        }
+        if let (true, Some(iv)) = (i > 0, self.interval) {
+            std::thread::sleep(iv);
+        }
+        true
+    }
+
     /// Defaults: 5 connects, 100 iterations back to back, 100 rows of 1000 bytes, 5 s timeout.
     pub fn new(url: DbUrl) -> Self {
         DbConfig {
@@ -374,6 +386,42 @@ pub struct DbResult {
 }
 
 impl DbResult {
+    /// A result with nothing measured yet, started now.
+    pub(crate) fn new(
+        scheme: Scheme,
+        target: String,
+        ssl_mode: SslMode,
+        fetch_rows: u64,
+        query_text: String,
+    ) -> DbResult {
+        DbResult {
+            scheme,
+            target,
+            address: None,
+            server_version: None,
+            ssl_mode,
+            notes: Vec::new(),
+            started: SystemTime::now(),
+            elapsed: Duration::ZERO,
+            connects_ok: 0,
+            dns: LatencyHistogram::new(),
+            tcp_handshake: LatencyHistogram::new(),
+            tls: LatencyHistogram::new(),
+            startup: LatencyHistogram::new(),
+            first_query: LatencyHistogram::new(),
+            ping: LatencyHistogram::new(),
+            query: LatencyHistogram::new(),
+            fetch: LatencyHistogram::new(),
+            fetch_rows,
+            fetch_bytes_total: 0,
+            fetch_rows_total: 0,
+            query_text,
+            error: None,
+            cancelled: false,
+            link: None,
+        }
+    }
+
     /// Network / protocol+server / statement attribution from medians (None without handshake and ping).
     pub fn attribution(&self) -> Option<Attribution> {
         if self.tcp_handshake.is_empty() || self.ping.is_empty() {
@@ -554,32 +602,13 @@ mod tests {
 
     #[test]
     fn attribution_comes_from_medians() {
-        let mut r = DbResult {
-            scheme: Scheme::Postgres,
-            target: String::new(),
-            address: None,
-            server_version: None,
-            ssl_mode: SslMode::Disable,
-            notes: vec![],
-            started: SystemTime::now(),
-            elapsed: Duration::ZERO,
-            connects_ok: 0,
-            dns: LatencyHistogram::new(),
-            tcp_handshake: LatencyHistogram::new(),
-            tls: LatencyHistogram::new(),
-            startup: LatencyHistogram::new(),
-            first_query: LatencyHistogram::new(),
-            ping: LatencyHistogram::new(),
-            query: LatencyHistogram::new(),
-            fetch: LatencyHistogram::new(),
-            fetch_rows: 10,
-            fetch_bytes_total: 0,
-            fetch_rows_total: 0,
-            query_text: String::new(),
-            error: None,
-            cancelled: false,
-            link: None,
-        };
+        let mut r = DbResult::new(
+            Scheme::Postgres,
+            String::new(),
+            SslMode::Disable,
+            10,
+            String::new(),
+        );
         assert_eq!(r.attribution(), None);
         r.tcp_handshake.record(Duration::from_micros(100));
         r.ping.record(Duration::from_micros(300));

@@ -2,11 +2,11 @@
 //! answered by REFUSE with `(ERR=0)` when the listener is up, as `lsnrctl ping` / `tnsping` do. No
 //! credentials are involved and no database session is opened.
 
-use super::{DbConfig, DbError, DbResult, Fetched, Observer, Op, record, tcp_connect};
+use super::run::connect_recorded;
+use super::{DbConfig, DbError, DbResult, Fetched, Observer, Op, record};
 use crate::probe::target::Target;
 use crate::wire::tns::{self, PacketType};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const PROTO: &str = "Oracle listener";
@@ -58,23 +58,10 @@ pub(crate) fn run_pings(
     start: Instant,
 ) -> Result<(), DbError> {
     for i in 0..config.count {
-        if config.cancel.load(Ordering::SeqCst) {
+        if !config.next_round(i) {
             return Ok(());
         }
-        if let (true, Some(iv)) = (i > 0, config.interval) {
-            std::thread::sleep(iv);
-        }
-        let at = start.elapsed();
-        let (mut conn, hs) = tcp_connect(addr, PROTO, config.timeout)?;
-        record(
-            &mut r.tcp_handshake,
-            obs,
-            Op::TcpHandshake,
-            i,
-            at,
-            hs,
-            Fetched::default(),
-        );
+        let mut conn = connect_recorded(addr, PROTO, config.timeout, r, obs, i, start)?;
         let at = start.elapsed();
         let t0 = Instant::now();
         let refuse = tns_ping(&mut conn)?;

@@ -28,6 +28,31 @@ pub(crate) fn record(
     });
 }
 
+/// A TCP connection to `addr` for round `i`, its handshake recorded (in `r` and to `obs`) at its start
+/// since `start`.
+pub(crate) fn connect_recorded(
+    addr: SocketAddr,
+    proto: &'static str,
+    timeout: Duration,
+    r: &mut DbResult,
+    obs: &mut dyn Observer,
+    i: u64,
+    start: Instant,
+) -> Result<Conn, DbError> {
+    let at = now_since(start);
+    let (conn, hs) = tcp_connect(addr, proto, timeout)?;
+    record(
+        &mut r.tcp_handshake,
+        obs,
+        Op::TcpHandshake,
+        i,
+        at,
+        hs,
+        Fetched::default(),
+    );
+    Ok(conn)
+}
+
 /// The singleton statement used when none was given.
 pub fn default_query(scheme: Scheme) -> &'static str {
     match scheme {
@@ -55,43 +80,21 @@ pub fn run(config: &DbConfig, obs: &mut dyn Observer) -> Result<DbResult, DbErro
         .clone()
         .unwrap_or_else(|| default_query(scheme).to_string());
     let start = Instant::now();
-    let mut r = DbResult {
+    let plain = scheme != Scheme::Oracle && config.link.is_none();
+    let mut r = DbResult::new(
         scheme,
-        target: url.redacted(),
-        address: None,
-        server_version: None,
-        ssl_mode: url.ssl_mode.unwrap_or(match scheme {
+        url.redacted(),
+        url.ssl_mode.unwrap_or(match scheme {
             Scheme::Postgres | Scheme::Mysql => SslMode::Prefer,
             _ => SslMode::Disable,
         }),
-        notes: Vec::new(),
-        started: SystemTime::now(),
-        elapsed: Duration::ZERO,
-        connects_ok: 0,
-        dns: LatencyHistogram::new(),
-        tcp_handshake: LatencyHistogram::new(),
-        tls: LatencyHistogram::new(),
-        startup: LatencyHistogram::new(),
-        first_query: LatencyHistogram::new(),
-        ping: LatencyHistogram::new(),
-        query: LatencyHistogram::new(),
-        fetch: LatencyHistogram::new(),
-        fetch_rows: if scheme == Scheme::Oracle || config.link.is_some() {
-            0
-        } else {
-            config.rows
-        },
-        fetch_bytes_total: 0,
-        fetch_rows_total: 0,
-        query_text: if scheme == Scheme::Oracle || config.link.is_some() {
-            String::new()
-        } else {
+        if plain { config.rows } else { 0 },
+        if plain {
             query_text.clone()
+        } else {
+            String::new()
         },
-        error: None,
-        cancelled: false,
-        link: None,
-    };
+    );
     // The first resolution is fatal when it fails: nothing can be measured.
     let (addr, dns) = target.resolve(config.family)?;
     r.address = Some(addr);
@@ -158,17 +161,7 @@ fn run_sql(
             addr = a;
             record(&mut r.dns, obs, Op::Dns, i, at, dns, Fetched::default());
         }
-        let at = now_since(start);
-        let (conn, hs) = tcp_connect(addr, proto, config.timeout)?;
-        record(
-            &mut r.tcp_handshake,
-            obs,
-            Op::TcpHandshake,
-            i,
-            at,
-            hs,
-            Fetched::default(),
-        );
+        let conn = connect_recorded(addr, proto, config.timeout, r, obs, i, start)?;
         let at = now_since(start);
         let t0 = Instant::now();
         let (mut s, setup) = open_session(config, conn, r)?;
@@ -240,11 +233,8 @@ fn measure_loop(
         None
     };
     for i in 0..config.count {
-        if config.cancel.load(Ordering::SeqCst) {
+        if !config.next_round(i) {
             return Ok(());
-        }
-        if let (true, Some(iv)) = (i > 0, config.interval) {
-            std::thread::sleep(iv);
         }
         let at = now_since(start);
         let t0 = Instant::now();

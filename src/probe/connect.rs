@@ -208,6 +208,22 @@ pub struct ConnectResult {
 }
 
 impl ConnectResult {
+    /// A run to `addr` by `mode` started at `started`, with no attempt yet.
+    fn new(addr: SocketAddr, mode: ConnectMode, started: SystemTime) -> ConnectResult {
+        ConnectResult {
+            addr,
+            mode,
+            started,
+            elapsed: Duration::ZERO,
+            attempts: Vec::new(),
+            handshake: LatencyHistogram::new(),
+            refused: LatencyHistogram::new(),
+            error: None,
+            cancelled: false,
+            gave_up: false,
+        }
+    }
+
     /// Attempts that ended in `state`.
     pub fn count(&self, state: PortState) -> u64 {
         self.attempts.iter().filter(|a| a.state == state).count() as u64
@@ -651,18 +667,7 @@ pub fn run(
     };
     let started = SystemTime::now();
     let t0 = Instant::now();
-    let mut result = ConnectResult {
-        addr: config.addr,
-        mode: config.mode,
-        started,
-        elapsed: Duration::ZERO,
-        attempts: Vec::new(),
-        handshake: LatencyHistogram::new(),
-        refused: LatencyHistogram::new(),
-        error: None,
-        cancelled: false,
-        gave_up: false,
-    };
+    let mut result = ConnectResult::new(config.addr, config.mode, started);
     let mut next = t0;
     let mut silent = 0u64;
     for seq in 1..=config.count {
@@ -804,18 +809,11 @@ mod tests {
 
     #[test]
     fn verdict_prefers_the_majority_then_the_definite_answer() {
-        let mut r = ConnectResult {
-            addr: "127.0.0.1:1".parse().unwrap(),
-            mode: ConnectMode::Kernel,
-            started: SystemTime::now(),
-            elapsed: Duration::ZERO,
-            attempts: Vec::new(),
-            handshake: LatencyHistogram::new(),
-            refused: LatencyHistogram::new(),
-            error: None,
-            cancelled: false,
-            gave_up: false,
-        };
+        let mut r = ConnectResult::new(
+            "127.0.0.1:1".parse().unwrap(),
+            ConnectMode::Kernel,
+            SystemTime::now(),
+        );
         assert_eq!(r.verdict(), None);
         let a = |state| Attempt {
             seq: 1,

@@ -30,6 +30,22 @@ pub const SPIN: Duration = Duration::from_micros(150);
 pub struct Rng(u64);
 
 impl Rng {
+    /// Whether the next datagram is lost under `imp`: by the independent `loss`, or by the Gilbert-Elliott
+    /// chain, whose state (`bad`) then takes its step.
+    pub(crate) fn lost(&mut self, imp: &super::impairment::Impairment, bad: &mut bool) -> bool {
+        let mut lost = self.chance(imp.loss);
+        if let Some(ge) = &imp.gilbert_elliott {
+            let p_loss = if *bad { ge.loss_bad } else { ge.loss_good };
+            lost |= self.chance(p_loss);
+            *bad = if *bad {
+                !self.chance(ge.r)
+            } else {
+                self.chance(ge.p)
+            };
+        }
+        lost
+    }
+
     /// A generator seeded from `seed`.
     pub fn new(seed: u64) -> Self {
         Rng(seed)

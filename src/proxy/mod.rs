@@ -256,6 +256,18 @@ pub struct ConnCounters {
     pub bytes_down: AtomicU64,
 }
 
+impl ConnCounters {
+    /// Counts `n` bytes relayed `way`, here and in the proxy's `totals`.
+    pub(crate) fn add_bytes(&self, totals: &Totals, way: Way, n: u64) {
+        let (mine, all) = match way {
+            Way::Up => (&self.bytes_up, &totals.bytes_up),
+            Way::Down => (&self.bytes_down, &totals.bytes_down),
+        };
+        mine.fetch_add(n, Ordering::Relaxed);
+        all.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 /// Snapshot of the totals, as served by the counters endpoint.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize)]
 pub struct TotalsDoc {

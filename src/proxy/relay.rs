@@ -277,6 +277,20 @@ fn idx(way: Way) -> usize {
 }
 
 /// Release time of a FIN read now: behind the data already in the path, held `slow_close` longer.
+impl Dir {
+    /// Nothing more is read from the source: the FIN is queued behind what is on its way.
+    fn end(&mut self, conn: &Conn, way: Way, imp: &Impairment) {
+        self.eof = true;
+        let at = fin_time(conn, way, imp, &self.line);
+        self.queue.push_back(Chunk {
+            release: at,
+            what: What::Fin,
+            windowed: false,
+            len: 0,
+        });
+    }
+}
+
 fn fin_time(conn: &Conn, way: Way, imp: &Impairment, line: &DelayLine) -> Instant {
     let (d, _) = imp.one_way(way);
     let mut at = Instant::now() + d;
@@ -504,14 +518,7 @@ impl Relay {
                 imp = now_imp;
             }
             if n == 0 {
-                d.eof = true;
-                let at = fin_time(conn, way, &imp, &d.line);
-                d.queue.push_back(Chunk {
-                    release: at,
-                    what: What::Fin,
-                    windowed: false,
-                    len: 0,
-                });
+                d.end(conn, way, &imp);
                 continue;
             }
             let (keep, fired) = if conn.plan.no_byte_limits() {
@@ -589,14 +596,7 @@ impl Relay {
                 conn.fire(kind);
                 if kind == FaultKind::Close {
                     let d = &mut self.dirs[idx(way)];
-                    d.eof = true;
-                    let at = fin_time(conn, way, &imp, &d.line);
-                    d.queue.push_back(Chunk {
-                        release: at,
-                        what: What::Fin,
-                        windowed: false,
-                        len: 0,
-                    });
+                    d.end(conn, way, &imp);
                 }
             }
         }

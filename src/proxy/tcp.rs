@@ -162,17 +162,7 @@ impl Conn {
         )
     }
     pub(super) fn count(&self, way: Way, n: u64) {
-        let t = self.shared.totals();
-        match way {
-            Way::Up => {
-                self.counters.bytes_up.fetch_add(n, Ordering::Relaxed);
-                t.bytes_up.fetch_add(n, Ordering::Relaxed);
-            }
-            Way::Down => {
-                self.counters.bytes_down.fetch_add(n, Ordering::Relaxed);
-                t.bytes_down.fetch_add(n, Ordering::Relaxed);
-            }
-        }
+        self.counters.add_bytes(self.shared.totals(), way, n);
     }
 
     /// Makes both sides see a RST: linger 0 and the sockets are closed once every thread let go of them;

@@ -142,17 +142,7 @@ fn decide(
     len: usize,
     total: &Mutex<Link>,
 ) -> Fate {
-    let mut lost = st.rng.chance(imp.loss);
-    if let Some(ge) = &imp.gilbert_elliott {
-        let p_loss = if st.bad { ge.loss_bad } else { ge.loss_good };
-        lost |= st.rng.chance(p_loss);
-        st.bad = if st.bad {
-            !st.rng.chance(ge.r)
-        } else {
-            st.rng.chance(ge.p)
-        };
-    }
-    if lost {
+    if st.rng.lost(imp, &mut st.bad) {
         return Fate::Lost;
     }
     let (rate, rate_total) = imp.rates(way);
@@ -227,17 +217,7 @@ fn handle_datagram(
             if at.len() > 1 {
                 t.datagrams_duplicated.fetch_add(1, Ordering::Relaxed);
             }
-            let n = data.len() as u64;
-            match way {
-                Way::Up => {
-                    s.counters.bytes_up.fetch_add(n, Ordering::Relaxed);
-                    t.bytes_up.fetch_add(n, Ordering::Relaxed);
-                }
-                Way::Down => {
-                    s.counters.bytes_down.fetch_add(n, Ordering::Relaxed);
-                    t.bytes_down.fetch_add(n, Ordering::Relaxed);
-                }
-            }
+            s.counters.add_bytes(t, way, data.len() as u64);
             let data: Arc<[u8]> = Arc::from(data);
             for a in at {
                 match way {

@@ -15,6 +15,26 @@ struct State {
     closed: bool,
 }
 
+impl State {
+    /// Counts the bytes acknowledged by `now` as no longer in flight, then reserves up to `want` bytes if fewer
+    /// than `limit` are unacknowledged: how many (None: the window is full).
+    fn take(&mut self, now: Instant, want: usize, limit: u64) -> Option<usize> {
+        while let Some(&(t, n)) = self.acks.front() {
+            if t > now {
+                break;
+            }
+            self.acks.pop_front();
+            self.in_flight = self.in_flight.saturating_sub(n);
+        }
+        if self.in_flight < limit {
+            let n = (want as u64).min(limit - self.in_flight);
+            self.in_flight += n;
+            return Some(n as usize);
+        }
+        None
+    }
+}
+
 /// The unacknowledged-bytes budget of one direction.
 #[derive(Debug, Default)]
 pub struct Window {
@@ -37,17 +57,8 @@ impl Window {
                 return 0;
             }
             let now = Instant::now();
-            while let Some(&(t, n)) = s.acks.front() {
-                if t > now {
-                    break;
-                }
-                s.acks.pop_front();
-                s.in_flight = s.in_flight.saturating_sub(n);
-            }
-            if s.in_flight < limit {
-                let n = (want as u64).min(limit - s.in_flight);
-                s.in_flight += n;
-                return n as usize;
+            if let Some(n) = s.take(now, want, limit) {
+                return n;
             }
             s = match s.acks.front() {
                 Some(&(t, _)) => {
@@ -69,18 +80,8 @@ impl Window {
         if s.closed {
             return Ok(0);
         }
-        let now = Instant::now();
-        while let Some(&(t, n)) = s.acks.front() {
-            if t > now {
-                break;
-            }
-            s.acks.pop_front();
-            s.in_flight = s.in_flight.saturating_sub(n);
-        }
-        if s.in_flight < limit {
-            let n = (want as u64).min(limit - s.in_flight);
-            s.in_flight += n;
-            return Ok(n as usize);
+        if let Some(n) = s.take(Instant::now(), want, limit) {
+            return Ok(n);
         }
         Err(s.acks.front().map(|&(t, _)| t))
     }

@@ -145,6 +145,22 @@ pub enum ReplayError {
     },
 }
 
+/// A [`ReplayError::Io`] doing `op` to `addr` in connection `conn`'s turn `turn`, for `map_err`.
+fn io_error(
+    op: &'static str,
+    addr: SocketAddr,
+    conn: usize,
+    turn: usize,
+) -> impl FnOnce(io::Error) -> ReplayError {
+    move |source| ReplayError::Io {
+        op,
+        addr,
+        conn,
+        turn,
+        source,
+    }
+}
+
 /// What one replayed connection did.
 #[derive(Debug, Clone)]
 pub struct ConnReplay {
@@ -208,15 +224,7 @@ pub fn measure_rtt(config: &ReplayConfig, count: usize) -> Result<Duration, Repl
     let (mut s, _) = connect(config)?;
     hello_replay(&mut s, config)?;
     let addr = config.to;
-    let io = |op: &'static str| {
-        move |source| ReplayError::Io {
-            op,
-            addr,
-            conn: 0,
-            turn: 0,
-            source,
-        }
-    };
+    let io = |op| io_error(op, addr, 0, 0);
     let mut best = Duration::MAX;
     let mut msg = [0u8; 64];
     let mut answer = [0u8; 64];
@@ -643,15 +651,7 @@ fn write_requests(
             return Ok(false);
         }
         let _ = sent.send(Instant::now());
-        let io = |op: &'static str| {
-            move |source| ReplayError::Io {
-                op,
-                addr,
-                conn: n,
-                turn: i + 1,
-                source,
-            }
-        };
+        let io = |op| io_error(op, addr, n, i + 1);
         let last = p.messages.len() - 1;
         for (k, &len) in p.messages.iter().enumerate() {
             buf.clear();
@@ -710,15 +710,7 @@ fn read_answers(
     let mut total = 0u64;
     let mut sink = vec![0u8; 256 * 1024];
     for (i, answers) in expected.iter().enumerate() {
-        let io = |op: &'static str| {
-            move |source| ReplayError::Io {
-                op,
-                addr,
-                conn: n,
-                turn: i + 1,
-                source,
-            }
-        };
+        let io = |op| io_error(op, addr, n, i + 1);
         for &want in answers {
             let mut head = [0u8; HEADER_LEN];
             s.read_exact(&mut head)

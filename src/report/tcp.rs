@@ -464,19 +464,7 @@ mod tests {
         b[68..72].copy_from_slice(&2000u32.to_ne_bytes()); // rtt
         b[80..84].copy_from_slice(&10u32.to_ne_bytes()); // cwnd
         let old = info::decode(&b);
-        let sock = DiagSocket {
-            local: "10.0.0.1:40000".parse().unwrap(),
-            remote: "10.0.0.2:5432".parse().unwrap(),
-            state: 1,
-            cookie: 9,
-            inode: 1,
-            uid: 0,
-            recv_q: 0,
-            send_q: 0,
-            info: Some(old),
-            congestion: None,
-            mem: None,
-        };
+        let sock = DiagSocket::established("10.0.0.1:40000", "10.0.0.2:5432", 9, old);
         let delta = Delta {
             elapsed: Duration::from_secs(1),
             bytes_acked: Some(1000),

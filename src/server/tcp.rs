@@ -623,14 +623,7 @@ impl Loop {
                         continue;
                     }
                     let n = generate(&mut self.write_buf, &self.filler, *sent, size, end, |i| {
-                        let mut h = [0u8; HEADER_LEN];
-                        Header {
-                            seq: i + 1,
-                            flags: Flags(0),
-                            len: size as u32,
-                        }
-                        .write(&mut h);
-                        h
+                        reverse_header(i, size)
                     });
                     conn.stream.write(&self.write_buf[..n]).map(|w| {
                         *sent += w as u64;
@@ -812,6 +805,18 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The header of the `i`-th (from 0) message of `size` bytes of a reverse stream.
+fn reverse_header(i: u64, size: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    Header {
+        seq: i + 1,
+        flags: Flags(0),
+        len: size as u32,
+    }
+    .write(&mut h);
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,16 +828,7 @@ mod tests {
             *b = pattern(j);
         }
         for size in [14u64, 15, 64, 300, 70_000, MAX_MESSAGE_LEN as u64] {
-            let hdr = |i: u64| {
-                let mut h = [0u8; HEADER_LEN];
-                Header {
-                    seq: i + 1,
-                    flags: Flags(0),
-                    len: size as u32,
-                }
-                .write(&mut h);
-                h
-            };
+            let hdr = |i: u64| reverse_header(i, size);
             // Three whole messages, built directly.
             let mut want = Vec::new();
             for i in 0..3 {

@@ -125,6 +125,24 @@ pub struct DiagSocket {
 }
 
 impl DiagSocket {
+    /// An established socket from `local` to `remote` with kernel state `info` and nothing queued (tests).
+    #[cfg(test)]
+    pub(crate) fn established(local: &str, remote: &str, cookie: u64, info: TcpInfo) -> DiagSocket {
+        DiagSocket {
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            state: 1,
+            cookie,
+            inode: 1,
+            uid: 0,
+            recv_q: 0,
+            send_q: 0,
+            info: Some(info),
+            congestion: None,
+            mem: None,
+        }
+    }
+
     /// The state's name ("established", ...).
     pub fn state_name(&self) -> &'static str {
         TCP_STATES

@@ -755,19 +755,7 @@ mod tests {
     use std::io::{Read, Write};
 
     fn sock(info: info::TcpInfo) -> DiagSocket {
-        DiagSocket {
-            local: "127.0.0.1:1".parse().unwrap(),
-            remote: "127.0.0.1:2".parse().unwrap(),
-            state: 1,
-            cookie: 1,
-            inode: 1,
-            uid: 0,
-            recv_q: 0,
-            send_q: 0,
-            info: Some(info),
-            congestion: None,
-            mem: None,
-        }
+        DiagSocket::established("127.0.0.1:1", "127.0.0.1:2", 1, info)
     }
 
     fn ms(v: u64) -> Duration {

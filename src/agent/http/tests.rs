@@ -44,6 +44,13 @@ fn snap() -> Snapshot {
     }
 }
 
+/// An HTTP server of [`site`] on a loopback port, with `threads` rendering threads.
+fn serve_site(threads: usize) -> HttpServer {
+    let s = site();
+    let h: Arc<Handler> = Arc::new(move |r: &Request| s.handle(r));
+    HttpServer::start("127.0.0.1:0".parse().unwrap(), threads, h).unwrap()
+}
+
 fn site() -> Arc<Site> {
     Arc::new(Site {
         info: AgentInfo {
@@ -111,12 +118,7 @@ fn get(addr: SocketAddr, raw: &[u8]) -> String {
 
 #[test]
 fn serves_over_loopback() {
-    let s = site();
-    let h: Arc<Handler> = {
-        let s = s.clone();
-        Arc::new(move |r: &Request| s.handle(r))
-    };
-    let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), 2, h).unwrap();
+    let server = serve_site(2);
     let a = server.local_addr();
     let r = get(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
@@ -150,13 +152,8 @@ fn serves_over_loopback() {
 
 #[test]
 fn idle_and_half_sent_requests_hold_no_one() {
-    let s = site();
-    let h: Arc<Handler> = {
-        let s = s.clone();
-        Arc::new(move |r: &Request| s.handle(r))
-    };
     // One rendering thread: the idle clients are more than there are threads.
-    let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), 1, h).unwrap();
+    let server = serve_site(1);
     let a = server.local_addr();
     let mut idle = Vec::new();
     for i in 0..40 {
@@ -205,12 +202,7 @@ fn two_different_content_lengths_get_400() {
     assert!(!conflicting_lengths(
         b"GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5"
     ));
-    let s = site();
-    let h: Arc<Handler> = {
-        let s = s.clone();
-        Arc::new(move |r: &Request| s.handle(r))
-    };
-    let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), 1, h).unwrap();
+    let server = serve_site(1);
     let a = server.local_addr();
     let r = get(
         a,

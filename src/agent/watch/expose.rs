@@ -14,7 +14,7 @@
 //! - no handshake seen yet: `server`'s share is unknown and the verdict is `unknown network`.
 
 use super::{BUCKETS, Health, Hist, Oriented, ServerTotals, Shared};
-use crate::agent::metrics::{Format, fmt_float};
+use crate::agent::metrics::{Format, fmt_float, push_escaped};
 use serde::Serialize;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -22,24 +22,13 @@ use std::time::{Duration, Instant};
 /// Fewest requests in the window for a verdict.
 pub const MIN_REQUESTS: u64 = 10;
 
-fn esc(out: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
 fn label(out: &mut String, name: &str, value: &str) {
     if !out.is_empty() {
         out.push(',');
     }
     out.push_str(name);
     out.push_str("=\"");
-    esc(out, value);
+    push_escaped(out, value);
     out.push('"');
 }
 

@@ -16,7 +16,7 @@ mod lex;
 mod tree;
 
 use lex::{
-    DEFAULT_Q, Kind, PQual, Quals, Tok, constant, ipv4_parts, is_keyword, kind, lex, number, pqual,
+    DEFAULT_Q, Kind, Quals, Tok, constant, ipv4_parts, is_keyword, kind, lex, number, pqual,
     unsupported,
 };
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -516,17 +516,7 @@ impl Parser {
                 matches!(next, Some(w) if w == "src" || w == "dst" || kind(w).is_some());
             if !qualified {
                 self.last = None;
-                return Ok(Node::Proto(match p {
-                    PQual::Ip => Proto::Ip,
-                    PQual::Ip6 => Proto::Ip6,
-                    PQual::Arp => Proto::Arp,
-                    PQual::Rarp => Proto::Rarp,
-                    PQual::Tcp => Proto::Tcp,
-                    PQual::Udp => Proto::Udp,
-                    PQual::Sctp => Proto::Sctp,
-                    PQual::Icmp => Proto::Icmp,
-                    PQual::Icmp6 => Proto::Icmp6,
-                }));
+                return Ok(Node::Proto(p));
             }
         }
         if self.word() == Some("proto") {
@@ -566,11 +556,11 @@ impl Parser {
         self.chain(first, Parser::id)
     }
 
-    fn ip_proto(&mut self, p: Option<PQual>) -> R<Node> {
+    fn ip_proto(&mut self, p: Option<Proto>) -> R<Node> {
         let v = match p {
             None => None,
-            Some(PQual::Ip) => Some(true),
-            Some(PQual::Ip6) => Some(false),
+            Some(Proto::Ip) => Some(true),
+            Some(Proto::Ip6) => Some(false),
             Some(_) => return err("'proto' applies to ip or ip6: write ip proto N or ip6 proto N"),
         };
         let Some(w) = self.word() else {
@@ -674,9 +664,9 @@ impl Parser {
     fn port_node(&self, q: Quals, lo: u16, hi: u16) -> R<Node> {
         let proto = match q.proto {
             None => PortProto::Any,
-            Some(PQual::Tcp) => PortProto::Tcp,
-            Some(PQual::Udp) => PortProto::Udp,
-            Some(PQual::Sctp) => PortProto::Sctp,
+            Some(Proto::Tcp) => PortProto::Tcp,
+            Some(Proto::Udp) => PortProto::Udp,
+            Some(Proto::Sctp) => PortProto::Sctp,
             Some(_) => {
                 return err(
                     "ports belong to tcp, udp or sctp: write tcp port N (or port N for all three)",
@@ -689,10 +679,10 @@ impl Parser {
     fn address(&mut self, q: Quals, k: Option<Kind>, w: &str) -> R<Node> {
         let proto = match q.proto {
             None => HostProto::Any,
-            Some(PQual::Ip) => HostProto::Ip,
-            Some(PQual::Ip6) => HostProto::Ip6,
-            Some(PQual::Arp) => HostProto::Arp,
-            Some(PQual::Rarp) => HostProto::Rarp,
+            Some(Proto::Ip) => HostProto::Ip,
+            Some(Proto::Ip6) => HostProto::Ip6,
+            Some(Proto::Arp) => HostProto::Arp,
+            Some(Proto::Rarp) => HostProto::Rarp,
             Some(p) => {
                 let name = format!("{p:?}").to_lowercase();
                 return err(format!(

@@ -38,6 +38,30 @@ pub(super) fn flush_reassembly(h: &mut Half, id: u64, dir: Dir, sink: &mut dyn S
     }
 }
 
+/// Hands `sink` what a segment at stream offset `off` (ending at `end`, of which `bytes` were captured) adds
+/// past `delivered`: its new bytes, then a gap for those the capture lacks.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    sink: &mut dyn StreamSink,
+    id: u64,
+    dir: Dir,
+    ts: i64,
+    delivered: u64,
+    off: u64,
+    bytes: &[u8],
+    end: u64,
+) {
+    let skip = (delivered - off) as usize;
+    if skip < bytes.len() {
+        sink.data(id, dir, ts, delivered, &bytes[skip..]);
+    }
+    let captured_end = off + bytes.len() as u64;
+    if captured_end < end {
+        let from = captured_end.max(delivered);
+        sink.gap(id, dir, from, end - from);
+    }
+}
+
 /// Delivers one segment's payload to the stream sink in order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn reassemble(
@@ -85,15 +109,7 @@ pub(super) fn reassemble(
     if end <= r.offset {
         return; // entirely retransmitted
     }
-    let skip = (r.offset - seg_off) as usize;
-    if skip < bytes.len() {
-        sink.data(id, dir, ts, r.offset, &bytes[skip..]);
-    }
-    let captured_end = seg_off + bytes.len() as u64;
-    if captured_end < end {
-        let from = captured_end.max(r.offset);
-        sink.gap(id, dir, from, end - from);
-    }
+    deliver(sink, id, dir, ts, r.offset, seg_off, bytes, end);
     r.offset = end;
     r.expected = seq.wrapping_add(len);
     // Drain held segments that are now in order.
@@ -109,15 +125,7 @@ pub(super) fn reassemble(
         if end <= r.offset {
             continue;
         }
-        let skip = (r.offset - off) as usize;
-        if skip < b.len() {
-            sink.data(id, dir, ts, r.offset, &b[skip..]);
-        }
-        let cend = off + b.len() as u64;
-        if cend < end {
-            let from = cend.max(r.offset);
-            sink.gap(id, dir, from, end - from);
-        }
+        deliver(sink, id, dir, ts, r.offset, off, &b, end);
         r.expected = r.expected.wrapping_add((end - r.offset) as u32);
         r.offset = end;
     }

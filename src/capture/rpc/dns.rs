@@ -123,13 +123,7 @@ impl Protocol for Dns {
 
     fn frame(&mut self, _dir: Dir, buf: &[u8], at_end: bool) -> Frame<DnsInfo> {
         if self.carrier == Carrier::Udp {
-            return match parse_message(buf) {
-                Some(i) => Frame::Msg {
-                    len: buf.len() as u64,
-                    info: i,
-                },
-                None => Frame::Bad,
-            };
+            return Frame::msg_or_bad(buf.len() as u64, parse_message(buf));
         }
         let Some(len) = be16(buf, 0) else {
             return if at_end { Frame::Bad } else { Frame::Need };
@@ -143,13 +137,7 @@ impl Protocol for Dns {
             return Frame::Need;
         }
         let body = &buf[2..buf.len().min(total)];
-        match parse_message(body) {
-            Some(info) => Frame::Msg {
-                len: total as u64,
-                info,
-            },
-            None => Frame::Bad,
-        }
+        Frame::msg_or_bad(total as u64, parse_message(body))
     }
 
     fn looks_like_start(&self, _dir: Dir, seg: &[u8]) -> bool {
@@ -213,8 +201,6 @@ impl Protocol for Dns {
     fn on_lost(&mut self, _dir: Dir, _ts: Duration, _out: &mut Out) {}
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.pending.drain() {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.pending.drain().count());
     }
 }

@@ -32,20 +32,13 @@ impl ConnMatcher for Generic {
             },
             Dir::Response => {
                 if let Some((first, last, seq)) = self.turn.take() {
-                    out.push(Transaction {
-                        conn: 0,
-                        op: "turn".into(),
-                        request_ts: first,
-                        request_end_ts: last,
-                        response_ts: ts,
-                        response_end_ts: ts,
-                        request_seq: Some(seq),
-                        xid: None,
-                        content: None,
-                        bytes: None,
-                        error: None,
-                        status: Status::Ok,
-                    });
+                    out.push(Transaction::new(
+                        "turn".into(),
+                        (first, last),
+                        (ts, ts),
+                        Some(seq),
+                        Status::Ok,
+                    ));
                 }
             }
         }

@@ -127,24 +127,17 @@ impl Http {
             out.anomaly(first, AnomalyKind::ResponseWithoutRequest);
             return;
         };
-        out.push(Transaction {
-            conn: 0,
-            op: method.into(),
-            request_ts: ts,
-            request_end_ts: end_ts,
-            response_ts: first,
-            response_end_ts: end,
-            request_seq: Some(seq),
-            xid: None,
-            content: None,
-            bytes: None,
-            error: None,
-            status: if status >= 400 {
+        out.push(Transaction::new(
+            method.into(),
+            (ts, end_ts),
+            (first, end),
+            Some(seq),
+            if status >= 400 {
                 Status::Error
             } else {
                 Status::Ok
             },
-        });
+        ));
     }
 }
 
@@ -379,8 +372,6 @@ impl Protocol for Http {
             let end = self.close_end.take().unwrap_or(ts);
             self.finish(end, out);
         }
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }

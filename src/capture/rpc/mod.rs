@@ -166,6 +166,33 @@ pub struct Transaction {
 }
 
 impl Transaction {
+    /// A transaction of `op` that carries no protocol identifier, content hash, byte count or error name: the
+    /// request from its first byte to the packet that completed it (`request`), the response likewise
+    /// (`response`), on connection 0 (the driver numbers it).
+    #[inline(always)]
+    pub fn new(
+        op: Cow<'static, str>,
+        request: (Duration, Duration),
+        response: (Duration, Duration),
+        request_seq: Option<u32>,
+        status: Status,
+    ) -> Transaction {
+        Transaction {
+            conn: 0,
+            op,
+            request_ts: request.0,
+            request_end_ts: request.1,
+            response_ts: response.0,
+            response_end_ts: response.1,
+            request_seq,
+            xid: None,
+            content: None,
+            bytes: None,
+            error: None,
+            status,
+        }
+    }
+
     /// From the end of the request to the end of the response: the time to the LAST byte of the response
     /// (the server's time, one network round trip and the transfer of the response).
     pub fn latency(&self) -> Duration {
@@ -412,6 +439,14 @@ impl Out {
             kind,
         });
     }
+
+    /// `n` requests left without a response when the connection closed at `ts`: one
+    /// [`AnomalyKind::NoResponse`] each.
+    pub fn unanswered(&mut self, ts: Duration, n: usize) {
+        for _ in 0..n {
+            self.anomaly(ts, AnomalyKind::NoResponse);
+        }
+    }
 }
 
 /// The interface every protocol matcher implements, one instance per connection (or UDP address pair).
@@ -560,6 +595,16 @@ pub enum Frame<I> {
         /// What the protocol wants to remember about it.
         info: I,
     },
+}
+
+impl<I> Frame<I> {
+    /// A message of `len` bytes when its parse gave `info`, else not one of this protocol.
+    pub fn msg_or_bad(len: u64, info: Option<I>) -> Frame<I> {
+        match info {
+            Some(info) => Frame::Msg { len, info },
+            None => Frame::Bad,
+        }
+    }
 }
 
 /// One framed message with its timing.

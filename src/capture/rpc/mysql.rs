@@ -111,6 +111,23 @@ struct Cmd {
     error: bool,
 }
 
+impl Cmd {
+    /// A command `op` (`code`) whose request came from `ts` to `end_ts` at `seq`, no response yet.
+    fn new(op: String, code: u8, ts: Duration, end_ts: Duration, seq: u32) -> Cmd {
+        Cmd {
+            op,
+            code,
+            ts,
+            end_ts,
+            seq,
+            resp_first: None,
+            resp_last: end_ts,
+            state: Resp::Start,
+            error: false,
+        }
+    }
+}
+
 /// MySQL pairing for one connection.
 #[derive(Debug, Default)]
 pub struct Mysql {
@@ -142,20 +159,13 @@ impl Mysql {
             }
             return;
         };
-        out.push(Transaction {
-            conn: 0,
-            op: c.op.into(),
-            request_ts: c.ts,
-            request_end_ts: c.end_ts,
-            response_ts: first,
-            response_end_ts: c.resp_last,
-            request_seq: Some(c.seq),
-            xid: None,
-            content: None,
-            bytes: None,
-            error: None,
-            status: if c.error { Status::Error } else { Status::Ok },
-        });
+        out.push(Transaction::new(
+            c.op.into(),
+            (c.ts, c.end_ts),
+            (first, c.resp_last),
+            Some(c.seq),
+            if c.error { Status::Error } else { Status::Ok },
+        ));
     }
 }
 
@@ -264,17 +274,7 @@ impl Protocol for Mysql {
                             .to_string(),
                     };
                     self.login = false;
-                    self.cmd = Some(Cmd {
-                        op,
-                        code: first,
-                        ts: pdu.first_ts,
-                        end_ts: pdu.last_ts,
-                        seq: pdu.seq,
-                        resp_first: None,
-                        resp_last: pdu.last_ts,
-                        state: Resp::Start,
-                        error: false,
-                    });
+                    self.cmd = Some(Cmd::new(op, first, pdu.first_ts, pdu.last_ts, pdu.seq));
                     return;
                 }
                 if p.seq == 1 && self.greeting_seen && self.cmd.is_none() {
@@ -286,17 +286,13 @@ impl Protocol for Mysql {
                         return;
                     }
                     self.login = true;
-                    self.cmd = Some(Cmd {
-                        op: "CONNECT".into(),
-                        code: 0xff,
-                        ts: pdu.first_ts,
-                        end_ts: pdu.last_ts,
-                        seq: pdu.seq,
-                        resp_first: None,
-                        resp_last: pdu.last_ts,
-                        state: Resp::Start,
-                        error: false,
-                    });
+                    self.cmd = Some(Cmd::new(
+                        "CONNECT".into(),
+                        0xff,
+                        pdu.first_ts,
+                        pdu.last_ts,
+                        pdu.seq,
+                    ));
                     return;
                 }
                 // More of the current request (auth continuation, LOAD DATA content).

@@ -352,13 +352,7 @@ impl Protocol for OncRpc {
 
     fn frame(&mut self, dir: Dir, buf: &[u8], at_end: bool) -> Frame<RpcInfo> {
         if self.carrier == Carrier::Udp {
-            return match parse_message(buf) {
-                Some(i) => Frame::Msg {
-                    len: buf.len() as u64,
-                    info: i,
-                },
-                None => Frame::Bad,
-            };
+            return Frame::msg_or_bad(buf.len() as u64, parse_message(buf));
         }
         let Some(mark) = be32(buf, 0) else {
             return if at_end { Frame::Bad } else { Frame::Need };
@@ -495,8 +489,6 @@ impl Protocol for OncRpc {
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.pending.drain() {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.pending.drain().count());
     }
 }

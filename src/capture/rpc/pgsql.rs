@@ -166,19 +166,14 @@ impl Pgsql {
     fn answer(&mut self, first: Duration, end: Duration, error: bool, out: &mut Out) {
         if let Some((op, req_ts, end_ts, req_seq)) = self.queue.pop_front() {
             self.answered = true;
-            out.push_with(|| Transaction {
-                conn: 0,
-                op,
-                request_ts: req_ts,
-                request_end_ts: end_ts,
-                response_ts: first,
-                response_end_ts: end,
-                request_seq: Some(req_seq),
-                xid: None,
-                content: None,
-                bytes: None,
-                error: None,
-                status: if error { Status::Error } else { Status::Ok },
+            out.push_with(|| {
+                Transaction::new(
+                    op,
+                    (req_ts, end_ts),
+                    (first, end),
+                    Some(req_seq),
+                    if error { Status::Error } else { Status::Ok },
+                )
             });
         }
     }
@@ -416,17 +411,13 @@ impl Protocol for Pgsql {
 
     fn on_lost(&mut self, _dir: Dir, ts: Duration, out: &mut Out) {
         // Requests and ReadyForQuery pair by order: after a loss they cannot be paired.
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
         self.batch = None;
         self.resp = None;
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }
 

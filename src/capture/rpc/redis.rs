@@ -265,19 +265,14 @@ impl Redis {
             return;
         };
         self.answered = true;
-        out.push_with(|| Transaction {
-            conn: 0,
-            op,
-            request_ts: req_ts,
-            request_end_ts: end_ts,
-            response_ts: first,
-            response_end_ts: end,
-            request_seq: Some(req_seq),
-            xid: None,
-            content: None,
-            bytes: None,
-            error: None,
-            status: if error { Status::Error } else { Status::Ok },
+        out.push_with(|| {
+            Transaction::new(
+                op,
+                (req_ts, end_ts),
+                (first, end),
+                Some(req_seq),
+                if error { Status::Error } else { Status::Ok },
+            )
         });
     }
 }
@@ -598,16 +593,12 @@ impl Protocol for Redis {
     fn on_lost(&mut self, dir: Dir, ts: Duration, out: &mut Out) {
         self.nest[dir.index()] = Nest::default();
         // Order is all that pairs Redis replies: after a loss, the open requests cannot be paired.
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
         self.reply_first = None;
     }
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.queue.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.queue.drain(..).count());
     }
 }
 

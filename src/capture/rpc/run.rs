@@ -134,6 +134,25 @@ pub struct RpcResult {
     pub report: RpcReport,
 }
 
+impl RpcResult {
+    fn new(
+        capture: CaptureInfo,
+        choice: ProtoChoice,
+        counts: DriverCounts,
+        report: RpcReport,
+    ) -> Self {
+        RpcResult {
+            capture,
+            forced_proto: match choice {
+                ProtoChoice::Force(p) => Some(p),
+                ProtoChoice::Auto => None,
+            },
+            counts,
+            report,
+        }
+    }
+}
+
 /// `capture rpc`: per-operation request/response latency of one capture.
 pub fn run_rpc(
     path: &Path,
@@ -154,15 +173,7 @@ pub fn run_rpc_keylog(
 ) -> Result<RpcResult, CaptureError> {
     let mut stats = RpcStats::new(config);
     let (capture, counts) = feed_keylog(path, filter, choice, keylog, &mut stats)?;
-    Ok(RpcResult {
-        capture,
-        forced_proto: match choice {
-            ProtoChoice::Force(p) => Some(p),
-            ProtoChoice::Auto => None,
-        },
-        counts,
-        report: stats.finish(),
-    })
+    Ok(RpcResult::new(capture, choice, counts, stats.finish()))
 }
 
 /// A sink that keeps nothing (when only the statistics are wanted).
@@ -278,15 +289,7 @@ pub fn run_rpc_on(
     let mut tee = Tee::new(&mut stats, also);
     let (capture, counts) = feed_on(pk, filter, driver, &mut tee);
     tee.close_live();
-    RpcResult {
-        capture,
-        forced_proto: match choice {
-            ProtoChoice::Force(p) => Some(p),
-            ProtoChoice::Auto => None,
-        },
-        counts,
-        report: stats.finish(),
-    }
+    RpcResult::new(capture, choice, counts, stats.finish())
 }
 
 /// A fanout group's shared half of [`run_rpc_fanout`]: the one aggregation every thread's transactions go
@@ -437,15 +440,12 @@ pub fn run_rpc_fanout(
         counts.add(&c);
         infos.push(info);
     }
-    RpcResult {
-        capture: crate::capture::merge_infos(infos),
-        forced_proto: match choice {
-            ProtoChoice::Force(p) => Some(p),
-            ProtoChoice::Auto => None,
-        },
+    RpcResult::new(
+        crate::capture::merge_infos(infos),
+        choice,
         counts,
-        report: m.stats.finish(),
-    }
+        m.stats.finish(),
+    )
 }
 
 /// Every transaction of one capture with its connection and the hash of its request's leading bytes (for

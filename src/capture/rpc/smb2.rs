@@ -389,9 +389,7 @@ impl Protocol for Smb2 {
     fn on_lost(&mut self, _dir: Dir, _ts: Duration, _out: &mut Out) {}
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.pending.drain() {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.pending.drain().count());
     }
 }
 

@@ -136,20 +136,13 @@ impl Protocol for Sockperf {
                 let Some(p) = self.pending.remove(if self.udp { i } else { 0 }) else {
                     return;
                 };
-                out.push(Transaction {
-                    conn: 0,
-                    op: op(&p.msg).into(),
-                    request_ts: p.first_ts,
-                    request_end_ts: p.last_ts,
-                    response_ts: pdu.first_ts,
-                    response_end_ts: pdu.last_ts,
-                    request_seq: (!self.udp).then_some(p.seq),
-                    xid: None,
-                    content: None,
-                    bytes: None,
-                    error: None,
-                    status: Status::Ok,
-                });
+                out.push(Transaction::new(
+                    op(&p.msg).into(),
+                    (p.first_ts, p.last_ts),
+                    (pdu.first_ts, pdu.last_ts),
+                    (!self.udp).then_some(p.seq),
+                    Status::Ok,
+                ));
             }
         }
     }
@@ -157,8 +150,6 @@ impl Protocol for Sockperf {
     fn on_lost(&mut self, _dir: Dir, _ts: Duration, _out: &mut Out) {}
 
     fn on_close(&mut self, ts: Duration, out: &mut Out) {
-        for _ in self.pending.drain(..) {
-            out.anomaly(ts, AnomalyKind::NoResponse);
-        }
+        out.unanswered(ts, self.pending.drain(..).count());
     }
 }

@@ -68,20 +68,13 @@ impl Tns {
         if let (Some((ts, end_ts, seq, p)), Some((first, last, refused))) =
             (self.req.take(), self.resp.take())
         {
-            out.push(Transaction {
-                conn: 0,
-                op: op_name(&p).into(),
-                request_ts: ts,
-                request_end_ts: end_ts,
-                response_ts: first,
-                response_end_ts: last,
-                request_seq: Some(seq),
-                xid: None,
-                content: None,
-                bytes: None,
-                error: None,
-                status: if refused { Status::Error } else { Status::Ok },
-            });
+            out.push(Transaction::new(
+                op_name(&p).into(),
+                (ts, end_ts),
+                (first, last),
+                Some(seq),
+                if refused { Status::Error } else { Status::Ok },
+            ));
         }
     }
 }

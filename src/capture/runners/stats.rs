@@ -1,6 +1,7 @@
 //! `capture stats` over a file, one live reader or a fanout group ([`run_stats`], [`run_stats_on`],
 //! [`run_stats_fanout`]).
 
+use crate::capture::decode::Decoded;
 use crate::capture::stats::{StatsDir, StatsEngine, StatsRow};
 use crate::capture::{
     CaptureError, CaptureInfo, Filter, MAX_STATS_ROWS, Next, Packets, flows, live, merge_infos,
@@ -79,6 +80,14 @@ pub fn run_stats_on(
         }
         eng.add(ts, len, dir);
     };
+    // A decoded packet's direction, when the rows are by direction.
+    let dir_of = |d: Option<&Decoded<'_>>| {
+        if by_direction {
+            StatsDir::from_dir(d.and_then(flows::guess_dir))
+        } else {
+            StatsDir::All
+        }
+    };
     if !pk.is_live() && filter.fields_empty() && !by_direction {
         // Fast path: no decoding at all.
         let mut n = 0u64;
@@ -92,12 +101,7 @@ pub fn run_stats_on(
             if !filter.matches(d.as_ref()) {
                 continue;
             }
-            let dir = if by_direction {
-                StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
-            } else {
-                StatsDir::All
-            };
-            take(&mut eng, p.ts_ns, p.orig_len, dir);
+            take(&mut eng, p.ts_ns, p.orig_len, dir_of(d.as_ref()));
             pk.matched();
         }
     } else {
@@ -120,12 +124,7 @@ pub fn run_stats_on(
                     if !filter.matches(d.as_ref()) {
                         continue;
                     }
-                    let dir = if by_direction {
-                        StatsDir::from_dir(d.as_ref().and_then(flows::guess_dir))
-                    } else {
-                        StatsDir::All
-                    };
-                    take(&mut eng, p.ts_ns, p.orig_len, dir);
+                    take(&mut eng, p.ts_ns, p.orig_len, dir_of(d.as_ref()));
                     matched += 1;
                 }
             }

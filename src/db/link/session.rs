@@ -7,14 +7,19 @@
 //! CancelRequest, MariaDB `KILL QUERY`) from another connection. A statement given up on keeps its thread
 //! until the local server answers it, then that thread removes the scratch objects: while it waits, the
 //! `inflight` count says a backend is still inside a link open (the agent starts no other meanwhile).
+//!
+//! Here: the runner, the calls and the cleanup, common to both databases. What each database prepares is in
+//! `pg` (PostgreSQL) and `my` (MySQL/MariaDB).
 
-use super::target::Kind;
 use super::{LinkCall, LinkTarget};
 use crate::db::{DbError, DbUrl, Fetched, Interrupt, Row, Scheme, Session, random_tag};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+
+mod my;
+mod pg;
 
 fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
@@ -241,8 +246,33 @@ fn send_interrupt(how: Interrupt, local: &DbUrl, timeout: Duration) {
     }
 }
 
+/// A [`DbError::Link`] of the local server at `addr` saying `message`.
+fn link_error(proto: &'static str, addr: SocketAddr) -> impl Fn(String) -> DbError + Copy {
+    move |message| DbError::Link {
+        proto,
+        addr,
+        message,
+    }
+}
+
 fn mysql_string(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// What each database's preparation ([`pg::prepare`], [`my::prepare`]) starts from.
+struct Prep<'a> {
+    runner: Runner,
+    server_version: Option<&'a str>,
+    local: &'a DbUrl,
+    target: &'a LinkTarget,
+    addr: SocketAddr,
+    proto: &'static str,
+    rows: u64,
+    row_bytes: u64,
+    create_extension: bool,
+    timeout: Duration,
+    /// Names the scratch objects.
+    tag: String,
 }
 
 enum Backend {
@@ -342,7 +372,7 @@ impl LinkSession {
         inflight: Arc<AtomicUsize>,
     ) -> Result<LinkSession, DbError> {
         let proto = scheme.name();
-        let mut session = Runner {
+        let runner = Runner {
             interrupt: session.interrupt(),
             session: Some(session),
             local: Box::new(local.clone()),
@@ -353,349 +383,22 @@ impl LinkSession {
             inflight,
             cleanup: Arc::default(),
         };
-        let tag = random_tag();
-        let link_err = |message: String| DbError::Link {
-            proto,
+        let prep = Prep {
+            runner,
+            server_version,
+            local,
+            target,
             addr,
-            message,
+            proto,
+            rows,
+            row_bytes,
+            create_extension,
+            timeout,
+            tag: random_tag(),
         };
-        let mut notes = Vec::new();
         match scheme {
-            Scheme::Postgres => {
-                let during = "looking for the dblink extension";
-                let (_, row) = session.query_row(
-                    "SELECT n.nspname, e.extversion FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink'",
-                    during,
-                )?;
-                let (schema, version) = if let [Some(s), Some(v)] = row.as_slice() {
-                    (s.clone(), v.clone())
-                } else {
-                    let (_, db) = session.query_row("SELECT current_database()", during)?;
-                    let db = db.first().cloned().flatten().unwrap_or_default();
-                    let (_, avail) = session.query_row(
-                        "SELECT count(*) FROM pg_available_extensions WHERE name = 'dblink'",
-                        during,
-                    )?;
-                    let available = avail.first().cloned().flatten().as_deref() == Some("1");
-                    if !available {
-                        return Err(link_err(format!(
-                            "the dblink extension is not installed in database '{db}' and this server has none to install (install the server's contrib package, e.g. postgresql-contrib, then CREATE EXTENSION dblink as a superuser)"
-                        )));
-                    }
-                    if !create_extension {
-                        return Err(link_err(format!(
-                            "the dblink extension is not installed in database '{db}': a superuser can add it with CREATE EXTENSION dblink; (or run again with --create-extension to let roundtrip do it)"
-                        )));
-                    }
-                    session
-                        .query_row("CREATE EXTENSION dblink", "CREATE EXTENSION dblink")
-                        .map_err(|e| target.scrub_error(e))?;
-                    notes.push(format!(
-                        "--create-extension: created the dblink extension in database '{db}' (left in place; DROP EXTENSION dblink removes it)"
-                    ));
-                    let (_, row) = session.query_row(
-                        "SELECT n.nspname, e.extversion FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink'",
-                        during,
-                    )?;
-                    match row.as_slice() {
-                        [Some(s), Some(v)] => (s.clone(), v.clone()),
-                        _ => {
-                            return Err(link_err(
-                                "CREATE EXTENSION dblink did not create it".into(),
-                            ));
-                        }
-                    }
-                };
-                let s = quote_ident(&schema);
-                let body = |open: bool| {
-                    format!(
-                        "CREATE FUNCTION pg_temp.roundtrip_link_{kind}({args}conn text, q text, OUT began_us bigint, OUT ended_us bigint, OUT nrows bigint, OUT nbytes bigint) LANGUAGE plpgsql AS $rtf$
-BEGIN
-  began_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-  {connect}SELECT count(*), coalesce(sum(octet_length(r.f)), 0) INTO nrows, nbytes FROM {s}.dblink(conn, q) AS r(t timestamptz, f text);
-  ended_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-END
-$rtf$",
-                        kind = if open { "open" } else { "call" },
-                        args = if open { "target text, " } else { "" },
-                        connect = if open {
-                            format!("PERFORM {s}.dblink_connect(conn, target);\n  ")
-                        } else {
-                            String::new()
-                        },
-                    )
-                };
-                for open in [true, false] {
-                    session.query_row(&body(open), "creating the temporary link function")?;
-                }
-                // A link open to a host that accepts and never answers must end in the local server too:
-                // PostgreSQL 15 does not interrupt dblink_connect on a cancel, so libpq's connect_timeout is
-                // what bounds it.
-                let pg_link_text =
-                    target.pg_text_with_connect_timeout(link_connect_timeout(timeout));
-                if target.is_server_name() {
-                    let (_, opts, _) = session.run(
-                        "SELECT array_to_string(srvoptions, ' ') FROM pg_foreign_server WHERE srvname = $1",
-                        &[target.text.expose()],
-                        "reading the foreign server's options",
-                    )?;
-                    if let Some(Some(o)) = opts.first()
-                        && !o.split(' ').any(|kv| kv.starts_with("connect_timeout="))
-                    {
-                        notes.push(format!(
-                            "warning: foreign server {} has no connect_timeout in its OPTIONS: a link open to a host that never answers keeps a backend of this database waiting with no bound (PostgreSQL 15 ignores a cancel there); ALTER SERVER {} OPTIONS (ADD connect_timeout '{}')",
-                            target.redacted(),
-                            quote_ident(target.text.expose()),
-                            link_connect_timeout(timeout)
-                        ));
-                    }
-                }
-                let name = format!("roundtrip_{tag}");
-                let remote_single = "SELECT clock_timestamp(), NULL::text".to_string();
-                let remote_multi = format!(
-                    "SELECT clock_timestamp(), rpad('X', {row_bytes}, 'X') FROM generate_series(1, {rows})"
-                );
-                Ok(LinkSession {
-                    runner: session,
-                    pg_link_text,
-                    single_sql: remote_single,
-                    multi_sql: (rows > 0).then_some(remote_multi),
-                    backend: Backend::Pg {
-                        name,
-                        schema: s.clone(),
-                    },
-                    target: target.clone(),
-                    addr,
-                    proto,
-                    timeout,
-                    method: format!(
-                        "dblink {version} (schema {schema}), timed with clock_timestamp() in a pg_temp function"
-                    ),
-                    notes,
-                    rows,
-                    requests_per_call: 1,
-                })
-            }
-            Scheme::Mysql => {
-                if !matches!(target.kind, Kind::Url(_) | Kind::MyServer) {
-                    return Err(link_err(
-                        "a MySQL link needs a mysql:// TARGET or a CREATE SERVER name".into(),
-                    ));
-                }
-                let Some(local_db) = local.database.as_ref().map(|d| d.replace('`', "``")) else {
-                    return Err(DbError::Config(
-                        "--link from MySQL/MariaDB needs the local database in the URL (mysql://USER@HOST/DATABASE): the scratch FEDERATED table goes there".into(),
-                    ));
-                };
-                let during = "looking for the FEDERATED engine";
-                let mariadb = server_version.is_some_and(|v| v.contains("MariaDB"));
-                let support = |s: &mut Runner| -> Result<Option<String>, DbError> {
-                    let (_, row) = s.query_row(
-                        "SELECT SUPPORT FROM information_schema.ENGINES WHERE ENGINE = 'FEDERATED'",
-                        during,
-                    )?;
-                    Ok(row.first().cloned().flatten())
-                };
-                let loaded = |v: &Option<String>| matches!(v.as_deref(), Some("YES" | "DEFAULT"));
-                let mut engine = support(&mut session)?;
-                if !loaded(&engine) {
-                    let how = if mariadb {
-                        "INSTALL SONAME 'ha_federatedx'"
-                    } else {
-                        "start mysqld with --federated (MySQL's FEDERATED engine is built in but disabled)"
-                    };
-                    if !create_extension || !mariadb {
-                        return Err(link_err(format!(
-                            "the FEDERATED{} engine is not loaded ({}): an administrator can {how}{}",
-                            if mariadb { "X" } else { "" },
-                            match engine.as_deref() {
-                                None => "not in information_schema.ENGINES".to_string(),
-                                Some(s) => format!("SUPPORT {s}"),
-                            },
-                            if mariadb && !create_extension {
-                                "; (or run again with --create-extension to let roundtrip load it)"
-                            } else {
-                                ""
-                            }
-                        )));
-                    }
-                    session
-                        .query_row(
-                            "INSTALL SONAME 'ha_federatedx'",
-                            "INSTALL SONAME 'ha_federatedx'",
-                        )
-                        .map_err(|e| link_err(format!("loading FEDERATEDX failed: {e}")))?;
-                    engine = support(&mut session)?;
-                    if !loaded(&engine) {
-                        return Err(link_err(
-                            "INSTALL SONAME 'ha_federatedx' succeeded but the FEDERATED engine is still not available".into(),
-                        ));
-                    }
-                    notes.push(
-                        "--create-extension: loaded FEDERATEDX (INSTALL SONAME 'ha_federatedx'; left loaded, UNINSTALL SONAME 'ha_federatedx' removes it)".into(),
-                    );
-                }
-                // FEDERATEDX sends SHOW TABLE STATUS before each statement's SELECT (two round trips) unless
-                // federated_pushdown hands the whole query over.
-                let (_, pd) = session.query_row("SELECT @@global.federated_pushdown", during)?;
-                let pushdown = matches!(pd.first().cloned().flatten().as_deref(), Some("1" | "ON"));
-                if pushdown {
-                    notes.push("federated_pushdown is ON: the requests per call were measured with it OFF (two), so the per-request figure assumes one".into());
-                }
-                let remote_table = format!("roundtrip_link_{tag}_remote");
-                let table = format!("roundtrip_link_{tag}");
-                let proc_name = format!("roundtrip_link_{tag}_call");
-                // The far end: TARGET's URL, or what the CREATE SERVER entry holds (read as a result row, so
-                // its password is in no statement text).
-                let remote: Box<DbUrl> = match &target.kind {
-                    Kind::Url(u) => u.clone(),
-                    _ => Box::new(server_entry(&mut session, target)?),
-                };
-                // The remote scratch table, over roundtrip's own connection to the far end (on a thread of
-                // its own: a Ctrl-C does not wait for it).
-                let made = {
-                    let (remote, remote_table, timeout) =
-                        (remote.clone(), remote_table.clone(), timeout);
-                    abandonable(
-                        &session.cancel,
-                        timeout,
-                        move |given_up: &dyn Fn() -> bool| {
-                            let mut rs =
-                                open_direct(&remote, timeout).map_err(|e| Box::new((true, e)))?;
-                            let r = (|| -> Result<(), DbError> {
-                                rs.query(&format!(
-                                "CREATE TABLE `{remote_table}` (id INT NOT NULL PRIMARY KEY, f LONGTEXT) ENGINE=InnoDB"
-                            ))?;
-                                rs.query(&format!("INSERT INTO `{remote_table}` VALUES (0, '')"))?;
-                                if rows > 0 {
-                                    if rows > 1000 {
-                                        let _ = rs.query(&format!(
-                                            "SET SESSION cte_max_recursion_depth = {}",
-                                            rows + 1
-                                        ));
-                                    }
-                                    rs.query(&format!(
-                                    "INSERT INTO `{remote_table}` WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {rows}) SELECT n, REPEAT('X', {row_bytes}) FROM s"
-                                ))?;
-                                }
-                                Ok(())
-                            })();
-                            if given_up() {
-                                let _ = rs.query(&format!("DROP TABLE IF EXISTS `{remote_table}`"));
-                            }
-                            rs.close();
-                            r.map_err(|e| Box::new((false, e)))
-                        },
-                    )
-                };
-                let made = match made {
-                    None => return Err(session.stopped("creating the remote scratch table")),
-                    Some(Err(b)) if b.0 => {
-                        return Err(link_err(format!(
-                            "roundtrip needs its own connection to {} to create the remote scratch table, and it failed: {}",
-                            target.redacted(),
-                            target.scrub(&b.1.to_string())
-                        )));
-                    }
-                    Some(Err(b)) => Err(b.1),
-                    Some(Ok(())) => Ok(()),
-                };
-                session
-                    .cleanup
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remote = Some((
-                    remote.clone(),
-                    format!("DROP TABLE IF EXISTS `{remote_table}`"),
-                ));
-                let remote_url = remote.clone();
-                let mut ls = LinkSession {
-                    runner: session,
-                    pg_link_text: None,
-                    single_sql: format!("CALL `{proc_name}`(0, 0)"),
-                    multi_sql: (rows > 0).then(|| format!("CALL `{proc_name}`(1, {rows})")),
-                    backend: Backend::My {
-                        table: table.clone(),
-                        proc_name: proc_name.clone(),
-                        remote_table: remote_table.clone(),
-                        remote: remote_url,
-                    },
-                    target: target.clone(),
-                    addr,
-                    proto,
-                    timeout,
-                    method: format!(
-                        "FEDERATED{} table -> {}/{remote_table}, timed with SYSDATE(6) in a scratch procedure",
-                        if mariadb { "X" } else { "" },
-                        target.label()
-                    ),
-                    notes,
-                    rows,
-                    requests_per_call: if pushdown { 1 } else { 2 },
-                };
-                if let Err(e) = made {
-                    ls.cleanup();
-                    return Err(link_err(format!(
-                        "creating the remote scratch table {remote_table} at {} failed: {}",
-                        target.redacted(),
-                        target.scrub(&e.to_string())
-                    )));
-                }
-                // A CREATE SERVER entry keeps the password out of the statement; a URL's password goes into
-                // CONNECTION (DDL takes no parameters): the process list, the general log and the binlog
-                // see it (the CLI warns).
-                let conn = match &target.kind {
-                    Kind::MyServer => format!("{}/{remote_table}", target.text.expose()),
-                    _ => format!(
-                        "mysql://{}{}@{}:{}/{}/{remote_table}",
-                        remote.user(),
-                        remote
-                            .password
-                            .as_ref()
-                            .map(|p| format!(":{}", p.expose()))
-                            .unwrap_or_default(),
-                        remote.host,
-                        remote.port(),
-                        remote.database.clone().unwrap_or_default()
-                    ),
-                };
-                {
-                    let mut c = ls.runner.cleanup.lock().unwrap_or_else(|p| p.into_inner());
-                    c.local.push(format!(
-                        "DROP PROCEDURE IF EXISTS `{local_db}`.`{proc_name}`"
-                    ));
-                    c.local
-                        .push(format!("DROP TABLE IF EXISTS `{local_db}`.`{table}`"));
-                }
-                let steps = [
-                    format!(
-                        "CREATE TABLE `{local_db}`.`{table}` (id INT NOT NULL, f LONGTEXT, PRIMARY KEY (id)) ENGINE=FEDERATED CONNECTION={}",
-                        mysql_string(&conn)
-                    ),
-                    format!(
-                        "CREATE PROCEDURE `{local_db}`.`{proc_name}`(IN lo INT, IN hi INT) BEGIN
-  DECLARE b DATETIME(6); DECLARE e DATETIME(6); DECLARE n BIGINT; DECLARE nb BIGINT;
-  SET b = SYSDATE(6);
-  SELECT COUNT(*), COALESCE(SUM(LENGTH(f)), 0) INTO n, nb FROM `{local_db}`.`{table}` WHERE id BETWEEN lo AND hi;
-  SET e = SYSDATE(6);
-  SELECT CAST(UNIX_TIMESTAMP(b) * 1000000 AS SIGNED), CAST(UNIX_TIMESTAMP(e) * 1000000 AS SIGNED), n, nb;
-END"
-                    ),
-                ];
-                for sql in &steps {
-                    if let Err(e) = ls.runner.query(sql) {
-                        ls.cleanup();
-                        return Err(link_err(format!(
-                            "creating the scratch FEDERATED table and procedure failed: {}",
-                            target.scrub(&e.to_string())
-                        )));
-                    }
-                }
-                ls.single_sql = format!("CALL `{local_db}`.`{proc_name}`(0, 0)");
-                ls.multi_sql =
-                    (rows > 0).then(|| format!("CALL `{local_db}`.`{proc_name}`(1, {rows})"));
-                Ok(ls)
-            }
+            Scheme::Postgres => pg::prepare(prep),
+            Scheme::Mysql => my::prepare(prep),
             _ => Err(DbError::Config(
                 "--link needs a PostgreSQL or MySQL/MariaDB database at URL".into(),
             )),

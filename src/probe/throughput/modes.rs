@@ -11,6 +11,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Makes `msg` the request after number `seq`, with `flags`: returns its number.
+fn next_request(msg: &mut [u8], seq: u64, flags: Flags) -> u64 {
+    let seq = seq + 1;
+    Header {
+        seq,
+        flags,
+        len: msg.len() as u32,
+    }
+    .write(msg);
+    seq
+}
+
 /// Sends `size`-byte messages, no answer requested, until `stop`; then asks a roundtrip server for counts.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn send_async(
@@ -24,19 +36,12 @@ pub(super) fn send_async(
     out: &mut Outcome,
 ) -> Result<(), StreamError> {
     let mut msg = stream::payload(size);
-    let len = size as u32;
     let mut seq = 0u64;
     match conn {
         Conn::Tcp(s) => {
             let mut blocked = None;
             while !stop.load(Ordering::Relaxed) {
-                seq += 1;
-                Header {
-                    seq,
-                    flags: Flags::CLIENT,
-                    len,
-                }
-                .write(&mut msg);
+                seq = next_request(&mut msg, seq, Flags::CLIENT);
                 match stream::send_bounded(s, &msg, addr, stop, None, &mut blocked)? {
                     Sent::All => counter.add(size as u64),
                     Sent::Cut(stalled) => {
@@ -51,13 +56,7 @@ pub(super) fn send_async(
         }
         Conn::Udp(s) => {
             while !stop.load(Ordering::Relaxed) {
-                seq += 1;
-                Header {
-                    seq,
-                    flags: Flags::CLIENT,
-                    len,
-                }
-                .write(&mut msg);
+                seq = next_request(&mut msg, seq, Flags::CLIENT);
                 match s.send(&msg) {
                     Ok(_) => counter.add(size as u64),
                     Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => seq -= 1,
@@ -88,13 +87,7 @@ pub(super) fn sync_tcp(
     let mut blocked = None;
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
-            len: size as u32,
-        }
-        .write(&mut msg);
+        seq = next_request(&mut msg, seq, Flags::CLIENT.with(Flags::PONG_REQUEST));
         let sent_at = Instant::now();
         match stream::send_bounded(s, &msg, addr, stop, None, &mut blocked)? {
             Sent::All => out.sync_sent += 1,
@@ -150,13 +143,7 @@ pub(super) fn sync_udp(
     let mut inbuf = vec![0u8; MAX_UDP_MESSAGE_LEN + 1];
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        seq += 1;
-        Header {
-            seq,
-            flags: Flags::CLIENT.with(Flags::PONG_REQUEST),
-            len: size as u32,
-        }
-        .write(&mut msg);
+        seq = next_request(&mut msg, seq, Flags::CLIENT.with(Flags::PONG_REQUEST));
         let sent_at = Instant::now();
         match s.send(&msg) {
             Ok(_) => out.sync_sent += 1,

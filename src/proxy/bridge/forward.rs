@@ -74,17 +74,7 @@ fn decide(
     arrival: Instant,
     wire: u64,
 ) -> Option<(Instant, bool)> {
-    let mut lost = st.rng.chance(w.loss);
-    if let Some(ge) = &w.gilbert_elliott {
-        let p_loss = if st.bad { ge.loss_bad } else { ge.loss_good };
-        lost |= st.rng.chance(p_loss);
-        st.bad = if st.bad {
-            !st.rng.chance(ge.r)
-        } else {
-            st.rng.chance(ge.p)
-        };
-    }
-    if lost {
+    if st.rng.lost(w, &mut st.bad) {
         return None;
     }
     let ready = match w.rate_bps {
@@ -277,39 +267,32 @@ mod tests {
         }
     }
 
+    /// The release times of 10,000 frames of 100 bytes arriving 10 us apart from `t0` (none lost).
+    fn release_times(imp: &BridgeImpairment, t0: Instant) -> Vec<Instant> {
+        let mut st = state();
+        (0..10_000u64)
+            .map(|i| {
+                let arrival = t0 + Duration::from_micros(i * 10);
+                decide(imp, &imp.a_to_b, &mut st, arrival, 100).unwrap().0
+            })
+            .collect()
+    }
+
     #[test]
     fn jitter_keeps_order_unless_asked() {
         let mut imp = BridgeImpairment::default();
         imp.a_to_b.delay_ns = 10_000_000;
         imp.a_to_b.jitter_ns = 5_000_000;
         let t0 = Instant::now();
-        let mut st = state();
         let mut prev = t0;
-        for i in 0..10_000u64 {
-            let (at, _) = decide(
-                &imp,
-                &imp.a_to_b,
-                &mut st,
-                t0 + Duration::from_micros(i * 10),
-                100,
-            )
-            .unwrap();
+        for (i, at) in release_times(&imp, t0).into_iter().enumerate() {
             assert!(at >= prev, "reordered at {i}");
             prev = at;
         }
         imp.jitter_reorders = true;
-        let mut st = state();
         let mut inversions = 0;
         let mut prev = t0;
-        for i in 0..10_000u64 {
-            let (at, _) = decide(
-                &imp,
-                &imp.a_to_b,
-                &mut st,
-                t0 + Duration::from_micros(i * 10),
-                100,
-            )
-            .unwrap();
+        for at in release_times(&imp, t0) {
             inversions += (at < prev) as u32;
             prev = at;
         }

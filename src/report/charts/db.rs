@@ -7,7 +7,7 @@ use crate::doc::db::DbDoc;
 use crate::report::html::{Figure, Section};
 use crate::report::load::LoadError;
 use crate::report::svg::{Axis, Chart, Mark, Series, Unit};
-use crate::stats::{PercentilePoint, Summary};
+use crate::stats::Summary;
 
 pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
     let docs: Vec<DbDoc> = typed(runs)?;
@@ -108,16 +108,7 @@ fn phase_log_figures(sec: &mut Section, runs: &[Run], opts: &Options) {
                 color,
                 Mark::Columns(o.columns.ranges()),
             ));
-            let pts: Vec<PercentilePoint> = o
-                .histogram
-                .percentile_curve()
-                .iter()
-                .map(|p| PercentilePoint {
-                    percentile: p.percentile,
-                    value_ns: p.value_ns,
-                })
-                .collect();
-            let line = super::draw::percentile_points(&pts);
+            let line = super::draw::percentile_points(&o.histogram.percentile_curve());
             if let Some(max) = line.last() {
                 curves.push(Series::new("", color, Mark::Points(vec![*max])));
             }

@@ -438,11 +438,7 @@ pub(super) fn min_p50_p99_bars(
             ("p50", |s| s.p50_ns),
             ("p99", |s| s.p99_ns),
         ] {
-            let name = if runs.len() == 1 {
-                stat.to_string()
-            } else {
-                format!("{} {stat}", r.label)
-            };
+            let name = series_name(runs, &r.label, stat);
             let v = cats
                 .iter()
                 .map(|s| match s {
@@ -455,10 +451,7 @@ pub(super) fn min_p50_p99_bars(
     }
     let y = bar_axis("latency", &groups);
     let cats: Vec<&str> = categories.iter().map(String::as_str).collect();
-    let refs: Vec<(&str, Vec<f64>)> = groups
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.clone()))
-        .collect();
+    let refs = group_refs(&groups);
     let mut c = grouped_hbars(title, &cats, &refs, y, opts);
     c.note = Some(
         "Bars per row: smallest, median and 99th percentile; a missing bar: nothing measured."
@@ -495,15 +488,24 @@ pub(super) fn hist_of(samples: &[(f64, u64)]) -> (Vec<Bucket>, Vec<PercentilePoi
             count: b.count,
         })
         .collect();
-    let p = h
-        .percentile_curve()
+    (b, h.percentile_curve())
+}
+
+/// A series' name: `what`, after the run's `label` when several runs are compared.
+pub(super) fn series_name(runs: &[Run], label: &str, what: &str) -> String {
+    if runs.len() == 1 {
+        what.to_string()
+    } else {
+        format!("{label} {what}")
+    }
+}
+
+/// Bar groups (name, values) as [`grouped_bars`] and [`grouped_hbars`] take them.
+pub(super) fn group_refs(groups: &[(String, Vec<f64>)]) -> Vec<(&str, Vec<f64>)> {
+    groups
         .iter()
-        .map(|p| PercentilePoint {
-            percentile: p.percentile,
-            value_ns: p.value_ns,
-        })
-        .collect();
-    (b, p)
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect()
 }
 
 /// The three latency charts (over time, distribution, percentiles) from every sample of each run.

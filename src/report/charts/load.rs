@@ -1,8 +1,8 @@
 //! The `load` report: latency from the scheduled and the actual send, bars and curves.
 
 use super::draw::{
-    Options, Run, bar_axis, distribution, early, grouped_bars, heading, percentile_curve,
-    summary_row, summary_table, typed,
+    Options, Run, bar_axis, distribution, early, group_refs, grouped_bars, heading,
+    percentile_curve, series_name, summary_row, summary_table, typed,
 };
 use crate::doc::load::LoadDoc;
 use crate::report::html::{Figure, Section};
@@ -50,19 +50,12 @@ pub(super) fn load(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
                 .iter()
                 .map(|&x| if s.count == 0 { f64::NAN } else { x as f64 })
                 .collect();
-            let name = if runs.len() == 1 {
-                what.to_string()
-            } else {
-                format!("{} {what}", r.label)
-            };
+            let name = series_name(runs, &r.label, what);
             groups.push((name, v));
         }
     }
     let y = bar_axis("latency", &groups);
-    let refs: Vec<(&str, Vec<f64>)> = groups
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.clone()))
-        .collect();
+    let refs = group_refs(&groups);
     let mut bars = grouped_bars(
         "Latency from the scheduled and from the actual send time",
         &cats,

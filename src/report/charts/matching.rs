@@ -1,7 +1,8 @@
 //! The `capture match` report: both ends of the same requests, and the path between them.
 
 use super::draw::{
-    Options, Run, bar_axis, categories, grouped_hbars, heading, summary_row, summary_table, typed,
+    Options, Run, bar_axis, categories, group_refs, grouped_hbars, heading, series_name,
+    summary_row, summary_table, typed,
 };
 use crate::capture::matching::{OpMatch, PairedBy};
 use crate::doc::capture_match::MatchDoc;
@@ -76,19 +77,12 @@ pub(super) fn capture_match(runs: &[Run], opts: &Options) -> Result<Section, Loa
             if v.iter().all(|x| x.is_nan()) {
                 continue;
             }
-            let name = if runs.len() == 1 {
-                what.to_string()
-            } else {
-                format!("{} {what}", r.label)
-            };
+            let name = series_name(runs, &r.label, what);
             groups.push((name, v));
         }
     }
     let y = bar_axis("latency", &groups);
-    let refs: Vec<(&str, Vec<f64>)> = groups
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.clone()))
-        .collect();
+    let refs = group_refs(&groups);
     let mut c = grouped_hbars(
         "Latency at the server and at the client",
         &cats.iter().map(String::as_str).collect::<Vec<_>>(),

@@ -1,8 +1,8 @@
 //! The `capture rpc` report: per-operation latency to the first and last byte, over time.
 
 use super::draw::{
-    Options, Run, TimeRow, TimeSource, categories, grouped_hbars, heading, latency_over_time,
-    summary_row, summary_table, typed,
+    Options, Run, TimeRow, TimeSource, categories, group_refs, grouped_hbars, heading,
+    latency_over_time, series_name, summary_row, summary_table, typed,
 };
 use crate::capture::rpc::stats::OpRow;
 use crate::doc::rpc::RpcDoc;
@@ -113,18 +113,11 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
             if v.iter().all(|x| x.is_nan()) {
                 continue;
             }
-            let name = if runs.len() == 1 {
-                stat.to_string()
-            } else {
-                format!("{} {stat}", r.label)
-            };
+            let name = series_name(runs, &r.label, stat);
             groups.push((name, v));
         }
     }
-    let refs: Vec<(&str, Vec<f64>)> = groups
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.clone()))
-        .collect();
+    let refs = group_refs(&groups);
     let mut c = grouped_hbars(
         "Latency per operation",
         &cats,

@@ -1,7 +1,7 @@
 //! Tokens and words: the lexer, and what each word of the grammar is (protocol and kind qualifiers, numbers,
 //! named constants, keywords outside the subset with advice on what to write instead).
 
-use super::{Dir, MAX_WORD, ParseError, R};
+use super::{Dir, MAX_WORD, ParseError, Proto, R};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Tok {
@@ -101,23 +101,10 @@ pub(super) enum Kind {
     Portrange,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PQual {
-    Ip,
-    Ip6,
-    Arp,
-    Rarp,
-    Tcp,
-    Udp,
-    Sctp,
-    Icmp,
-    Icmp6,
-}
-
 /// The qualifiers of a primitive, inherited by a bare value that follows `and`/`or`/`not`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Quals {
-    pub(super) proto: Option<PQual>,
+    pub(super) proto: Option<Proto>,
     pub(super) dir: Dir,
     pub(super) kind: Option<Kind>,
 }
@@ -128,17 +115,17 @@ pub(super) const DEFAULT_Q: Quals = Quals {
     kind: None,
 };
 
-pub(super) fn pqual(w: &str) -> Option<PQual> {
+pub(super) fn pqual(w: &str) -> Option<Proto> {
     Some(match w {
-        "ip" => PQual::Ip,
-        "ip6" => PQual::Ip6,
-        "arp" => PQual::Arp,
-        "rarp" => PQual::Rarp,
-        "tcp" => PQual::Tcp,
-        "udp" => PQual::Udp,
-        "sctp" => PQual::Sctp,
-        "icmp" => PQual::Icmp,
-        "icmp6" => PQual::Icmp6,
+        "ip" => Proto::Ip,
+        "ip6" => Proto::Ip6,
+        "arp" => Proto::Arp,
+        "rarp" => Proto::Rarp,
+        "tcp" => Proto::Tcp,
+        "udp" => Proto::Udp,
+        "sctp" => Proto::Sctp,
+        "icmp" => Proto::Icmp,
+        "icmp6" => Proto::Icmp6,
         _ => return None,
     })
 }
