@@ -32,7 +32,8 @@
 //!   line a second) count as their last one; a page line `...` stands for any lines the page leaves out;
 //! - lines whose wording depends on the machine's load ([`VARIES`]) match from their start only, and the
 //!   words `yes`/`NO` (sweep's `held` column) match each other; lines that appear or not with the load
-//!   ([`OPTIONAL`]: sweep's cells whose rate was not held) are dropped from both sides;
+//!   ([`OPTIONAL`]: sweep's cells whose rate was not held; `! ` warnings and the `see below` pointing to them) are
+//!   dropped from both sides; consecutive rows alike but for numbers and `-` (no value) count as one;
 //! - a background command is compared on the lines it printed before the next one ran (its start-up lines);
 //!   a `$` line shown without output is run but not compared.
 
@@ -1488,7 +1489,8 @@ const VARIES: &[(&str, &str)] = &[
 ];
 
 /// Lines that are there or not depending on the machine's load (sweep names each cell whose rate was not held):
-/// dropped from both sides.
+/// dropped from both sides, as are warnings (`! 5 of 50 attempts not open`) and a row's `see below` pointing to
+/// one.
 const OPTIONAL: &[&str] = &[": rate NOT held: offered"];
 
 /// The bare integers of a command line as the page shows it: counts and sizes the run must print the same.
@@ -1506,13 +1508,19 @@ fn prepared(lines: &[String], keep: &BTreeSet<String>) -> Vec<String> {
     let mut out: Vec<(String, String)> = Vec::new();
     for l in lines {
         let t = l.trim();
-        if t.is_empty() || t.starts_with("note:") || OPTIONAL.iter().any(|o| t.contains(o)) {
+        if t.is_empty()
+            || t.starts_with("note:")
+            || t.starts_with("! ")
+            || OPTIONAL.iter().any(|o| t.contains(o))
+        {
             continue;
         }
+        // A row's pointer to its warning (`see below`) comes with the warning: both depend on the load.
+        let t = t.strip_suffix("see below").map_or(t, str::trim_end);
         let loose = skeleton(t, &none);
         let strict = skeleton(t, keep);
         match out.last_mut() {
-            Some(last) if last.0 == loose && t != "..." => last.1 = strict,
+            Some(last) if same_line(&last.0, &loose) && t != "..." => last.1 = strict,
             _ => out.push((loose, strict)),
         }
     }
