@@ -368,6 +368,31 @@ fn kernel_attempt(
     }
 }
 
+/// A classic BPF program for a raw IPv4 TCP socket that keeps the segments whose source port is `port` (the
+/// IP header's length read from its first byte, as tcpdump's `tcp src port` compiles).
+fn source_port_filter(port: u16) -> [libc::sock_filter; 5] {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    [
+        // X = 4 * (IP header length)
+        op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
+        // A = the TCP source port
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 0),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            0,
+            1,
+            u32::from(port),
+        ),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0xffff),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+    ]
+}
+
 /// Raw-socket state shared by the attempts of one run.
 struct RawProber {
     sock: Socket,
@@ -413,6 +438,29 @@ impl RawProber {
                 addr: dst,
                 source,
             })?;
+        // Only the target port's segments: a raw TCP socket gets a copy of every TCP segment from the target's
+        // address, and on a busy host (a bulk transfer on loopback) they fill its receive buffer until the
+        // SYN-ACK is dropped and the port reads as filtered. IPv4 raw sockets see the IP header first.
+        if dst.is_ipv4() {
+            crate::sys::attach_filter(&sock, &source_port_filter(dst.port())).map_err(
+                |source| ConnectError::Io {
+                    op: "filtering the raw socket to the target port (SO_ATTACH_FILTER)",
+                    addr: dst,
+                    source,
+                },
+            )?;
+        }
+        // What arrived before the filter (any TCP segment of the host) is dropped unread, so it cannot hold
+        // the buffer the first SYN-ACK needs (bounded: the target port itself may be streaming).
+        let mut stale = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        for _ in 0..100_000 {
+            if sock
+                .recv_with_flags(&mut stale, libc::MSG_DONTWAIT)
+                .is_err()
+            {
+                break;
+            }
+        }
         // The source address the kernel's routing picks for this destination.
         let probe = UdpSocket::bind(if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
             .and_then(|u| u.connect(dst).map(|_| u))
