@@ -246,6 +246,25 @@ fn io_error(op: &'static str, config: &PingConfig, source: io::Error) -> PingErr
     link::io_error_unanswered(op, config.transport, config.addr, source)
 }
 
+/// The header of `answer`, which must be the echo of message `seq` of `size` bytes (a TCP stream keeps the order:
+/// anything else is a peer that does not echo).
+fn echo_of(answer: &[u8], seq: u64, size: usize, config: &PingConfig) -> Result<Header, PingError> {
+    let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::InvalidAnswer {
+        addr: config.addr,
+        detail: e.to_string(),
+    })?;
+    if h.seq != seq || h.len as usize != size {
+        return Err(PingError::InvalidAnswer {
+            addr: config.addr,
+            detail: format!(
+                "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",
+                h.seq, h.len
+            ),
+        });
+    }
+    Ok(h)
+}
+
 /// Reads exactly `buf.len()` bytes of a TCP answer.
 fn read_full(
     s: &mut TcpStream,
@@ -574,19 +593,7 @@ fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
         read_full(s, &mut run.inbuf[..size], config, run.result.received)?;
         let received = run.t0.elapsed();
         let answer = &run.inbuf[..size];
-        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::InvalidAnswer {
-            addr: config.addr,
-            detail: e.to_string(),
-        })?;
-        if h.seq != seq || h.len as usize != size {
-            return Err(PingError::InvalidAnswer {
-                addr: config.addr,
-                detail: format!(
-                    "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",
-                    h.seq, h.len
-                ),
-            });
-        }
+        echo_of(answer, seq, size, config)?;
         run.result.received += 1;
         let server = run.server_time(answer);
         run.record(Sample {
@@ -804,21 +811,7 @@ fn paced_loop(
                     while stream.len() - used >= size {
                         let answer = &stream[used..used + size];
                         used += size;
-                        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| {
-                            PingError::InvalidAnswer {
-                                addr: config.addr,
-                                detail: e.to_string(),
-                            }
-                        })?;
-                        if h.seq != expect || h.len as usize != size {
-                            return Err(PingError::InvalidAnswer {
-                                addr: config.addr,
-                                detail: format!(
-                                    "expected the echo of message {expect} ({size} bytes), got sequence {} announcing {} bytes",
-                                    h.seq, h.len
-                                ),
-                            });
-                        }
+                        let h = echo_of(answer, expect, size, config)?;
                         expect += 1;
                         if h.seq < first_measured || last - h.seq >= window.len() {
                             continue;
