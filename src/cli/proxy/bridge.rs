@@ -41,15 +41,7 @@ pub struct BridgeArgs {
 /// The bridge impairment the arguments ask for; refused combinations are errors naming the option.
 fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
     let b = &a.bridge_args;
-    let tcp_only = [
-        ("--window", a.window.is_some()),
-        ("--bandwidth-total", a.bandwidth_total.is_some()),
-        ("--reset-after", a.reset_after.is_some()),
-        ("--stall-after", a.stall_after.is_some()),
-        ("--close-after", a.close_after.is_some()),
-        ("--slow-close", !a.slow_close.is_zero()),
-    ];
-    if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+    if let Some(name) = super::tcp_only_given(a, true) {
         return Err(super::super::output::refused(format!(
             "{name} applies to the TCP proxy, not to --bridge (frames pass as they are; the endpoints' own TCP \
              does windows and closes); leave out {name}"

@@ -179,14 +179,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
         (None, None) => Duration::ZERO,
     };
     if a.udp {
-        let tcp_only = [
-            ("--window", a.window.is_some()),
-            ("--reset-after", a.reset_after.is_some()),
-            ("--stall-after", a.stall_after.is_some()),
-            ("--close-after", a.close_after.is_some()),
-            ("--slow-close", !a.slow_close.is_zero()),
-        ];
-        if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+        if let Some(name) = tcp_only_given(a, false) {
             return Err(super::output::refused(format!(
                 "{name} applies to TCP connections only; leave out --udp or {name}"
             )));
@@ -312,4 +305,19 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
 fn max_clients(s: &str) -> Result<u32, String> {
     let n = args::count(s)?;
     u32::try_from(n).map_err(|_| format!("'{s}' is more than {} clients", u32::MAX))
+}
+
+/// The first option given that only a TCP proxy uses (`--bandwidth-total` counted when `total`: the UDP proxy
+/// takes it, the bridge does not).
+fn tcp_only_given(a: &ProxyArgs, total: bool) -> Option<&'static str> {
+    [
+        ("--window", a.window.is_some()),
+        ("--bandwidth-total", total && a.bandwidth_total.is_some()),
+        ("--reset-after", a.reset_after.is_some()),
+        ("--stall-after", a.stall_after.is_some()),
+        ("--close-after", a.close_after.is_some()),
+        ("--slow-close", !a.slow_close.is_zero()),
+    ]
+    .into_iter()
+    .find_map(|(name, set)| set.then_some(name))
 }
