@@ -3,10 +3,10 @@
 
 use super::super::args;
 use super::super::output::{Exit, note, out, out_text};
-use super::{Dir, Dist, ProxyArgs};
+use super::{Dir, ProxyArgs};
 use clap::Args;
 use roundtrip::proxy::bridge::{self, BridgeConfig, BridgeCounters, BridgeImpairment, WayDoc};
-use roundtrip::proxy::{GilbertElliott, Impairment, JitterDist};
+use roundtrip::proxy::{GilbertElliott, Impairment};
 use roundtrip::report::json;
 use roundtrip::report::text::proxy::bridge_counters_text;
 use roundtrip::units::{fmt_bytes, fmt_duration};
@@ -95,24 +95,12 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
                     loss_bad: 1.0,
                 }),
             ),
-            None => (
-                a.loss,
-                a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
-                    p,
-                    r,
-                    loss_good: a.ge_loss_good,
-                    loss_bad: a.ge_loss_bad,
-                }),
-            ),
+            None => (a.loss, a.gilbert_elliott()),
         };
         Impairment {
             delay_ns: d.as_nanos() as u64,
             jitter_ns: a.jitter.as_nanos() as u64,
-            jitter_dist: match a.jitter_dist {
-                Dist::Uniform => JitterDist::Uniform,
-                Dist::Normal => JitterDist::Normal,
-                Dist::Pareto => JitterDist::Pareto,
-            },
+            jitter_dist: a.jitter_dist.into(),
             rate_bps: a.bandwidth,
             loss,
             gilbert_elliott,

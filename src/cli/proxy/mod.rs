@@ -19,6 +19,28 @@ enum Dist {
     Pareto,
 }
 
+impl From<Dist> for JitterDist {
+    fn from(d: Dist) -> JitterDist {
+        match d {
+            Dist::Uniform => JitterDist::Uniform,
+            Dist::Normal => JitterDist::Normal,
+            Dist::Pareto => JitterDist::Pareto,
+        }
+    }
+}
+
+impl ProxyArgs {
+    /// The Gilbert-Elliott loss model of `--ge-p`/`--ge-r` (with the good and bad states' loss), when given.
+    fn gilbert_elliott(&self) -> Option<GilbertElliott> {
+        self.ge_p.zip(self.ge_r).map(|(p, r)| GilbertElliott {
+            p,
+            r,
+            loss_good: self.ge_loss_good,
+            loss_bad: self.ge_loss_bad,
+        })
+    }
+}
+
 /// Directions that get delay, jitter and bandwidth.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Dir {
@@ -200,11 +222,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
     Ok(Impairment {
         delay_ns: delay.as_nanos() as u64,
         jitter_ns: a.jitter.as_nanos() as u64,
-        jitter_dist: match a.jitter_dist {
-            Dist::Uniform => JitterDist::Uniform,
-            Dist::Normal => JitterDist::Normal,
-            Dist::Pareto => JitterDist::Pareto,
-        },
+        jitter_dist: a.jitter_dist.into(),
         direction,
         rate_bps: a.bandwidth,
         rate_total_bps: a.bandwidth_total,
@@ -214,12 +232,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
         close_after_bytes: a.close_after,
         slow_close_ns: a.slow_close.as_nanos() as u64,
         loss: a.loss,
-        gilbert_elliott: a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
-            p,
-            r,
-            loss_good: a.ge_loss_good,
-            loss_bad: a.ge_loss_bad,
-        }),
+        gilbert_elliott: a.gilbert_elliott(),
         reorder: a.reorder,
         reorder_delay_ns: a.reorder_delay.as_nanos() as u64,
         duplicate: a.duplicate,
