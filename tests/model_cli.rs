@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::procs::MODEL_TRANSFER;
+use common::procs::{MODEL_TRANSFER, PROXY_TO_NOWHERE};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -127,41 +127,10 @@ fn bad_units_and_impossible_values_are_refused() {
         &["model", "bdp", "--bandwidth", "1gigabit", "--rtt", "40ms"],
         &["model", "mathis", "--rtt", "40ms", "--loss", "2"],
         &[&MODEL_TRANSFER[..], &["--mtu", "20"]].concat()[..],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--delay",
-            "20",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--delay=-5ms",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--bandwidth",
-            "100",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--window",
-            "4 MiBs",
-        ],
+        &[&PROXY_TO_NOWHERE[..], &["--delay", "20"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--delay=-5ms"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--bandwidth", "100"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--window", "4 MiBs"]].concat()[..],
         &["proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"],
     ] {
         rt().args(args)

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::procs::{MODEL_BDP, MODEL_TRANSFER};
+use common::procs::{MODEL_BDP, MODEL_TRANSFER, PROXY_TO_NOWHERE};
 
 use assert_cmd::Command;
 
@@ -117,16 +117,10 @@ fn each_old_spelling_parses_and_names_the_new_one() {
         &["capture", "bpf", "-y", "any", "tcp"],
         &["capture", "bpf", "--linktype", "any", "tcp"],
         &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--bandwidth",
-            "100mbit",
-            "--bandwidth-total",
-            "1gbit",
-        ],
+            &PROXY_TO_NOWHERE[..],
+            &["--bandwidth", "100mbit", "--bandwidth-total", "1gbit"],
+        ]
+        .concat()[..],
         &MODEL_BDP,
         &MODEL_TRANSFER,
         &["agent", "--peer", "127.0.0.1", "--span", "30s"],

@@ -433,3 +433,12 @@ pub const MODEL_TRANSFER: [&str; 6] = [
     "--bandwidth",
     "1gbit",
 ];
+
+/// `proxy` listening on a free loopback port with an upstream where nothing listens (for parse and refusal runs).
+pub const PROXY_TO_NOWHERE: [&str; 5] = [
+    "proxy",
+    "--listen",
+    "127.0.0.1:0",
+    "--upstream",
+    "127.0.0.1:1",
+];
