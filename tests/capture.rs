@@ -532,10 +532,10 @@ fn ping_pong(srv: roundtrip::server::ServerHandle, count: u64) -> u16 {
     use roundtrip::probe::ping::{self, NoObserver, PingConfig, Stop, Transport};
     let addr = srv.tcp_addr().unwrap();
     let mut cfg = PingConfig::new(addr);
-    cfg.transport = Transport::Tcp;
+    cfg.link.transport = Transport::Tcp;
     cfg.stop = Stop::Count(count);
     cfg.warmup = Duration::ZERO;
-    cfg.timeout = Duration::from_secs(10);
+    cfg.link.timeout = Duration::from_secs(10);
     let r = ping::run(&cfg, &mut NoObserver).unwrap();
     assert_eq!(r.received, count);
     drop(srv);

@@ -39,6 +39,8 @@
 
 mod common;
 
+use common::procs::{MODEL_BDP, MODEL_TRANSFER};
+
 use common::procs::bin;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -418,11 +420,7 @@ fn every_shown_command_line_parses() {
             }
             continue;
         }
-        let o = Command::new(bin())
-            .args(&words)
-            .env("ROUNDTRIP_PARSE_ONLY", "1")
-            .output()
-            .unwrap();
+        let o = common::procs::parse_only(&words);
         parsed += 1;
         // A page may show a refusal on purpose (the errors page): then the program must refuse it with the
         // same one-line error (by shape), not accept it.
@@ -928,11 +926,7 @@ fn help_examples_parse_and_the_offline_ones_run() {
         }
         for line in lines {
             let words = shell_words(line);
-            let o = Command::new(bin())
-                .args(&words)
-                .env("ROUNDTRIP_PARSE_ONLY", "1")
-                .output()
-                .unwrap();
+            let o = common::procs::parse_only(&words);
             if !o.status.success() {
                 bad.push(format!(
                     "help example `roundtrip {line}`: {}",
@@ -969,18 +963,11 @@ fn json_format_page_lists_every_offline_kind_and_its_fields() {
             "model", "tps", "--tps", "2000", "--rtt", "0.2ms", "--at", "1ms",
         ],
         &["model", "window", "--window", "64KiB", "--rtt", "40ms"],
-        &["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"],
+        &MODEL_BDP,
         &[
             "model", "mathis", "--mss", "1448", "--loss", "0.1%", "--rtt", "40ms",
         ],
-        &[
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-        ],
+        &MODEL_TRANSFER,
         &["capture", "stats", "docs/captures/roundtrip-ping.pcap"],
         &["capture", "timeline", "docs/captures/roundtrip-ping.pcap"],
         &["capture", "flows", "docs/captures/roundtrip-ping.pcap"],

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::procs::{MODEL_TRANSFER, PROXY_TO_NOWHERE};
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use std::io::{BufRead, BufReader, Read};
@@ -76,17 +78,8 @@ fn window_bdp_mathis_transfer() {
     .stdout(predicate::str::contains("35.76 Mbit/s"));
     // Seed 004: an 8 KiB block is 6 frames of at most 1448 bytes; one jumbo frame.
     let out = rt()
-        .args([
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-            "--mtu",
-            "1500,9000",
-            "--json",
-        ])
+        .args(MODEL_TRANSFER)
+        .args(["--mtu", "1500,9000", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -133,51 +126,11 @@ fn bad_units_and_impossible_values_are_refused() {
         &["model", "window", "--window", "64 parsecs", "--rtt", "40ms"],
         &["model", "bdp", "--bandwidth", "1gigabit", "--rtt", "40ms"],
         &["model", "mathis", "--rtt", "40ms", "--loss", "2"],
-        &[
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-            "--mtu",
-            "20",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--delay",
-            "20",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--delay=-5ms",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--bandwidth",
-            "100",
-        ],
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--window",
-            "4 MiBs",
-        ],
+        &[&MODEL_TRANSFER[..], &["--mtu", "20"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--delay", "20"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--delay=-5ms"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--bandwidth", "100"]].concat()[..],
+        &[&PROXY_TO_NOWHERE[..], &["--window", "4 MiBs"]].concat()[..],
         &["proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"],
     ] {
         rt().args(args)

@@ -29,10 +29,10 @@ fn local_server() -> server::ServerHandle {
 
 fn config(addr: SocketAddr, transport: Transport, count: u64) -> PingConfig {
     let mut c = PingConfig::new(addr);
-    c.transport = transport;
+    c.link.transport = transport;
     c.stop = Stop::Count(count);
     c.warmup = Duration::from_millis(50);
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     c
 }
 

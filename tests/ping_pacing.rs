@@ -187,12 +187,12 @@ fn open_loop_after_a_warm_up_measures_only_its_own_messages() {
     let (_srv, port) = server();
     for transport in [Transport::Tcp, Transport::Udp] {
         let mut c = PingConfig::new(([127, 0, 0, 1], port).into());
-        c.transport = transport;
+        c.link.transport = transport;
         c.stop = Stop::Count(40);
         c.interval = Some(Duration::from_millis(2));
         c.open_loop = true;
         c.warmup = Duration::from_millis(50);
-        c.timeout = Duration::from_secs(5);
+        c.link.timeout = Duration::from_secs(5);
         let mut seen = Collect(Vec::new());
         let r = ping::run(&c, &mut seen).unwrap();
         assert!(r.error.is_none(), "{transport}: {:?}", r.error);

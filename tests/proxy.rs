@@ -56,7 +56,7 @@ fn ping_p50_p99(addr: SocketAddr, stop: Stop, interval: Option<Duration>) -> (u6
     c.stop = stop;
     c.interval = interval;
     c.warmup = Duration::from_millis(300);
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     let r = ping::run(&c, &mut NoObserver).expect("ping");
     assert!(r.error.is_none(), "ping failed: {:?}", r.error);
     let s = r.rtt.summary();
@@ -718,7 +718,7 @@ fn udp_ping_through_the_proxy_sees_the_delay() {
         false,
     );
     let mut c = PingConfig::new(p.listen_addr());
-    c.transport = ping::Transport::Udp;
+    c.link.transport = ping::Transport::Udp;
     c.stop = Stop::Count(30);
     c.warmup = Duration::ZERO;
     let r = ping::run(&c, &mut NoObserver).unwrap();

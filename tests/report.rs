@@ -324,7 +324,7 @@ fn real_run(count: u64, log: &Path) -> (PingDoc, Vec<u64>) {
     let mut c = PingConfig::new(srv.tcp_addr().unwrap());
     c.stop = Stop::Count(count);
     c.warmup = Duration::from_millis(20);
-    c.timeout = Duration::from_secs(10);
+    c.link.timeout = Duration::from_secs(10);
     c.report_interval = Duration::from_millis(50);
     struct Both(FullLog<std::io::BufWriter<std::fs::File>>, Vec<u64>);
     impl ping::Observer for Both {
@@ -341,7 +341,7 @@ fn real_run(count: u64, log: &Path) -> (PingDoc, Vec<u64>) {
     assert_eq!(full.finish().unwrap(), count);
     srv.shutdown();
     (
-        PingDoc::new("local", &r, c.stop, None, c.warmup, c.timeout),
+        PingDoc::new("local", &r, c.stop, None, c.warmup, c.link.timeout),
         rtts,
     )
 }

@@ -206,12 +206,12 @@ fn a_forged_source_address_receives_no_stream() {
 
 fn tp(addr: SocketAddr, duration: Duration) -> ThroughputConfig {
     let mut c = ThroughputConfig::new(addr);
-    c.transport = Transport::Udp;
+    c.link.transport = Transport::Udp;
     c.sizes = vec![1400];
     c.reverse = true;
     c.duration = duration;
     c.report_interval = Duration::from_millis(200);
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     c
 }
 
@@ -307,7 +307,7 @@ fn ping_once(addr: SocketAddr) -> Result<u64, String> {
     let mut c = PingConfig::new(addr);
     c.stop = Stop::Count(3);
     c.warmup = Duration::ZERO;
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     match ping::run(&c, &mut NoObserver) {
         Ok(r) if r.error.is_none() => Ok(r.received),
         Ok(r) => Err(r.error.unwrap().to_string()),
@@ -589,11 +589,11 @@ fn keyed_ping(
     psk: Option<Psk>,
 ) -> Result<PeerKind, String> {
     let mut c = PingConfig::new(addr);
-    c.transport = transport;
+    c.link.transport = transport;
     c.stop = Stop::Count(5);
     c.warmup = Duration::ZERO;
-    c.timeout = Duration::from_secs(3);
-    c.psk = psk;
+    c.link.timeout = Duration::from_secs(3);
+    c.link.psk = psk;
     match ping::run(&c, &mut NoObserver) {
         Ok(r) if r.error.is_none() && r.received == 5 => Ok(r.peer),
         Ok(r) => Err(format!("{:?} after {} answers", r.error, r.received)),
@@ -668,11 +668,11 @@ fn with_a_key_the_server_answers_only_those_who_prove_it() {
     // Throughput with the key, both ways.
     let mut c = ThroughputConfig::new(tcp);
     c.duration = Duration::from_millis(300);
-    c.psk = Some(psk.clone());
+    c.link.psk = Some(psk.clone());
     let r = throughput::run(&c, &mut throughput::NoObserver).unwrap();
     assert!(r.runs[0].error.is_none(), "{:?}", r.runs[0].error);
     let mut c = tp(udp, Duration::from_millis(300));
-    c.psk = Some(psk);
+    c.link.psk = Some(psk);
     let r = throughput::run(&c, &mut throughput::NoObserver).unwrap();
     assert!(r.runs[0].error.is_none(), "{:?}", r.runs[0].error);
 }
@@ -693,7 +693,7 @@ fn a_client_with_a_key_refuses_a_server_without_one() {
     }
     // A throughput client says the same.
     let mut c = ThroughputConfig::new(srv.tcp_addr().unwrap());
-    c.psk = Some(psk);
+    c.link.psk = Some(psk);
     match throughput::run(&c, &mut throughput::NoObserver) {
         Err(StreamError::Handshake { .. }) => {}
         Ok(r) if r.runs[0].error.is_some() => {}

@@ -33,22 +33,22 @@ fn embedded() -> (ServerHandle, SocketAddr) {
 
 fn tp_config(addr: SocketAddr, transport: Transport, size: usize) -> ThroughputConfig {
     let mut c = ThroughputConfig::new(addr);
-    c.transport = transport;
+    c.link.transport = transport;
     c.sizes = vec![size];
     c.duration = Duration::from_millis(800);
     c.report_interval = Duration::from_millis(200);
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     c
 }
 
 fn load_config(addr: SocketAddr, transport: Transport) -> LoadConfig {
     let mut c = LoadConfig::new(addr);
-    c.transport = transport;
+    c.link.transport = transport;
     c.rate = 2000.0;
     c.reply_every = 10;
     c.duration = Duration::from_secs(1);
     c.warmup = Duration::from_millis(200);
-    c.timeout = Duration::from_secs(5);
+    c.link.timeout = Duration::from_secs(5);
     c
 }
 
@@ -471,7 +471,7 @@ fn deaf_server() -> (
 fn a_server_that_stops_reading_ends_the_run_at_its_duration() {
     let (addr, t, done) = deaf_server();
     let mut c = tp_config(addr, Transport::Tcp, 65536);
-    c.extensions = false;
+    c.link.extensions = false;
     c.duration = Duration::from_secs(2);
     let start = Instant::now();
     let r = throughput::run(&c, &mut NoObserver).unwrap();
@@ -491,7 +491,7 @@ fn a_server_that_stops_reading_ends_the_run_at_its_duration() {
     );
 
     let mut l = load_config(addr, Transport::Tcp);
-    l.extensions = false;
+    l.link.extensions = false;
     l.rate = 50_000.0;
     l.size = 16384;
     l.warmup = Duration::ZERO;

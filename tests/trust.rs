@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::procs::{MODEL_BDP, MODEL_TRANSFER};
+
 use std::process::Command;
 
 /// Runs the binary with `args`; returns (exit code, stdout, stderr).
@@ -587,27 +589,12 @@ fn no_team_words_reach_users() {
             "model", "tps", "--tps", "2356", "--rtt", "0.021ms", "--at", "40ms", "--json",
         ],
         vec!["model", "window", "--window", "64KiB", "--rtt", "40ms"],
-        vec!["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"],
+        MODEL_BDP.to_vec(),
         vec![
             "model", "mathis", "--mss", "1448", "--rtt", "40ms", "--loss", "0.01",
         ],
-        vec![
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-        ],
-        vec![
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-            "--json",
-        ],
+        MODEL_TRANSFER.to_vec(),
+        [&MODEL_TRANSFER[..], &["--json"]].concat(),
         vec!["demo", "--duration", "100ms"],
     ] {
         let (code, stdout, stderr) = rt(&args);

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::procs::bin;
+use common::procs::{bin, parse_only};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -484,14 +484,6 @@ fn the_scan_sees_each_form() {
     );
     let m = manifest_command_lines("args:\n  - ping\n  # c\n  - -n\n  - 5\nnext: 1\n");
     assert_eq!(old_spellings_in(&rows, &m[0].1).len(), 1);
-}
-
-fn parse_only(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("ROUNDTRIP_PARSE_ONLY", "1")
-        .output()
-        .unwrap()
 }
 
 fn run(args: &[&str]) -> Output {

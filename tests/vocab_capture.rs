@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::procs::{MODEL_BDP, MODEL_TRANSFER, PROXY_TO_NOWHERE};
+
 use assert_cmd::Command;
 
 fn rt() -> Command {
@@ -13,11 +15,7 @@ fn rt() -> Command {
 
 /// Runs `args` with ROUNDTRIP_PARSE_ONLY=1 (parsed, nothing run): exit code and stderr.
 fn parse_only(args: &[&str]) -> (i32, String) {
-    let o = rt()
-        .env("ROUNDTRIP_PARSE_ONLY", "1")
-        .args(args)
-        .output()
-        .unwrap();
+    let o = common::procs::parse_only(args);
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stderr).into_owned(),
@@ -119,25 +117,12 @@ fn each_old_spelling_parses_and_names_the_new_one() {
         &["capture", "bpf", "-y", "any", "tcp"],
         &["capture", "bpf", "--linktype", "any", "tcp"],
         &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:1",
-            "--bandwidth",
-            "100mbit",
-            "--bandwidth-total",
-            "1gbit",
-        ],
-        &["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"],
-        &[
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-        ],
+            &PROXY_TO_NOWHERE[..],
+            &["--bandwidth", "100mbit", "--bandwidth-total", "1gbit"],
+        ]
+        .concat()[..],
+        &MODEL_BDP,
+        &MODEL_TRANSFER,
         &["agent", "--peer", "127.0.0.1", "--span", "30s"],
         &["mesh", "--prometheus", "http://127.0.0.1:9", "--span", "5m"],
         // `db --link` keeps its word.
@@ -180,15 +165,7 @@ fn old_spellings_give_the_same_results() {
         &[
             "model", "transfer", "--bytes", "8KiB", "--link", "1gbit", "--json",
         ],
-        &[
-            "model",
-            "transfer",
-            "--bytes",
-            "8KiB",
-            "--bandwidth",
-            "1gbit",
-            "--json",
-        ],
+        &[&MODEL_TRANSFER[..], &["--json"]].concat()[..],
     );
     same(
         &["capture", "bpf", "--link", "linux-sll2", "tcp port 5432"],

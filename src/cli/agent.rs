@@ -158,13 +158,6 @@ fn say(line: String) {
     let _ = o.flush();
 }
 
-fn series_line(n: usize, max: usize) -> String {
-    format!(
-        "{n} targets x {SERIES_PER_TARGET} series = {} series (max {max})",
-        n * SERIES_PER_TARGET
-    )
-}
-
 /// What the targets thread needs.
 struct Watch {
     cli: CliTargets,
@@ -237,7 +230,7 @@ impl Watch {
             self.refused = Some(got.targets.clone());
             note(format!(
                 "roundtrip agent: the new target list has {}, over --max-series; keeping the previous {} targets",
-                series_line(n, self.max_series),
+                roundtrip::report::text::agent::series_line(n, SERIES_PER_TARGET, self.max_series),
                 self.current.len()
             ));
             return;
@@ -664,7 +657,11 @@ fn announce(
     say(format!(
         "roundtrip agent: source {}, {}{psk_note}",
         placed.source,
-        series_line(placed.targets.len(), a.max_series)
+        roundtrip::report::text::agent::series_line(
+            placed.targets.len(),
+            SERIES_PER_TARGET,
+            a.max_series
+        )
     ));
     if placed.start.first.left_out_self > 0 {
         note(format!(

@@ -1,7 +1,6 @@
 //! `roundtrip compare`: ICMP, TCP handshake, application ping and the kernel's RTT, side by side.
 
 use super::args;
-use super::connect::dns_words;
 use super::output::{Exit, error_line, note, out_text};
 use clap::Args;
 use roundtrip::doc::compare::CompareDoc;
@@ -11,6 +10,7 @@ use roundtrip::probe::connect::ConnectMode;
 use roundtrip::probe::icmp::IcmpMode;
 use roundtrip::probe::target::Target;
 use roundtrip::report::text::compare::compare_text;
+use roundtrip::report::text::connect::dns_words;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use roundtrip::probe::connect::{
     self, Attempt, ConnectConfig, ConnectMode, ConnectObserver, PortState,
 };
 use roundtrip::probe::target::Target;
-use roundtrip::report::text::summary_table;
+use roundtrip::report::text::{self, summary_table};
 use roundtrip::units::fmt_duration;
 use std::time::Duration;
 
@@ -35,15 +35,6 @@ pub struct ConnectArgs {
     out: super::common::ResultArgs,
 }
 
-/// DNS time for humans: "(literal address)" when no lookup was done.
-pub fn dns_words(host: &str, dns: Duration) -> String {
-    if host.parse::<std::net::IpAddr>().is_ok() {
-        "literal address, no DNS lookup".into()
-    } else {
-        format!("DNS lookup of {host} took {}", fmt_duration(dns))
-    }
-}
-
 struct Printer {
     enabled: bool,
 }
@@ -51,27 +42,9 @@ struct Printer {
 impl ConnectObserver for Printer {
     fn attempt(&mut self, a: &Attempt) {
         if self.enabled {
-            let _ = out_text(attempt_line(a));
+            let _ = out_text(text::connect::attempt_line(a));
         }
     }
-}
-
-fn attempt_line(a: &Attempt) -> String {
-    let what = match (a.state, a.time) {
-        (PortState::Open, Some(t)) => format!("handshake {}", fmt_duration(t)),
-        (PortState::Closed, Some(t)) => format!("RST after {}", fmt_duration(t)),
-        (PortState::Unreachable, Some(t)) => format!("error after {}", fmt_duration(t)),
-        _ => String::new(),
-    };
-    let detail = match (&a.detail, a.state) {
-        (Some(d), PortState::Filtered | PortState::Unreachable) => format!("  {d}"),
-        _ => String::new(),
-    };
-    format!(
-        "seq={:<4} {:<12} {what}{detail}\n",
-        a.seq,
-        a.state.to_string()
-    )
 }
 
 /// Runs `roundtrip connect`.
@@ -111,7 +84,7 @@ pub fn run(a: ConnectArgs) -> anyhow::Result<Exit> {
             config.mode,
             config.count,
             fmt_duration(config.timeout),
-            dns_words(&target.host, dns)
+            text::connect::dns_words(&target.host, dns)
         ))?;
     }
     let result = connect::run(

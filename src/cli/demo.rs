@@ -33,11 +33,11 @@ fn measure(
     cancel: &Arc<AtomicBool>,
 ) -> anyhow::Result<PingResult> {
     let mut c = PingConfig::new(addr);
-    c.transport = transport;
+    c.link.transport = transport;
     c.size = size;
     c.stop = Stop::Duration(duration);
     c.warmup = Duration::from_millis(300);
-    c.timeout = Duration::from_secs(1);
+    c.link.timeout = Duration::from_secs(1);
     c.cancel = cancel.clone();
     ping::run(&c, &mut NoObserver).with_context(|| format!("{transport} ping to {addr}"))
 }

@@ -1,13 +1,13 @@
 //! `roundtrip icmp`: ICMP echo round trips, as ping and fping measure them.
 
 use super::args;
-use super::connect::dns_words;
 use super::output::{Exit, error_line, out_text};
 use clap::Args;
 use roundtrip::doc::icmp::IcmpDoc;
 use roundtrip::doc::{Header, Interrupted, kind};
 use roundtrip::probe::icmp::{self, IcmpConfig, IcmpMode, IcmpObserver, Probe, ProbeOutcome};
 use roundtrip::probe::target::Target;
+use roundtrip::report::text::connect::dns_words;
 use roundtrip::report::text::summary_table;
 use roundtrip::units::{fmt_duration, fmt_nanos};
 use std::net::IpAddr;

@@ -1,14 +1,11 @@
 //! From a client command's arguments to its link ([`LinkConfig`]): the server (`HOST[:PORT]`), `-u`, the
 //! timeout and the [`ClientArgs`] group (`--no-extensions`, `--psk-file`), built the same way for ping, load,
-//! sweep and throughput; [`UseLink`] copies the link into each engine's configuration and, once everything is
-//! checked, resolves the server.
+//! sweep and throughput; each engine's configuration embeds it (`config.link = link`) and, once everything is
+//! checked, [`connect_to`] resolves the server.
 
 use super::common::ClientArgs;
 use roundtrip::probe::link::{LinkConfig, Transport};
-use roundtrip::probe::load::LoadConfig;
-use roundtrip::probe::ping::PingConfig;
 use roundtrip::probe::target::{Family, Target};
-use roundtrip::probe::throughput::ThroughputConfig;
 use roundtrip::wire::sockperf::DEFAULT_PORT;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -35,38 +32,16 @@ impl ClientArgs {
     }
 }
 
-/// An engine configuration that holds a link's settings.
-pub trait UseLink {
-    /// Takes the address, transport, key, extensions and timeout of `link`.
-    fn use_link(&mut self, link: LinkConfig);
-
-    /// After every check: resolves `target` in `family`, points the configuration at the address found and
-    /// lets Ctrl-C stop the run; the address.
-    fn connect_to(&mut self, target: &Target, family: Family) -> anyhow::Result<SocketAddr>;
+/// After every check: resolves `target` in `family` and points `link` at the address found; the address.
+pub fn connect_to(
+    link: &mut LinkConfig,
+    target: &Target,
+    family: Family,
+) -> anyhow::Result<SocketAddr> {
+    let (addr, _) = target.resolve(family)?;
+    link.addr = addr;
+    Ok(addr)
 }
-
-macro_rules! use_link {
-    ($($t:ty),*) => {$(
-        impl UseLink for $t {
-            fn use_link(&mut self, link: LinkConfig) {
-                self.addr = link.addr;
-                self.transport = link.transport;
-                self.psk = link.psk;
-                self.extensions = link.extensions;
-                self.timeout = link.timeout;
-            }
-
-            fn connect_to(&mut self, target: &Target, family: Family) -> anyhow::Result<SocketAddr> {
-                let (addr, _) = target.resolve(family)?;
-                self.addr = addr;
-                self.cancel = super::common::cancel_on_ctrl_c();
-                Ok(addr)
-            }
-        }
-    )*};
-}
-
-use_link!(PingConfig, LoadConfig, ThroughputConfig);
 
 #[cfg(test)]
 mod tests {
@@ -104,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn use_link_copies_every_setting() {
+    fn a_config_takes_the_whole_link() {
         let (_, mut link) = ClientArgs {
             no_extensions: true,
             psk_file: None,
@@ -112,9 +87,9 @@ mod tests {
         .link_config("127.0.0.1:9", true, Duration::from_millis(700))
         .unwrap();
         link.addr = SocketAddr::from(([127, 0, 0, 2], 9));
-        let mut c = PingConfig::new(SocketAddr::from(([127, 0, 0, 1], 1)));
-        c.use_link(link);
-        let got = c.link();
+        let mut c = roundtrip::probe::ping::PingConfig::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        c.link = link;
+        let got = &c.link;
         assert_eq!(got.addr, SocketAddr::from(([127, 0, 0, 2], 9)));
         assert_eq!(got.transport, Transport::Udp);
         assert!(!got.extensions);

@@ -2,7 +2,6 @@
 //! coordinated omission).
 
 use super::args;
-use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text};
 use super::throughput::message_size;
 use clap::Args;
@@ -75,7 +74,7 @@ impl OpenLoopArgs {
     ) -> anyhow::Result<(Target, LoadConfig)> {
         let (target, link) = self.client.link_config(target, udp, timeout)?;
         let mut config = LoadConfig::new(link.addr);
-        config.use_link(link);
+        config.link = link;
         config.realtime = self.realtime;
         config.reply_every = reply_every;
         config.warmup = warmup;
@@ -88,12 +87,13 @@ impl OpenLoopArgs {
 pub fn run(a: LoadArgs) -> anyhow::Result<Exit> {
     let schedule = (a.reply_every, a.warmup, a.duration);
     let (target, mut config) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
-    let transport = config.transport;
+    let transport = config.link.transport;
     config.size = a.size;
     config.rate = a.rate;
     config.validate().map_err(super::output::refused)?;
     a.send.pictures.validate().map_err(super::output::refused)?;
-    let addr = config.connect_to(&target, a.send.family.family())?;
+    let addr = super::link::connect_to(&mut config.link, &target, a.send.family.family())?;
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.send.json {
         out_text(traffic::load_heading(
             &target.to_string(),

@@ -1,7 +1,6 @@
 //! `roundtrip ping`: application-level ping-pong against a roundtrip or sockperf server.
 
 use super::args;
-use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use anyhow::Context;
 use clap::Args;
@@ -126,7 +125,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         (None, None) => Stop::Duration(Duration::from_secs(10)),
     };
     let mut config = PingConfig::new(link.addr);
-    config.use_link(link);
+    config.link = link;
     config.size = usize::try_from(a.size).unwrap_or(usize::MAX);
     config.stop = stop;
     config.interval = interval;
@@ -148,7 +147,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<Exit> {
         ),
         None => None,
     };
-    let addr = config.connect_to(&target, family)?;
+    let addr = super::link::connect_to(&mut config.link, &target, family)?;
+    config.cancel = super::common::cancel_on_ctrl_c();
 
     if !a.json {
         out_text(text::ping_heading(

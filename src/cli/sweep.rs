@@ -1,7 +1,6 @@
 //! `roundtrip sweep`: latency percentiles over message size x offered rate.
 
 use super::args;
-use super::link::UseLink;
 use super::output::{Exit, error_line, note, out, out_text, stderr_is_tty};
 use super::throughput::{SizeList, size_list};
 use clap::Args;
@@ -87,7 +86,7 @@ impl Observer for Progress {
 pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     let schedule = (a.reply_every, a.warmup, a.duration);
     let (target, base) = a.send.config(&a.target, a.udp, a.timeout, schedule)?;
-    let transport = base.transport;
+    let transport = base.link.transport;
     let mut config = SweepConfig {
         base,
         sizes: a.sizes.0.clone(),
@@ -95,7 +94,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Exit> {
     };
     config.validate().map_err(super::output::refused)?;
     a.send.pictures.validate().map_err(super::output::refused)?;
-    let addr = config.base.connect_to(&target, a.send.family.family())?;
+    let addr = super::link::connect_to(&mut config.base.link, &target, a.send.family.family())?;
+    config.base.cancel = super::common::cancel_on_ctrl_c();
     let total = config.sizes.len() * config.rates.len();
     if !a.send.json {
         out_text(format!(

@@ -1,7 +1,6 @@
 //! `roundtrip throughput` (alias `tp`): one-way streaming rates per message size.
 
 use super::args;
-use super::link::UseLink;
 use super::output::{Exit, error_line, out, out_text};
 use clap::Args;
 use roundtrip::doc::throughput::{ThroughputDoc, throughput_interrupted};
@@ -101,7 +100,7 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
     let (target, link) = a.client.link_config(&a.target, a.udp, a.timeout)?;
     let transport = link.transport;
     let mut config = ThroughputConfig::new(link.addr);
-    config.use_link(link);
+    config.link = link;
     config.sizes = a.size.0.clone();
     config.streams = usize::try_from(a.streams).unwrap_or(usize::MAX);
     config.duration = a.duration;
@@ -116,7 +115,8 @@ pub fn run(a: ThroughputArgs) -> anyhow::Result<Exit> {
             "--chart throughput-size draws one point per message size: give several with --size (e.g. --size 64,1k,8k), or pick --chart throughput-time",
         ));
     }
-    let addr = config.connect_to(&target, a.family.family())?;
+    let addr = super::link::connect_to(&mut config.link, &target, a.family.family())?;
+    config.cancel = super::common::cancel_on_ctrl_c();
     if !a.json {
         out_text(traffic::throughput_heading(
             &target.to_string(),

@@ -334,18 +334,7 @@ mod tests {
 
     #[test]
     fn every_cut_of_another_servers_answer_is_refused_or_read() {
-        for name in [
-            "p50.http",
-            "big.http",
-            "html.http",
-            "baddata.http",
-            "root.http",
-        ] {
-            let raw = std::fs::read(format!(
-                "{}/tests/fixtures/prometheus/{name}",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
+        for raw in super::super::http::recorded_answers() {
             for n in 0..raw.len() {
                 // Never a panic: Prometheus's answers (head and body) are not an agent's document.
                 let _ = parse(&raw[..n]);

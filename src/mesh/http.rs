@@ -393,6 +393,28 @@ fn dechunk(mut b: &[u8]) -> Result<(Vec<u8>, usize), String> {
     }
 }
 
+/// A real Prometheus's recorded answers (tests/fixtures/prometheus: matrices, a big one, an HTML page, bad data,
+/// the root page), whose every cut the readers are tested on.
+#[cfg(test)]
+pub(super) fn recorded_answers() -> Vec<Vec<u8>> {
+    [
+        "p50.http",
+        "big.http",
+        "html.http",
+        "baddata.http",
+        "root.http",
+    ]
+    .iter()
+    .map(|name| {
+        std::fs::read(format!(
+            "{}/tests/fixtures/prometheus/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    })
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,14 +505,7 @@ mod tests {
 
     #[test]
     fn every_cut_of_a_recorded_answer_is_handled() {
-        for name in [
-            "p50.http",
-            "big.http",
-            "html.http",
-            "baddata.http",
-            "root.http",
-        ] {
-            let raw = fixture(name);
+        for raw in super::recorded_answers() {
             for n in 0..raw.len() {
                 let cut = &raw[..n];
                 // Never a panic; a cut body is either an error or a shorter (read-to-close) answer. (What the

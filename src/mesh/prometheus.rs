@@ -473,18 +473,7 @@ mod tests {
 
     #[test]
     fn every_cut_of_a_recorded_answer_is_interpreted() {
-        for name in [
-            "p50.http",
-            "big.http",
-            "html.http",
-            "baddata.http",
-            "root.http",
-        ] {
-            let raw = std::fs::read(format!(
-                "{}/tests/fixtures/prometheus/{name}",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
+        for raw in super::super::http::recorded_answers() {
             for n in 0..raw.len() {
                 // Never a panic, whatever part of the answer came.
                 if let Ok(r) = http::parse_response(&raw[..n]) {

@@ -364,12 +364,12 @@ pub fn run(config: &CompareConfig) -> Result<CompareResult, CompareError> {
             break;
         }
         let mut pc = PingConfig::new(addr);
-        pc.transport = Transport::Tcp;
+        pc.link.transport = Transport::Tcp;
         pc.size = size;
         pc.stop = Stop::Count(config.count);
         pc.interval = Some(config.interval);
         pc.warmup = Duration::from_millis(100).max(config.interval * 3);
-        pc.timeout = config.timeout;
+        pc.link.timeout = config.timeout;
         pc.cancel = config.cancel.clone();
         pc.tcp_info = kind == RowKind::PingPayload;
         let label = format!("roundtrip ping {size} B");

@@ -197,6 +197,17 @@ pub(crate) enum Conn {
 }
 
 impl LinkConfig {
+    /// Defaults: TCP to `addr`, no key, the extension hello on, 2 s timeout.
+    pub fn new(addr: SocketAddr) -> Self {
+        LinkConfig {
+            addr,
+            transport: Transport::Tcp,
+            psk: None,
+            extensions: true,
+            timeout: Duration::from_secs(2),
+        }
+    }
+
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), LinkError> {
         if self.timeout.is_zero() {

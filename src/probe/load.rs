@@ -16,7 +16,6 @@
 use super::link::{self, Conn, LinkConfig, PeerKind, Transport, io_error, is_timeout};
 use super::stream::{self, Framer, Sent, StreamError};
 use crate::stats::LatencyHistogram;
-use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Feature, Flags, Header, MAX_UDP_MESSAGE_LEN};
 use std::io;
 use std::net::SocketAddr;
@@ -76,10 +75,8 @@ impl Schedule {
 /// Settings of a load run. Build with [`LoadConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    /// The server.
-    pub addr: SocketAddr,
-    /// TCP or UDP.
-    pub transport: Transport,
+    /// Where to connect and how to greet the server (address, transport, key, extensions, timeout).
+    pub link: LinkConfig,
     /// Whole message size in bytes, header included.
     pub size: usize,
     /// Offered rate, messages per second.
@@ -90,13 +87,6 @@ pub struct LoadConfig {
     pub duration: Duration,
     /// Time on the same schedule before measuring; its answers are not measured.
     pub warmup: Duration,
-    /// How long to wait for the last answers after the last send.
-    pub timeout: Duration,
-    /// Send the extension hello first (to learn the peer kind, and to prove the key). Off: exactly a sockperf
-    /// client.
-    pub extensions: bool,
-    /// Prove this key to the server (and require its proof) before sending.
-    pub psk: Option<Psk>,
     /// Run the sender as a real-time thread (SCHED_FIFO priority 1) so other processes cannot delay it;
     /// needs root or CAP_SYS_NICE. It pauses 300 us after every 2 ms of busy sending.
     pub realtime: bool,
@@ -109,35 +99,20 @@ impl LoadConfig {
     /// 1 s warm-up, 2 s timeout.
     pub fn new(addr: SocketAddr) -> Self {
         LoadConfig {
-            addr,
-            transport: Transport::Tcp,
+            link: LinkConfig::new(addr),
             size: 64,
             rate: 10_000.0,
             reply_every: 100,
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
-            timeout: Duration::from_secs(2),
-            extensions: true,
-            psk: None,
             realtime: false,
             cancel: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// The link settings: where to connect and how to greet the server.
-    pub fn link(&self) -> LinkConfig {
-        LinkConfig {
-            addr: self.addr,
-            transport: self.transport,
-            psk: self.psk.clone(),
-            extensions: self.extensions,
-            timeout: self.timeout,
-        }
-    }
-
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), StreamError> {
-        stream::check_size(self.size, self.transport)?;
+        stream::check_size(self.size, self.link.transport)?;
         if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= MAX_RATE) {
             return Err(StreamError::Invalid(format!(
                 "rate {} must be more than 0 and at most {MAX_RATE} messages per second",
@@ -149,12 +124,12 @@ impl LoadConfig {
                 "--reply-every must be at least 1".into(),
             ));
         }
-        if self.duration.is_zero() || self.timeout.is_zero() {
+        if self.duration.is_zero() || self.link.timeout.is_zero() {
             return Err(StreamError::Invalid(
                 "duration and timeout must be more than 0".into(),
             ));
         }
-        self.link().validate()?;
+        self.link.validate()?;
         if self.duration.as_secs_f64() * self.rate < 1.0 {
             return Err(StreamError::Invalid(format!(
                 "at {}/s a run of {:?} sends no message: lengthen --duration",
@@ -304,18 +279,18 @@ struct Received {
 /// mid-run returns the results so far with [`LoadResult::error`] set.
 pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     config.validate()?;
-    let addr = config.addr;
+    let addr = config.link.addr;
     let (mut conn, peer, _) = config
-        .link()
+        .link
         .open(stream::socket_setup(true, POLL), Feature::default())?;
     let rx_conn = match &conn {
         Conn::Tcp(s) => Conn::Tcp(
             s.try_clone()
-                .map_err(|e| io_error("setting up", config.transport, addr, e))?,
+                .map_err(|e| io_error("setting up", config.link.transport, addr, e))?,
         ),
         Conn::Udp(s) => Conn::Udp(
             s.try_clone()
-                .map_err(|e| io_error("setting up", config.transport, addr, e))?,
+                .map_err(|e| io_error("setting up", config.link.transport, addr, e))?,
         ),
     };
     // Start a little ahead so the first messages are not late because of thread start-up.
@@ -334,7 +309,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     });
     let receiver = {
         let shared = shared.clone();
-        let (size, timeout, first_measured) = (config.size, config.timeout, warm_n + 1);
+        let (size, timeout, first_measured) = (config.size, config.link.timeout, warm_n + 1);
         std::thread::Builder::new()
             .name("load-receiver".into())
             .spawn(move || receive(rx_conn, addr, size, timeout, first_measured, &shared))
@@ -347,7 +322,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     let mut send = || {
         let mut msg = stream::payload(config.size);
         let len = config.size as u32;
-        let max_batch = match config.transport {
+        let max_batch = match config.link.transport {
             Transport::Tcp => (65536 / config.size).clamp(1, 256) as u64,
             Transport::Udp => 1,
         };
@@ -493,7 +468,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadResult, StreamError> {
     let started = SystemTime::now() - measure_start.elapsed();
     Ok(LoadResult {
         addr,
-        transport: config.transport,
+        transport: config.link.transport,
         size: config.size,
         rate: config.rate,
         reply_every: config.reply_every,

@@ -13,7 +13,6 @@ pub use crate::probe::link::{PeerKind, Transport};
 use crate::probe::load::Schedule;
 use crate::probe::tcpinfo::TcpRtt;
 use crate::stats::LatencyHistogram;
-use crate::wire::auth::Psk;
 use crate::wire::sockperf::{
     self, Feature, Flags, HEADER_LEN, Header, MAX_MESSAGE_LEN, MAX_UDP_MESSAGE_LEN,
 };
@@ -38,10 +37,9 @@ pub enum Stop {
 /// Settings of a ping-pong run. Build with [`PingConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
 pub struct PingConfig {
-    /// The server.
-    pub addr: SocketAddr,
-    /// TCP or UDP.
-    pub transport: Transport,
+    /// Where to connect and how to greet the server (address, transport, key, extensions, timeout; a UDP
+    /// message unanswered for the timeout counts as lost, a TCP connection silent that long ends the run).
+    pub link: LinkConfig,
     /// Whole message size in bytes, header included (sockperf -m).
     pub size: usize,
     /// When to stop.
@@ -57,54 +55,32 @@ pub struct PingConfig {
     pub warmup: Duration,
     /// Period of the per-interval rows.
     pub report_interval: Duration,
-    /// How long to wait for an answer: a UDP message unanswered this long counts as lost; a TCP
-    /// connection silent this long ends the run.
-    pub timeout: Duration,
-    /// Try roundtrip's extension hello (server timestamps). Off: behave exactly as a sockperf client.
-    pub extensions: bool,
     /// Set from outside (Ctrl-C) to end the run early; results so far are kept.
     pub cancel: Arc<AtomicBool>,
     /// TCP only: read the kernel's `TCP_INFO` after every measured answer into
     /// [`PingResult::kernel_srtt`] (one extra system call per round trip, outside the timed part).
     pub tcp_info: bool,
-    /// Prove this key to the server (and require its proof) before measuring.
-    pub psk: Option<Psk>,
 }
 
 impl PingConfig {
     /// Defaults: TCP, 64-byte messages, 10 s, back to back, 1 s warm-up, 1 s rows, 2 s timeout.
     pub fn new(addr: SocketAddr) -> Self {
         PingConfig {
-            addr,
-            transport: Transport::Tcp,
+            link: LinkConfig::new(addr),
             size: 64,
             stop: Stop::Duration(Duration::from_secs(10)),
             interval: None,
             open_loop: false,
             warmup: Duration::from_secs(1),
             report_interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(2),
-            extensions: true,
             cancel: Arc::new(AtomicBool::new(false)),
             tcp_info: false,
-            psk: None,
-        }
-    }
-
-    /// The link settings: where to connect and how to greet the server.
-    pub fn link(&self) -> LinkConfig {
-        LinkConfig {
-            addr: self.addr,
-            transport: self.transport,
-            psk: self.psk.clone(),
-            extensions: self.extensions,
-            timeout: self.timeout,
         }
     }
 
     /// Checks the settings before any I/O.
     pub fn validate(&self) -> Result<(), PingError> {
-        let max = match self.transport {
+        let max = match self.link.transport {
             Transport::Tcp => MAX_MESSAGE_LEN,
             Transport::Udp => MAX_UDP_MESSAGE_LEN,
         };
@@ -114,7 +90,7 @@ impl PingConfig {
                 self.size,
                 crate::units::fmt_bytes_exact(HEADER_LEN as u64),
                 crate::units::fmt_bytes_exact(max as u64),
-                self.transport
+                self.link.transport
             )));
         }
         match self.stop {
@@ -124,7 +100,7 @@ impl PingConfig {
             }
             _ => {}
         }
-        self.link().validate()?;
+        self.link.validate()?;
         if self.interval.is_some_and(|i| i.is_zero()) {
             return Err(PingError::Invalid("interval must be more than 0".into()));
         }
@@ -243,7 +219,26 @@ impl PingResult {
 }
 
 fn io_error(op: &'static str, config: &PingConfig, source: io::Error) -> PingError {
-    link::io_error_unanswered(op, config.transport, config.addr, source)
+    link::io_error_unanswered(op, config.link.transport, config.link.addr, source)
+}
+
+/// The header of `answer`, which must be the echo of message `seq` of `size` bytes (a TCP stream keeps the order:
+/// anything else is a peer that does not echo).
+fn echo_of(answer: &[u8], seq: u64, size: usize, config: &PingConfig) -> Result<Header, PingError> {
+    let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::InvalidAnswer {
+        addr: config.link.addr,
+        detail: e.to_string(),
+    })?;
+    if h.seq != seq || h.len as usize != size {
+        return Err(PingError::InvalidAnswer {
+            addr: config.link.addr,
+            detail: format!(
+                "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",
+                h.seq, h.len
+            ),
+        });
+    }
+    Ok(h)
 }
 
 /// Reads exactly `buf.len()` bytes of a TCP answer.
@@ -258,7 +253,7 @@ fn read_full(
         match s.read(&mut buf[got..]) {
             Ok(0) => {
                 return Err(PingError::ClosedAfter {
-                    addr: config.addr,
+                    addr: config.link.addr,
                     answered,
                 });
             }
@@ -266,8 +261,8 @@ fn read_full(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if is_timeout(&e) => {
                 return Err(PingError::Timeout {
-                    addr: config.addr,
-                    timeout: config.timeout,
+                    addr: config.link.addr,
+                    timeout: config.link.timeout,
                 });
             }
             Err(e) => return Err(io_error("receiving from", config, e)),
@@ -439,11 +434,11 @@ pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResul
     config.validate()?;
     let setup = SocketSetup {
         nodelay: true,
-        read_timeout: config.timeout,
+        read_timeout: config.link.timeout,
         write_timeout: None,
         udp_recv_buffer: 1 << 20,
     };
-    let (mut conn, peer, features) = config.link().open(setup, Feature::MEASURE)?;
+    let (mut conn, peer, features) = config.link.open(setup, Feature::MEASURE)?;
     let timestamps = features.contains(Feature::SERVER_TIMESTAMPS)
         && config.size >= sockperf::TIMESTAMPED_MIN_LEN;
     let base_flags = Flags::CLIENT.with(Flags::PONG_REQUEST);
@@ -515,8 +510,8 @@ pub fn run(config: &PingConfig, observer: &mut dyn Observer) -> Result<PingResul
         config,
         observer,
         result: PingResult {
-            addr: config.addr,
-            transport: config.transport,
+            addr: config.link.addr,
+            transport: config.link.transport,
             size: config.size,
             peer,
             started,
@@ -574,19 +569,7 @@ fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
         read_full(s, &mut run.inbuf[..size], config, run.result.received)?;
         let received = run.t0.elapsed();
         let answer = &run.inbuf[..size];
-        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| PingError::InvalidAnswer {
-            addr: config.addr,
-            detail: e.to_string(),
-        })?;
-        if h.seq != seq || h.len as usize != size {
-            return Err(PingError::InvalidAnswer {
-                addr: config.addr,
-                detail: format!(
-                    "expected the echo of message {seq} ({size} bytes), got sequence {} announcing {} bytes",
-                    h.seq, h.len
-                ),
-            });
-        }
+        echo_of(answer, seq, size, config)?;
         run.result.received += 1;
         let server = run.server_time(answer);
         run.record(Sample {
@@ -609,11 +592,11 @@ fn tcp_loop(s: &mut TcpStream, run: &mut Run<'_>) -> Result<(), PingError> {
 fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result<(), PingError> {
     let config = run.config;
     let mut window = SeqWindow::new(WINDOW);
-    // The socket's receive timeout is `config.timeout` except while waiting out a shortened deadline.
+    // The socket's receive timeout is `config.link.timeout` except while waiting out a shortened deadline.
     let mut timeout_shortened = false;
     while let Some(this) = run.next_message() {
         if timeout_shortened {
-            let _ = s.set_read_timeout(Some(config.timeout));
+            let _ = s.set_read_timeout(Some(config.link.timeout));
             timeout_shortened = false;
         }
         let sent = run.t0.elapsed();
@@ -622,7 +605,7 @@ fn udp_loop(s: &mut UdpSocket, run: &mut Run<'_>, first_measured: u64) -> Result
             .map_err(|e| io_error("sending to", config, e))?;
         run.result.sent += 1;
         run.interval_sent += 1;
-        let deadline = sent + config.timeout;
+        let deadline = sent + config.link.timeout;
         loop {
             let n = match s.recv(&mut run.inbuf) {
                 Ok(n) => n,
@@ -672,7 +655,7 @@ fn paced_loop(
     };
     let total = warm_n.saturating_add(measured);
     let first_measured = warm_n + 1;
-    let mut window = SeqWindow::for_pace(config.interval.unwrap_or_default(), config.timeout);
+    let mut window = SeqWindow::for_pace(config.interval.unwrap_or_default(), config.link.timeout);
     // Last sequence number sent.
     let mut last = 0u64;
     // UDP, after the last send: the highest measured message that may still be unanswered.
@@ -682,7 +665,7 @@ fn paced_loop(
     let mut chunk = vec![0u8; 64 * 1024];
     let mut expect = 1u64;
     if let Conn::Tcp(s) = conn {
-        s.set_write_timeout(Some(config.timeout))
+        s.set_write_timeout(Some(config.link.timeout))
             .map_err(|e| io_error("setting up", config, e))?;
     }
     let t0 = run.t0;
@@ -724,16 +707,16 @@ fn paced_loop(
         let mut wake = if last < total {
             plan.due(last)
         } else {
-            now + config.timeout
+            now + config.link.timeout
         };
         match conn {
             Conn::Tcp(_) => {
                 if expect <= last {
-                    let deadline = sent_instant(&window, expect, last) + config.timeout;
+                    let deadline = sent_instant(&window, expect, last) + config.link.timeout;
                     if now >= deadline {
                         return Err(PingError::Timeout {
-                            addr: config.addr,
-                            timeout: config.timeout,
+                            addr: config.link.addr,
+                            timeout: config.link.timeout,
                         });
                     }
                     wake = wake.min(deadline);
@@ -749,7 +732,7 @@ fn paced_loop(
                 if latest_unanswered < oldest {
                     return Ok(());
                 }
-                let deadline = sent_instant(&window, latest_unanswered, last) + config.timeout;
+                let deadline = sent_instant(&window, latest_unanswered, last) + config.link.timeout;
                 if now >= deadline {
                     return Ok(());
                 }
@@ -781,7 +764,7 @@ fn paced_loop(
                             last,
                             first_measured,
                             received,
-                            Some(config.timeout),
+                            Some(config.link.timeout),
                         );
                     }
                     Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
@@ -791,7 +774,7 @@ fn paced_loop(
                     match s.read(&mut chunk) {
                         Ok(0) => {
                             return Err(PingError::ClosedAfter {
-                                addr: config.addr,
+                                addr: config.link.addr,
                                 answered: run.result.received,
                             });
                         }
@@ -804,21 +787,7 @@ fn paced_loop(
                     while stream.len() - used >= size {
                         let answer = &stream[used..used + size];
                         used += size;
-                        let h = Header::parse(answer, MAX_MESSAGE_LEN).map_err(|e| {
-                            PingError::InvalidAnswer {
-                                addr: config.addr,
-                                detail: e.to_string(),
-                            }
-                        })?;
-                        if h.seq != expect || h.len as usize != size {
-                            return Err(PingError::InvalidAnswer {
-                                addr: config.addr,
-                                detail: format!(
-                                    "expected the echo of message {expect} ({size} bytes), got sequence {} announcing {} bytes",
-                                    h.seq, h.len
-                                ),
-                            });
-                        }
+                        let h = echo_of(answer, expect, size, config)?;
                         expect += 1;
                         if h.seq < first_measured || last - h.seq >= window.len() {
                             continue;
@@ -828,7 +797,7 @@ fn paced_loop(
                         };
                         let server = run.server_time(answer);
                         run.result.received += 1;
-                        if received.saturating_sub(sent) > config.timeout {
+                        if received.saturating_sub(sent) > config.link.timeout {
                             run.result.late += 1;
                         }
                         run.record(Sample {
@@ -859,8 +828,8 @@ fn send_paced(conn: &mut Conn, msg: &[u8], config: &PingConfig) -> Result<(), Pi
         Conn::Tcp(s) => s.write_all(msg).map_err(|e| {
             if is_timeout(&e) {
                 PingError::Timeout {
-                    addr: config.addr,
-                    timeout: config.timeout,
+                    addr: config.link.addr,
+                    timeout: config.link.timeout,
                 }
             } else {
                 io_error("sending to", config, e)

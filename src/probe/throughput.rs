@@ -18,7 +18,6 @@ use modes::{receive_reverse, send_async, sync_tcp, sync_udp};
 use super::link::{Conn, LinkConfig, PeerKind, Transport};
 use super::stream::{self, Counter, StreamError};
 use crate::stats::LatencyHistogram;
-use crate::wire::auth::Psk;
 use crate::wire::sockperf::{self, Feature};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -37,10 +36,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// Settings of a throughput run. Build with [`ThroughputConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
 pub struct ThroughputConfig {
-    /// The server.
-    pub addr: SocketAddr,
-    /// TCP or UDP.
-    pub transport: Transport,
+    /// Where to connect and how to greet the server (address, transport, key, extensions, timeout).
+    pub link: LinkConfig,
     /// Whole message sizes in bytes, header included; each is a separate run, in this order.
     pub sizes: Vec<usize>,
     /// Parallel connections (TCP) or sockets (UDP).
@@ -53,43 +50,22 @@ pub struct ThroughputConfig {
     pub sync: bool,
     /// Period of the per-interval rows.
     pub report_interval: Duration,
-    /// How long to wait for an answer, a count or the end of a reverse stream.
-    pub timeout: Duration,
-    /// Try roundtrip's extension (receiver counts, reverse). Off: behave exactly as a sockperf client.
-    pub extensions: bool,
     /// Set from outside (Ctrl-C) to end the run early; results so far are kept.
     pub cancel: Arc<AtomicBool>,
-    /// Prove this key to the server (and require its proof) before measuring.
-    pub psk: Option<Psk>,
 }
 
 impl ThroughputConfig {
     /// Defaults: TCP, one stream of 64-byte messages for 10 s, async, 1 s rows, 2 s timeout.
     pub fn new(addr: SocketAddr) -> Self {
         ThroughputConfig {
-            addr,
-            transport: Transport::Tcp,
+            link: LinkConfig::new(addr),
             sizes: vec![64],
             streams: 1,
             duration: Duration::from_secs(10),
             reverse: false,
             sync: false,
             report_interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(2),
-            extensions: true,
             cancel: Arc::new(AtomicBool::new(false)),
-            psk: None,
-        }
-    }
-
-    /// The link settings: where to connect and how to greet the server.
-    pub fn link(&self) -> LinkConfig {
-        LinkConfig {
-            addr: self.addr,
-            transport: self.transport,
-            psk: self.psk.clone(),
-            extensions: self.extensions,
-            timeout: self.timeout,
         }
     }
 
@@ -105,7 +81,7 @@ impl ThroughputConfig {
             )));
         }
         for &s in &self.sizes {
-            stream::check_size(s, self.transport)?;
+            stream::check_size(s, self.link.transport)?;
         }
         if self.streams == 0 || self.streams > MAX_STREAMS {
             return Err(StreamError::Invalid(format!(
@@ -121,7 +97,7 @@ impl ThroughputConfig {
                 "a reverse run lasts at most 1h per size".into(),
             ));
         }
-        if self.report_interval.is_zero() || self.timeout.is_zero() {
+        if self.report_interval.is_zero() || self.link.timeout.is_zero() {
             return Err(StreamError::Invalid(
                 "report interval and timeout must be more than 0".into(),
             ));
@@ -132,8 +108,8 @@ impl ThroughputConfig {
                     .into(),
             ));
         }
-        self.link().validate()?;
-        if self.reverse && !self.extensions {
+        self.link.validate()?;
+        if self.reverse && !self.link.extensions {
             return Err(StreamError::Invalid(
                 "--reverse needs roundtrip's extension; drop --no-extensions".into(),
             ));
@@ -330,8 +306,8 @@ pub fn run(
 ) -> Result<ThroughputResult, StreamError> {
     config.validate()?;
     let mut result = ThroughputResult {
-        addr: config.addr,
-        transport: config.transport,
+        addr: config.link.addr,
+        transport: config.link.transport,
         peer: PeerKind::Unknown,
         direction: if config.reverse {
             Direction::ServerToClient
@@ -384,7 +360,7 @@ fn run_size(
     size: usize,
     observer: &mut dyn Observer,
 ) -> Result<(PeerKind, SizeRun), StreamError> {
-    let addr = config.addr;
+    let addr = config.link.addr;
     let nodelay = config.sync;
     let wanted = if config.reverse {
         Feature::REVERSE
@@ -395,7 +371,7 @@ fn run_size(
     let mut conns = Vec::with_capacity(config.streams);
     let mut peer = PeerKind::Unknown;
     let mut features = Feature::default();
-    let link = config.link();
+    let link = &config.link;
     for _ in 0..config.streams {
         let c;
         (c, peer, features) = link.open(stream::socket_setup(nodelay, POLL), wanted)?;
@@ -417,8 +393,12 @@ fn run_size(
     for (i, conn) in conns.into_iter().enumerate() {
         let counter = counters[i].clone();
         let stop = stop.clone();
-        let (duration, timeout, sync, reverse) =
-            (config.duration, config.timeout, config.sync, config.reverse);
+        let (duration, timeout, sync, reverse) = (
+            config.duration,
+            config.link.timeout,
+            config.sync,
+            config.reverse,
+        );
         workers.push(
             std::thread::Builder::new()
                 .name(format!("tp-stream-{}", i + 1))
@@ -531,17 +511,17 @@ fn run_size(
     let mut receiver_note = None;
     let loss = if config.sync {
         // The client counts answers itself.
-        (config.transport == Transport::Udp).then(|| Loss::new(sent_all, m, CountedBy::Client))
+        (config.link.transport == Transport::Udp).then(|| Loss::new(sent_all, m, CountedBy::Client))
     } else if config.reverse {
         match (sent_by_server, received_all) {
-            (Some(s), Some(r)) if config.transport == Transport::Udp => {
+            (Some(s), Some(r)) if config.link.transport == Transport::Udp => {
                 Some(Loss::new(s, r.0, CountedBy::Client))
             }
             _ => None,
         }
     } else {
         match received_all {
-            Some(r) if config.transport == Transport::Udp => {
+            Some(r) if config.link.transport == Transport::Udp => {
                 Some(Loss::new(sent_all, r.0, CountedBy::Server))
             }
             Some(_) => None,
@@ -553,7 +533,7 @@ fn run_size(
                     PeerKind::Roundtrip => {
                         "no server receive count: the server did not answer the count request"
                     }
-                    _ if !config.extensions => {
+                    _ if !config.link.extensions => {
                         "no server receive count (so no UDP loss): extensions are off (--no-extensions)"
                     }
                     _ => {

@@ -1,10 +1,14 @@
 //! Terminal text: aligned tables, summaries and histograms drawn with block characters. The text of a command
 //! whose results need more than these lives in a file of its own: [`capture`] (capture headings, stats, flows, timeline), [`compare`] (`compare`), [`rpc`]
-//! (`capture rpc`), [`matching`] (`capture match`), [`proxy`] (`proxy` counters), [`whatif`] (`capture whatif`).
+//! (`capture rpc`), [`matching`] (`capture match`), [`proxy`] (`proxy` counters), [`whatif`] (`capture whatif`),
+//! [`connect`] (`connect` attempts, the DNS words), [`mesh`] (the `mesh` matrix), [`agent`] (the agent's series line).
 
+pub mod agent;
 pub mod capture;
 pub mod compare;
+pub mod connect;
 pub mod matching;
+pub mod mesh;
 pub mod proxy;
 pub mod rpc;
 pub mod whatif;

@@ -411,3 +411,34 @@ impl Drop for Proc {
 pub fn run(name: &str, cmd: Command, timeout: Duration) -> Finished {
     Proc::spawn(name, cmd).finish(timeout)
 }
+
+/// Runs the binary with `args` and ROUNDTRIP_PARSE_ONLY=1: the command line is parsed and checked, nothing runs.
+pub fn parse_only<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env("ROUNDTRIP_PARSE_ONLY", "1")
+        .output()
+        .expect("run roundtrip")
+}
+
+/// `model bdp` in the decided spelling: the window that fills 1 Gbit/s at 40 ms.
+pub const MODEL_BDP: [&str; 6] = ["model", "bdp", "--bandwidth", "1gbit", "--rtt", "40ms"];
+
+/// `model transfer` in the decided spelling: an 8 KiB block over 1 Gbit/s.
+pub const MODEL_TRANSFER: [&str; 6] = [
+    "model",
+    "transfer",
+    "--bytes",
+    "8KiB",
+    "--bandwidth",
+    "1gbit",
+];
+
+/// `proxy` listening on a free loopback port with an upstream where nothing listens (for parse and refusal runs).
+pub const PROXY_TO_NOWHERE: [&str; 5] = [
+    "proxy",
+    "--listen",
+    "127.0.0.1:0",
+    "--upstream",
+    "127.0.0.1:1",
+];

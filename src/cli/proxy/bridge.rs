@@ -3,10 +3,10 @@
 
 use super::super::args;
 use super::super::output::{Exit, note, out, out_text};
-use super::{Dir, Dist, ProxyArgs};
+use super::{Dir, ProxyArgs};
 use clap::Args;
 use roundtrip::proxy::bridge::{self, BridgeConfig, BridgeCounters, BridgeImpairment, WayDoc};
-use roundtrip::proxy::{GilbertElliott, Impairment, JitterDist};
+use roundtrip::proxy::{GilbertElliott, Impairment};
 use roundtrip::report::json;
 use roundtrip::report::text::proxy::bridge_counters_text;
 use roundtrip::units::{fmt_bytes, fmt_duration};
@@ -41,15 +41,7 @@ pub struct BridgeArgs {
 /// The bridge impairment the arguments ask for; refused combinations are errors naming the option.
 fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
     let b = &a.bridge_args;
-    let tcp_only = [
-        ("--window", a.window.is_some()),
-        ("--bandwidth-total", a.bandwidth_total.is_some()),
-        ("--reset-after", a.reset_after.is_some()),
-        ("--stall-after", a.stall_after.is_some()),
-        ("--close-after", a.close_after.is_some()),
-        ("--slow-close", !a.slow_close.is_zero()),
-    ];
-    if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+    if let Some(name) = super::tcp_only_given(a, true) {
         return Err(super::super::output::refused(format!(
             "{name} applies to the TCP proxy, not to --bridge (frames pass as they are; the endpoints' own TCP \
              does windows and closes); leave out {name}"
@@ -103,24 +95,12 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<BridgeImpairment> {
                     loss_bad: 1.0,
                 }),
             ),
-            None => (
-                a.loss,
-                a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
-                    p,
-                    r,
-                    loss_good: a.ge_loss_good,
-                    loss_bad: a.ge_loss_bad,
-                }),
-            ),
+            None => (a.loss, a.gilbert_elliott()),
         };
         Impairment {
             delay_ns: d.as_nanos() as u64,
             jitter_ns: a.jitter.as_nanos() as u64,
-            jitter_dist: match a.jitter_dist {
-                Dist::Uniform => JitterDist::Uniform,
-                Dist::Normal => JitterDist::Normal,
-                Dist::Pareto => JitterDist::Pareto,
-            },
+            jitter_dist: a.jitter_dist.into(),
             rate_bps: a.bandwidth,
             loss,
             gilbert_elliott,

@@ -19,6 +19,28 @@ enum Dist {
     Pareto,
 }
 
+impl From<Dist> for JitterDist {
+    fn from(d: Dist) -> JitterDist {
+        match d {
+            Dist::Uniform => JitterDist::Uniform,
+            Dist::Normal => JitterDist::Normal,
+            Dist::Pareto => JitterDist::Pareto,
+        }
+    }
+}
+
+impl ProxyArgs {
+    /// The Gilbert-Elliott loss model of `--ge-p`/`--ge-r` (with the good and bad states' loss), when given.
+    fn gilbert_elliott(&self) -> Option<GilbertElliott> {
+        self.ge_p.zip(self.ge_r).map(|(p, r)| GilbertElliott {
+            p,
+            r,
+            loss_good: self.ge_loss_good,
+            loss_bad: self.ge_loss_bad,
+        })
+    }
+}
+
 /// Directions that get delay, jitter and bandwidth.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Dir {
@@ -179,14 +201,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
         (None, None) => Duration::ZERO,
     };
     if a.udp {
-        let tcp_only = [
-            ("--window", a.window.is_some()),
-            ("--reset-after", a.reset_after.is_some()),
-            ("--stall-after", a.stall_after.is_some()),
-            ("--close-after", a.close_after.is_some()),
-            ("--slow-close", !a.slow_close.is_zero()),
-        ];
-        if let Some((name, _)) = tcp_only.iter().find(|(_, set)| *set) {
+        if let Some(name) = tcp_only_given(a, false) {
             return Err(super::output::refused(format!(
                 "{name} applies to TCP connections only; leave out --udp or {name}"
             )));
@@ -207,11 +222,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
     Ok(Impairment {
         delay_ns: delay.as_nanos() as u64,
         jitter_ns: a.jitter.as_nanos() as u64,
-        jitter_dist: match a.jitter_dist {
-            Dist::Uniform => JitterDist::Uniform,
-            Dist::Normal => JitterDist::Normal,
-            Dist::Pareto => JitterDist::Pareto,
-        },
+        jitter_dist: a.jitter_dist.into(),
         direction,
         rate_bps: a.bandwidth,
         rate_total_bps: a.bandwidth_total,
@@ -221,12 +232,7 @@ fn impairment(a: &ProxyArgs) -> anyhow::Result<Impairment> {
         close_after_bytes: a.close_after,
         slow_close_ns: a.slow_close.as_nanos() as u64,
         loss: a.loss,
-        gilbert_elliott: a.ge_p.zip(a.ge_r).map(|(p, r)| GilbertElliott {
-            p,
-            r,
-            loss_good: a.ge_loss_good,
-            loss_bad: a.ge_loss_bad,
-        }),
+        gilbert_elliott: a.gilbert_elliott(),
         reorder: a.reorder,
         reorder_delay_ns: a.reorder_delay.as_nanos() as u64,
         duplicate: a.duplicate,
@@ -312,4 +318,19 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<Exit> {
 fn max_clients(s: &str) -> Result<u32, String> {
     let n = args::count(s)?;
     u32::try_from(n).map_err(|_| format!("'{s}' is more than {} clients", u32::MAX))
+}
+
+/// The first option given that only a TCP proxy uses (`--bandwidth-total` counted when `total`: the UDP proxy
+/// takes it, the bridge does not).
+fn tcp_only_given(a: &ProxyArgs, total: bool) -> Option<&'static str> {
+    [
+        ("--window", a.window.is_some()),
+        ("--bandwidth-total", total && a.bandwidth_total.is_some()),
+        ("--reset-after", a.reset_after.is_some()),
+        ("--stall-after", a.stall_after.is_some()),
+        ("--close-after", a.close_after.is_some()),
+        ("--slow-close", !a.slow_close.is_zero()),
+    ]
+    .into_iter()
+    .find_map(|(name, set)| set.then_some(name))
 }
