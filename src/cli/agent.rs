@@ -175,7 +175,7 @@ fn say(line: String) {
 fn series_line(n: usize, buckets: Buckets, max: usize) -> String {
     let per = buckets.series_per_target();
     format!(
-        "{n} targets x {per} series = {} series (max {max}, {} buckets per doubling)",
+        "{n} targets x {per} series = {} series (max {max}, --buckets {})",
         n * per,
         buckets.get()
     )
@@ -218,8 +218,7 @@ impl Watch {
                         }
                         if c.buckets.is_some_and(|b| b != self.buckets) {
                             note(format!(
-                                "roundtrip agent: config {}: the histograms keep {} buckets per doubling until the \
-                                 agent restarts",
+                                "roundtrip agent: config {}: the histograms keep --buckets {} until the agent restarts",
                                 path.display(),
                                 self.buckets.get()
                             ));
@@ -509,8 +508,7 @@ impl Start {
         };
         if buckets != asked {
             note(format!(
-                "roundtrip agent: {} buckets per doubling would give {}, over --max-series: using {} buckets per \
-                 doubling",
+                "roundtrip agent: --buckets {} would give {}, past --max-series: using --buckets {}",
                 asked.get(),
                 series_line(n, asked, a.max_series),
                 buckets.get()
