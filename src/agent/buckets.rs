@@ -51,7 +51,7 @@ impl Buckets {
 
     /// The next coarser resolution (8 -> 4 -> 2 -> 1), `None` at 1.
     pub fn coarser(self) -> Option<Buckets> {
-        (self.0 > 1).then(|| Buckets(self.0 / 2))
+        (self.0 > 1).then_some(Buckets(self.0 / 2))
     }
 
     fn index(self) -> usize {
