@@ -525,7 +525,7 @@ fn over_max_series_is_refused_at_start() {
     let idx = a.idx;
     let line = t.wait_for(idx, &a.err, "over --max-series", "the refusal");
     assert!(
-        line.contains("2 targets x 38 series = 76 series (max 50)"),
+        line.contains("2 targets x 38 series = 76 series (max 50, --buckets 1)"),
         "{line}"
     );
     assert!(line.ends_with("keeping the previous 1 targets"), "{line}");
@@ -533,6 +533,85 @@ fn over_max_series_is_refused_at_start() {
         sample(m, "roundtrip_agent_targets", &[]) == Some(1.0)
     });
     assert!(sample(&m, "roundtrip_up", &["target=\"10.255.0.2\""]).is_none());
+}
+
+/// The `le` values of one target's `roundtrip_rtt_seconds` in a scrape, in order (`+Inf` left out).
+fn rtt_bounds(text: &str, target: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("roundtrip_rtt_seconds_bucket{") && l.contains(target))
+        .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next().map(String::from))
+        .filter(|le| le != "+Inf")
+        .collect()
+}
+
+#[test]
+fn buckets_default_to_four_per_doubling_and_one_is_the_old_layout() {
+    use roundtrip::agent::BUCKET_BOUNDS;
+    use roundtrip::agent::metrics::fmt_float;
+    let old: Vec<String> = BUCKET_BOUNDS.iter().map(|b| fmt_float(*b)).collect();
+    // A refused value: one line, the valid choices, exit 2, nothing started.
+    let (code, out, err) = t_run(&["--buckets", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("1, 2, 4 or 8"), "{err}");
+    assert!(!out.contains("metrics on"), "{out}");
+
+    let mut t = T::new();
+    let (_, port) = t.server(0, &[]);
+    let peer = format!("127.0.0.1:{port}");
+    let tl = target_label(port);
+    let mut seen = Vec::new();
+    for extra in [&[][..], &["--buckets", "1"][..]] {
+        let mut args = vec!["--peer", &peer, "--interval", "100ms"];
+        args.extend_from_slice(extra);
+        let a = t.agent(&args, &[]);
+        let text = t.until(&a, "/metrics", "an answered probe", |m| {
+            sample(m, "roundtrip_rtt_seconds_count", &[&tl]).is_some_and(|n| n >= 1.0)
+        });
+        seen.push(rtt_bounds(&text, &tl));
+        t.signal(&a, "-TERM");
+    }
+    let (fine, coarse) = (&seen[0], &seen[1]);
+    // --buckets 1: exactly the bounds of older agents, same text.
+    assert_eq!(coarse, &old);
+    // The default: every old bound is one of the new ones (same text), and at least 4 per doubling.
+    for le in &old {
+        assert!(fine.contains(le), "{le} missing from {fine:?}");
+    }
+    let v: Vec<f64> = fine.iter().map(|s| s.parse().unwrap()).collect();
+    assert!(v.windows(2).all(|w| w[0] < w[1]), "{fine:?}");
+    let doublings = (v[v.len() - 1] / v[0]).log2();
+    assert!(
+        (v.len() - 1) as f64 / doublings >= 4.0,
+        "{} bounds",
+        v.len()
+    );
+}
+
+/// Runs an agent that must refuse its arguments (no responder, no port).
+fn t_run(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut t = T::new();
+    let mut all = vec!["--no-responder", "--metrics", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    t.run_agent(&all)
+}
+
+#[test]
+fn over_max_series_at_four_buckets_adapts_down_instead_of_refusing() {
+    let mut t = T::new();
+    // A closed loopback port: the target's series exist whether it answers or not.
+    let a = t.agent(&["--peer", "127.0.0.1:9", "--max-series", "50"], &[]);
+    let line = t.wait_for(a.idx, &a.err, "using --buckets", "the adaptation");
+    assert!(
+        line.contains("--buckets 4 would give 1 targets x 110 series")
+            && line.ends_with("past --max-series: using --buckets 1"),
+        "{line}"
+    );
+    let out = snapshot(&a.out);
+    assert!(
+        out.iter()
+            .any(|l| l.ends_with("1 targets x 38 series = 38 series (max 50, --buckets 1)")),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -565,7 +644,7 @@ fn metrics_api_and_page_of_an_agent_probing_a_server() {
     );
     assert!(
         out.iter().any(|l| l
-            == "roundtrip agent: source agent-a, 1 targets x 38 series = 38 series (max 50000)"),
+            == "roundtrip agent: source agent-a, 1 targets x 110 series = 110 series (max 50000, --buckets 4)"),
         "{out:?}"
     );
     let tl = target_label(port);
@@ -604,7 +683,7 @@ fn metrics_api_and_page_of_an_agent_probing_a_server() {
         .lines()
         .filter(|l| l.starts_with("roundtrip_rtt_seconds_bucket{") && l.contains(&tl))
         .count();
-    assert_eq!(buckets, 26);
+    assert_eq!(buckets, 98);
     let (status, head, _) = get(a.metrics, "/metrics", None).unwrap();
     assert_eq!(status, 200);
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");

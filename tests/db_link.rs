@@ -799,12 +799,17 @@ fn agent_db_link_target_is_scraped_without_its_password() {
         !metrics.contains("probe=\"db\""),
         "one db-link series set, no db one"
     );
-    // One target's series, all under probe="db-link" (SERIES_PER_TARGET = 38: 28 + up + 8 error reasons + 1).
+    // One target's series, all under probe="db-link" (110 at the default --buckets 4: 98 buckets + sum + count,
+    // probes, 8 error reasons, up).
     let series = metrics
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains("probe=\"db-link\""))
         .count();
-    assert_eq!(series, 38, "{metrics}");
+    assert_eq!(
+        series,
+        roundtrip::agent::buckets::Buckets::DEFAULT.series_per_target(),
+        "{metrics}"
+    );
     let api = get(addr, "/api/results");
     let page = get(addr, "/");
     agent.signal(libc_sigterm());

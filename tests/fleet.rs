@@ -401,6 +401,23 @@ fn an_agent_through_a_known_delay_measures_that_delay() {
         "the median {p50} s is not in the bucket of the 24 ms delay\n{}",
         outputs()
     );
+    // At the default 4 buckets (16 per decade, each 1.155x the previous) the median reads inside the fine
+    // bucket of the delay: never more than 1 - 1/1.155 = 13.4% under the floor (the old layout's bucket
+    // (17.8, 31.6] ms read 24.7 ms for anything in it, and 15 ms for a floor of 20 ms), and at most 15.5% over
+    // the true values (the mean bounds the median of this right-skewed distribution from above, up to the
+    // proxy's few tenths of a ms).
+    let fine = roundtrip::agent::buckets::Buckets::DEFAULT.probe_bounds();
+    let k = fine.partition_point(|b| *b < DELAY);
+    assert!(
+        p50 >= fine[k - 1] && p50 >= DELAY / 10f64.powf(1.0 / 16.0),
+        "the median {p50} s reads under the fine bucket of the 24 ms delay\n{}",
+        outputs()
+    );
+    assert!(
+        p50 <= 1.19 * mean,
+        "the median {p50} s is more than 19% over the mean {mean} s\n{}",
+        outputs()
+    );
     // The bucket tells the delay apart from its double and its absence.
     assert_ne!(bucket(2.0 * DELAY), bucket(DELAY));
     assert_ne!(bucket(DELAY / 2.0), bucket(DELAY));

@@ -4,6 +4,7 @@
 //! source = "app1"            # optional: the `source` label (default: this host's address toward its targets)
 //! interval = "1s"            # defaults for the targets below and for the command line's peers
 //! span = "60s"               # the span of recent results behind /api/results (the agent's --span wins)
+//! buckets = 4                # histogram buckets per doubling: 1, 2, 4 or 8 (the agent's --buckets wins)
 //! timeout = "1s"
 //! probe = "tcp"              # tcp | udp | connect | icmp
 //! size = 64
@@ -158,6 +159,9 @@ pub struct Config {
     /// `span`: the span of recent results behind `/api/results` (the command line's `--span` wins; read at
     /// start, a reload keeps the running one).
     pub span: Option<Duration>,
+    /// `buckets`: the histograms' resolution (the command line's `--buckets` wins; read at start, a reload
+    /// keeps the running one).
+    pub buckets: Option<crate::agent::buckets::Buckets>,
     /// `probe`: default for every target (not `db`).
     pub probe: Option<ProbeName>,
     /// `size`: default for every target.
@@ -298,6 +302,22 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 }
                 c.span = Some(d);
             }
+            "buckets" => {
+                let b = match v.get_ref() {
+                    DeValue::Integer(i) => u32::from_str_radix(i.as_str(), i.radix()).ok(),
+                    _ => None,
+                };
+                let b = b.map_or_else(
+                    || {
+                        Err(
+                            "must be 1, 2, 4 or 8 (buckets per doubling), e.g. buckets = 4"
+                                .to_string(),
+                        )
+                    },
+                    crate::agent::buckets::Buckets::new,
+                );
+                c.buckets = Some(b.map_err(|e| cx.err(key, v, &e))?);
+            }
             "probe" => {
                 let p = cx.probe(key, v)?;
                 if p == ProbeName::Db {
@@ -365,7 +385,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                     file: file.clone(),
                     line: cx.lines.line_of(k.span().start),
                     key: key.to_string(),
-                    what: "unknown key (known: source, interval, timeout, span, probe, size, peers, peers_file, \
+                    what: "unknown key (known: source, interval, timeout, span, buckets, probe, size, peers, peers_file, \
                            peers_dns, [labels], [[target]], [[watch]])"
                         .into(),
                 });

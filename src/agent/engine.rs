@@ -81,6 +81,8 @@ pub struct EngineConfig {
     /// Threads for connect, ICMP and database probes (default 4); as many again run the hello / key
     /// handshakes of new TCP and UDP connections.
     pub workers: usize,
+    /// The resolution of the targets' RTT histograms (default [`super::buckets::Buckets::DEFAULT`]).
+    pub buckets: super::buckets::Buckets,
 }
 
 impl Default for EngineConfig {
@@ -89,6 +91,7 @@ impl Default for EngineConfig {
             psk: None,
             window: Duration::from_secs(60),
             workers: 4,
+            buckets: super::buckets::Buckets::DEFAULT,
         }
     }
 }
@@ -203,6 +206,7 @@ impl Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     window: Duration,
+    buckets: super::buckets::Buckets,
     to_loop: mpsc::Sender<messages::Msg>,
     waker: Arc<mio::Waker>,
     threads: Vec<JoinHandle<()>>,
@@ -261,6 +265,7 @@ impl Engine {
         Ok(Engine {
             shared,
             window: config.window,
+            buckets: config.buckets,
             to_loop,
             waker,
             threads,
@@ -318,7 +323,7 @@ impl Engine {
                             id: self.next_id.fetch_add(1, Ordering::Relaxed),
                             state: Mutex::new(EntryState {
                                 spec: spec.clone(),
-                                stats: TargetStats::new(now, self.window),
+                                stats: TargetStats::new(now, self.window, self.buckets),
                             }),
                             busy: AtomicBool::new(false),
                             db: Mutex::new(None),

@@ -4,7 +4,8 @@
 //! Per target, [`SERIES_PER_TARGET`](super::SERIES_PER_TARGET) series with the labels `source`, `target`,
 //! `probe`, `size` and then the user's labels sorted by name:
 //!
-//! - `roundtrip_rtt_seconds` histogram (buckets [`BUCKET_BOUNDS`] and `+Inf`, `_sum`, `_count`),
+//! - `roundtrip_rtt_seconds` histogram (buckets [`BUCKET_BOUNDS`] split by the `--buckets` resolution,
+//!   [`super::buckets::Buckets::probe_bounds`], and `+Inf`, `_sum`, `_count`),
 //! - `roundtrip_probes_total` counter: probes with a known outcome,
 //! - `roundtrip_probe_errors_total{reason=...}` counter, one per [`ErrorReason::ALL`] (zeros included),
 //! - `roundtrip_up` gauge: 1 when the last probe was answered.
@@ -12,9 +13,8 @@
 //! and for the agent itself: `roundtrip_agent_schedule_lag_seconds` (histogram), `roundtrip_agent_targets`
 //! (gauge) and `roundtrip_agent_info{address,version}` (1).
 
-use super::{BUCKET_BOUNDS, ErrorReason, Histogram, Snapshot};
+use super::{ErrorReason, Histogram, Snapshot};
 use std::fmt::Write;
-use std::sync::OnceLock;
 
 /// What the agent says about itself in `roundtrip_agent_info` and `/api/results`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,17 +95,6 @@ pub fn fmt_float(v: f64) -> String {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exp.abs())
     }
-}
-
-/// The `le` label values of the buckets, `+Inf` last.
-fn le_values() -> &'static [String; 26] {
-    static LE: OnceLock<[String; 26]> = OnceLock::new();
-    LE.get_or_init(|| {
-        std::array::from_fn(|k| match BUCKET_BOUNDS.get(k) {
-            Some(b) => fmt_float(*b),
-            None => "+Inf".into(),
-        })
-    })
 }
 
 /// Appends `v` escaped as a label value (`\\`, `\"`, `\n`).
@@ -193,7 +182,7 @@ fn header(out: &mut String, f: &Family, format: Format) {
 
 /// Writes a histogram's `_bucket`, `_sum` and `_count` lines; `labels` is the label list without braces.
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    let le = le_values();
+    let le = h.buckets().probe_le();
     let mut cumulative = 0u64;
     for (k, c) in h.counts.iter().enumerate() {
         cumulative += c;
@@ -301,14 +290,16 @@ pub fn render(snap: &Snapshot, info: &AgentInfo, format: Format) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ProbeKind, SERIES_PER_TARGET, TargetSnapshot, TargetSpec, WindowStats};
+    use super::super::{
+        BUCKET_BOUNDS, ProbeKind, SERIES_PER_TARGET, TargetSnapshot, TargetSpec, WindowStats,
+    };
     use super::*;
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
     fn hist(values: &[f64]) -> Histogram {
         let mut h = Histogram {
-            counts: [0; 26],
+            counts: vec![0; 26],
             sum_s: 0.0,
             count: 0,
         };

@@ -6,12 +6,14 @@
 //!   connections, a small pool for connect, ICMP and database probes).
 //! - [`stats`]: per-target histogram (fixed log-spaced buckets, [`BUCKET_BOUNDS`]), counters and the bounded
 //!   window of recent samples.
+//! - [`buckets`]: the histograms' resolution (`--buckets`), finer bounds around the original ones.
 //! - [`config`]: the TOML configuration file.
 //! - [`targets`]: where targets come from: `--peer`, `--peers-file` (re-read on change), `--peers-dns`
 //!   (re-resolved every minute), the config file; the agent's own addresses are left out.
 //! - [`metrics`]: the Prometheus text format and OpenMetrics exposition of a [`Snapshot`].
 //! - [`http`]: the small HTTP server for `/metrics`, `/api/results` and `/`.
 
+pub mod buckets;
 pub mod config;
 pub mod engine;
 pub mod http;
@@ -211,17 +213,17 @@ impl ErrorReason {
     }
 }
 
-/// Series exported per target: histogram (25 buckets + `+Inf` + `_sum` + `_count` = 28), probes total (1),
-/// errors per reason (8), up (1).
+/// Series exported per target at `--buckets 1`: histogram (25 buckets + `+Inf` + `_sum` + `_count` = 28), probes
+/// total (1), errors per reason (8), up (1); [`buckets::Buckets::series_per_target`] gives it at any resolution.
 pub const SERIES_PER_TARGET: usize = 28 + 1 + ErrorReason::ALL.len() + 1;
 
-/// A histogram in the fixed [`BUCKET_BOUNDS`]: per-bucket counts (not cumulative; the last is `+Inf`), their
-/// sum in seconds and count.
+/// A histogram in the bounds of one [`buckets::Buckets`] resolution (the number of counts tells which):
+/// per-bucket counts (not cumulative; the last is `+Inf`), their sum in seconds and count.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
-    /// Counts per bucket: `counts[k]` holds values in (BUCKET_BOUNDS[k-1], BUCKET_BOUNDS[k]]; `counts[25]`
-    /// the values above 10 s.
-    pub counts: [u64; 26],
+    /// Counts per bucket: `counts[k]` holds values in (bounds[k-1], bounds[k]]; the last the values above
+    /// 10 s. 26 counts at `--buckets 1` (the [`BUCKET_BOUNDS`]).
+    pub counts: Vec<u64>,
     /// Sum of the values, seconds.
     pub sum_s: f64,
     /// Number of values.

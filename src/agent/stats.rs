@@ -2,12 +2,13 @@
 //! last outcome, and a bounded ring of recent outcomes from which [`WindowStats`] (exact percentiles and loss
 //! over [`super::engine::EngineConfig::window`]) are computed at snapshot time.
 //!
-//! Memory per target: the fixed part of a [`TargetStats`] is about 400 bytes (histogram 224, counters 64, the
+//! Memory per target: the fixed part of a [`TargetStats`] is about 400 bytes (histogram 232 at `--buckets 1`, 808 at 4; counters 64, the
 //! last error's text, the ring's header); the ring holds one 16-byte entry per probe whose outcome is younger
 //! than the window, at most [`RECENT_CAP`] entries (16 KiB). At one probe per second and a 60 s window that is
 //! 60 entries (about 1 KiB); the cap only matters for intervals shorter than window / 1024, where the window
 //! then covers the last 1024 probes (its `span` says how long that was).
 
+use super::buckets::Buckets;
 use super::{BUCKET_BOUNDS, ErrorReason, Histogram, TargetSnapshot, TargetSpec, WindowStats};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -20,31 +21,44 @@ pub const RECENT_CAP: usize = 1024;
 /// Marks a failed probe in the ring.
 const FAILED: u64 = u64::MAX;
 
-/// The bucket a value (seconds) falls in: the first bound that is `>=` the value (Prometheus `le`
-/// semantics), or 25 (`+Inf`) above 10 s. NaN goes to `+Inf`.
+/// The bucket a value (seconds) falls in among the [`BUCKET_BOUNDS`]: the first bound that is `>=` the value
+/// (Prometheus `le` semantics), or 25 (`+Inf`) above 10 s. NaN goes to `+Inf`.
 pub fn bucket_index(seconds: f64) -> usize {
-    BUCKET_BOUNDS
+    bucket_in(&BUCKET_BOUNDS, seconds)
+}
+
+/// The bucket a value (seconds) falls in among `bounds` (as [`bucket_index`]).
+pub fn bucket_in(bounds: &[f64], seconds: f64) -> usize {
+    bounds
         .partition_point(|&b| b.partial_cmp(&seconds) == Some(std::cmp::Ordering::Less))
-        .max(if seconds.is_nan() {
-            BUCKET_BOUNDS.len()
-        } else {
-            0
-        })
+        .max(if seconds.is_nan() { bounds.len() } else { 0 })
 }
 
 impl Histogram {
-    /// A histogram with no values.
+    /// A histogram with no values in the [`BUCKET_BOUNDS`] (`--buckets 1`).
     pub fn zero() -> Histogram {
+        Histogram::with(Buckets::ONE)
+    }
+
+    /// A histogram with no values in the bounds of `buckets`.
+    pub fn with(buckets: Buckets) -> Histogram {
         Histogram {
-            counts: [0; 26],
+            counts: vec![0; buckets.probe_bounds().len() + 1],
             sum_s: 0.0,
             count: 0,
         }
     }
 
+    /// Its resolution (from the number of its counts).
+    pub fn buckets(&self) -> Buckets {
+        Buckets::of_probe_len(self.counts.len())
+    }
+
     /// Adds one value, in seconds.
     pub fn record_seconds(&mut self, seconds: f64) {
-        self.counts[bucket_index(seconds)] += 1;
+        let last = self.counts.len() - 1;
+        let k = bucket_in(self.buckets().probe_bounds(), seconds).min(last);
+        self.counts[k] += 1;
         self.sum_s += seconds;
         self.count += 1;
     }
@@ -78,10 +92,11 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl TargetStats {
-    /// Empty statistics for a target added at `now`, keeping outcomes for `window`.
-    pub fn new(now: Instant, window: Duration) -> TargetStats {
+    /// Empty statistics for a target added at `now`, keeping outcomes for `window`, its histogram in the
+    /// bounds of `buckets`.
+    pub fn new(now: Instant, window: Duration, buckets: Buckets) -> TargetStats {
         TargetStats {
-            rtt: Histogram::zero(),
+            rtt: Histogram::with(buckets),
             probes: 0,
             errors: [0; 8],
             up: false,
@@ -289,7 +304,7 @@ mod tests {
     #[test]
     fn counters_up_and_last_error() {
         let t0 = Instant::now();
-        let mut s = TargetStats::new(t0, Duration::from_secs(60));
+        let mut s = TargetStats::new(t0, Duration::from_secs(60), Buckets::ONE);
         assert!(!s.up());
         s.answered(t0, Duration::from_micros(50));
         assert!(s.up());
@@ -322,7 +337,7 @@ mod tests {
     #[test]
     fn window_percentiles_are_exact_and_old_samples_leave() {
         let t0 = Instant::now();
-        let mut s = TargetStats::new(t0, Duration::from_secs(10));
+        let mut s = TargetStats::new(t0, Duration::from_secs(10), Buckets::ONE);
         for i in 1..=100u64 {
             s.answered(t0 + Duration::from_millis(i), Duration::from_micros(i));
         }
@@ -349,7 +364,7 @@ mod tests {
         let t0 = Instant::now();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for n in [1usize, 2, 3, 7, 10, 99, 100, 101, 250] {
-            let mut s = TargetStats::new(t0, Duration::from_secs(3600));
+            let mut s = TargetStats::new(t0, Duration::from_secs(3600), Buckets::ONE);
             let mut all = Vec::new();
             for i in 0..n {
                 x ^= x << 13;
@@ -375,7 +390,7 @@ mod tests {
     #[test]
     fn ring_is_capped() {
         let t0 = Instant::now();
-        let mut s = TargetStats::new(t0, Duration::from_secs(3600));
+        let mut s = TargetStats::new(t0, Duration::from_secs(3600), Buckets::ONE);
         for i in 0..(RECENT_CAP as u64 + 500) {
             s.answered(t0 + Duration::from_millis(i), Duration::from_micros(10));
         }

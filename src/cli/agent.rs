@@ -6,6 +6,7 @@ use super::output::{Exit, note};
 use super::server::{EventLog, GuardArgs, exposure, raise_fd_limit};
 use anyhow::Context;
 use clap::Args;
+use roundtrip::agent::buckets::Buckets;
 use roundtrip::agent::config::{self, ProbeName};
 use roundtrip::agent::engine::{Engine, EngineConfig};
 use roundtrip::agent::http::{Handler, HttpServer, Request, Site};
@@ -78,7 +79,13 @@ pub struct AgentArgs {
     /// file's `span`, else 60s].
     #[arg(long, alias = "window", value_name = "DURATION", value_parser = args::positive_duration)]
     span: Option<Duration>,
-    /// Refuse to start (and refuse a reload) with more series than this (38 per target).
+    /// Histogram buckets per doubling: 1, 2, 4 or 8 (1 = the layout of older agents; every layout keeps its
+    /// bounds) [default: the configuration file's `buckets`, else 4]. Fewer when the targets' series would
+    /// pass --max-series.
+    #[arg(long, value_name = "N", value_parser = buckets)]
+    buckets: Option<Buckets>,
+    /// Refuse to start (and refuse a reload) with more series than this (38 per target at --buckets 1, 110
+    /// at 4).
     #[arg(long, value_name = "N", default_value_t = 50_000)]
     max_series: usize,
     /// Threads for connect, ICMP and database probes.
@@ -105,6 +112,13 @@ pub struct AgentArgs {
 fn host_port(s: &str) -> Result<String, String> {
     Target::parse(s, DEFAULT_PORT).map_err(|e| e.to_string())?;
     Ok(s.trim().to_string())
+}
+
+fn buckets(s: &str) -> Result<Buckets, String> {
+    let n = s
+        .parse::<u32>()
+        .map_err(|_| format!("'{s}' is not a number: give 1, 2, 4 or 8 buckets per doubling"))?;
+    Buckets::new(n)
 }
 
 fn probe_name(s: &str) -> Result<ProbeName, String> {
@@ -158,6 +172,15 @@ fn say(line: String) {
     let _ = o.flush();
 }
 
+fn series_line(n: usize, buckets: Buckets, max: usize) -> String {
+    roundtrip::report::text::agent::series_line(
+        n,
+        buckets.series_per_target(),
+        max,
+        buckets.get() as usize,
+    )
+}
+
 /// What the targets thread needs.
 struct Watch {
     cli: CliTargets,
@@ -172,6 +195,8 @@ struct Watch {
     source: String,
     /// The span the agent runs with (a reload does not change it).
     span: Duration,
+    /// The histograms' resolution the agent runs with (a reload does not change it).
+    buckets: Buckets,
 }
 
 impl Watch {
@@ -189,6 +214,13 @@ impl Watch {
                                 "roundtrip agent: config {}: the source stays {} until the agent restarts",
                                 path.display(),
                                 self.source
+                            ));
+                        }
+                        if c.buckets.is_some_and(|b| b != self.buckets) {
+                            note(format!(
+                                "roundtrip agent: config {}: the histograms keep --buckets {} until the agent restarts",
+                                path.display(),
+                                self.buckets.get()
                             ));
                         }
                         if c.span.is_some_and(|s| s != self.span) {
@@ -226,11 +258,11 @@ impl Watch {
             return;
         }
         let n = got.targets.len();
-        if n * SERIES_PER_TARGET > self.max_series {
+        if n * self.buckets.series_per_target() > self.max_series {
             self.refused = Some(got.targets.clone());
             note(format!(
                 "roundtrip agent: the new target list has {}, over --max-series; keeping the previous {} targets",
-                roundtrip::report::text::agent::series_line(n, SERIES_PER_TARGET, self.max_series),
+                series_line(n, self.buckets, self.max_series),
                 self.current.len()
             ));
             return;
@@ -330,9 +362,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             + watch_specs.len() * watch::expose::HEALTH_SERIES_PER_WATCHER;
         watch::Shared::new(
             a.max_series
-                .saturating_sub(n * SERIES_PER_TARGET)
+                .saturating_sub(n * start.buckets.series_per_target())
                 .saturating_sub(fixed),
             start.span,
+            start.buckets,
         )
     });
     let log = EventLog::new();
@@ -351,6 +384,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<Exit> {
             psk: placed.start.psk.clone(),
             window: placed.start.span,
             workers: a.workers,
+            buckets: placed.start.buckets,
         })
         .context("starting the probe engine")?,
     );
@@ -396,6 +430,9 @@ struct Start {
     cfg: Option<config::Config>,
     /// `--span`, else the file's `span`, else 60 s.
     span: Duration,
+    /// `--buckets`, else the file's `buckets`, else 4; made coarser when the first targets' series would pass
+    /// --max-series at that resolution.
+    buckets: Buckets,
     cli: CliTargets,
     plan: Plan,
     filter: SelfFilter,
@@ -457,13 +494,25 @@ impl Start {
             note(config::scrub(e));
         }
         let n = first.targets.len();
-        if n * SERIES_PER_TARGET > a.max_series {
+        let asked = a
+            .buckets
+            .or(cfg.as_ref().and_then(|c| c.buckets))
+            .unwrap_or_default();
+        let Some(buckets) = asked.fit(n, a.max_series) else {
             return Err(super::output::refused(format!(
                 "{n} targets x {SERIES_PER_TARGET} series = {} series, over --max-series {}: probe fewer targets, \
                  or raise --max-series if your Prometheus can hold them",
                 n * SERIES_PER_TARGET,
                 a.max_series
             )));
+        };
+        if buckets != asked {
+            note(format!(
+                "roundtrip agent: --buckets {} would give {}, past --max-series: using --buckets {}",
+                asked.get(),
+                series_line(n, asked, a.max_series),
+                buckets.get()
+            ));
         }
         let span = a
             .span
@@ -473,6 +522,7 @@ impl Start {
             limits,
             psk,
             span,
+            buckets,
             cfg,
             cli,
             plan,
@@ -657,11 +707,7 @@ fn announce(
     say(format!(
         "roundtrip agent: source {}, {}{psk_note}",
         placed.source,
-        roundtrip::report::text::agent::series_line(
-            placed.targets.len(),
-            SERIES_PER_TARGET,
-            a.max_series
-        )
+        series_line(placed.targets.len(), placed.start.buckets, a.max_series)
     ));
     if placed.start.first.left_out_self > 0 {
         note(format!(
@@ -693,6 +739,7 @@ fn spawn_watcher(
         max_series: a.max_series,
         source: placed.source,
         span: placed.start.span,
+        buckets: placed.start.buckets,
     };
     let engine = engine.clone();
     let stop = stop.clone();

@@ -228,3 +228,27 @@ fn span_is_a_positive_duration() {
         assert!(e.contains("key `span`"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn buckets_is_1_2_4_or_8() {
+    use crate::agent::buckets::Buckets;
+    assert_eq!(
+        p("buckets = 8\n").unwrap().buckets,
+        Some(Buckets::new(8).unwrap())
+    );
+    assert_eq!(p("buckets = 1\n").unwrap().buckets, Some(Buckets::ONE));
+    assert_eq!(p("interval = \"1s\"\n").unwrap().buckets, None);
+    for bad in [
+        "buckets = 3\n",
+        "buckets = 0\n",
+        "buckets = \"4\"\n",
+        "buckets = -1\n",
+    ] {
+        let e = p(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("key `buckets`") && e.contains("1, 2, 4 or 8"),
+            "{bad}: {e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

@@ -39,6 +39,7 @@ fn engine(psk: Option<Psk>) -> Engine {
         psk,
         window: Duration::from_secs(60),
         workers: 2,
+        buckets: crate::agent::buckets::Buckets::DEFAULT,
     })
     .expect("an engine")
 }

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 fn snap() -> Snapshot {
     let h = Histogram {
-        counts: [0; 26],
+        counts: vec![0; 26],
         sum_s: 0.0,
         count: 0,
     };

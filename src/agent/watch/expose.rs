@@ -13,7 +13,8 @@
 //! - else `server`;
 //! - no handshake seen yet: `server`'s share is unknown and the verdict is `unknown network`.
 
-use super::{BUCKETS, Health, Hist, Oriented, ServerTotals, Shared};
+use super::{Health, Hist, Oriented, ServerTotals, Shared};
+use crate::agent::buckets::Buckets;
 use crate::agent::metrics::{Format, fmt_float, push_escaped};
 use serde::Serialize;
 use std::fmt::Write;
@@ -41,11 +42,11 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str, format: Format) 
     let _ = writeln!(out, "# TYPE {shown} {kind}");
 }
 
-fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist) {
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist, buckets: Buckets) {
     let mut cum = 0u64;
-    for (k, c) in h.counts.iter().enumerate() {
-        cum += c;
-        let le = BUCKETS.get(k).map_or("+Inf".to_string(), |b| fmt_float(*b));
+    let le = h.buckets().unwrap_or(buckets).watch_le();
+    for (k, le) in le.iter().enumerate() {
+        cum += h.counts.get(k).copied().unwrap_or(0);
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
     }
     let _ = writeln!(out, "{name}_sum{{{labels}}} {}", fmt_float(h.sum_s));
@@ -91,7 +92,13 @@ pub fn append_metrics(body: &mut String, shared: &Shared, source: &str, format: 
         format,
     );
     for ((_, o), l) in ops.iter().zip(&op_labels) {
-        histogram(out, "roundtrip_request_duration_seconds", l, &o.duration);
+        histogram(
+            out,
+            "roundtrip_request_duration_seconds",
+            l,
+            &o.duration,
+            st.buckets,
+        );
     }
     header(
         out,
@@ -146,7 +153,13 @@ pub fn append_metrics(body: &mut String, shared: &Shared, source: &str, format: 
         format,
     );
     for ((_, s), l) in servers.iter().zip(&s_labels) {
-        histogram(out, "roundtrip_network_rtt_seconds", l, &s.total.rtt);
+        histogram(
+            out,
+            "roundtrip_network_rtt_seconds",
+            l,
+            &s.total.rtt,
+            st.buckets,
+        );
     }
     header(
         out,

@@ -26,6 +26,8 @@ pub mod expose;
 pub mod ops;
 pub mod track;
 
+use crate::agent::buckets::Buckets;
+use crate::agent::stats::bucket_in;
 use crate::capture::Filter;
 use crate::capture::Packets;
 use crate::capture::bpf;
@@ -39,7 +41,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Upper bounds (seconds) of the watch histograms: 25 us doubling, 20 buckets up to 13.1 s; `+Inf` follows.
+/// Upper bounds (seconds) of the watch histograms at `--buckets 1`: 25 us doubling, 20 buckets up to 13.1 s;
+/// `+Inf` follows. [`crate::agent::buckets::Buckets::watch_bounds`] adds bounds between them.
 /// Loopback requests (tens of us) and LAN ones (hundreds of us) fall in different buckets.
 pub const BUCKETS: [f64; 20] = {
     let mut b = [0.0; 20];
@@ -53,12 +56,24 @@ pub const BUCKETS: [f64; 20] = {
     b
 };
 
-/// Series of one histogram: its buckets, `+Inf`, `_sum` and `_count`.
+/// Series of one histogram at `--buckets 1`: its buckets, `+Inf`, `_sum` and `_count`
+/// ([`Buckets::watch_hist_series`] at any resolution).
 pub const HIST_SERIES: usize = BUCKETS.len() + 1 + 2;
-/// Series of one (server, proto, op): the request histogram, requests by outcome (ok, error), response bytes.
+/// Series of one (server, proto, op) at `--buckets 1`: the request histogram, requests by outcome (ok, error),
+/// response bytes.
 pub const OP_SERIES: usize = HIST_SERIES + 2 + 1;
-/// Series of one server: the network RTT histogram and the retransmissions.
+/// Series of one server at `--buckets 1`: the network RTT histogram and the retransmissions.
 pub const SERVER_SERIES: usize = HIST_SERIES + 1;
+
+/// Series of one (server, proto, op) at `buckets`.
+pub fn op_series(buckets: Buckets) -> usize {
+    buckets.watch_hist_series() + 2 + 1
+}
+
+/// Series of one server at `buckets`.
+pub fn server_series(buckets: Buckets) -> usize {
+    buckets.watch_hist_series() + 1
+}
 /// Default cap of tracked connections per watched interface.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
 /// Approximate bytes the decoders keep per connection (the driver's entry, its two half-streams and a
@@ -128,11 +143,12 @@ impl WatchSpec {
     }
 }
 
-/// A histogram in [`BUCKETS`].
+/// A histogram in the bounds of one [`Buckets`] resolution (the number of counts tells which).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Hist {
-    /// Counts per bucket (not cumulative), `+Inf` last.
-    pub counts: [u64; 21],
+    /// Counts per bucket (not cumulative), `+Inf` last; empty until the first value (the exposition writes
+    /// zeros in the watchers' resolution then).
+    pub counts: Vec<u64>,
     /// Sum of the values, seconds.
     pub sum_s: f64,
     /// Values.
@@ -140,22 +156,35 @@ pub struct Hist {
 }
 
 impl Hist {
-    /// The bucket of `seconds`.
+    /// The bucket of `seconds` among [`BUCKETS`].
     pub fn bucket(seconds: f64) -> usize {
         BUCKETS.partition_point(|b| *b < seconds)
     }
 
-    /// Adds one value.
-    pub fn record(&mut self, d: Duration) {
+    /// Its resolution (`None` before the first value).
+    pub fn buckets(&self) -> Option<Buckets> {
+        (!self.counts.is_empty()).then(|| Buckets::of_watch_len(self.counts.len()))
+    }
+
+    /// Adds one value; the first one fixes the resolution to `buckets`.
+    pub fn record(&mut self, d: Duration, buckets: Buckets) {
         let s = d.as_secs_f64();
-        self.counts[Self::bucket(s)] += 1;
+        if self.counts.is_empty() {
+            self.counts = vec![0; buckets.watch_bounds().len() + 1];
+        }
+        let bounds = Buckets::of_watch_len(self.counts.len()).watch_bounds();
+        let last = self.counts.len() - 1;
+        self.counts[bucket_in(bounds, s).min(last)] += 1;
         self.sum_s += s;
         self.count += 1;
     }
 
     /// Adds every value of `o`.
     pub fn add(&mut self, o: &Hist) {
-        for (a, b) in self.counts.iter_mut().zip(o.counts) {
+        if self.counts.len() < o.counts.len() {
+            self.counts.resize(o.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
             *a += b;
         }
         self.sum_s += o.sum_s;
@@ -165,8 +194,8 @@ impl Hist {
     /// The values added since `older` (a copy of this histogram taken earlier).
     pub fn since(&self, older: &Hist) -> Hist {
         let mut h = self.clone();
-        for (a, b) in h.counts.iter_mut().zip(older.counts) {
-            *a = a.saturating_sub(b);
+        for (a, b) in h.counts.iter_mut().zip(&older.counts) {
+            *a = a.saturating_sub(*b);
         }
         h.sum_s = (h.sum_s - older.sum_s).max(0.0);
         h.count = h.count.saturating_sub(older.count);
@@ -180,20 +209,21 @@ impl Hist {
             return None;
         }
         let rank = (q.clamp(0.0, 1.0) * self.count as f64).max(1.0);
+        let bounds = Buckets::of_watch_len(self.counts.len()).watch_bounds();
         let mut seen = 0.0;
         for (k, &n) in self.counts.iter().enumerate() {
             if n == 0 {
                 continue;
             }
             if seen + n as f64 >= rank {
-                let Some(&hi) = BUCKETS.get(k) else {
-                    return Some(Duration::from_secs_f64(BUCKETS[BUCKETS.len() - 1]));
+                let Some(&hi) = bounds.get(k) else {
+                    return Some(Duration::from_secs_f64(bounds[bounds.len() - 1]));
                 };
                 let frac = (rank - seen) / n as f64;
                 let v = if k == 0 {
                     hi * frac
                 } else {
-                    let lo = BUCKETS[k - 1];
+                    let lo = bounds[k - 1];
                     lo * (hi / lo).powf(frac)
                 };
                 return Some(Duration::from_secs_f64(v));
@@ -320,6 +350,8 @@ pub struct State {
     /// Series allowed (the `other` series of a full budget are made anyway: at most one per protocol and
     /// label set).
     pub budget: usize,
+    /// The histograms' resolution.
+    pub buckets: Buckets,
     /// The recent window of `/api/results`.
     pub window: Duration,
     /// Lines for the agent's log (taken by [`Shared::take_log`]).
@@ -341,11 +373,11 @@ impl State {
                 labels: k.labels.clone(),
                 server: k.server.clone(),
             };
-            let cost = OP_SERIES
+            let cost = op_series(self.buckets)
                 + if self.servers.contains_key(&skey) {
                     0
                 } else {
-                    SERVER_SERIES
+                    server_series(self.buckets)
                 };
             let overflow = k.server == "other" && k.op == "other" && k.client.is_none();
             if self.ops.contains_key(&k) {
@@ -375,8 +407,9 @@ impl State {
         if self.servers.contains_key(&key) {
             return key;
         }
-        if self.series + SERVER_SERIES <= self.budget || key.server == "other" {
-            self.series += SERVER_SERIES;
+        let cost = server_series(self.buckets);
+        if self.series + cost <= self.budget || key.server == "other" {
+            self.series += cost;
             self.servers
                 .insert(key.clone(), ServerStats::starting_now());
             return key;
@@ -417,11 +450,12 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// An empty state with a series budget and the recent window.
-    pub fn new(budget: usize, window: Duration) -> Arc<Shared> {
+    /// An empty state with a series budget, the recent window and the histograms' resolution.
+    pub fn new(budget: usize, window: Duration, buckets: Buckets) -> Arc<Shared> {
         Arc::new(Shared {
             state: Mutex::new(State {
                 budget,
+                buckets,
                 window,
                 ..State::default()
             }),
@@ -624,10 +658,18 @@ mod tests {
     fn quantiles_stay_in_their_bucket() {
         let mut h = Hist::default();
         for _ in 0..100 {
-            h.record(Duration::from_micros(70));
+            h.record(Duration::from_micros(70), Buckets::ONE);
         }
         let q = h.quantile(0.5).unwrap().as_secs_f64();
         assert!(q > 50e-6 && q <= 100e-6, "{q}");
+        // At 4 per doubling the bucket is (59.5, 70.7] us.
+        let mut h = Hist::default();
+        for _ in 0..100 {
+            h.record(Duration::from_micros(70), Buckets::DEFAULT);
+        }
+        assert_eq!(h.buckets(), Some(Buckets::DEFAULT));
+        let q = h.quantile(0.5).unwrap().as_secs_f64();
+        assert!(q > 59e-6 && q <= 70.8e-6, "{q}");
         assert_eq!(Hist::default().quantile(0.5), None);
     }
 
@@ -645,6 +687,7 @@ mod tests {
     fn the_budget_folds_into_other() {
         let mut st = State {
             budget: OP_SERIES * 3 + SERVER_SERIES,
+            buckets: Buckets::ONE,
             ..State::default()
         };
         assert!(!key(&mut st, "a:1", "SELECT").1);

@@ -162,13 +162,14 @@ impl Tracker {
         let cpu = thread_cpu_seconds();
         let labels = self.labels.clone();
         let mut st = self.shared.lock();
+        let b = st.buckets;
         for (server, rtt) in self.rtts.drain(..) {
             let k = st.server_key(ServerKey {
                 labels: labels.clone(),
                 server: server.to_string(),
             });
             if let Some(s) = st.servers.get_mut(&k) {
-                s.total.rtt.record(rtt);
+                s.total.rtt.record(rtt, b);
             }
         }
         for server in self.retrans.drain(..) {
@@ -235,12 +236,13 @@ impl Sink for Tracker {
         let d = t.first_byte();
         let error = t.status == Status::Error;
         let mut st = self.shared.lock();
+        let b = st.buckets;
         let (okey, folded) = st.op_key(okey);
         if folded {
             st.folded += 1;
         }
         if let Some(o) = st.ops.get_mut(&okey) {
-            o.duration.record(d);
+            o.duration.record(d, b);
             if error {
                 o.error += 1;
             } else {
@@ -253,12 +255,12 @@ impl Sink for Tracker {
             server: okey.server,
         };
         if let Some(s) = st.servers.get_mut(&skey) {
-            s.total.duration.record(d);
+            s.total.duration.record(d, b);
             if error {
                 s.total.errors += 1;
             }
             if let Some(g) = gap {
-                s.total.client_gap.record(g);
+                s.total.client_gap.record(g, b);
             }
         }
     }
