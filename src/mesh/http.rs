@@ -505,7 +505,7 @@ mod tests {
 
     #[test]
     fn every_cut_of_a_recorded_answer_is_handled() {
-        for raw in recorded_answers() {
+        for raw in super::recorded_answers() {
             for n in 0..raw.len() {
                 let cut = &raw[..n];
                 // Never a panic; a cut body is either an error or a shorter (read-to-close) answer. (What the

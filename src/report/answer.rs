@@ -1,0 +1,406 @@
+//! The answer a report leads with: what the application pays per round trip, and how much of it is the
+//! network and how much the server, in one plain sentence with its figures. Built once here from what `db`,
+//! `ping` and `capture rpc` measure; the text ([`text`]) and the HTML report (the section's lead) print the
+//! same words. A share got by subtraction that comes out negative is "not measurable (why)", never a negative
+//! figure; a share that is not measured at all says why.
+
+use crate::db::Attribution;
+use crate::probe::ping::PeerKind;
+use crate::stats::Summary;
+use crate::units::fmt_nanos;
+
+/// One figure of an answer: a named share of the round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// What the share is, e.g. "the network".
+    pub what: String,
+    /// The share, in nanoseconds; `None` when it is not measurable (see `how`).
+    pub ns: Option<u64>,
+    /// How it was got, or why it is not measurable.
+    pub how: String,
+}
+
+/// The sentence a report opens with and the figures in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The sentence, without a trailing newline.
+    pub sentence: String,
+    /// The median round trip the sentence splits, in nanoseconds (`None`: nothing was measured).
+    pub total_ns: Option<u64>,
+    /// The shares, in the order the sentence names them.
+    pub parts: Vec<Part>,
+}
+
+/// The answer as the first line of a text result, escaped for the terminal (an operation's name comes from
+/// a capture).
+pub fn text(a: &Answer) -> String {
+    format!("{}\n", crate::terminal::escape_for_terminal(&a.sentence))
+}
+
+/// The answer as the HTML report's lead: the sentence, after the result's label when the section compares
+/// several results (escaped when the page is rendered).
+pub fn lead(label: &str, several: bool, a: &Answer) -> String {
+    if several {
+        format!("{label}: {}", a.sentence)
+    } else {
+        a.sentence.clone()
+    }
+}
+
+/// A share got by subtraction: `a - b`, or not measurable when negative, naming the subtraction.
+fn difference(what: &str, a: u64, b: u64, how: &str) -> Part {
+    Part {
+        what: what.into(),
+        ns: a.checked_sub(b),
+        how: if a >= b {
+            how.into()
+        } else {
+            format!(
+                "{how} came out negative, -{}: too small to separate",
+                fmt_nanos((b - a) as f64)
+            )
+        },
+    }
+}
+
+/// "of the X median NAME, A is P1 (how), B P2 (how), ..." for parts that add up to the total.
+fn split_sentence(total_ns: u64, name: &str, parts: &[Part]) -> String {
+    let shown: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let verb = if i == 0 { " is" } else { "" };
+            match p.ns {
+                Some(ns) => format!("{}{verb} {} ({})", fmt_nanos(ns as f64), p.what, p.how),
+                None => format!("{} not measurable ({})", p.what, p.how),
+            }
+        })
+        .collect();
+    format!(
+        "of the {} median {name}, {}",
+        fmt_nanos(total_ns as f64),
+        shown.join(", ")
+    )
+}
+
+fn nothing(sentence: &str) -> Answer {
+    Answer {
+        sentence: sentence.into(),
+        total_ns: None,
+        parts: Vec::new(),
+    }
+}
+
+/// `roundtrip db`: the median query round trip (the ping's, when no query ran) split by the attribution into
+/// the network (TCP handshake), the protocol and server (ping - handshake) and the statement (query - ping).
+/// With a database link, the round trip through the link and the client's own leg.
+pub fn db(
+    attribution: Option<&Attribution>,
+    ping: &Summary,
+    query: &Summary,
+    link_round_trip: Option<&Summary>,
+) -> Answer {
+    if let Some(l) = link_round_trip {
+        if l.count == 0 {
+            return nothing("no call through the link was timed, so there is no round trip to split");
+        }
+        let mut parts = vec![Part {
+            what: "the link".into(),
+            ns: Some(l.p50_ns),
+            how: "round trip from the local database to the remote one, timed inside it".into(),
+        }];
+        let mut sentence = format!(
+            "the median round trip through the link is {}, timed inside the local database",
+            fmt_nanos(l.p50_ns as f64)
+        );
+        if ping.count > 0 {
+            sentence.push_str(&format!(
+                "; the client's own leg to the local database is {} (ping)",
+                fmt_nanos(ping.p50_ns as f64)
+            ));
+            parts.push(Part {
+                what: "the client's leg".into(),
+                ns: Some(ping.p50_ns),
+                how: "ping".into(),
+            });
+        }
+        return Answer {
+            sentence,
+            total_ns: Some(l.p50_ns),
+            parts,
+        };
+    }
+    let (name, total) = if query.count > 0 {
+        ("query round trip", query.p50_ns)
+    } else if ping.count > 0 {
+        ("ping round trip", ping.p50_ns)
+    } else {
+        return nothing("no ping or query was timed, so there is no round trip to split");
+    };
+    let Some(a) = attribution else {
+        return Answer {
+            sentence: format!(
+                "the median {name} is {}; the network's share is not measured: no TCP handshake was timed",
+                fmt_nanos(total as f64)
+            ),
+            total_ns: Some(total),
+            parts: Vec::new(),
+        };
+    };
+    let hs = a.network_ns;
+    let ping_ns = (hs as i64 + a.protocol_server_ns).max(0) as u64;
+    let mut parts = vec![
+        Part {
+            what: "the network".into(),
+            ns: Some(hs),
+            how: "TCP handshake".into(),
+        },
+        difference(
+            "the protocol and server",
+            ping_ns,
+            hs,
+            "ping - handshake",
+        ),
+    ];
+    if let Some(s) = a.statement_ns {
+        let query_ns = (ping_ns as i64 + s).max(0) as u64;
+        parts.push(difference(
+            "the statement",
+            query_ns,
+            ping_ns,
+            "query - ping",
+        ));
+    }
+    Answer {
+        sentence: split_sentence(total, name, &parts),
+        total_ns: Some(total),
+        parts,
+    }
+}
+
+/// `roundtrip ping`: the median round trip split into the server's turnaround (its own timestamps) and the
+/// rest (the network and both TCP/IP stacks); when the server reports no time, what is known and why.
+pub fn ping(rtt: &Summary, server: Option<&Summary>, peer: PeerKind) -> Answer {
+    if rtt.count == 0 {
+        return nothing("no round trip was answered, so there is no round trip to split");
+    }
+    let total = rtt.p50_ns;
+    match server.filter(|s| s.count > 0) {
+        Some(s) => {
+            let parts = vec![
+                difference(
+                    "the network and both TCP/IP stacks",
+                    total,
+                    s.p50_ns,
+                    "round trip - server",
+                ),
+                Part {
+                    what: "the server".into(),
+                    ns: Some(s.p50_ns),
+                    how: "its own timestamps".into(),
+                },
+            ];
+            Answer {
+                sentence: split_sentence(total, "round trip", &parts),
+                total_ns: Some(total),
+                parts,
+            }
+        }
+        None => {
+            let why = match peer {
+                PeerKind::Sockperf => "sockperf does not report it",
+                PeerKind::Unknown => "this server does not report it (a roundtrip server does)",
+                PeerKind::Roundtrip => "the server sent no timestamps",
+            };
+            Answer {
+                sentence: format!(
+                    "the median round trip is {}; the server's share is not measured: {why}",
+                    fmt_nanos(total as f64)
+                ),
+                total_ns: Some(total),
+                parts: Vec::new(),
+            }
+        }
+    }
+}
+
+/// One operation of `capture rpc`: its name, its time to the first response byte and to the last.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcOp<'a> {
+    /// The operation's name.
+    pub op: &'a str,
+    /// Request end to the first response packet; `None` when not known.
+    pub first_byte: Option<&'a Summary>,
+    /// Request end to the last response packet.
+    pub last_byte: &'a Summary,
+}
+
+/// `capture rpc`: the busiest operation's median time to the last byte split into the time to the first
+/// response byte (server and network together: one capture point cannot separate them; `capture match`
+/// does) and the transfer of the rest.
+pub fn rpc(ops: &[RpcOp]) -> Answer {
+    let total_count: u64 = ops.iter().map(|o| o.last_byte.count).sum();
+    let Some(o) = ops
+        .iter()
+        .filter(|o| o.last_byte.count > 0)
+        .max_by_key(|o| o.last_byte.count)
+    else {
+        return nothing("no request was answered, so there is no round trip to split");
+    };
+    let total = o.last_byte.p50_ns;
+    let name = format!(
+        "time to the last byte of {} ({} of {} requests)",
+        o.op, o.last_byte.count, total_count
+    );
+    match o.first_byte.filter(|f| f.count > 0) {
+        Some(f) => {
+            let parts = vec![
+                Part {
+                    what: "the server and the network together".into(),
+                    ns: Some(f.p50_ns.min(total)),
+                    how: "to the first response byte; one capture point cannot split them".into(),
+                },
+                difference(
+                    "the transfer of the rest",
+                    total,
+                    f.p50_ns,
+                    "last - first",
+                ),
+            ];
+            Answer {
+                sentence: split_sentence(total, &name, &parts),
+                total_ns: Some(total),
+                parts,
+            }
+        }
+        None => Answer {
+            sentence: format!(
+                "the median {name} is {}; the server's share is not measured: the time to the first \
+                 response byte is not known",
+                fmt_nanos(total as f64)
+            ),
+            total_ns: Some(total),
+            parts: Vec::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(p50_ns: u64, count: u64) -> Summary {
+        Summary {
+            count,
+            p50_ns,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn db_splits_the_query_median() {
+        let a = Attribution {
+            network_ns: 850_000,
+            protocol_server_ns: 300_000,
+            statement_ns: Some(50_000),
+        };
+        let r = db(Some(&a), &s(1_150_000, 10), &s(1_200_000, 10), None);
+        assert_eq!(
+            text(&r),
+            "of the 1.20ms median query round trip, 850us is the network (TCP handshake), 300us the protocol \
+             and server (ping - handshake), 50.0us the statement (query - ping)\n"
+        );
+        assert_eq!(r.total_ns, Some(1_200_000));
+        assert_eq!(r.parts[2].ns, Some(50_000));
+    }
+
+    #[test]
+    fn db_negative_share_is_not_measurable() {
+        let a = Attribution {
+            network_ns: 100_000,
+            protocol_server_ns: -20_000,
+            statement_ns: Some(40_000),
+        };
+        let r = db(Some(&a), &s(80_000, 10), &s(120_000, 10), None);
+        assert_eq!(
+            r.sentence,
+            "of the 120us median query round trip, 100us is the network (TCP handshake), the protocol and \
+             server not measurable (ping - handshake came out negative, -20.0us: too small to separate), \
+             40.0us the statement (query - ping)"
+        );
+        assert_eq!(r.parts[1].ns, None);
+        assert!(!r.sentence.contains(" -20.0us the"));
+    }
+
+    #[test]
+    fn db_without_handshake_or_query() {
+        let r = db(None, &s(300_000, 5), &s(0, 0), None);
+        assert_eq!(
+            r.sentence,
+            "the median ping round trip is 300us; the network's share is not measured: no TCP handshake was timed"
+        );
+        let r = db(None, &s(0, 0), &s(0, 0), None);
+        assert_eq!(r.total_ns, None);
+        let r = db(None, &s(200_000, 5), &s(0, 0), Some(&s(1_500_000, 9)));
+        assert_eq!(
+            r.sentence,
+            "the median round trip through the link is 1.50ms, timed inside the local database; the client's \
+             own leg to the local database is 200us (ping)"
+        );
+    }
+
+    #[test]
+    fn ping_splits_with_server_time() {
+        let r = ping(&s(1_200_000, 9), Some(&s(300_000, 9)), PeerKind::Roundtrip);
+        assert_eq!(
+            text(&r),
+            "of the 1.20ms median round trip, 900us is the network and both TCP/IP stacks (round trip - \
+             server), 300us the server (its own timestamps)\n"
+        );
+    }
+
+    #[test]
+    fn ping_negative_and_unmeasured() {
+        let r = ping(&s(100, 9), Some(&s(150, 9)), PeerKind::Roundtrip);
+        assert_eq!(
+            r.sentence,
+            "of the 100ns median round trip, the network and both TCP/IP stacks not measurable (round trip - \
+             server came out negative, -50ns: too small to separate), 150ns the server (its own timestamps)"
+        );
+        let r = ping(&s(1_200_000, 9), None, PeerKind::Sockperf);
+        assert_eq!(
+            r.sentence,
+            "the median round trip is 1.20ms; the server's share is not measured: sockperf does not report it"
+        );
+        assert_eq!(ping(&s(0, 0), None, PeerKind::Unknown).total_ns, None);
+    }
+
+    #[test]
+    fn rpc_takes_the_busiest_operation() {
+        let (f1, l1, l2) = (s(150_000, 90), s(200_000, 90), s(900_000, 10));
+        let ops = [
+            RpcOp {
+                op: "INSERT",
+                first_byte: None,
+                last_byte: &l2,
+            },
+            RpcOp {
+                op: "SELECT",
+                first_byte: Some(&f1),
+                last_byte: &l1,
+            },
+        ];
+        assert_eq!(
+            rpc(&ops).sentence,
+            "of the 200us median time to the last byte of SELECT (90 of 100 requests), 150us is the server and \
+             the network together (to the first response byte; one capture point cannot split them), 50.0us the \
+             transfer of the rest (last - first)"
+        );
+        assert_eq!(
+            rpc(&ops[..1]).sentence,
+            "the median time to the last byte of INSERT (10 of 10 requests) is 900us; the server's share is not \
+             measured: the time to the first response byte is not known"
+        );
+        assert_eq!(rpc(&[]).total_ns, None);
+    }
+}
