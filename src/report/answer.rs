@@ -102,7 +102,9 @@ pub fn db(
 ) -> Answer {
     if let Some(l) = link_round_trip {
         if l.count == 0 {
-            return nothing("no call through the link was timed, so there is no round trip to split");
+            return nothing(
+                "no call through the link was timed, so there is no round trip to split",
+            );
         }
         let mut parts = vec![Part {
             what: "the link".into(),
@@ -149,19 +151,28 @@ pub fn db(
     };
     let hs = a.network_ns;
     let ping_ns = (hs as i64 + a.protocol_server_ns).max(0) as u64;
-    let mut parts = vec![
-        Part {
-            what: "the network".into(),
-            ns: Some(hs),
-            how: "TCP handshake".into(),
-        },
-        difference(
-            "the protocol and server",
-            ping_ns,
-            hs,
-            "ping - handshake",
-        ),
-    ];
+    // A handshake longer than the ping (loopback: a fresh connection's setup against a warm one's round trip)
+    // is no share of it: the ping is then the network, protocol and server together, their split not
+    // measurable.
+    let mut parts = if ping_ns >= hs {
+        vec![
+            Part {
+                what: "the network".into(),
+                ns: Some(hs),
+                how: "TCP handshake".into(),
+            },
+            difference("the protocol and server", ping_ns, hs, "ping - handshake"),
+        ]
+    } else {
+        vec![Part {
+            what: "the network, protocol and server together".into(),
+            ns: Some(ping_ns),
+            how: format!(
+                "ping; their split is not measurable: the TCP handshake, {}, took longer than the ping",
+                fmt_nanos(hs as f64)
+            ),
+        }]
+    };
     if let Some(s) = a.statement_ns {
         let query_ns = (ping_ns as i64 + s).max(0) as u64;
         parts.push(difference(
@@ -240,8 +251,10 @@ pub struct RpcOp<'a> {
 /// does) and the transfer of the rest.
 pub fn rpc(ops: &[RpcOp]) -> Answer {
     let total_count: u64 = ops.iter().map(|o| o.last_byte.count).sum();
+    // The busiest; of equally busy ones, the first listed.
     let Some(o) = ops
         .iter()
+        .rev()
         .filter(|o| o.last_byte.count > 0)
         .max_by_key(|o| o.last_byte.count)
     else {
@@ -260,12 +273,7 @@ pub fn rpc(ops: &[RpcOp]) -> Answer {
                     ns: Some(f.p50_ns.min(total)),
                     how: "to the first response byte; one capture point cannot split them".into(),
                 },
-                difference(
-                    "the transfer of the rest",
-                    total,
-                    f.p50_ns,
-                    "last - first",
-                ),
+                difference("the transfer of the rest", total, f.p50_ns, "last - first"),
             ];
             Answer {
                 sentence: split_sentence(total, &name, &parts),
@@ -324,12 +332,23 @@ mod tests {
         let r = db(Some(&a), &s(80_000, 10), &s(120_000, 10), None);
         assert_eq!(
             r.sentence,
-            "of the 120us median query round trip, 100us is the network (TCP handshake), the protocol and \
-             server not measurable (ping - handshake came out negative, -20.0us: too small to separate), \
-             40.0us the statement (query - ping)"
+            "of the 120us median query round trip, 80.0us is the network, protocol and server together (ping; \
+             their split is not measurable: the TCP handshake, 100us, took longer than the ping), 40.0us the \
+             statement (query - ping)"
         );
-        assert_eq!(r.parts[1].ns, None);
-        assert!(!r.sentence.contains(" -20.0us the"));
+        let a = Attribution {
+            network_ns: 50_000,
+            protocol_server_ns: 30_000,
+            statement_ns: Some(-2_000),
+        };
+        let r = db(Some(&a), &s(80_000, 10), &s(78_000, 10), None);
+        assert_eq!(
+            r.sentence,
+            "of the 78.0us median query round trip, 50.0us is the network (TCP handshake), 30.0us the protocol \
+             and server (ping - handshake), the statement not measurable (query - ping came out negative, \
+             -2.00us: too small to separate)"
+        );
+        assert_eq!(r.parts[2].ns, None);
     }
 
     #[test]

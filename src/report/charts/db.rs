@@ -18,9 +18,15 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
     let several = runs.len() > 1;
     let mut server = crate::report::html::Table {
         caption: "Server".into(),
-        head: ["result", "database", "address", "server version", "connections ready"]
-            .map(String::from)
-            .to_vec(),
+        head: [
+            "result",
+            "database",
+            "address",
+            "server version",
+            "connections ready",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: Vec::new(),
     };
     for (r, d) in runs.iter().zip(&docs) {
