@@ -16,8 +16,10 @@ pub struct Part {
     pub what: String,
     /// The share, in nanoseconds; `None` when it is not measurable (see `how`).
     pub ns: Option<u64>,
-    /// How it was got, or why it is not measurable.
+    /// How it was got (the same words whether or not it is measurable).
     pub how: String,
+    /// Why it is not measurable (`ns` is `None`), e.g. "ping - handshake = -24.4us".
+    pub why: Option<String>,
 }
 
 /// The sentence a report opens with and the figures in it.
@@ -29,58 +31,85 @@ pub struct Answer {
     pub total_ns: Option<u64>,
     /// The shares, in the order the sentence names them.
     pub parts: Vec<Part>,
+    /// Why a share is "not measurable": printed as `note:` lines right after the sentence.
+    pub notes: Vec<String>,
 }
 
 /// The answer as the first line of a text result, escaped for the terminal (an operation's name comes from
 /// a capture).
 pub fn text(a: &Answer) -> String {
-    format!("{}\n", crate::terminal::escape_for_terminal(&a.sentence))
-}
-
-/// The answer as the HTML report's lead: the sentence, after the result's label when the section compares
-/// several results (escaped when the page is rendered).
-pub fn lead(label: &str, several: bool, a: &Answer) -> String {
-    if several {
-        format!("{label}: {}", a.sentence)
-    } else {
-        a.sentence.clone()
+    let mut out = format!("{}\n", crate::terminal::escape_for_terminal(&a.sentence));
+    for n in &a.notes {
+        out.push_str(&format!(
+            "note: {}\n",
+            crate::terminal::escape_for_terminal(n)
+        ));
     }
+    out
 }
 
-/// A share got by subtraction: `a - b`, or not measurable when negative, naming the subtraction.
+/// The answer as the HTML report's lead: the sentence, then its `note:` lines, each after the result's label
+/// when the section compares several results (escaped when the page is rendered).
+pub fn lead(label: &str, several: bool, a: &Answer) -> Vec<String> {
+    std::iter::once(a.sentence.clone())
+        .chain(a.notes.iter().map(|n| format!("note: {n}")))
+        .map(|l| if several { format!("{label}: {l}") } else { l })
+        .collect()
+}
+
+/// A share got by subtraction: `a - b`, or not measurable when negative, saying by how much.
 fn difference(what: &str, a: u64, b: u64, how: &str) -> Part {
     Part {
         what: what.into(),
         ns: a.checked_sub(b),
-        how: if a >= b {
-            how.into()
-        } else {
-            format!(
-                "{how} came out negative, -{}: too small to separate",
-                fmt_nanos((b - a) as f64)
-            )
-        },
+        how: how.into(),
+        why: (a < b).then(|| format!("{how} = -{}", fmt_nanos((b - a) as f64))),
     }
 }
 
-/// "of the X median NAME, A is P1 (how), B P2 (how), ..." for parts that add up to the total.
-fn split_sentence(total_ns: u64, name: &str, parts: &[Part]) -> String {
+/// A measured share.
+fn measured(what: &str, ns: u64, how: &str) -> Part {
+    Part {
+        what: what.into(),
+        ns: Some(ns),
+        how: how.into(),
+        why: None,
+    }
+}
+
+/// "of the X median NAME, A is P1 (how), B P2 (how), ..."; a share not measurable reads "not measurable" in
+/// place of its figure (the same words either way), and the note says why.
+fn split(total_ns: u64, name: &str, parts: Vec<Part>) -> Answer {
     let shown: Vec<String> = parts
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let verb = if i == 0 { " is" } else { "" };
-            match p.ns {
-                Some(ns) => format!("{}{verb} {} ({})", fmt_nanos(ns as f64), p.what, p.how),
-                None => format!("{} not measurable ({})", p.what, p.how),
-            }
+            let figure =
+                p.ns.map_or_else(|| "not measurable".to_string(), |ns| fmt_nanos(ns as f64));
+            format!("{figure}{verb} {} ({})", p.what, p.how)
         })
         .collect();
-    format!(
-        "of the {} median {name}, {}",
-        fmt_nanos(total_ns as f64),
-        shown.join(", ")
-    )
+    let whys: Vec<&str> = parts.iter().filter_map(|p| p.why.as_deref()).collect();
+    let notes = if whys.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "a part shown as \"not measurable\" came out negative ({}): the two medians it subtracts differ \
+             by less than their own variation here, so that part is too small to separate",
+            whys.join(", ")
+        )]
+    };
+    Answer {
+        sentence: format!(
+            "of the {} median {name}, {}",
+            fmt_nanos(total_ns as f64),
+            shown.join(", ")
+        ),
+        total_ns: Some(total_ns),
+        parts,
+        notes,
+    }
 }
 
 fn nothing(sentence: &str) -> Answer {
@@ -88,6 +117,7 @@ fn nothing(sentence: &str) -> Answer {
         sentence: sentence.into(),
         total_ns: None,
         parts: Vec::new(),
+        notes: Vec::new(),
     }
 }
 
@@ -106,11 +136,11 @@ pub fn db(
                 "no call through the link was timed, so there is no round trip to split",
             );
         }
-        let mut parts = vec![Part {
-            what: "the link".into(),
-            ns: Some(l.p50_ns),
-            how: "round trip from the local database to the remote one, timed inside it".into(),
-        }];
+        let mut parts = vec![measured(
+            "the link",
+            l.p50_ns,
+            "round trip from the local database to the remote one, timed inside it",
+        )];
         let mut sentence = format!(
             "the median round trip through the link is {}, timed inside the local database",
             fmt_nanos(l.p50_ns as f64)
@@ -120,16 +150,13 @@ pub fn db(
                 "; the client's own leg to the local database is {} (ping)",
                 fmt_nanos(ping.p50_ns as f64)
             ));
-            parts.push(Part {
-                what: "the client's leg".into(),
-                ns: Some(ping.p50_ns),
-                how: "ping".into(),
-            });
+            parts.push(measured("the client's leg", ping.p50_ns, "ping"));
         }
         return Answer {
             sentence,
             total_ns: Some(l.p50_ns),
             parts,
+            notes: Vec::new(),
         };
     }
     let (name, total) = if query.count > 0 {
@@ -147,32 +174,17 @@ pub fn db(
             ),
             total_ns: Some(total),
             parts: Vec::new(),
+            notes: Vec::new(),
         };
     };
     let hs = a.network_ns;
     let ping_ns = (hs as i64 + a.protocol_server_ns).max(0) as u64;
-    // A handshake longer than the ping (loopback: a fresh connection's setup against a warm one's round trip)
-    // is no share of it: the ping is then the network, protocol and server together, their split not
-    // measurable.
-    let mut parts = if ping_ns >= hs {
-        vec![
-            Part {
-                what: "the network".into(),
-                ns: Some(hs),
-                how: "TCP handshake".into(),
-            },
-            difference("the protocol and server", ping_ns, hs, "ping - handshake"),
-        ]
-    } else {
-        vec![Part {
-            what: "the network, protocol and server together".into(),
-            ns: Some(ping_ns),
-            how: format!(
-                "ping; their split is not measurable: the TCP handshake, {}, took longer than the ping",
-                fmt_nanos(hs as f64)
-            ),
-        }]
-    };
+    // On loopback a fresh connection's handshake can take longer than a warm connection's ping: the
+    // protocol and server's share is then "not measurable", and the note says by how much.
+    let mut parts = vec![
+        measured("the network", hs, "TCP handshake"),
+        difference("the protocol and server", ping_ns, hs, "ping - handshake"),
+    ];
     if let Some(s) = a.statement_ns {
         let query_ns = (ping_ns as i64 + s).max(0) as u64;
         parts.push(difference(
@@ -182,11 +194,7 @@ pub fn db(
             "query - ping",
         ));
     }
-    Answer {
-        sentence: split_sentence(total, name, &parts),
-        total_ns: Some(total),
-        parts,
-    }
+    split(total, name, parts)
 }
 
 /// `roundtrip ping`: the median round trip split into the server's turnaround (its own timestamps) and the
@@ -197,26 +205,19 @@ pub fn ping(rtt: &Summary, server: Option<&Summary>, peer: PeerKind) -> Answer {
     }
     let total = rtt.p50_ns;
     match server.filter(|s| s.count > 0) {
-        Some(s) => {
-            let parts = vec![
+        Some(s) => split(
+            total,
+            "round trip",
+            vec![
                 difference(
                     "the network and both TCP/IP stacks",
                     total,
                     s.p50_ns,
                     "round trip - server",
                 ),
-                Part {
-                    what: "the server".into(),
-                    ns: Some(s.p50_ns),
-                    how: "its own timestamps".into(),
-                },
-            ];
-            Answer {
-                sentence: split_sentence(total, "round trip", &parts),
-                total_ns: Some(total),
-                parts,
-            }
-        }
+                measured("the server", s.p50_ns, "its own timestamps"),
+            ],
+        ),
         None => {
             let why = match peer {
                 PeerKind::Sockperf => "sockperf does not report it",
@@ -230,6 +231,7 @@ pub fn ping(rtt: &Summary, server: Option<&Summary>, peer: PeerKind) -> Answer {
                 ),
                 total_ns: Some(total),
                 parts: Vec::new(),
+                notes: Vec::new(),
             }
         }
     }
@@ -266,21 +268,18 @@ pub fn rpc(ops: &[RpcOp]) -> Answer {
         o.op, o.last_byte.count, total_count
     );
     match o.first_byte.filter(|f| f.count > 0) {
-        Some(f) => {
-            let parts = vec![
-                Part {
-                    what: "the server and the network together".into(),
-                    ns: Some(f.p50_ns.min(total)),
-                    how: "to the first response byte; one capture point cannot split them".into(),
-                },
+        Some(f) => split(
+            total,
+            &name,
+            vec![
+                measured(
+                    "the server and the network together",
+                    f.p50_ns.min(total),
+                    "to the first response byte; one capture point cannot split them",
+                ),
                 difference("the transfer of the rest", total, f.p50_ns, "last - first"),
-            ];
-            Answer {
-                sentence: split_sentence(total, &name, &parts),
-                total_ns: Some(total),
-                parts,
-            }
-        }
+            ],
+        ),
         None => Answer {
             sentence: format!(
                 "the median {name} is {}; the server's share is not measured: the time to the first \
@@ -289,6 +288,7 @@ pub fn rpc(ops: &[RpcOp]) -> Answer {
             ),
             total_ns: Some(total),
             parts: Vec::new(),
+            notes: Vec::new(),
         },
     }
 }
@@ -324,6 +324,7 @@ mod tests {
 
     #[test]
     fn db_negative_share_is_not_measurable() {
+        // Loopback: the fresh connection's handshake took longer than the warm connection's ping.
         let a = Attribution {
             network_ns: 100_000,
             protocol_server_ns: -20_000,
@@ -331,11 +332,15 @@ mod tests {
         };
         let r = db(Some(&a), &s(80_000, 10), &s(120_000, 10), None);
         assert_eq!(
-            r.sentence,
-            "of the 120us median query round trip, 80.0us is the network, protocol and server together (ping; \
-             their split is not measurable: the TCP handshake, 100us, took longer than the ping), 40.0us the \
-             statement (query - ping)"
+            text(&r),
+            "of the 120us median query round trip, 100us is the network (TCP handshake), not measurable the \
+             protocol and server (ping - handshake), 40.0us the statement (query - ping)\n\
+             note: a part shown as \"not measurable\" came out negative (ping - handshake = -20.0us): the two \
+             medians it subtracts differ by less than their own variation here, so that part is too small to \
+             separate\n"
         );
+        assert_eq!(r.parts[1].ns, None);
+        assert!(!r.sentence.contains("-20"));
         let a = Attribution {
             network_ns: 50_000,
             protocol_server_ns: 30_000,
@@ -345,10 +350,16 @@ mod tests {
         assert_eq!(
             r.sentence,
             "of the 78.0us median query round trip, 50.0us is the network (TCP handshake), 30.0us the protocol \
-             and server (ping - handshake), the statement not measurable (query - ping came out negative, \
-             -2.00us: too small to separate)"
+             and server (ping - handshake), not measurable the statement (query - ping)"
         );
         assert_eq!(r.parts[2].ns, None);
+        assert_eq!(r.parts[2].why.as_deref(), Some("query - ping = -2.00us"));
+        assert_eq!(
+            lead("a.json", true, &r)[1],
+            "a.json: note: a part shown as \"not measurable\" came out negative (query - ping = -2.00us): the two \
+             medians it subtracts differ by less than their own variation here, so that part is too small to \
+             separate"
+        );
     }
 
     #[test]
@@ -383,8 +394,14 @@ mod tests {
         let r = ping(&s(100, 9), Some(&s(150, 9)), PeerKind::Roundtrip);
         assert_eq!(
             r.sentence,
-            "of the 100ns median round trip, the network and both TCP/IP stacks not measurable (round trip - \
-             server came out negative, -50ns: too small to separate), 150ns the server (its own timestamps)"
+            "of the 100ns median round trip, not measurable is the network and both TCP/IP stacks (round trip - \
+             server), 150ns the server (its own timestamps)"
+        );
+        assert_eq!(r.notes.len(), 1);
+        assert!(
+            r.notes[0].contains("(round trip - server = -50ns)"),
+            "{:?}",
+            r.notes
         );
         let r = ping(&s(1_200_000, 9), None, PeerKind::Sockperf);
         assert_eq!(

@@ -78,9 +78,10 @@ fn timing_row(t: &mut Table, name: String, h: &LatencyHistogram) {
     t.row(v);
 }
 
-/// The attribution line of a run and, when a part came out negative, the note that says why it is "not
-/// measurable": the text summary and the HTML report print the same lines.
-pub fn attribution_lines(a: &crate::db::Attribution) -> Vec<String> {
+/// The attribution line of a run (a part that came out negative reads "not measurable"; the answer's note,
+/// printed right after the sentence the result opens with, says by how much): the text summary and the
+/// HTML report print the same line.
+pub fn attribution_line(a: &crate::db::Attribution) -> String {
     use crate::units::fmt_nanos;
     let mut line = format!(
         "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",
@@ -90,27 +91,7 @@ pub fn attribution_lines(a: &crate::db::Attribution) -> Vec<String> {
     if let Some(s) = a.statement_ns {
         line.push_str(&format!("; statement ~ {} (query - ping)", difference(s)));
     }
-    let mut out = vec![line];
-    if a.protocol_server_ns < 0 || a.statement_ns.is_some_and(|s| s < 0) {
-        out.push(format!(
-            "note: a part shown as \"not measurable\" came out negative ({}): the two medians it subtracts \
-             differ by less than their own variation here, so that part is too small to separate",
-            [
-                (a.protocol_server_ns < 0).then(|| format!(
-                    "ping - handshake = {}",
-                    signed_nanos(a.protocol_server_ns)
-                )),
-                a.statement_ns
-                    .filter(|s| *s < 0)
-                    .map(|s| format!("query - ping = {}", signed_nanos(s))),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(", ")
-        ));
-    }
-    out
+    line
 }
 
 /// The sentence a run's text and HTML open with ([`crate::report::answer::db`]).
@@ -274,9 +255,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
         }
     }
     if let Some(a) = r.attribution().filter(|_| r.link.is_none()) {
-        for l in attribution_lines(&a) {
-            let _ = writeln!(out, "{l}");
-        }
+        let _ = writeln!(out, "{}", attribution_line(&a));
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");

@@ -30,7 +30,8 @@ pub struct Figure {
 pub struct Section {
     /// Heading.
     pub heading: String,
-    /// The answer the section opens with, one sentence per result ([`crate::report::answer`]).
+    /// The answer the section opens with, one sentence per result and its `note:` lines
+    /// ([`crate::report::answer::lead`]).
     pub lead: Vec<String>,
     /// Tables shown above the charts.
     pub tables: Vec<Table>,
@@ -177,7 +178,13 @@ pub fn render(page: &Page) -> String {
     for s in &page.sections {
         let _ = writeln!(o, "<h2>{}</h2>", esc(&s.heading));
         for l in &s.lead {
-            let _ = writeln!(o, "<p class=\"answer\">{}</p>", esc(l));
+            // The sentence, then its notes (why a share is not measurable).
+            let class = if l.contains("note: ") {
+                "note"
+            } else {
+                "answer"
+            };
+            let _ = writeln!(o, "<p class=\"{class}\">{}</p>", esc(l));
         }
         for t in &s.tables {
             table(&mut o, t);

@@ -37,7 +37,7 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             d.link.as_ref().map(|l| &l.round_trip),
         );
         sec.lead
-            .push(crate::report::answer::lead(&r.label, several, &a));
+            .extend(crate::report::answer::lead(&r.label, several, &a));
         server.rows.push(vec![
             r.label.clone(),
             d.settings
@@ -53,13 +53,12 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
     let mut t = summary_table("Time per phase", "phase");
     for (r, d) in runs.iter().zip(&docs) {
         if let Some(a) = d.attribution.as_ref().filter(|_| d.link.is_none()) {
-            for l in crate::report::db::attribution_lines(a) {
-                sec.notes.push(if several {
-                    format!("{}: {l}", r.label)
-                } else {
-                    l
-                });
-            }
+            let l = crate::report::db::attribution_line(a);
+            sec.notes.push(if several {
+                format!("{}: {l}", r.label)
+            } else {
+                l
+            });
         }
         for (name, s) in d.phases() {
             if s.count > 0 {

@@ -35,7 +35,7 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             d.peer,
         );
         sec.lead
-            .push(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
+            .extend(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
     }
     let mut head = vec!["result".to_string()];
     head.extend(SUMMARY_COLUMNS.iter().map(|s| s.to_string()));

@@ -51,7 +51,7 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
     for (r, d) in runs.iter().zip(&docs) {
         let a = crate::report::text::rpc::answer(&d.report.ops);
         sec.lead
-            .push(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
+            .extend(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
     }
     let mut t = summary_table(
         "Time to the response's first byte per operation (request end to the first response packet)",
