@@ -613,3 +613,41 @@ fn cli_match_unrelated_files_says_so() {
     assert_eq!(v["matched"], 56);
     assert_eq!(v["unrelated"], false);
 }
+
+/// `capture rpc` opens with the answer (the line after the file's heading), the same sentence in the HTML
+/// report; the shipped pgbench capture gives it exactly.
+#[test]
+fn answer_leads_text_and_html() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("rpc.html");
+    let out = Command::cargo_bin("roundtrip")
+        .unwrap()
+        .current_dir(root)
+        .args([
+            "capture",
+            "rpc",
+            "docs/captures/pgbench-select.pcap",
+            "--report",
+            html.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let want = "of the 48.0us median time to the last byte of SELECT (202 of 204 requests), 48.0us is the server \
+                and the network together (to the first response byte; one capture point cannot split them), 0ns \
+                the transfer of the rest (last - first)";
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("docs/captures/pgbench-select.pcap: pcap"),
+        "{text}"
+    );
+    assert_eq!(lines[1], want, "{text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(&format!("<p class=\"answer\">{want}</p>")));
+}

@@ -315,6 +315,72 @@ fn text_summary(db: &Db) {
         assert!(o.stdout.contains(want), "missing {want}:\n{}", o.stdout);
     }
     assert!(!o.stdout.contains("fetch ("));
+    // The answer opens the result: the line after the command's heading.
+    let answer = o.stdout.lines().nth(1).unwrap_or_default();
+    assert!(
+        answer.starts_with("of the ") && answer.contains(" median query round trip, "),
+        "the second line is not the answer:\n{}",
+        o.stdout
+    );
+}
+
+/// `roundtrip db redis://127.0.0.1:6379` opens with the answer, and its HTML report carries the same
+/// sentence, the attribution line, the server's version and the notes its text shows.
+#[test]
+fn answer_leads_text_and_html() {
+    if !REDIS.up() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("db.html");
+    let o = run(rt().args([
+        "db",
+        "redis://127.0.0.1:6379",
+        "-c",
+        "20",
+        "--connects",
+        "2",
+        "--report",
+        html.to_str().unwrap(),
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("roundtrip db redis://127.0.0.1:6379 (Redis);"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[1].starts_with("of the ") && lines[1].contains(" median query round trip, "),
+        "{}",
+        o.stdout
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('\'', "&#39;")
+            .replace('"', "&quot;")
+    };
+    assert!(
+        page.contains(&format!("<p class=\"answer\">{}</p>", esc(lines[1]))),
+        "the page lacks the answer {}",
+        lines[1]
+    );
+    for l in lines
+        .iter()
+        .filter(|l| l.starts_with("attribution (medians)") || l.starts_with("note: "))
+    {
+        assert!(page.contains(&esc(l)), "the page lacks {l}");
+    }
+    let version = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("--- Redis at 127.0.0.1:6379, server "))
+        .and_then(|r| r.split(',').next())
+        .unwrap();
+    assert!(
+        page.contains(&format!("<td>{version}</td>")),
+        "the page lacks the version {version}"
+    );
 }
 
 cases!(password_user {

@@ -346,6 +346,47 @@ fn cli_text_summary_and_histogram() {
     assert!(text.contains('█'), "{text}");
 }
 
+/// Against a roundtrip server the result opens with the answer (the line after the heading, with -q) and
+/// the HTML report carries the same sentence.
+#[test]
+fn cli_answer_leads_text_and_html() {
+    let (_srv, port) = server_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("ping.html");
+    let out = rt()
+        .args([
+            "ping",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "200",
+            "--warmup",
+            "0",
+            "-q",
+            "--report",
+            html.to_str().unwrap(),
+        ])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("roundtrip ping tcp "), "{text}");
+    assert!(
+        lines[1].starts_with("of the ")
+            && lines[1].contains(" median round trip, ")
+            && lines[1].ends_with(" the server (its own timestamps)"),
+        "the second line is not the answer: {text}"
+    );
+    assert!(lines[2].starts_with("--- tcp "), "{text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains(&format!("<p class=\"answer\">{}</p>", lines[1])),
+        "the page lacks {}",
+        lines[1]
+    );
+}
+
 #[test]
 fn demo_prints_one_table() {
     let out = rt()

@@ -78,11 +78,37 @@ fn timing_row(t: &mut Table, name: String, h: &LatencyHistogram) {
     t.row(v);
 }
 
-/// The text summary of a run: setup phases, the loop on one connection, fetch rates and the attribution.
+/// The attribution line of a run (a part that came out negative reads "not measurable"; the answer's note,
+/// printed right after the sentence the result opens with, says by how much): the text summary and the
+/// HTML report print the same line.
+pub fn attribution_line(a: &crate::db::Attribution) -> String {
+    use crate::units::fmt_nanos;
+    let mut line = format!(
+        "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",
+        fmt_nanos(a.network_ns as f64),
+        difference(a.protocol_server_ns)
+    );
+    if let Some(s) = a.statement_ns {
+        line.push_str(&format!("; statement ~ {} (query - ping)", difference(s)));
+    }
+    line
+}
+
+/// The sentence a run's text and HTML open with ([`crate::report::answer::db`]).
+pub fn answer(r: &DbResult) -> crate::report::answer::Answer {
+    crate::report::answer::db(
+        r.attribution().as_ref(),
+        &r.ping.summary(),
+        &r.query.summary(),
+        r.link.as_ref().map(|l| l.single.summary()).as_ref(),
+    )
+}
+
+/// The text summary of a run, opening with the answer ([`answer`]): setup phases, the loop on one connection, fetch rates and the attribution.
 pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
     use crate::units::{fmt_bytes, fmt_nanos};
     use std::fmt::Write;
-    let mut out = String::new();
+    let mut out = crate::report::answer::text(&answer(r));
     let _ = writeln!(
         out,
         "--- {} at {}{}, {:.2}s ---",
@@ -229,36 +255,7 @@ pub fn text_summary(config: &DbConfig, r: &DbResult) -> String {
         }
     }
     if let Some(a) = r.attribution().filter(|_| r.link.is_none()) {
-        let _ = write!(
-            out,
-            "attribution (medians): network ~ {} (TCP handshake); protocol + server ~ {} (ping - handshake)",
-            fmt_nanos(a.network_ns as f64),
-            difference(a.protocol_server_ns)
-        );
-        if let Some(s) = a.statement_ns {
-            let _ = write!(out, "; statement ~ {} (query - ping)", difference(s));
-        }
-        out.push('\n');
-        if a.protocol_server_ns < 0 || a.statement_ns.is_some_and(|s| s < 0) {
-            let _ = writeln!(
-                out,
-                "note: a part shown as \"not measurable\" came out negative ({}): the two medians it subtracts \
-                 differ by less than their own variation here, so that part is too small to separate",
-                [
-                    (a.protocol_server_ns < 0).then(|| format!(
-                        "ping - handshake = {}",
-                        signed_nanos(a.protocol_server_ns)
-                    )),
-                    a.statement_ns
-                        .filter(|s| *s < 0)
-                        .map(|s| format!("query - ping = {}", signed_nanos(s))),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(", ")
-            );
-        }
+        let _ = writeln!(out, "{}", attribution_line(&a));
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");

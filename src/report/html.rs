@@ -30,6 +30,9 @@ pub struct Figure {
 pub struct Section {
     /// Heading.
     pub heading: String,
+    /// The answer the section opens with, one sentence per result and its `note:` lines
+    /// ([`crate::report::answer::lead`]).
+    pub lead: Vec<String>,
     /// Tables shown above the charts.
     pub tables: Vec<Table>,
     /// Charts.
@@ -85,7 +88,7 @@ caption{text-align:left;font-weight:600;padding:4px 0}\
 th,td{padding:3px 10px;border-bottom:1px solid var(--grid);text-align:right;white-space:nowrap}\
 th:first-child,td:first-child{text-align:left}td:last-child{white-space:normal;overflow-wrap:anywhere}th{color:var(--axis);font-weight:600}\
 td.k{color:var(--axis)}figure{margin:10px 0 22px;max-width:1200px}svg.rt{display:block}\
-.note{color:var(--axis);font-size:12px}.runs{display:flex;flex-wrap:wrap;gap:8px 36px}\n";
+.answer{font-size:15px;font-weight:600;margin:6px 0 10px}.note{color:var(--axis);font-size:12px}.runs{display:flex;flex-wrap:wrap;gap:8px 36px}\n";
 
 /// Writes the start of a page into `o`: doctype, head (title, the shared styles plus `extra_css`), the
 /// opening body, the `<h1>` title and the "Made by roundtrip" line dated `generated_unix_s`. Other pages (the
@@ -174,6 +177,15 @@ pub fn render(page: &Page) -> String {
 
     for s in &page.sections {
         let _ = writeln!(o, "<h2>{}</h2>", esc(&s.heading));
+        for l in &s.lead {
+            // The sentence, then its notes (why a share is not measurable).
+            let class = if l.contains("note: ") {
+                "note"
+            } else {
+                "answer"
+            };
+            let _ = writeln!(o, "<p class=\"{class}\">{}</p>", esc(l));
+        }
         for t in &s.tables {
             table(&mut o, t);
         }

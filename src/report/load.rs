@@ -133,7 +133,8 @@ impl Loaded {
         })
     }
 
-    /// The `settings` object as (name, value) pairs, nested objects flattened as `a.b`. Documents without a
+    /// The `settings` object as (name, value) pairs, nested objects flattened as `a b`, names and values as a
+    /// person reads them (see `readable`: units in the values, not in the names). Documents without a
     /// `settings` object (connect, icmp, compare, capture ...) give their top-level single values instead, and
     /// the capture file descriptions (`capture`, `client_capture`, `server_capture`).
     pub fn settings(&self) -> Vec<(String, String)> {
@@ -166,6 +167,21 @@ impl Loaded {
     }
 }
 
+/// A setting's JSON name as a person reads it: no unit suffix (the value carries its unit), spaces for `_`
+/// and `.` (`interval_ns` -> "interval", `stop.count` -> "stop count", `row_bytes` -> "row size").
+fn readable(name: &str) -> String {
+    let n = if let Some(p) = name.strip_suffix("_bytes") {
+        // `file` beside `file_bytes` (a capture's name and size).
+        format!("{p} size")
+    } else {
+        name.strip_suffix("_ns")
+            .or_else(|| name.strip_suffix("_s"))
+            .unwrap_or(name)
+            .to_string()
+    };
+    n.replace(['_', '.'], " ")
+}
+
 fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     match v {
         Value::Object(m) => {
@@ -178,25 +194,26 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
                 flatten(&name, v, out);
             }
         }
-        Value::String(s) => out.push((prefix.to_string(), s.clone())),
-        Value::Null => out.push((prefix.to_string(), "-".to_string())),
-        Value::Number(n) if prefix.ends_with("_ns") => out.push((
-            prefix.trim_end_matches("_ns").to_string(),
-            fmt_nanos(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => out.push((readable(prefix), s.clone())),
+        Value::Null => out.push((readable(prefix), "-".to_string())),
+        Value::Bool(b) => out.push((readable(prefix), if *b { "yes" } else { "no" }.into())),
+        Value::Array(a) if a.iter().all(Value::is_string) => out.push((
+            readable(prefix),
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
         )),
-        Value::Number(n) if prefix.ends_with("_s") => out.push((
-            prefix.trim_end_matches("_s").to_string(),
-            fmt_nanos(n.as_f64().unwrap_or(0.0) * 1e9),
-        )),
-        Value::Number(n) if prefix.ends_with("_bytes") && n.as_u64().is_some() => out.push((
-            match prefix.trim_end_matches("_bytes") {
-                // `file` beside `file_bytes` (a capture's name and size).
-                p if p.ends_with("file") => format!("{p} size"),
-                p => p.to_string(),
-            },
-            fmt_bytes(n.as_u64().unwrap_or(0)),
-        )),
-        other => out.push((prefix.to_string(), other.to_string())),
+        Value::Number(n) if prefix.ends_with("_ns") => {
+            out.push((readable(prefix), fmt_nanos(n.as_f64().unwrap_or(0.0))))
+        }
+        Value::Number(n) if prefix.ends_with("_s") => {
+            out.push((readable(prefix), fmt_nanos(n.as_f64().unwrap_or(0.0) * 1e9)))
+        }
+        Value::Number(n) if prefix.ends_with("_bytes") && n.as_u64().is_some() => {
+            out.push((readable(prefix), fmt_bytes(n.as_u64().unwrap_or(0))))
+        }
+        other => out.push((readable(prefix), other.to_string())),
     }
 }
 

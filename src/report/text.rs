@@ -172,9 +172,13 @@ pub fn interval_line(row: &IntervalRow) -> String {
     )
 }
 
-/// The final summary of a ping run.
+/// The final summary of a ping run, opening with the answer ([`crate::report::answer::ping`]).
 pub fn ping_summary(r: &PingResult) -> String {
-    let mut out = String::new();
+    let mut out = crate::report::answer::text(&crate::report::answer::ping(
+        &r.rtt.summary(),
+        (!r.server.is_empty()).then(|| r.server.summary()).as_ref(),
+        r.peer,
+    ));
     let lost = r.lost();
     let pct = if r.sent > 0 {
         100.0 * lost as f64 / r.sent as f64
@@ -216,16 +220,6 @@ pub fn ping_summary(r: &PingResult) -> String {
         t.row(row);
     }
     out.push_str(&t.render(0));
-    if !r.rtt.is_empty() && !r.server.is_empty() {
-        let rtt = r.rtt.summary();
-        let srv = r.server.summary();
-        let _ = writeln!(
-            out,
-            "median split: {} in the server, {} in the network and both TCP/IP stacks",
-            fmt_nanos(srv.p50_ns as f64),
-            fmt_nanos(rtt.p50_ns.saturating_sub(srv.p50_ns) as f64)
-        );
-    }
     out
 }
 

@@ -15,8 +15,51 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         heading: heading("Database", runs),
         ..Default::default()
     };
+    let several = runs.len() > 1;
+    let mut server = crate::report::html::Table {
+        caption: "Server".into(),
+        head: [
+            "result",
+            "database",
+            "address",
+            "server version",
+            "connections ready",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: Vec::new(),
+    };
+    for (r, d) in runs.iter().zip(&docs) {
+        let a = crate::report::answer::db(
+            d.attribution.as_ref(),
+            &d.ping,
+            &d.query,
+            d.link.as_ref().map(|l| &l.round_trip),
+        );
+        sec.lead
+            .extend(crate::report::answer::lead(&r.label, several, &a));
+        server.rows.push(vec![
+            r.label.clone(),
+            d.settings
+                .scheme
+                .product(d.server_version.as_deref())
+                .to_string(),
+            d.settings.address.clone().unwrap_or_else(|| "-".into()),
+            d.server_version.clone().unwrap_or_else(|| "-".into()),
+            d.connects_ok.to_string(),
+        ]);
+    }
+    sec.tables.push(server);
     let mut t = summary_table("Time per phase", "phase");
     for (r, d) in runs.iter().zip(&docs) {
+        if let Some(a) = d.attribution.as_ref().filter(|_| d.link.is_none()) {
+            let l = crate::report::db::attribution_line(a);
+            sec.notes.push(if several {
+                format!("{}: {l}", r.label)
+            } else {
+                l
+            });
+        }
         for (name, s) in d.phases() {
             if s.count > 0 {
                 t.rows.push(summary_row(&r.label, name, s));
@@ -29,7 +72,11 @@ pub(super) fn db(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
             ));
         }
         for n in &d.notes {
-            sec.notes.push(format!("{}: {n}", r.label));
+            sec.notes.push(if several {
+                format!("{}: note: {n}", r.label)
+            } else {
+                format!("note: {n}")
+            });
         }
         early(&mut sec, &r.label, &d.error);
     }

@@ -28,6 +28,15 @@ pub(super) fn ping(runs: &[Run], opts: &Options) -> Result<Section, LoadError> {
         ..Default::default()
     };
 
+    for (r, d) in runs.iter().zip(&docs) {
+        let a = crate::report::answer::ping(
+            &d.summary.rtt,
+            d.summary.server_turnaround.as_ref(),
+            d.peer,
+        );
+        sec.lead
+            .extend(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
+    }
     let mut head = vec!["result".to_string()];
     head.extend(SUMMARY_COLUMNS.iter().map(|s| s.to_string()));
     head.extend(["sent", "lost"].map(String::from));

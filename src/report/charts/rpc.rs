@@ -48,6 +48,11 @@ pub(super) fn capture_rpc(runs: &[Run], opts: &Options) -> Result<Section, LoadE
         heading: heading("Requests in a capture", runs),
         ..Default::default()
     };
+    for (r, d) in runs.iter().zip(&docs) {
+        let a = crate::report::text::rpc::answer(&d.report.ops);
+        sec.lead
+            .extend(crate::report::answer::lead(&r.label, runs.len() > 1, &a));
+    }
     let mut t = summary_table(
         "Time to the response's first byte per operation (request end to the first response packet)",
         "operation",

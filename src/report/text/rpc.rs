@@ -8,7 +8,20 @@ use crate::terminal::escape_for_terminal as esc;
 use crate::units::{fmt_bytes, fmt_nanos};
 use std::fmt::Write as _;
 
-/// The text report of `capture rpc`.
+/// The sentence a `capture rpc` result opens with, from its operations ([`crate::report::answer::rpc`]).
+pub fn answer(ops: &[crate::capture::rpc::stats::OpRow]) -> crate::report::answer::Answer {
+    let ops: Vec<crate::report::answer::RpcOp> = ops
+        .iter()
+        .map(|o| crate::report::answer::RpcOp {
+            op: &o.op,
+            first_byte: o.first_byte_known(),
+            last_byte: &o.last_byte,
+        })
+        .collect();
+    crate::report::answer::rpc(&ops)
+}
+
+/// The text report of `capture rpc`: the heading line, the answer ([`answer`]), then the tables.
 pub fn rpc_text(r: &RpcResult) -> String {
     let mut s = String::new();
     let c = &r.capture;
@@ -43,6 +56,7 @@ pub fn rpc_text(r: &RpcResult) -> String {
         );
     }
     let rep = &r.report;
+    s.push_str(&crate::report::answer::text(&answer(&rep.ops)));
     if !rep.ops.is_empty() {
         let with_bytes = rep.ops.iter().any(|o| o.bytes.is_some());
         let mut head = vec![
