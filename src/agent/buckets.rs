@@ -1,7 +1,7 @@
 //! The resolution of the agent's Prometheus histograms: how many `le` buckets each of the original
 //! buckets is split into (`--buckets N`, TOML `buckets`; 1, 2, 4 or 8, default [`Buckets::DEFAULT`]).
 //!
-//! The original bounds ([`super::BUCKET_BOUNDS`] for `roundtrip_rtt_seconds`, [`super::watch::BUCKETS`] for
+//! The original bounds ([`super::BUCKET_BOUNDS`] for `roundtrip_rtt_seconds`, [`super::WATCH_BUCKETS`] for
 //! the `--watch` histograms) are always a subset of the finer ones, with the same float text, so
 //! `sum by (le)` over a fleet of old and new agents still adds up at the bounds they share. With `N` the
 //! watch histograms have `N` buckets per doubling; the probe histogram has `N` per step of 10^(1/4) = 1.78x
@@ -10,8 +10,27 @@
 //! `histogram_quantile` interpolates linearly inside a bucket `(lo, hi]` with `hi = r lo`: its answer can be
 //! off from the true value by up to `r - 1` above or `1 - 1/r` below ([`Buckets::worst_error`]).
 
-use super::{BUCKET_BOUNDS, ErrorReason, watch};
+use super::{BUCKET_BOUNDS, ErrorReason};
 use std::sync::OnceLock;
+
+/// Upper bounds (seconds) of the watch histograms at `--buckets 1`: 25 us doubling, 20 buckets up to 13.1 s;
+/// `+Inf` follows. [`Buckets::watch_bounds`] adds bounds between them.
+/// Loopback requests (tens of us) and LAN ones (hundreds of us) fall in different buckets.
+pub const WATCH_BUCKETS: [f64; 20] = {
+    let mut b = [0.0; 20];
+    let mut k = 0;
+    let mut v = 25e-6;
+    while k < 20 {
+        b[k] = v;
+        v *= 2.0;
+        k += 1;
+    }
+    b
+};
+
+/// Series of one histogram at `--buckets 1`: its buckets, `+Inf`, `_sum` and `_count`
+/// ([`Buckets::watch_hist_series`] at any resolution).
+pub const HIST_SERIES: usize = WATCH_BUCKETS.len() + 1 + 2;
 
 /// A histogram resolution: each original bucket split into 1, 2, 4 or 8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -85,15 +104,15 @@ impl Buckets {
     }
 
     /// Upper bounds (seconds) of the `--watch` histograms: 25 us * 2^(k / N) up to 13.1 s, the N = 1 ones
-    /// copied from [`watch::BUCKETS`]; `+Inf` follows.
+    /// copied from [`WATCH_BUCKETS`]; `+Inf` follows.
     pub fn watch_bounds(self) -> &'static [f64] {
         static B: [OnceLock<Vec<f64>>; 4] = [const { OnceLock::new() }; 4];
         B[self.index()].get_or_init(|| {
             let n = self.0 as usize;
-            let mut v = Vec::with_capacity((watch::BUCKETS.len() - 1) * n + 1);
-            for (j, &b) in watch::BUCKETS.iter().enumerate() {
+            let mut v = Vec::with_capacity((WATCH_BUCKETS.len() - 1) * n + 1);
+            for (j, &b) in WATCH_BUCKETS.iter().enumerate() {
                 v.push(b);
-                if j + 1 < watch::BUCKETS.len() {
+                if j + 1 < WATCH_BUCKETS.len() {
                     for i in 1..n {
                         v.push(b * 2f64.powf(i as f64 / n as f64));
                     }
@@ -187,9 +206,9 @@ mod tests {
     #[test]
     fn one_is_the_old_layout() {
         assert_eq!(Buckets::ONE.probe_bounds(), &BUCKET_BOUNDS[..]);
-        assert_eq!(Buckets::ONE.watch_bounds(), &watch::BUCKETS[..]);
+        assert_eq!(Buckets::ONE.watch_bounds(), &WATCH_BUCKETS[..]);
         assert_eq!(Buckets::ONE.series_per_target(), 38);
-        assert_eq!(Buckets::ONE.watch_hist_series(), watch::HIST_SERIES);
+        assert_eq!(Buckets::ONE.watch_hist_series(), HIST_SERIES);
     }
 
     #[test]

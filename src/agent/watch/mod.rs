@@ -41,24 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Upper bounds (seconds) of the watch histograms at `--buckets 1`: 25 us doubling, 20 buckets up to 13.1 s;
-/// `+Inf` follows. [`crate::agent::buckets::Buckets::watch_bounds`] adds bounds between them.
-/// Loopback requests (tens of us) and LAN ones (hundreds of us) fall in different buckets.
-pub const BUCKETS: [f64; 20] = {
-    let mut b = [0.0; 20];
-    let mut k = 0;
-    let mut v = 25e-6;
-    while k < 20 {
-        b[k] = v;
-        v *= 2.0;
-        k += 1;
-    }
-    b
-};
-
-/// Series of one histogram at `--buckets 1`: its buckets, `+Inf`, `_sum` and `_count`
-/// ([`Buckets::watch_hist_series`] at any resolution).
-pub const HIST_SERIES: usize = BUCKETS.len() + 1 + 2;
+pub use crate::agent::buckets::{HIST_SERIES, WATCH_BUCKETS as BUCKETS};
 /// Series of one (server, proto, op) at `--buckets 1`: the request histogram, requests by outcome (ok, error),
 /// response bytes.
 pub const OP_SERIES: usize = HIST_SERIES + 2 + 1;
