@@ -1,7 +1,7 @@
 //! The resolution of the agent's Prometheus histograms: how many `le` buckets each of the original
 //! buckets is split into (`--buckets N`, TOML `buckets`; 1, 2, 4 or 8, default [`Buckets::DEFAULT`]).
 //!
-//! The original bounds ([`super::BUCKET_BOUNDS`] for `roundtrip_rtt_seconds`, [`super::WATCH_BUCKETS`] for
+//! The original bounds ([`super::BUCKET_BOUNDS`] for `roundtrip_rtt_seconds`, [`WATCH_BUCKETS`] for
 //! the `--watch` histograms) are always a subset of the finer ones, with the same float text, so
 //! `sum by (le)` over a fleet of old and new agents still adds up at the bounds they share. With `N` the
 //! watch histograms have `N` buckets per doubling; the probe histogram has `N` per step of 10^(1/4) = 1.78x
